@@ -1,0 +1,27 @@
+# Detects CUDA and NCCL for HSDP_WITH_CUDA=AUTO|ON|OFF and sets HSDP_HAVE_CUDA.
+# No CUDA source is compiled yet (the GPU path is its own issue); this only settles the option so
+# that builds with and without a toolkit configure the same way.
+set(HSDP_HAVE_CUDA OFF)
+string(TOUPPER "${HSDP_WITH_CUDA}" _hsdp_cuda_mode)
+if(NOT _hsdp_cuda_mode MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "HSDP_WITH_CUDA='${HSDP_WITH_CUDA}' is not one of AUTO, ON, OFF")
+endif()
+if(NOT _hsdp_cuda_mode STREQUAL "OFF")
+  if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+    set(CUDAToolkit_ROOT /usr/local/cuda)
+  endif()
+  find_package(CUDAToolkit QUIET)
+  find_path(HSDP_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  find_library(HSDP_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  if(CUDAToolkit_FOUND AND HSDP_NCCL_INCLUDE_DIR AND HSDP_NCCL_LIBRARY)
+    set(HSDP_HAVE_CUDA ON)
+    message(STATUS "hsdp: CUDA ${CUDAToolkit_VERSION} and NCCL (${HSDP_NCCL_LIBRARY}) found")
+  elseif(_hsdp_cuda_mode STREQUAL "ON")
+    message(FATAL_ERROR "HSDP_WITH_CUDA=ON but CUDA toolkit (found=${CUDAToolkit_FOUND}) or NCCL "
+                        "(include=${HSDP_NCCL_INCLUDE_DIR}, lib=${HSDP_NCCL_LIBRARY}) is missing")
+  else()
+    message(STATUS "hsdp: CUDA/NCCL not found; building the host (MPI) path only")
+  endif()
+else()
+  message(STATUS "hsdp: HSDP_WITH_CUDA=OFF")
+endif()

@@ -1,0 +1,46 @@
+// Comm over an MPI communicator on host memory.
+#pragma once
+
+#include <mpi.h>
+
+#include "hsdp/host_buffer.h"
+#include "hsdp/transport.h"
+
+namespace hsdp::mpi {
+
+class MpiComm final : public Comm {
+ public:
+  // Takes ownership of `comm` (freed in the destructor, unless MPI is already finalized).
+  static StatusOr<std::unique_ptr<Comm>> adopt(MPI_Comm comm);
+  ~MpiComm() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* transportName() const override { return "mpi"; }
+
+  Status allGather(const void* send, void* recv, size_t count, DType dtype) override;
+  Status reduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                       RedOp op) override;
+  Status allReduce(void* buf, size_t count, DType dtype, RedOp op) override;
+  Status broadcast(void* buf, size_t count, DType dtype, int root) override;
+  Status barrier() override;
+  StatusOr<std::unique_ptr<Comm>> split(int color, int key) override;
+  StatusOr<std::unique_ptr<Comm>> splitByHost() override;
+  Status reserveScratch(size_t bytes) override;
+  size_t scratchBytes() const override { return scratch_.size(); }
+  [[noreturn]] void abortJob(int code) override;
+
+  MPI_Comm raw() const { return comm_; }
+
+ private:
+  explicit MpiComm(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  Status ringReduceScatter(const void* send, void* recv, size_t count, DType dtype);
+
+  MPI_Comm comm_;
+  int rank_;
+  int size_;
+  // Two chunks for the ring's in-flight partial sums; grown by reserveScratch, never per call.
+  HostBuffer scratch_;
+};
+
+}  // namespace hsdp::mpi

@@ -1,0 +1,86 @@
+#include "mlp/reference.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mlp {
+
+namespace {
+
+// Adam/AdamW as in torch.optim, on Eigen arrays.
+struct EigenAdam {
+  hsdp::AdamConfig cfg;
+  Eigen::ArrayXf m, v;
+  void step(Eigen::Map<Eigen::ArrayXf> p, const Eigen::ArrayXf& grad, int t) {
+    if (m.size() == 0) m = v = Eigen::ArrayXf::Zero(p.size());
+    Eigen::ArrayXf g = grad;
+    if (cfg.kind == hsdp::OptimizerKind::kAdamW) p *= 1.0f - cfg.lr * cfg.weight_decay;
+    else g += cfg.weight_decay * p;
+    m = cfg.beta1 * m + (1.0f - cfg.beta1) * g;
+    v = cfg.beta2 * v + (1.0f - cfg.beta2) * g.square();
+    const double bc1 = 1.0 - std::pow(double(cfg.beta1), t);
+    const double bc2 = 1.0 - std::pow(double(cfg.beta2), t);
+    const Eigen::ArrayXf denom = v.sqrt() / float(std::sqrt(bc2)) + cfg.eps;
+    p -= float(cfg.lr / bc1) * m / denom;
+  }
+};
+
+}  // namespace
+
+ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, int steps,
+                               int global_batch) {
+  const int L = spec.layers();
+  ReferenceResult r;
+  r.params.resize(L);
+  std::vector<EigenAdam> opt(L, EigenAdam{adam, {}, {}});
+  for (int l = 0; l < L; ++l) {
+    std::vector<float> w, b;
+    initLayer(spec, l, &w, &b);
+    r.params[l] = w;
+    r.params[l].insert(r.params[l].end(), b.begin(), b.end());
+  }
+  for (int step = 0; step < steps; ++step) {
+    Batch batch = makeBatch(spec, step, 0, global_batch);
+    std::vector<Matrix> acts(L + 1);
+    acts[0] = batch.x;
+    for (int l = 0; l < L; ++l) {
+      const int in = spec.dims[l], out = spec.dims[l + 1];
+      const float* p = r.params[l].data();
+      Matrix z;
+      linearForward(p, p + static_cast<size_t>(out) * in, out, in, acts[l], &z);
+      acts[l + 1] = l + 1 < L ? Matrix(z.array().tanh()) : z;
+    }
+    Matrix dz;
+    r.losses.push_back(crossEntropy(acts[L], batch.labels, &dz));
+    for (int l = L - 1; l >= 0; --l) {
+      const int in = spec.dims[l], out = spec.dims[l + 1];
+      std::vector<float> grad(r.params[l].size());
+      Matrix dx;
+      linearBackward(r.params[l].data(), out, in, acts[l], dz, grad.data(),
+                     grad.data() + static_cast<size_t>(out) * in, l > 0 ? &dx : nullptr);
+      Eigen::Map<Eigen::ArrayXf> p(r.params[l].data(), r.params[l].size());
+      opt[l].step(p, Eigen::Map<Eigen::ArrayXf>(grad.data(), grad.size()), step + 1);
+      if (l > 0) dz = (dx.array() * (1.0f - acts[l].array().square())).matrix();
+    }
+  }
+  return r;
+}
+
+double maxRelativeError(const std::vector<std::vector<float>>& a,
+                        const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double worst = 0.0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    if (a[t].size() != b[t].size()) return INFINITY;
+    double diff = 0.0, scale = 0.0;
+    for (size_t i = 0; i < a[t].size(); ++i) {
+      diff = std::max(diff, std::fabs(double(a[t][i]) - double(b[t][i])));
+      scale = std::max(scale, std::fabs(double(b[t][i])));
+    }
+    if (std::isnan(diff)) return INFINITY;
+    worst = std::max(worst, scale > 0 ? diff / scale : diff);
+  }
+  return worst;
+}
+
+}  // namespace mlp

@@ -1,0 +1,27 @@
+// The single-process reference: the same model trained on the whole global batch by one process
+// with Eigen, with its own Adam/AdamW written against Eigen arrays (not hsdp's optimizer). hsdp's
+// sharded runs must reproduce its parameters.
+#pragma once
+
+#include <vector>
+
+#include "hsdp/optimizer.h"
+#include "mlp/mlp.h"
+
+namespace mlp {
+
+struct ReferenceResult {
+  // Per layer, the flat parameter vector in the unit's layout: weight (out x in, column-major)
+  // then bias.
+  std::vector<std::vector<float>> params;
+  std::vector<float> losses;  // loss of each step, before its update
+};
+
+ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, int steps,
+                               int global_batch);
+
+// max over layers of max|a - b| / max|b|: the error relative to each tensor's scale.
+double maxRelativeError(const std::vector<std::vector<float>>& a,
+                        const std::vector<std::vector<float>>& b);
+
+}  // namespace mlp

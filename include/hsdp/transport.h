@@ -1,0 +1,56 @@
+// The transport interface: a communicator over some group of ranks and the collectives the engine
+// needs on it. The engine and the hierarchical schedules only ever talk to this interface; MPI on
+// host memory is one implementation (collectives/mpi/), NCCL and UCX are others to come. A new
+// backend is a new folder under collectives/, not an #ifdef in the engine.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "hsdp/dtype.h"
+#include "hsdp/status.h"
+
+namespace hsdp {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* transportName() const = 0;
+
+  // Every rank contributes `count` elements; `recv` receives size()*count elements in rank order.
+  // In place when send == recv + rank()*count*dtypeSize(dtype).
+  [[nodiscard]] virtual Status allGather(const void* send, void* recv, size_t count,
+                                         DType dtype) = 0;
+
+  // `send` holds size()*count elements; `recv` (count elements, not overlapping `send`) receives
+  // the reduction over all ranks of block rank(). kAvg divides the sum by size().
+  [[nodiscard]] virtual Status reduceScatter(const void* send, void* recv, size_t count,
+                                             DType dtype, RedOp op) = 0;
+
+  // In-place all-reduce of `count` elements.
+  [[nodiscard]] virtual Status allReduce(void* buf, size_t count, DType dtype, RedOp op) = 0;
+
+  [[nodiscard]] virtual Status broadcast(void* buf, size_t count, DType dtype, int root) = 0;
+  [[nodiscard]] virtual Status barrier() = 0;
+
+  // Ranks with equal `color` form a new communicator, ordered by `key` (ties by current rank).
+  [[nodiscard]] virtual StatusOr<std::unique_ptr<Comm>> split(int color, int key) = 0;
+
+  // Ranks that share memory (one host, or one container) form a new communicator.
+  [[nodiscard]] virtual StatusOr<std::unique_ptr<Comm>> splitByHost() = 0;
+
+  // Grows the transport's scratch space so that collectives up to `bytes` per rank-block never
+  // allocate on the hot path. Scratch is allocated once, pre-faulted and reused.
+  [[nodiscard]] virtual Status reserveScratch(size_t bytes) = 0;
+  virtual size_t scratchBytes() const = 0;
+
+  // Ends the whole job from any rank: for errors after which ranks can no longer agree
+  // (a failed collective). Bad input is reported with a Status instead, on every rank.
+  [[noreturn]] virtual void abortJob(int code) = 0;
+};
+
+}  // namespace hsdp

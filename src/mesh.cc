@@ -1,0 +1,88 @@
+#include "hsdp/mesh.h"
+
+#include "hsdp/log.h"
+
+namespace hsdp {
+
+StatusOr<MeshShape> resolveMeshShape(const NodeLayout& layout, const MeshSpec& spec) {
+  MeshShape s;
+  s.world_size = layout.world_size;
+  s.num_nodes = layout.num_nodes;
+  s.ranks_per_node = layout.ranks_per_node;
+  s.intra_shard = spec.intra_shard == 0 ? layout.ranks_per_node : spec.intra_shard;
+  s.inter_shard = spec.inter_shard == 0 ? 1 : spec.inter_shard;
+  if (s.intra_shard < 0)
+    return invalidArgument("intra_shard=", s.intra_shard, " must be positive");
+  if (s.inter_shard < 0)
+    return invalidArgument("inter_shard=", s.inter_shard, " must be positive");
+  if (layout.ranks_per_node % s.intra_shard != 0)
+    return invalidArgument("intra_shard=", s.intra_shard, " does not divide the ",
+                           layout.ranks_per_node, " ranks per node (world ", layout.world_size,
+                           " = ", layout.num_nodes, " nodes x ", layout.ranks_per_node, ")");
+  if (layout.num_nodes % s.inter_shard != 0)
+    return invalidArgument("inter_shard=", s.inter_shard, " does not divide the ",
+                           layout.num_nodes, " nodes (world ", layout.world_size, " = ",
+                           layout.num_nodes, " nodes x ", layout.ranks_per_node, ")");
+  return s;
+}
+
+MeshCoords meshCoords(const NodeLayout& layout, const MeshShape& shape, int world_rank) {
+  MeshCoords c;
+  c.world_rank = world_rank;
+  c.node = layout.node_of_rank[world_rank];
+  c.local_rank = layout.local_rank_of_rank[world_rank];
+  c.intra_group = c.local_rank / shape.intra_shard;
+  c.intra_idx = c.local_rank % shape.intra_shard;
+  c.inter_group = c.node / shape.inter_shard;
+  c.inter_idx = c.node % shape.inter_shard;
+  c.shard_rank = c.intra_idx * shape.inter_shard + c.inter_idx;
+  const int intra_groups_per_node = shape.ranks_per_node / shape.intra_shard;
+  c.replica_rank = c.inter_group * intra_groups_per_node + c.intra_group;
+  return c;
+}
+
+StatusOr<std::unique_ptr<Mesh>> Mesh::create(Comm& world, const NodeLayout& layout,
+                                             const MeshSpec& spec) {
+  if (layout.world_size != world.size())
+    return invalidArgument("node layout covers ", layout.world_size, " ranks but the world has ",
+                           world.size());
+  std::unique_ptr<Mesh> m(new Mesh());
+  HSDP_ASSIGN_OR_RETURN(m->shape_, resolveMeshShape(layout, spec));
+  m->layout_ = layout;
+  m->world_ = &world;
+  const MeshShape& s = m->shape_;
+  const MeshCoords c = meshCoords(layout, s, world.rank());
+  m->coords_ = c;
+  const int groups_per_node = s.ranks_per_node / s.intra_shard;
+
+  HSDP_ASSIGN_OR_RETURN(m->node_, world.split(c.node, c.local_rank));
+  HSDP_ASSIGN_OR_RETURN(m->intra_,
+                        world.split(c.node * groups_per_node + c.intra_group, c.intra_idx));
+  HSDP_ASSIGN_OR_RETURN(
+      m->inter_,
+      world.split((c.inter_group * groups_per_node + c.intra_group) * s.intra_shard + c.intra_idx,
+                  c.inter_idx));
+  HSDP_ASSIGN_OR_RETURN(m->shard_group_, world.split(c.replica_rank, c.shard_rank));
+  HSDP_ASSIGN_OR_RETURN(m->replica_, world.split(c.shard_rank, c.replica_rank));
+
+  // The layout arithmetic and the communicators must agree; a mismatch is a bug, not bad input.
+  if (m->intra_->size() != s.intra_shard || m->intra_->rank() != c.intra_idx ||
+      m->inter_->size() != s.inter_shard || m->inter_->rank() != c.inter_idx ||
+      m->shard_group_->size() != s.shardGroupSize() || m->shard_group_->rank() != c.shard_rank ||
+      m->replica_->size() != s.replicas() || m->replica_->rank() != c.replica_rank ||
+      m->node_->size() != s.ranks_per_node)
+    return internalError("mesh communicators disagree with the layout on world rank ",
+                         world.rank());
+  HSDP_INFO(kMesh, m->describe(), "; this rank: node ", c.node, " local ", c.local_rank,
+            " shard ", c.shard_rank, " replica ", c.replica_rank);
+  return m;
+}
+
+std::string Mesh::describe() const {
+  const MeshShape& s = shape_;
+  return strCat(s.world_size, " ranks = ", s.num_nodes, " nodes x ", s.ranks_per_node,
+                "; intra_shard ", s.intra_shard, " x inter_shard ", s.inter_shard,
+                " = shard group ", s.shardGroupSize(), "; replicas ", s.replicas());
+}
+
+}  // namespace hsdp

@@ -1,0 +1,52 @@
+#include "hsdp/optimizer.h"
+
+#include <cmath>
+
+namespace hsdp {
+
+StatusOr<OptimizerKind> parseOptimizerKind(std::string_view name) {
+  if (name == "adam") return OptimizerKind::kAdam;
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  return invalidArgument("unknown optimizer '", name, "' (expected adam or adamw)");
+}
+
+const char* optimizerName(OptimizerKind kind) {
+  return kind == OptimizerKind::kAdam ? "adam" : "adamw";
+}
+
+Status validate(const AdamConfig& c) {
+  if (!(c.lr > 0.0f)) return invalidArgument("learning rate ", c.lr, " must be positive");
+  if (!(c.beta1 >= 0.0f && c.beta1 < 1.0f))
+    return invalidArgument("beta1 ", c.beta1, " must be in [0, 1)");
+  if (!(c.beta2 >= 0.0f && c.beta2 < 1.0f))
+    return invalidArgument("beta2 ", c.beta2, " must be in [0, 1)");
+  if (!(c.eps > 0.0f)) return invalidArgument("eps ", c.eps, " must be positive");
+  if (!(c.weight_decay >= 0.0f))
+    return invalidArgument("weight decay ", c.weight_decay, " must be >= 0");
+  return okStatus();
+}
+
+void adamStep(const AdamConfig& c, int64_t t, float* p, const float* g, float* m, float* v,
+              size_t n) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), static_cast<double>(t));
+  const float step_size = static_cast<float>(c.lr / bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  const float b1 = c.beta1, b2 = c.beta2, omb1 = 1.0f - c.beta1, omb2 = 1.0f - c.beta2;
+  const bool adamw = c.kind == OptimizerKind::kAdamW;
+  const float wd = c.weight_decay;
+  const float decay = 1.0f - c.lr * wd;
+  for (size_t i = 0; i < n; ++i) {
+    float gi = g[i];
+    float pi = p[i];
+    if (adamw) pi *= decay;
+    else gi += wd * pi;
+    float mi = b1 * m[i] + omb1 * gi;
+    float vi = b2 * v[i] + omb2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + c.eps);
+  }
+}
+
+}  // namespace hsdp
