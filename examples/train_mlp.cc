@@ -25,6 +25,8 @@ struct Options {
   std::string mode = "zero3";
   int intra_shard = 0;  // 0: mode's default
   int inter_shard = 0;
+  bool intra_shard_given = false;
+  bool inter_shard_given = false;
   int steps = 10;
   int batch = 48;
   bool check = false;
@@ -155,9 +157,10 @@ hsdp::Status setUp(const Options& opt, hsdp::Comm& world, mlp::Spec* spec,
   if (opt.batch <= 0 || opt.batch % world.size() != 0)
     return hsdp::invalidArgument("--batch ", opt.batch, " must be a positive multiple of the ",
                                  world.size(), " ranks (each rank trains on an equal slice)");
-  if (opt.intra_shard < 0 || opt.inter_shard < 0)
-    return hsdp::invalidArgument("--intra-shard ", opt.intra_shard, " / --inter-shard ",
-                                 opt.inter_shard, " must be positive");
+  if (opt.intra_shard_given && opt.intra_shard <= 0)
+    return hsdp::invalidArgument("--intra-shard ", opt.intra_shard, " must be positive");
+  if (opt.inter_shard_given && opt.inter_shard <= 0)
+    return hsdp::invalidArgument("--inter-shard ", opt.inter_shard, " must be positive");
   mesh_spec->intra_shard = opt.intra_shard;
   mesh_spec->inter_shard = opt.inter_shard;
   if (cfg->mode == hsdp::ShardMode::kNone) {  // plain data parallel: nothing is sharded
@@ -313,5 +316,7 @@ int main(int argc, char** argv) {
     printError(world.rank(), e.what());
     return kExitUsage;
   }
+  opt.intra_shard_given = app.count("--intra-shard") > 0;
+  opt.inter_shard_given = app.count("--inter-shard") > 0;
   return runMain(opt, world);
 }

@@ -1,0 +1,216 @@
+// Every collective of the MPI transport, and the hierarchical schedules, against the MPI
+// library's own collective as oracle, on the world and on every sub-communicator of every valid
+// mesh of the job's (virtual) node layout. Integer-valued inputs make sums exact in any order, so
+// those comparisons are exact; random inputs are compared within rounding.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+
+#include "collectives/mpi/mpi_comm.h"
+#include "hsdp/hier_collectives.h"
+#include "hsdp/mesh.h"
+#include "tests/common/mpi_test_main.h"
+
+namespace hsdp {
+namespace {
+
+using testing::world;
+
+MPI_Comm raw(Comm& c) { return dynamic_cast<mpi::MpiComm&>(c).raw(); }
+
+struct Fixture {
+  NodeLayout layout;
+  std::vector<std::unique_ptr<Mesh>> meshes;
+  std::vector<std::pair<std::string, Comm*>> comms;  // name, comm
+};
+
+Fixture& fixture() {
+  static Fixture* f = [] {
+    auto* fx = new Fixture();
+    auto l = groupRanksIntoNodes(world());
+    EXPECT_TRUE(l.ok()) << l.status().toString();
+    fx->layout = *l;
+    fx->comms.push_back({"world", &world()});
+    for (int I = 1; I <= fx->layout.ranks_per_node; ++I) {
+      if (fx->layout.ranks_per_node % I) continue;
+      for (int J = 1; J <= fx->layout.num_nodes; ++J) {
+        if (fx->layout.num_nodes % J) continue;
+        auto m = Mesh::create(world(), fx->layout, {I, J});
+        EXPECT_TRUE(m.ok()) << m.status().toString();
+        std::string tag = strCat("[", I, "x", J, "]");
+        fx->comms.push_back({"intra" + tag, &(*m)->intraShard()});
+        fx->comms.push_back({"inter" + tag, &(*m)->interShard()});
+        fx->comms.push_back({"shard" + tag, &(*m)->shardGroup()});
+        fx->comms.push_back({"replica" + tag, &(*m)->replica()});
+        fx->meshes.push_back(std::move(*m));
+      }
+    }
+    return fx;
+  }();
+  return *f;
+}
+
+const std::vector<size_t> kCounts = {1, 7, 1000, 100003};
+
+// Small integers: any summation order gives the exact sum, in float and in bf16 (<= 8 ranks).
+float exactValue(int rank, size_t i) { return float(((rank + 1) * (i % 13 + 3)) % 17 % 9); }
+
+std::vector<float> randomValues(int rank, size_t n) {
+  std::mt19937 gen(1234 + rank);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+std::vector<bf16> toBf16(const std::vector<float>& v) {
+  std::vector<bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = hsdp::toBf16(v[i]);
+  return out;
+}
+
+TEST(Collectives, ReduceScatterSumExactVsMpi) {
+  for (auto& [name, comm] : fixture().comms) {
+    for (size_t count : kCounts) {
+      SCOPED_TRACE(strCat(name, " count=", count));
+      const int n = comm->size();
+      std::vector<float> in(n * count), out(count, -1), want(count, -2);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = exactValue(world().rank(), i);
+      ASSERT_TRUE(comm->reserveScratch(count * 4).ok());
+      ASSERT_TRUE(comm->reduceScatter(in.data(), out.data(), count, DType::kFloat32, RedOp::kSum).ok());
+      MPI_Reduce_scatter_block(in.data(), want.data(), int(count), MPI_FLOAT, MPI_SUM, raw(*comm));
+      EXPECT_EQ(out, want);
+    }
+  }
+}
+
+TEST(Collectives, ReduceScatterRandomSumAndAvgVsMpi) {
+  for (auto& [name, comm] : fixture().comms) {
+    for (size_t count : kCounts) {
+      SCOPED_TRACE(strCat(name, " count=", count));
+      const int n = comm->size();
+      std::vector<float> in = randomValues(world().rank(), n * count);
+      std::vector<float> sum(count), avg(count), want(count);
+      ASSERT_TRUE(comm->reduceScatter(in.data(), sum.data(), count, DType::kFloat32, RedOp::kSum).ok());
+      ASSERT_TRUE(comm->reduceScatter(in.data(), avg.data(), count, DType::kFloat32, RedOp::kAvg).ok());
+      MPI_Reduce_scatter_block(in.data(), want.data(), int(count), MPI_FLOAT, MPI_SUM, raw(*comm));
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_NEAR(sum[i], want[i], 1e-5f * n) << i;
+        ASSERT_NEAR(avg[i], want[i] / n, 1e-5f) << i;
+      }
+    }
+  }
+}
+
+TEST(Collectives, ReduceScatterBf16VsMpiOnFloats) {
+  for (auto& [name, comm] : fixture().comms) {
+    for (size_t count : kCounts) {
+      SCOPED_TRACE(strCat(name, " count=", count));
+      const int n = comm->size();
+      std::vector<float> in(n * count), want(count);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = exactValue(world().rank(), i);
+      std::vector<bf16> in16 = toBf16(in), out16(count);
+      ASSERT_TRUE(comm->reduceScatter(in16.data(), out16.data(), count, DType::kBFloat16, RedOp::kSum).ok());
+      MPI_Reduce_scatter_block(in.data(), want.data(), int(count), MPI_FLOAT, MPI_SUM, raw(*comm));
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(toFloat(out16[i]), want[i]) << i;
+    }
+  }
+}
+
+TEST(Collectives, AllGatherVsMpiIncludingInPlace) {
+  for (auto& [name, comm] : fixture().comms) {
+    for (size_t count : kCounts) {
+      SCOPED_TRACE(strCat(name, " count=", count));
+      const int n = comm->size(), r = comm->rank();
+      std::vector<float> mine = randomValues(world().rank(), count);
+      std::vector<float> out(n * count), want(n * count);
+      ASSERT_TRUE(comm->allGather(mine.data(), out.data(), count, DType::kFloat32).ok());
+      MPI_Allgather(mine.data(), int(count), MPI_FLOAT, want.data(), int(count), MPI_FLOAT, raw(*comm));
+      EXPECT_EQ(out, want);
+      std::vector<float> inplace(n * count, 0.0f);
+      std::copy(mine.begin(), mine.end(), inplace.begin() + r * count);
+      ASSERT_TRUE(comm->allGather(inplace.data() + r * count, inplace.data(), count, DType::kFloat32).ok());
+      EXPECT_EQ(inplace, want);
+      std::vector<bf16> m16 = toBf16(mine), o16(n * count);
+      ASSERT_TRUE(comm->allGather(m16.data(), o16.data(), count, DType::kBFloat16).ok());
+      for (size_t i = 0; i < o16.size(); ++i) ASSERT_EQ(o16[i].bits, hsdp::toBf16(want[i]).bits);
+    }
+  }
+}
+
+TEST(Collectives, AllReduceVsMpi) {
+  for (auto& [name, comm] : fixture().comms) {
+    for (size_t count : kCounts) {
+      SCOPED_TRACE(strCat(name, " count=", count));
+      const int n = comm->size();
+      std::vector<float> v(count), want(count);
+      for (size_t i = 0; i < count; ++i) v[i] = exactValue(world().rank(), i);
+      std::vector<bf16> v16 = toBf16(v);
+      MPI_Allreduce(v.data(), want.data(), int(count), MPI_FLOAT, MPI_SUM, raw(*comm));
+      std::vector<float> avg = v;
+      ASSERT_TRUE(comm->allReduce(v.data(), count, DType::kFloat32, RedOp::kSum).ok());
+      EXPECT_EQ(v, want);
+      ASSERT_TRUE(comm->allReduce(avg.data(), count, DType::kFloat32, RedOp::kAvg).ok());
+      for (size_t i = 0; i < count; ++i) ASSERT_NEAR(avg[i], want[i] / n, 1e-6f * want[i]);
+      ASSERT_TRUE(comm->allReduce(v16.data(), count, DType::kBFloat16, RedOp::kSum).ok());
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(toFloat(v16[i]), want[i]) << i;
+    }
+  }
+}
+
+TEST(Collectives, BroadcastAndBarrier) {
+  for (auto& [name, comm] : fixture().comms) {
+    SCOPED_TRACE(name);
+    const int root = comm->size() - 1;
+    std::vector<int64_t> v(1001, comm->rank());
+    ASSERT_TRUE(comm->broadcast(v.data(), v.size(), DType::kInt64, root).ok());
+    for (int64_t x : v) ASSERT_EQ(x, root);
+    EXPECT_TRUE(comm->barrier().ok());
+    EXPECT_EQ(comm->broadcast(v.data(), 1, DType::kInt64, comm->size()).code(),
+              StatusCode::kInvalidArgument);
+  }
+}
+
+// Hierarchical schedules equal the flat collective over the shard group (MPI's own, as oracle).
+TEST(Hierarchical, MatchesFlatShardGroupCollective) {
+  for (auto& mesh : fixture().meshes) {
+    HierarchicalCollectives hier(mesh->intraShard(), mesh->interShard());
+    Comm& group = mesh->shardGroup();
+    const int S = group.size();
+    ASSERT_EQ(hier.groupSize(), S);
+    ASSERT_EQ(hier.shardIndex(), group.rank());
+    for (size_t count : kCounts) {
+      SCOPED_TRACE(strCat(mesh->describe(), " count=", count));
+      ASSERT_TRUE(hier.reserve(count, DType::kFloat32).ok());
+      // all-gather
+      std::vector<float> shard = randomValues(world().rank(), count);
+      std::vector<float> full(S * count), want(S * count);
+      ASSERT_TRUE(hier.allGather(shard.data(), full.data(), count, DType::kFloat32).ok());
+      MPI_Allgather(shard.data(), int(count), MPI_FLOAT, want.data(), int(count), MPI_FLOAT, raw(group));
+      EXPECT_EQ(full, want);
+      // reduce-scatter, exact
+      std::vector<float> in(S * count), out(count), ref(count);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = exactValue(world().rank(), i);
+      ASSERT_TRUE(hier.reduceScatter(in.data(), out.data(), count, DType::kFloat32, RedOp::kSum).ok());
+      MPI_Reduce_scatter_block(in.data(), ref.data(), int(count), MPI_FLOAT, MPI_SUM, raw(group));
+      EXPECT_EQ(out, ref);
+      // reduce-scatter, average of random values
+      std::vector<float> rin = randomValues(world().rank() + 100, S * count);
+      ASSERT_TRUE(hier.reduceScatter(rin.data(), out.data(), count, DType::kFloat32, RedOp::kAvg).ok());
+      MPI_Reduce_scatter_block(rin.data(), ref.data(), int(count), MPI_FLOAT, MPI_SUM, raw(group));
+      for (size_t i = 0; i < count; ++i) ASSERT_NEAR(out[i], ref[i] / S, 1e-6f) << i;
+      // bf16 reduce-scatter, exact
+      std::vector<bf16> in16 = toBf16(in), out16(count);
+      ASSERT_TRUE(hier.reserve(count, DType::kBFloat16).ok());
+      ASSERT_TRUE(hier.reduceScatter(in16.data(), out16.data(), count, DType::kBFloat16, RedOp::kSum).ok());
+      MPI_Reduce_scatter_block(in.data(), ref.data(), int(count), MPI_FLOAT, MPI_SUM, raw(group));
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(toFloat(out16[i]), ref[i]) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hsdp
