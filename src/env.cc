@@ -22,6 +22,10 @@ const std::vector<Param>& registry() {
       {"HSDP_MALLOC_TUNE", "bool", "1",
        "Keep freed heap memory mapped (glibc mallopt) so the MPI library's per-call temporary "
        "buffers reuse pre-faulted pages instead of faulting in fresh ones each call."},
+      {"HSDP_TRANSPORT_INTRA", "enum", "mpi",
+       "Transport of the intra-node level (intra-shard group): mpi."},
+      {"HSDP_TRANSPORT_INTER", "enum", "mpi",
+       "Transport of the inter-node level (inter-shard and replica groups): mpi."},
   };
   return params;
 }

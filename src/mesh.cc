@@ -1,6 +1,7 @@
 #include "hsdp/mesh.h"
 
 #include "hsdp/log.h"
+#include "hsdp/transport_select.h"
 
 namespace hsdp {
 
@@ -64,6 +65,12 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::create(Comm& world, const NodeLayout& layo
                   c.inter_idx));
   HSDP_ASSIGN_OR_RETURN(m->shard_group_, world.split(c.replica_rank, c.shard_rank));
   HSDP_ASSIGN_OR_RETURN(m->replica_, world.split(c.shard_rank, c.replica_rank));
+
+  // Each level may run on its own transport (HSDP_TRANSPORT_INTRA / _INTER).
+  HSDP_ASSIGN_OR_RETURN(m->intra_, selectLevelTransport(MeshLevel::kIntra, std::move(m->intra_)));
+  HSDP_ASSIGN_OR_RETURN(m->inter_, selectLevelTransport(MeshLevel::kInter, std::move(m->inter_)));
+  HSDP_ASSIGN_OR_RETURN(m->replica_,
+                        selectLevelTransport(MeshLevel::kInter, std::move(m->replica_)));
 
   // The layout arithmetic and the communicators must agree; a mismatch is a bug, not bad input.
   if (m->intra_->size() != s.intra_shard || m->intra_->rank() != c.intra_idx ||

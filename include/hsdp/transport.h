@@ -13,6 +13,22 @@
 
 namespace hsdp {
 
+// A collective in flight. The buffers passed to the call must stay alive and untouched until the
+// Work completes. Transports progress their operations inside test() and wait() (and, where they
+// have one, on a progress thread).
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the operation completes; returns its result. Calling it again returns the same.
+  [[nodiscard]] virtual Status wait() = 0;
+  // Makes progress without blocking; true once complete (wait() then returns at once).
+  [[nodiscard]] virtual StatusOr<bool> test() = 0;
+};
+using WorkHandle = std::unique_ptr<Work>;
+
+// A Work that finished when it was created (eager transports, size-1 groups).
+WorkHandle completedWork(Status status = Status());
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -33,6 +49,17 @@ class Comm {
 
   // In-place all-reduce of `count` elements.
   [[nodiscard]] virtual Status allReduce(void* buf, size_t count, DType dtype, RedOp op) = 0;
+
+  // Nonblocking forms of the three collectives the engine overlaps with compute; same contracts
+  // as the blocking ones. The defaults run the blocking call and return a completed Work, so a
+  // transport may start eager and become asynchronous operation by operation. Operations on one
+  // Comm must be started in the same order on every rank; they may complete in any order.
+  [[nodiscard]] virtual StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
+                                                        DType dtype);
+  [[nodiscard]] virtual StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv,
+                                                            size_t count, DType dtype, RedOp op);
+  [[nodiscard]] virtual StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype,
+                                                        RedOp op);
 
   [[nodiscard]] virtual Status broadcast(void* buf, size_t count, DType dtype, int root) = 0;
   [[nodiscard]] virtual Status barrier() = 0;
