@@ -57,18 +57,23 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::create(Comm& world, const NodeLayout& layo
   const int groups_per_node = s.ranks_per_node / s.intra_shard;
 
   HSDP_ASSIGN_OR_RETURN(m->node_, world.split(c.node, c.local_rank));
-  HSDP_ASSIGN_OR_RETURN(m->intra_,
-                        world.split(c.node * groups_per_node + c.intra_group, c.intra_idx));
-  HSDP_ASSIGN_OR_RETURN(
-      m->inter_,
-      world.split((c.inter_group * groups_per_node + c.intra_group) * s.intra_shard + c.intra_idx,
-                  c.inter_idx));
+  const int intra_color = c.node * groups_per_node + c.intra_group;
+  const int inter_color =
+      (c.inter_group * groups_per_node + c.intra_group) * s.intra_shard + c.intra_idx;
+  HSDP_ASSIGN_OR_RETURN(m->intra_, world.split(intra_color, c.intra_idx));
+  HSDP_ASSIGN_OR_RETURN(m->inter_, world.split(inter_color, c.inter_idx));
+  HSDP_ASSIGN_OR_RETURN(m->intra_reduce_, world.split(intra_color, c.intra_idx));
+  HSDP_ASSIGN_OR_RETURN(m->inter_reduce_, world.split(inter_color, c.inter_idx));
   HSDP_ASSIGN_OR_RETURN(m->shard_group_, world.split(c.replica_rank, c.shard_rank));
   HSDP_ASSIGN_OR_RETURN(m->replica_, world.split(c.shard_rank, c.replica_rank));
 
   // Each level may run on its own transport (HSDP_TRANSPORT_INTRA / _INTER).
   HSDP_ASSIGN_OR_RETURN(m->intra_, selectLevelTransport(MeshLevel::kIntra, std::move(m->intra_)));
   HSDP_ASSIGN_OR_RETURN(m->inter_, selectLevelTransport(MeshLevel::kInter, std::move(m->inter_)));
+  HSDP_ASSIGN_OR_RETURN(m->intra_reduce_,
+                        selectLevelTransport(MeshLevel::kIntra, std::move(m->intra_reduce_)));
+  HSDP_ASSIGN_OR_RETURN(m->inter_reduce_,
+                        selectLevelTransport(MeshLevel::kInter, std::move(m->inter_reduce_)));
   HSDP_ASSIGN_OR_RETURN(m->replica_,
                         selectLevelTransport(MeshLevel::kInter, std::move(m->replica_)));
 

@@ -3,7 +3,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <deque>
 
 #include "hsdp/env.h"
 #include "hsdp/hier_collectives.h"
@@ -22,8 +24,20 @@ struct Unit {
   HostBuffer param_shard, grad_shard, exp_avg, exp_avg_sq;
   float* gathered = nullptr;   // full parameters while unsharded (pool block, or the shard)
   float* full_grad = nullptr;  // full gradient while backward writes it (pool block, or shard)
+  WorkHandle gather;           // the all-gather in flight between unshard() and its wait
   bool unsharded = false;
+  bool grad_pending = false;   // reduceGrad() started, not yet complete
   bool grad_reduced = false;
+};
+
+// A gradient on its way to the shard: reduce-scatter over the shard group, then all-reduce over
+// the replicas. Kept in reduceGrad() order; the replica all-reduces are started in that order
+// too, so every rank issues them identically on the replica communicator.
+struct PendingReduce {
+  int unit = 0;
+  WorkHandle scatter;    // full gradient -> shard (shard group), null in mode none
+  WorkHandle replicate;  // shard all-reduce over the data-parallel replicas
+  bool scatter_done = false;
 };
 
 }  // namespace
@@ -36,8 +50,20 @@ struct ShardedModel::Impl {
   bool hierarchical = true;
   std::vector<Unit> units;
   BufferPool pool;
-  std::unique_ptr<HierarchicalCollectives> hier;
+  // Gathers and reductions run on separate communicators (mesh.h): both are in flight at once.
+  std::unique_ptr<HierarchicalCollectives> hier;         // parameter all-gathers
+  std::unique_ptr<HierarchicalCollectives> hier_reduce;  // gradient reduce-scatters
+  std::deque<PendingReduce> pending;
   int64_t step = 0;
+  double exposed_seconds = 0;  // time spent blocked on communication since the last take
+
+  // Waits for `w`, counting the time as exposed communication.
+  Status blockOn(Work& w) {
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = w.wait();
+    exposed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return s;
+  }
 
   Comm& dataParallel() const { return shards == 1 ? mesh->world() : mesh->replica(); }
 
@@ -48,14 +74,52 @@ struct ShardedModel::Impl {
     return okStatus();
   }
 
-  Status gather(const float* shard, float* full, size_t count) {
-    if (hierarchical) return hier->allGather(shard, full, count, DType::kFloat32);
-    return mesh->shardGroup().allGather(shard, full, count, DType::kFloat32);
+  StatusOr<WorkHandle> gather(const float* shard, float* full, size_t count) {
+    if (hierarchical) return hier->iallGather(shard, full, count, DType::kFloat32);
+    return mesh->shardGroup().iallGather(shard, full, count, DType::kFloat32);
   }
 
-  Status reduceScatter(const float* full, float* shard, size_t count) {
-    if (hierarchical) return hier->reduceScatter(full, shard, count, DType::kFloat32, RedOp::kAvg);
-    return mesh->shardGroup().reduceScatter(full, shard, count, DType::kFloat32, RedOp::kAvg);
+  StatusOr<WorkHandle> reduceScatter(const float* full, float* shard, size_t count) {
+    if (hierarchical)
+      return hier_reduce->ireduceScatter(full, shard, count, DType::kFloat32, RedOp::kAvg);
+    return mesh->shardGroup().ireduceScatter(full, shard, count, DType::kFloat32, RedOp::kAvg);
+  }
+
+  // Moves pending gradient reductions along without blocking (or, with `block`, to the end):
+  // a finished reduce-scatter frees its full-gradient block and starts the replica all-reduce.
+  Status pollReductions(bool block) {
+    for (PendingReduce& p : pending) {
+      Unit& u = units[p.unit];
+      if (!p.scatter_done) {
+        if (p.scatter) {
+          if (block) HSDP_RETURN_IF_ERROR(blockOn(*p.scatter));
+          HSDP_ASSIGN_OR_RETURN(bool done, p.scatter->test());
+          if (!done) break;  // later ones start their all-reduce after this one: keep order
+          p.scatter.reset();
+          HSDP_RETURN_IF_ERROR(pool.release(u.full_grad));
+        }
+        u.full_grad = nullptr;
+        p.scatter_done = true;
+        Comm& dp = dataParallel();
+        if (dp.size() > 1) {
+          HSDP_ASSIGN_OR_RETURN(p.replicate, dp.iallReduce(u.grad_shard.data(), u.layout.shardNumel(),
+                                                           DType::kFloat32, RedOp::kAvg));
+        }
+      }
+    }
+    while (!pending.empty() && pending.front().scatter_done) {
+      PendingReduce& p = pending.front();
+      if (p.replicate) {
+        if (block) HSDP_RETURN_IF_ERROR(blockOn(*p.replicate));
+        HSDP_ASSIGN_OR_RETURN(bool done, p.replicate->test());
+        if (!done) break;
+      }
+      Unit& u = units[p.unit];
+      u.grad_pending = false;
+      u.grad_reduced = true;
+      pending.pop_front();
+    }
+    return okStatus();
   }
 };
 
@@ -74,7 +138,20 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
   impl->cfg = cfg;
   impl->shards = cfg.mode == ShardMode::kNone ? 1 : s.shardGroupSize();
   HSDP_ASSIGN_OR_RETURN(impl->hierarchical, env::getBool("HSDP_HIER"));
+  HierOptions hopts;
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> chunks, env::getInt("HSDP_PIPELINE_CHUNKS", 1));
+  if (chunks) hopts.chunks = static_cast<int>(*chunks);
+  const std::string wire = env::getString("HSDP_INTER_DTYPE");
+  if (!wire.empty()) {
+    auto t = parseDType(wire);
+    if (!t.ok()) return invalidArgument("HSDP_INTER_DTYPE='", wire, "': ", t.status().message());
+    hopts.inter_dtype = *t;
+  }
   impl->hier = std::make_unique<HierarchicalCollectives>(mesh.intraShard(), mesh.interShard());
+  impl->hier_reduce =
+      std::make_unique<HierarchicalCollectives>(mesh.intraShardReduce(), mesh.interShardReduce());
+  HSDP_RETURN_IF_ERROR(impl->hier->setOptions(hopts));
+  HSDP_RETURN_IF_ERROR(impl->hier_reduce->setOptions(hopts));
   return std::unique_ptr<ShardedModel>(new ShardedModel(std::move(impl)));
 }
 
@@ -134,11 +211,15 @@ Status ShardedModel::finalize() {
     max_padded = std::max(max_padded, u.layout.paddedNumel());
   }
   if (m.shards > 1) {
-    // Two blocks: in backward a unit's gathered parameters and its full gradient are alive
-    // together; forward needs one.
-    HSDP_RETURN_IF_ERROR(m.pool.init(max_padded * sizeof(float), 2));
-    if (m.hierarchical) HSDP_RETURN_IF_ERROR(m.hier->reserve(max_shard, DType::kFloat32));
-    else HSDP_RETURN_IF_ERROR(m.mesh->shardGroup().reserveScratch(max_shard * sizeof(float)));
+    // Four blocks: in backward the current unit's parameters, the prefetched next unit's, the
+    // gradient being written and one still being reduce-scattered.
+    HSDP_RETURN_IF_ERROR(m.pool.init(max_padded * sizeof(float), 4));
+    if (m.hierarchical) {
+      HSDP_RETURN_IF_ERROR(m.hier->reserve(max_shard, DType::kFloat32));
+      HSDP_RETURN_IF_ERROR(m.hier_reduce->reserve(max_shard, DType::kFloat32));
+    } else {
+      HSDP_RETURN_IF_ERROR(m.mesh->shardGroup().reserveScratch(max_shard * sizeof(float)));
+    }
   }
   m.finalized = true;
   HSDP_INFO(kShard, "finalized ", m.units.size(), " units, mode ", shardModeName(m.cfg.mode),
@@ -175,26 +256,31 @@ Status ShardedModel::unshard(int unit) {
   HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "unshard"));
   Unit& u = m.units[unit];
   if (u.unsharded) return failedPrecondition("unshard: unit '", u.name, "' is already unsharded");
+  HSDP_RETURN_IF_ERROR(m.pollReductions(/*block=*/false));
   if (m.shards == 1) {
     u.gathered = u.param_shard.as<float>();
   } else {
     HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/false));
     u.gathered = static_cast<float*>(block);
-    HSDP_RETURN_IF_ERROR(
-        m.gather(u.param_shard.as<float>(), u.gathered, u.layout.shardNumel())
-            .withContext(strCat("all-gather of unit '", u.name, "'")));
+    auto w = m.gather(u.param_shard.as<float>(), u.gathered, u.layout.shardNumel());
+    if (!w.ok()) return w.status().withContext(strCat("all-gather of unit '", u.name, "'"));
+    u.gather = std::move(*w);
   }
   u.unsharded = true;
   return okStatus();
 }
 
 Status ShardedModel::waitForUnshard(int unit) {
-  // The skeleton's gathers complete inside unshard(); the nonblocking schedules make this wait.
-  HSDP_RETURN_IF_ERROR(impl_->checkUnit(unit, "waitForUnshard"));
-  if (!impl_->units[unit].unsharded)
-    return failedPrecondition("waitForUnshard: unit '", impl_->units[unit].name,
-                              "' was not unsharded");
-  return okStatus();
+  Impl& m = *impl_;
+  HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "waitForUnshard"));
+  Unit& u = m.units[unit];
+  if (!u.unsharded)
+    return failedPrecondition("waitForUnshard: unit '", u.name, "' was not unsharded");
+  if (u.gather) {
+    HSDP_RETURN_IF_ERROR(m.blockOn(*u.gather).withContext(strCat("all-gather of unit '", u.name, "'")));
+    u.gather.reset();
+  }
+  return m.pollReductions(/*block=*/false);
 }
 
 Status ShardedModel::reshard(int unit) {
@@ -202,6 +288,10 @@ Status ShardedModel::reshard(int unit) {
   HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "reshard"));
   Unit& u = m.units[unit];
   if (!u.unsharded) return failedPrecondition("reshard: unit '", u.name, "' is not unsharded");
+  if (u.gather) {  // resharding a unit whose gather is still in flight: let it land first
+    HSDP_RETURN_IF_ERROR(m.blockOn(*u.gather));
+    u.gather.reset();
+  }
   if (m.shards > 1) HSDP_RETURN_IF_ERROR(m.pool.release(u.gathered));
   u.gathered = nullptr;
   u.unsharded = false;
@@ -213,6 +303,9 @@ StatusOr<ParamView> ShardedModel::param(int unit, std::string_view name) {
   Unit& u = impl_->units[unit];
   if (!u.unsharded)
     return failedPrecondition("param('", u.name, ".", name, "'): unit is sharded; unshard first");
+  if (u.gather)
+    return failedPrecondition("param('", u.name, ".", name,
+                              "'): the unit's all-gather is in flight; waitForUnshard first");
   HSDP_ASSIGN_OR_RETURN(size_t i, u.layout.indexOf(name));
   const ParamSpec& p = u.layout.params()[i];
   return ParamView{u.gathered + u.layout.offset(i), p.shape, p.numel()};
@@ -223,6 +316,9 @@ StatusOr<ParamView> ShardedModel::grad(int unit, std::string_view name) {
   HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "grad"));
   Unit& u = m.units[unit];
   HSDP_ASSIGN_OR_RETURN(size_t i, u.layout.indexOf(name));
+  if (u.grad_pending)
+    return failedPrecondition("grad('", u.name, ".", name,
+                              "'): the unit's gradient is being reduced; step() first");
   if (u.full_grad == nullptr) {
     if (m.shards == 1) {
       u.full_grad = u.grad_shard.as<float>();
@@ -242,26 +338,29 @@ Status ShardedModel::reduceGrad(int unit) {
   Unit& u = m.units[unit];
   if (u.full_grad == nullptr)
     return failedPrecondition("reduceGrad: unit '", u.name, "' has no gradient; write grad() first");
-  const size_t n = u.layout.shardNumel();
+  PendingReduce p;
+  p.unit = unit;
   if (m.shards > 1) {
-    HSDP_RETURN_IF_ERROR(m.reduceScatter(u.full_grad, u.grad_shard.as<float>(), n)
-                             .withContext(strCat("reduce-scatter of unit '", u.name, "'")));
-    HSDP_RETURN_IF_ERROR(m.pool.release(u.full_grad));
+    // Average over the shard group into our shard; the replica average follows once it lands.
+    auto w = m.reduceScatter(u.full_grad, u.grad_shard.as<float>(), u.layout.shardNumel());
+    if (!w.ok()) return w.status().withContext(strCat("reduce-scatter of unit '", u.name, "'"));
+    p.scatter = std::move(*w);
   }
-  // The shard is now the average over its shard group; average it over the data-parallel
-  // replicas (the whole world in mode none).
-  Comm& dp = m.dataParallel();
-  if (dp.size() > 1)
-    HSDP_RETURN_IF_ERROR(dp.allReduce(u.grad_shard.data(), n, DType::kFloat32, RedOp::kAvg)
-                             .withContext(strCat("replica all-reduce of unit '", u.name, "'")));
-  u.full_grad = nullptr;
-  u.grad_reduced = true;
-  return okStatus();
+  u.grad_pending = true;
+  m.pending.push_back(std::move(p));
+  return m.pollReductions(/*block=*/false);
+}
+
+double ShardedModel::takeExposedCommSeconds() {
+  double s = impl_->exposed_seconds;
+  impl_->exposed_seconds = 0;
+  return s;
 }
 
 Status ShardedModel::step() {
   Impl& m = *impl_;
   if (!m.finalized) return failedPrecondition("step: call finalize() first");
+  HSDP_RETURN_IF_ERROR(m.pollReductions(/*block=*/true));
   for (const Unit& u : m.units)
     if (!u.grad_reduced)
       return failedPrecondition("step: unit '", u.name, "' has no reduced gradient; call "
@@ -285,7 +384,8 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
     return okStatus();
   }
   HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/false));
-  Status s = m.gather(u.param_shard.as<float>(), static_cast<float*>(block), u.layout.shardNumel());
+  auto w = m.gather(u.param_shard.as<float>(), static_cast<float*>(block), u.layout.shardNumel());
+  Status s = w.ok() ? (*w)->wait() : w.status();
   if (s.ok()) std::memcpy(out->data(), block, u.layout.numel() * sizeof(float));
   HSDP_RETURN_IF_ERROR(m.pool.release(block));
   return s;
@@ -302,8 +402,10 @@ MemoryReport ShardedModel::memoryReport() const {
   r.gathered_peak_bytes = m.pool.peakBytes();
   r.gathered_capacity_bytes = m.pool.capacityBytes();
   const Mesh& mesh = *m.mesh;
-  r.comm_bytes = m.hier->scratchBytes() + mesh.intraShard().scratchBytes() +
-                 mesh.interShard().scratchBytes() + mesh.shardGroup().scratchBytes() +
+  r.comm_bytes = m.hier->scratchBytes() + m.hier_reduce->scratchBytes() +
+                 mesh.intraShard().scratchBytes() + mesh.interShard().scratchBytes() +
+                 mesh.intraShardReduce().scratchBytes() + mesh.interShardReduce().scratchBytes() +
+                 mesh.shardGroup().scratchBytes() +
                  mesh.replica().scratchBytes() + mesh.world().scratchBytes();
   return r;
 }

@@ -69,51 +69,109 @@ Status MpiComm::allGather(const void* send, void* recv, size_t count, DType dtyp
   return okStatus();
 }
 
-Status MpiComm::reduceScatter(const void* send, void* recv, size_t count, DType dtype, RedOp op) {
-  HSDP_RETURN_IF_ERROR(checkCount(count * size_, "reduceScatter"));
+StatusOr<WorkHandle> MpiComm::iallGather(const void* send, void* recv, size_t count,
+                                         DType dtype) {
+  HSDP_RETURN_IF_ERROR(checkCount(count * size_, "iallGather"));
   const size_t es = dtypeSize(dtype);
-  if (size_ == 1) {
-    std::memcpy(recv, send, count * es);
-    return okStatus();
-  }
-  if (isFloating(dtype)) {
-    // Our own ring on preallocated scratch: Open MPI's MPI_Reduce_scatter_block allocates
-    // temporaries on every call, and it has no bf16 sum.
-    HSDP_RETURN_IF_ERROR(ringReduceScatter(send, recv, count, dtype));
-    if (op == RedOp::kAvg) scale(recv, count, dtype, 1.0f / static_cast<float>(size_));
-    return okStatus();
-  }
-  if (op == RedOp::kAvg) return invalidArgument("reduceScatter: avg of ", dtypeName(dtype));
-  HSDP_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), mpiType(dtype),
-                                          MPI_SUM, comm_));
-  return okStatus();
+  const void* src = send;
+  if (static_cast<const char*>(send) == static_cast<char*>(recv) + rank_ * count * es)
+    src = MPI_IN_PLACE;
+  MPI_Request req;
+  HSDP_MPI_CHECK(MPI_Iallgather(src, static_cast<int>(count), mpiType(dtype), recv,
+                                static_cast<int>(count), mpiType(dtype), comm_, &req));
+  return WorkHandle(std::make_unique<RequestWork>(req, nullptr));
 }
 
-Status MpiComm::ringReduceScatter(const void* send, void* recv, size_t count, DType dtype) {
-  const size_t es = dtypeSize(dtype);
-  const size_t chunk = count * es;
-  if (scratch_.size() < 2 * chunk) {
-    HSDP_WARN(kColl, "reduceScatter of ", chunk,
-              " bytes per rank grows scratch on the hot path; call reserveScratch first");
-    HSDP_RETURN_IF_ERROR(reserveScratch(chunk));
+// Ring reduce-scatter over point-to-point messages, as a state machine. Step s sends our partial
+// sum of chunk (r-s-1) to the right and receives the left neighbour's partial of chunk (r-s-2),
+// adding our own contribution; after n-1 steps we hold the full sum of chunk r. Our own ring (not
+// MPI_Ireduce_scatter_block): Open MPI's allocates temporaries on every call and has no bf16 sum.
+class RingReduceScatterWork final : public ProgressiveWork {
+ public:
+  RingReduceScatterWork(MpiComm& c, const void* send, void* recv, size_t count, DType dtype,
+                        RedOp op, HostBuffer* slot, int tag)
+      : c_(c), in_(static_cast<const char*>(send)), recv_(recv), count_(count), dtype_(dtype),
+        op_(op), slot_(slot), tag_(tag), chunk_(count * dtypeSize(dtype)) {
+    const int n = c_.size_, r = c_.rank_;
+    sendp_ = in_ + static_cast<size_t>((r - 1 + n) % n) * chunk_;
+    post();
   }
-  const int n = size_, r = rank_;
-  const int next = (r + 1) % n, prev = (r - 1 + n) % n;
-  auto* in = static_cast<const char*>(send);
-  char* bufs[2] = {scratch_.as<char>(), scratch_.as<char>() + chunk};
-  // Step s: send our partial sum of chunk (r-s-1), receive the partial of chunk (r-s-2) from the
-  // left neighbour and add our own contribution. After n-1 steps we hold all of chunk r.
-  const void* sendp = in + static_cast<size_t>((r - 1 + n) % n) * chunk;
-  for (int s = 0; s < n - 1; ++s) {
-    const int c_recv = ((r - s - 2) % n + n) % n;
-    void* recvp = (s == n - 2) ? recv : bufs[s % 2];
-    HSDP_MPI_CHECK(MPI_Sendrecv(sendp, static_cast<int>(count), mpiType(dtype), next, kRingTag,
-                                recvp, static_cast<int>(count), mpiType(dtype), prev, kRingTag,
-                                comm_, MPI_STATUS_IGNORE));
-    accumulate(recvp, in + static_cast<size_t>(c_recv) * chunk, count, dtype);
-    sendp = recvp;
+  ~RingReduceScatterWork() override { waitForDestruction(); }
+
+ private:
+  void* recvBuffer() const {
+    if (step_ == c_.size_ - 2) return recv_;
+    return slot_->as<char>() + (step_ % 2) * chunk_;
   }
-  return okStatus();
+
+  void post() {
+    const int n = c_.size_, r = c_.rank_;
+    const int count = static_cast<int>(count_);
+    int rc = MPI_Irecv(recvBuffer(), count, mpiType(dtype_), (r - 1 + n) % n, tag_, c_.comm_,
+                       &reqs_[0]);
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Isend(sendp_, count, mpiType(dtype_), (r + 1) % n, tag_, c_.comm_, &reqs_[1]);
+    if (rc != MPI_SUCCESS) fail(mpiError(rc, "MPI_Isend/Irecv", __FILE__, __LINE__));
+  }
+
+  void fail(Status s) {
+    c_.scratch_.release(slot_);
+    finish(std::move(s));
+  }
+
+  void advance() override {
+    int flag = 0;
+    int rc = MPI_Testall(2, reqs_, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return fail(mpiError(rc, "MPI_Testall", __FILE__, __LINE__));
+    if (!flag) return;
+    const int n = c_.size_, r = c_.rank_;
+    const int c_recv = ((r - step_ - 2) % n + n) % n;
+    void* got = recvBuffer();
+    accumulate(got, in_ + static_cast<size_t>(c_recv) * chunk_, count_, dtype_);
+    sendp_ = got;
+    if (++step_ < n - 1) return post();
+    if (op_ == RedOp::kAvg) scale(recv_, count_, dtype_, 1.0f / static_cast<float>(n));
+    c_.scratch_.release(slot_);
+    finish(Status());
+  }
+
+  MpiComm& c_;
+  const char* in_;
+  void* recv_;
+  size_t count_;
+  DType dtype_;
+  RedOp op_;
+  HostBuffer* slot_;
+  int tag_;
+  size_t chunk_;
+  int step_ = 0;
+  const void* sendp_;
+  MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+};
+
+StatusOr<WorkHandle> MpiComm::ireduceScatter(const void* send, void* recv, size_t count,
+                                             DType dtype, RedOp op) {
+  HSDP_RETURN_IF_ERROR(checkCount(count * size_, "ireduceScatter"));
+  if (size_ == 1 || count == 0) {
+    std::memcpy(recv, send, count * dtypeSize(dtype));
+    return completedWork();
+  }
+  if (!isFloating(dtype)) {
+    if (op == RedOp::kAvg) return invalidArgument("reduceScatter: avg of ", dtypeName(dtype));
+    MPI_Request req;
+    HSDP_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), mpiType(dtype),
+                                             MPI_SUM, comm_, &req));
+    return WorkHandle(std::make_unique<RequestWork>(req, nullptr));
+  }
+  HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, scratch_.acquire(2 * count * dtypeSize(dtype)));
+  const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
+  return WorkHandle(
+      std::make_unique<RingReduceScatterWork>(*this, send, recv, count, dtype, op, slot, tag));
+}
+
+Status MpiComm::reduceScatter(const void* send, void* recv, size_t count, DType dtype, RedOp op) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(send, recv, count, dtype, op));
+  return w->wait();
 }
 
 Status MpiComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
@@ -126,6 +184,23 @@ Status MpiComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
       MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpiType(dtype), mop, comm_));
   if (op == RedOp::kAvg) scale(buf, count, dtype, 1.0f / static_cast<float>(size_));
   return okStatus();
+}
+
+StatusOr<WorkHandle> MpiComm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  HSDP_RETURN_IF_ERROR(checkCount(count, "iallReduce"));
+  if (size_ == 1) return completedWork();
+  if (op == RedOp::kAvg && !isFloating(dtype))
+    return invalidArgument("allReduce: avg of ", dtypeName(dtype));
+  MPI_Op mop = dtype == DType::kBFloat16 ? bf16SumOp() : MPI_SUM;
+  MPI_Request req;
+  HSDP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpiType(dtype), mop,
+                                comm_, &req));
+  std::function<void()> done;
+  if (op == RedOp::kAvg) {
+    const float f = 1.0f / static_cast<float>(size_);
+    done = [buf, count, dtype, f] { scale(buf, count, dtype, f); };
+  }
+  return WorkHandle(std::make_unique<RequestWork>(req, std::move(done)));
 }
 
 Status MpiComm::broadcast(void* buf, size_t count, DType dtype, int root) {
@@ -155,9 +230,9 @@ StatusOr<std::unique_ptr<Comm>> MpiComm::splitByHost() {
 }
 
 Status MpiComm::reserveScratch(size_t bytes) {
-  if (scratch_.size() >= 2 * bytes) return okStatus();
-  HSDP_ASSIGN_OR_RETURN(scratch_, HostBuffer::allocate(2 * bytes));
-  HSDP_INFO(kColl, "mpi comm (size ", size_, ") scratch ", 2 * bytes, " bytes");
+  if (size_ == 1) return okStatus();  // a group of one never uses the ring
+  HSDP_RETURN_IF_ERROR(scratch_.reserve(2 * bytes));
+  HSDP_INFO(kColl, "mpi comm (size ", size_, ") scratch ", scratch_.totalBytes(), " bytes");
   return okStatus();
 }
 

@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include "collectives/mpi/mpi_work.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/transport.h"
 
@@ -22,25 +23,34 @@ class MpiComm final : public Comm {
   Status reduceScatter(const void* send, void* recv, size_t count, DType dtype,
                        RedOp op) override;
   Status allReduce(void* buf, size_t count, DType dtype, RedOp op) override;
+  StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
+                                  DType dtype) override;
+  StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                                      RedOp op) override;
+  StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override;
   Status broadcast(void* buf, size_t count, DType dtype, int root) override;
   Status barrier() override;
   StatusOr<std::unique_ptr<Comm>> split(int color, int key) override;
   StatusOr<std::unique_ptr<Comm>> splitByHost() override;
   Status reserveScratch(size_t bytes) override;
-  size_t scratchBytes() const override { return scratch_.size(); }
+  size_t scratchBytes() const override { return scratch_.totalBytes(); }
   [[noreturn]] void abortJob(int code) override;
 
   MPI_Comm raw() const { return comm_; }
 
  private:
   explicit MpiComm(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
-  Status ringReduceScatter(const void* send, void* recv, size_t count, DType dtype);
+  friend class RingReduceScatterWork;
 
   MPI_Comm comm_;
   int rank_;
   int size_;
-  // Two chunks for the ring's in-flight partial sums; grown by reserveScratch, never per call.
-  HostBuffer scratch_;
+  // Each in-flight ring reduce-scatter holds one slot (two chunks of partial sums); slots are
+  // made by reserveScratch, not per call.
+  ScratchPool scratch_;
+  // Sequence number of point-to-point schedules on this communicator: every rank starts them in
+  // the same order, so (tag base + seq) keeps concurrent rings' messages apart.
+  unsigned seq_ = 0;
 };
 
 }  // namespace hsdp::mpi

@@ -2,9 +2,24 @@
 // of the mesh (UCC-style: a schedule of sub-team collectives):
 //   all-gather     = inter-node all-gather of the shard, then intra-node all-gather of the blocks
 //   reduce-scatter = intra-node reduce-scatter of the full buffer, then inter-node reduce-scatter
-// With shard index k = intra_idx * J + inter_idx (see mesh.h) both equal the flat collective over
-// the shard group: shard k sits at offset k*count.
+//   all-reduce     = intra reduce-scatter, inter all-reduce, intra all-gather
+// With shard index k = intra_idx * J + inter_idx (see mesh.h) the first two equal the flat
+// collective over the shard group: shard k sits at offset k*count.
+//
+// Pipelining: with chunks = C > 1 (both levels larger than one rank) each shard is cut into C
+// chunks (C need not divide the count) and chunk c's intra phase runs while chunk c+1's inter
+// phase is on the wire. The chunks travel through double-buffered staging areas preallocated by
+// reserve(); unpacking them into the strided full buffer is one memcpy per piece. The inter phase
+// may use its own wire type (bf16 across nodes, fp32 inside).
+//
+// Operations started on one object are issued to the sub-communicators in start order (a later
+// operation issues nothing until every earlier one has issued its last step), so all ranks issue
+// the same sequence on each communicator while several operations are in flight. Use separate
+// objects on separate communicators for concurrent roles (the engine's gathers and reductions).
 #pragma once
+
+#include <deque>
+#include <memory>
 
 #include "hsdp/dtype.h"
 #include "hsdp/host_buffer.h"
@@ -12,28 +27,63 @@
 
 namespace hsdp {
 
+struct HierOptions {
+  int chunks = 1;                     // pipeline depth; >= 1
+  DType inter_dtype = DType::kFloat32;  // wire type of the inter phase for float32 data
+};
+
 class HierarchicalCollectives {
  public:
-  // `intra` has I ranks, `inter` J ranks; both must outlive this object.
-  HierarchicalCollectives(Comm& intra, Comm& inter) : intra_(intra), inter_(inter) {}
+  // `intra` has I ranks, `inter` J ranks; both must outlive this object and its operations.
+  HierarchicalCollectives(Comm& intra, Comm& inter, HierOptions options = {});
+  ~HierarchicalCollectives();
 
   int groupSize() const { return intra_.size() * inter_.size(); }
   int shardIndex() const { return intra_.rank() * inter_.size() + inter_.rank(); }
+  const HierOptions& options() const { return options_; }
+  // Errors name the values: chunks < 1; an inter dtype other than float32/bf16.
+  [[nodiscard]] Status setOptions(HierOptions options);
 
   // Preallocates every buffer needed for shards of up to `max_count` elements of `dtype`.
   [[nodiscard]] Status reserve(size_t max_count, DType dtype);
-  size_t scratchBytes() const { return scratch_.size(); }
+  size_t scratchBytes() const;
 
   // `shard` (count elements) -> `full` (groupSize()*count elements, shard k at k*count).
-  [[nodiscard]] Status allGather(const void* shard, void* full, size_t count, DType dtype);
+  [[nodiscard]] StatusOr<WorkHandle> iallGather(const void* shard, void* full, size_t count,
+                                                DType dtype);
   // `full` (groupSize()*count) -> `shard` (count): reduction of block shardIndex().
+  [[nodiscard]] StatusOr<WorkHandle> ireduceScatter(const void* full, void* shard, size_t count,
+                                                    DType dtype, RedOp op);
+  // In-place all-reduce of `count` elements over the whole group (any count).
+  [[nodiscard]] StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op);
+
+  [[nodiscard]] Status allGather(const void* shard, void* full, size_t count, DType dtype);
   [[nodiscard]] Status reduceScatter(const void* full, void* shard, size_t count, DType dtype,
                                      RedOp op);
+  [[nodiscard]] Status allReduce(void* buf, size_t count, DType dtype, RedOp op);
 
  private:
+  friend class ScheduleWork;
+  friend class PipelinedAllGather;
+  friend class PipelinedReduceScatter;
+  friend class HierAllReduce;
+  friend class TwoPhaseAllGather;
+  friend class TwoPhaseReduceScatter;
+
+  size_t chunkCount(size_t count) const;
+  size_t stagingBytes(size_t count, DType dtype) const;
+  size_t allReduceBytes(size_t count, DType dtype) const;
+  bool pipelined(size_t count, DType dtype) const;
+  DType wireType(DType dtype) const;
+  bool mayIssue(const void* w) const { return !issuing_.empty() && issuing_.front() == w; }
+  void doneIssuing(const void* w);
+
   Comm& intra_;
   Comm& inter_;
-  HostBuffer scratch_;  // the intra phase's partial result: J*count elements
+  HierOptions options_;
+  // Staging for pipelined chunks and the all-reduce's padded buffer: one slot per work in flight.
+  std::unique_ptr<class ScratchPool> pool_;
+  std::deque<const void*> issuing_;  // works that still have steps to issue, in order
 };
 
 }  // namespace hsdp

@@ -66,6 +66,12 @@ class Mesh {
   Comm& node() const { return *node_; }               // all ranks of this node
   Comm& intraShard() const { return *intra_; }        // I ranks: the intra-node shard phase
   Comm& interShard() const { return *inter_; }        // J ranks: the inter-node shard phase
+  // The same two groups again, as separate communicators for gradient reduction: all-gathers
+  // of parameters and reduce-scatters of gradients are in flight at the same time, and each
+  // communicator must see its operations in the same order on every rank (as FSDP keeps
+  // separate process groups / streams for the two roles).
+  Comm& intraShardReduce() const { return *intra_reduce_; }
+  Comm& interShardReduce() const { return *inter_reduce_; }
   Comm& shardGroup() const { return *shard_group_; }  // I*J ranks, rank == shard index k
   Comm& replica() const { return *replica_; }         // the owners of the same shard k
 
@@ -78,7 +84,8 @@ class Mesh {
   MeshCoords coords_;
   NodeLayout layout_;
   Comm* world_ = nullptr;
-  std::unique_ptr<Comm> node_, intra_, inter_, shard_group_, replica_;
+  std::unique_ptr<Comm> node_, intra_, inter_, intra_reduce_, inter_reduce_, shard_group_,
+      replica_;
 };
 
 }  // namespace hsdp

@@ -65,9 +65,11 @@ class ShardedModel {
   [[nodiscard]] Status setParameter(int unit, std::string_view name, const float* full,
                                     size_t numel);
 
-  // Collective over the shard group: starts gathering the unit's full parameters.
+  // Collective over the shard group: starts gathering the unit's full parameters and returns
+  // (the gather runs while the caller computes; issue it for unit i+1 before computing unit i to
+  // prefetch).
   [[nodiscard]] Status unshard(int unit);
-  // Blocks until the gather started by unshard() has landed.
+  // Blocks until the gather started by unshard() has landed; param() is valid after it.
   [[nodiscard]] Status waitForUnshard(int unit);
   // Frees the gathered parameters (returns the buffer to the pool).
   [[nodiscard]] Status reshard(int unit);
@@ -76,12 +78,18 @@ class ShardedModel {
   StatusOr<ParamView> param(int unit, std::string_view name);
   StatusOr<ParamView> grad(int unit, std::string_view name);
 
-  // Collective: reduces the unit's full gradient to this rank's shard, averaged over all
-  // data-parallel ranks, and frees the full gradient.
+  // Collective: starts reducing the unit's full gradient to this rank's shard, averaged over all
+  // data-parallel ranks (reduce-scatter over the shard group, then all-reduce over replicas);
+  // it completes in the background and frees the full gradient when the scatter lands.
   [[nodiscard]] Status reduceGrad(int unit);
 
-  // Optimizer step on every shard; every unit must have had reduceGrad since the last step.
+  // Waits for the pending reductions, then the optimizer step on every shard; every unit must
+  // have had reduceGrad since the last step.
   [[nodiscard]] Status step();
+
+  // Seconds spent blocked on communication (waitForUnshard, reshard of an in-flight unit, the
+  // reductions step() waits for) since the last call: the communication not hidden by compute.
+  double takeExposedCommSeconds();
 
   // Collective over the shard group: the unit's whole flat parameter vector (unpadded).
   [[nodiscard]] Status gatherFullParameters(int unit, std::vector<float>* out);

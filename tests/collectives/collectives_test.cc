@@ -214,3 +214,116 @@ TEST(Hierarchical, MatchesFlatShardGroupCollective) {
 
 }  // namespace
 }  // namespace hsdp
+
+namespace hsdp {
+namespace {
+
+// Many operations in flight on one communicator, waited for in reverse order.
+TEST(Nonblocking, ManyOutstandingCompletedOutOfOrder) {
+  for (auto& [name, comm] : fixture().comms) {
+    SCOPED_TRACE(name);
+    const int n = comm->size();
+    constexpr int kOps = 6;
+    const size_t count = 1001;
+    std::vector<std::vector<float>> in(kOps), out(kOps), gathered(kOps), reduced(kOps);
+    std::vector<WorkHandle> works;
+    for (int o = 0; o < kOps; ++o) {
+      in[o].resize(n * count);
+      for (size_t i = 0; i < in[o].size(); ++i) in[o][i] = exactValue(world().rank() + o, i);
+      out[o].assign(count, -1.0f);
+      gathered[o].assign(n * count, -1.0f);
+      reduced[o] = std::vector<float>(in[o].begin(), in[o].begin() + count);
+      auto rs = comm->ireduceScatter(in[o].data(), out[o].data(), count, DType::kFloat32, RedOp::kSum);
+      auto ag = comm->iallGather(in[o].data(), gathered[o].data(), count, DType::kFloat32);
+      auto ar = comm->iallReduce(reduced[o].data(), count, DType::kFloat32, RedOp::kSum);
+      ASSERT_TRUE(rs.ok() && ag.ok() && ar.ok());
+      works.push_back(std::move(*rs));
+      works.push_back(std::move(*ag));
+      works.push_back(std::move(*ar));
+    }
+    for (int w = static_cast<int>(works.size()) - 1; w >= 0; --w) ASSERT_TRUE(works[w]->wait().ok());
+    for (int o = 0; o < kOps; ++o) {
+      std::vector<float> want(count), want_ag(n * count), want_ar(count);
+      MPI_Reduce_scatter_block(in[o].data(), want.data(), int(count), MPI_FLOAT, MPI_SUM, raw(*comm));
+      MPI_Allgather(in[o].data(), int(count), MPI_FLOAT, want_ag.data(), int(count), MPI_FLOAT, raw(*comm));
+      MPI_Allreduce(in[o].data(), want_ar.data(), int(count), MPI_FLOAT, MPI_SUM, raw(*comm));
+      EXPECT_EQ(out[o], want) << o;
+      EXPECT_EQ(gathered[o], want_ag) << o;
+      EXPECT_EQ(reduced[o], want_ar) << o;
+    }
+  }
+}
+
+// Pipelined schedules: chunk counts that do not divide the size, several operations in flight,
+// and the bf16 inter-node wire type.
+TEST(Hierarchical, PipelinedChunksAndInterDtype) {
+  for (auto& mesh : fixture().meshes) {
+    Comm& group = mesh->shardGroup();
+    const int S = group.size();
+    for (int chunks : {1, 3, 7}) {
+      for (DType wire : {DType::kFloat32, DType::kBFloat16}) {
+        HierarchicalCollectives hier(mesh->intraShard(), mesh->interShard());
+        ASSERT_TRUE(hier.setOptions({chunks, wire}).ok());
+        for (size_t count : {size_t(1), size_t(7), size_t(1000), size_t(100003)}) {
+          SCOPED_TRACE(strCat(mesh->describe(), " chunks=", chunks, " wire=", dtypeName(wire),
+                              " count=", count));
+          ASSERT_TRUE(hier.reserve(count, DType::kFloat32).ok());
+          // Two all-gathers and two reduce-scatters in flight at once, waited out of order.
+          std::vector<float> shard0(count), shard1(count);
+          for (size_t i = 0; i < count; ++i) {
+            shard0[i] = exactValue(world().rank(), i);
+            shard1[i] = exactValue(world().rank() + 5, i);
+          }
+          std::vector<float> full0(S * count), full1(S * count);
+          std::vector<float> in(S * count), out0(count), out1(count);
+          for (size_t i = 0; i < in.size(); ++i) in[i] = exactValue(world().rank(), i);
+          auto a0 = hier.iallGather(shard0.data(), full0.data(), count, DType::kFloat32);
+          auto r0 = hier.ireduceScatter(in.data(), out0.data(), count, DType::kFloat32, RedOp::kSum);
+          auto a1 = hier.iallGather(shard1.data(), full1.data(), count, DType::kFloat32);
+          auto r1 = hier.ireduceScatter(in.data(), out1.data(), count, DType::kFloat32, RedOp::kAvg);
+          ASSERT_TRUE(a0.ok() && r0.ok() && a1.ok() && r1.ok());
+          ASSERT_TRUE((*r1)->wait().ok());
+          ASSERT_TRUE((*a1)->wait().ok());
+          ASSERT_TRUE((*r0)->wait().ok());
+          ASSERT_TRUE((*a0)->wait().ok());
+          std::vector<float> want0(S * count), want1(S * count), ref(count);
+          MPI_Allgather(shard0.data(), int(count), MPI_FLOAT, want0.data(), int(count), MPI_FLOAT, raw(group));
+          MPI_Allgather(shard1.data(), int(count), MPI_FLOAT, want1.data(), int(count), MPI_FLOAT, raw(group));
+          MPI_Reduce_scatter_block(in.data(), ref.data(), int(count), MPI_FLOAT, MPI_SUM, raw(group));
+          // Small integers are exact in bf16 too, so every case compares exactly.
+          EXPECT_EQ(full0, want0);
+          EXPECT_EQ(full1, want1);
+          EXPECT_EQ(out0, ref);
+          // An average is not exact in bf16: 8 significant bits, rounded once per inter hop.
+          const float rel = wire == DType::kBFloat16 ? 1e-2f : 1e-6f;
+          for (size_t i = 0; i < count; ++i) ASSERT_NEAR(out1[i], ref[i] / S, rel * ref[i]) << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Hierarchical, AllReduceVsMpi) {
+  for (auto& mesh : fixture().meshes) {
+    HierarchicalCollectives hier(mesh->intraShard(), mesh->interShard());
+    for (size_t count : {size_t(1), size_t(7), size_t(1000), size_t(100003)}) {
+      SCOPED_TRACE(strCat(mesh->describe(), " count=", count));
+      std::vector<float> v(count), want(count);
+      for (size_t i = 0; i < count; ++i) v[i] = exactValue(world().rank(), i);
+      MPI_Allreduce(v.data(), want.data(), int(count), MPI_FLOAT, MPI_SUM, raw(mesh->shardGroup()));
+      ASSERT_TRUE(hier.allReduce(v.data(), count, DType::kFloat32, RedOp::kSum).ok());
+      EXPECT_EQ(v, want);
+    }
+  }
+}
+
+TEST(Hierarchical, BadOptionsNameTheValue) {
+  auto& mesh = fixture().meshes.front();
+  HierarchicalCollectives hier(mesh->intraShard(), mesh->interShard());
+  Status s = hier.setOptions({0, DType::kFloat32});
+  EXPECT_NE(s.message().find("chunks 0"), std::string::npos);
+  EXPECT_FALSE(hier.setOptions({2, DType::kInt32}).ok());
+}
+
+}  // namespace
+}  // namespace hsdp
