@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 
+#include "hsdp/cluster_topology.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
 #include "hsdp/topology.h"
@@ -79,29 +80,25 @@ StatusOr<NodeLayout> nodeLayoutFromKeys(const std::vector<int>& key_of_rank,
 
 StatusOr<NodeLayout> groupRanksIntoNodes(Comm& world) {
   HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> rpn, env::getInt("HSDP_RANKS_PER_NODE"));
-  if (rpn.has_value()) {
+  // Fast path for one-machine runs: no discovery unless a recorded topology or a binding was
+  // asked for (then discovery validates them and the virtual layout still wins).
+  const bool topo_env = !env::getString("HSDP_TOPO_FILE").empty() ||
+                        !env::getString("HSDP_TOPO_NVML_FILE").empty() ||
+                        !env::getString("HSDP_TOPO_NCCL_FILE").empty() ||
+                        !env::getString("HSDP_BIND").empty();
+  if (rpn.has_value() && !topo_env) {
     HSDP_ASSIGN_OR_RETURN(NodeLayout l,
                           virtualNodeLayout(world.size(), static_cast<int>(*rpn), localHostName()));
     HSDP_INFO(kTopo, "virtual nodes: ", l.num_nodes, " x ", l.ranks_per_node,
               " ranks (HSDP_RANKS_PER_NODE)");
     return l;
   }
-  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> host, world.splitByHost());
-  // The host's key is the world rank of its local rank 0.
-  int key = world.rank();
-  HSDP_RETURN_IF_ERROR(host->broadcast(&key, 1, DType::kInt32, 0));
-  std::vector<int> keys(world.size());
-  HSDP_RETURN_IF_ERROR(world.allGather(&key, keys.data(), 1, DType::kInt32));
-  constexpr size_t kNameLen = 64;
-  std::vector<char> names(kNameLen * world.size(), 0);
-  std::string me = localHostName();
-  std::vector<char> mine(kNameLen, 0);
-  std::memcpy(mine.data(), me.data(), std::min(me.size(), kNameLen - 1));
-  HSDP_RETURN_IF_ERROR(world.allGather(mine.data(), names.data(), kNameLen, DType::kUInt8));
-  std::vector<std::string> hosts;
-  for (int r = 0; r < world.size(); ++r) hosts.emplace_back(&names[r * kNameLen]);
-  HSDP_ASSIGN_OR_RETURN(NodeLayout l, nodeLayoutFromKeys(keys, hosts));
-  HSDP_INFO(kTopo, "hosts: ", l.num_nodes, " x ", l.ranks_per_node, " ranks (shared memory)");
+  // The node level is the NVLink domain (a multi-host fabric clique) or the host; discovery also
+  // binds this rank (HSDP_BIND). See cluster_topology.h.
+  HSDP_ASSIGN_OR_RETURN(ClusterTopology c, discoverClusterTopology(world));
+  NodeLayout l = std::move(c.layout);
+  HSDP_INFO(kTopo, c.level == "host" ? "hosts: " : "NVLink domains: ", l.num_nodes, " x ",
+            l.ranks_per_node, " ranks");
   return l;
 }
 

@@ -1,0 +1,278 @@
+// hsdp-topo: what hsdp sees of a host and the mesh it would build.
+//
+//   hsdp-topo                                  this machine
+//   hsdp-topo --input dgx.xml --nvml dgx.nvml.json --intra-shard 4 --inter-shard 1
+//   hsdp-topo --input tray0.xml --nvml tray0.nvml.json --input tray1.xml --nvml tray1.nvml.json
+//                                              several recorded hosts as one simulated cluster
+//   mpirun -np 16 hsdp-topo                    the gathered cluster view, printed by rank 0
+//   hsdp-topo --dump-nvml FILE                 record this GPU host's NVML view for tests
+//
+// Prints: the host summary, a matrix in the style of `nvidia-smi topo -m` (GPU x GPU link, GPU x
+// NIC PCI path, CPU and NUMA affinity), the rails, the binding of each local rank, the cluster's
+// node level and the mesh for --intra-shard/--inter-shard. --json prints the same as one object.
+// Exit codes: 0 ok, 2 bad input (the message names the file or value).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "hsdp/cluster_topology.h"
+#include "hsdp/env.h"
+#include "hsdp/mesh.h"
+#include "hsdp/mpi.h"
+#include "hsdp/node_topology.h"
+
+namespace {
+
+using json = nlohmann::json;
+constexpr int kExitBadInput = 2;
+
+struct Options {
+  std::vector<std::string> inputs, nvml, nccl;
+  int ranks_per_host = 0;  // 0: one per GPU, or 1 on CPU-only hosts
+  int intra_shard = 0, inter_shard = 0;
+  std::string bind;
+  std::string dump_nvml;
+  bool json = false;
+};
+
+std::string linkCell(const hsdp::NodeTopology& t, int i, int j) {
+  if (i == j) return "X";
+  int nv = t.nvlinks(i, j);
+  return nv > 0 ? hsdp::strCat("NV", nv) : hsdp::pciPathName(t.gpu_gpu_path[i][j]);
+}
+
+void printHost(const hsdp::NodeTopology& t) {
+  std::printf("host %s (%s; %s)\n", t.host.c_str(), t.arch.empty() ? "?" : t.arch.c_str(),
+              t.source == "live" ? "this machine" : t.source.c_str());
+  std::printf("  %d packages, %d cores, %d PUs, %zu NUMA nodes, %zu GPUs, %zu NICs\n", t.packages,
+              t.cores, t.pus, t.numa_nodes.size(), t.gpus.size(), t.nics.size());
+  for (const auto& n : t.numa_nodes)
+    std::printf("  NUMA %d: package %d, cpus %s, %zu cores, %.1f GiB\n", n.os_index, n.package,
+                n.cpuset.c_str(), n.core_cpusets.size(), n.memory_bytes / 1073741824.0);
+  for (const auto& n : t.nics)
+    std::printf("  NIC%d %s (%s%s%s) pci %s NUMA %d\n", n.index, n.name.c_str(),
+                hsdp::nicKindName(n.kind), n.netdev.empty() || n.netdev == n.name ? "" : ", ",
+                n.netdev == n.name ? "" : n.netdev.c_str(), n.pci.toString().c_str(), n.numa);
+  if (!t.links.source.empty())
+    std::printf("  NVLink: %s%s%s\n", t.links.source.c_str(),
+                t.nvlinkAllToAll() ? "; all GPUs connected (NVSwitch or full mesh)" : "",
+                t.fabricDomain().empty() ? "" : ("; fabric clique " + t.fabricDomain()).c_str());
+  else
+    std::printf("  NVLink: no information (%s)\n", t.links_note.c_str());
+  if (t.gpus.empty()) return;
+  std::printf("\n        ");
+  for (const auto& g : t.gpus) std::printf("%-6s", hsdp::strCat("GPU", g.index).c_str());
+  for (const auto& n : t.nics) std::printf("%-6s", hsdp::strCat("NIC", n.index).c_str());
+  std::printf("%-20s %s\n", "CPU Affinity", "NUMA Affinity");
+  for (const auto& g : t.gpus) {
+    std::printf("  GPU%-3d", g.index);
+    for (const auto& h : t.gpus) std::printf("%-6s", linkCell(t, g.index, h.index).c_str());
+    for (const auto& n : t.nics)
+      std::printf("%-6s", hsdp::pciPathName(t.gpu_nic_path[g.index][n.index]));
+    std::printf("%-20s %d\n", g.cpuset.c_str(), g.numa);
+  }
+  std::printf("\n  Legend: X = self, NV# = # NVLinks, PIX = one PCIe switch, PXB = several PCIe "
+              "switches, PHB = PCIe host bridge, NODE = host bridges of one NUMA node, SYS = across "
+              "NUMA nodes\n  rails:");
+  for (const auto& g : t.gpus) {
+    int n = t.nic_of_gpu[g.index];
+    std::printf(" GPU%d->%s", g.index,
+                n < 0 ? "none" : hsdp::strCat(t.nics[n].name, "(",
+                                              hsdp::pciPathName(t.gpu_nic_path[g.index][n]), ")")
+                                     .c_str());
+  }
+  std::printf("\n");
+}
+
+json hostJson(const hsdp::NodeTopology& t) {
+  json h = {{"host", t.host}, {"source", t.source}, {"arch", t.arch}, {"packages", t.packages},
+            {"cores", t.cores}, {"pus", t.pus}, {"nvlink_source", t.links.source},
+            {"nvlink_note", t.links_note}, {"nvlink_all_to_all", t.nvlinkAllToAll()},
+            {"fabric_domain", t.fabricDomain()}};
+  for (const auto& n : t.numa_nodes)
+    h["numa"].push_back({{"os_index", n.os_index}, {"package", n.package}, {"cpus", n.cpuset},
+                         {"cores", n.core_cpusets.size()}, {"memory_bytes", n.memory_bytes}});
+  for (const auto& g : t.gpus) {
+    json links = json::array(), paths = json::array(), nics = json::array();
+    for (const auto& o : t.gpus) links.push_back(linkCell(t, g.index, o.index));
+    for (const auto& n : t.nics) nics.push_back(hsdp::pciPathName(t.gpu_nic_path[g.index][n.index]));
+    int rail = t.nic_of_gpu[g.index];
+    h["gpus"].push_back({{"index", g.index}, {"pci", g.pci.toString()}, {"name", g.name},
+                         {"numa", g.numa}, {"cpus", g.cpuset}, {"links", links},
+                         {"nic_paths", nics}, {"rail", rail < 0 ? "" : t.nics[rail].name}});
+  }
+  for (const auto& n : t.nics)
+    h["nics"].push_back({{"index", n.index}, {"name", n.name}, {"netdev", n.netdev},
+                         {"kind", hsdp::nicKindName(n.kind)}, {"pci", n.pci.toString()},
+                         {"numa", n.numa}});
+  return h;
+}
+
+json viewJson(const hsdp::RankView& v) {
+  return {{"rank", v.world_rank}, {"host", v.host}, {"local_rank", v.local_rank},
+          {"gpu", v.gpu}, {"gpu_pci", v.gpu_pci}, {"nic", v.nic}, {"fabric", v.fabric},
+          {"bind", {{"mode", hsdp::bindModeName(v.bind.mode)}, {"numa", v.bind.numa},
+                    {"cpus", v.bind.cpuset}, {"reason", v.bind.reason}}}};
+}
+
+// Prints the cluster part; returns the exit code.
+int report(const Options& opt, const std::vector<hsdp::NodeTopology>& hosts,
+           const hsdp::ClusterTopology& c) {
+  hsdp::MeshSpec spec{opt.intra_shard, opt.inter_shard};
+  auto shape = hsdp::resolveMeshShape(c.layout, spec);
+  if (opt.json) {
+    json out;
+    for (const auto& h : hosts) out["hosts"].push_back(hostJson(h));
+    out["level"] = c.level;
+    out["nodes"] = c.layout.node_names;
+    out["ranks_per_node"] = c.layout.ranks_per_node;
+    for (const auto& v : c.ranks) out["ranks"].push_back(viewJson(v));
+    if (shape.ok())
+      out["mesh"] = {{"world", shape->world_size}, {"nodes", shape->num_nodes},
+                     {"ranks_per_node", shape->ranks_per_node},
+                     {"intra_shard", shape->intra_shard}, {"inter_shard", shape->inter_shard},
+                     {"shard_group", shape->shardGroupSize()}, {"replicas", shape->replicas()}};
+    else
+      out["mesh_error"] = shape.status().toString();
+    std::printf("%s\n", out.dump(1).c_str());
+    return shape.ok() ? 0 : kExitBadInput;
+  }
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    if (i) std::printf("\n");
+    printHost(hosts[i]);
+  }
+  std::printf("\nranks (%zu on %d hosts):\n", c.ranks.size(), c.num_hosts);
+  for (const auto& v : c.ranks)
+    std::printf("  rank %d on %s local %d: %s%s\n", v.world_rank, v.host.c_str(), v.local_rank,
+                v.nic.empty() ? "" : ("rail " + v.nic + "; ").c_str(), v.bind.describe().c_str());
+  std::printf("\nnode level: %s\n%s\n", c.level.c_str(), c.describe().c_str());
+  if (!shape.ok()) {
+    std::fprintf(stderr, "hsdp-topo: error: %s\n", shape.status().toString().c_str());
+    return kExitBadInput;
+  }
+  const auto& s = *shape;
+  std::printf("mesh: %d ranks = %d nodes x %d; intra_shard %d x inter_shard %d = shard group %d; "
+              "replicas %d\n",
+              s.world_size, s.num_nodes, s.ranks_per_node, s.intra_shard, s.inter_shard,
+              s.shardGroupSize(), s.replicas());
+  return 0;
+}
+
+int fail(const hsdp::Status& s) {
+  std::fprintf(stderr, "hsdp-topo: error: %s\n", s.toString().c_str());
+  return kExitBadInput;
+}
+
+// Recorded or live hosts without MPI: each host gets `ranks_per_host` simulated ranks.
+int runLocal(const Options& opt) {
+  std::vector<hsdp::NodeTopology> hosts;
+  if (!opt.nvml.empty() && opt.nvml.size() != std::max<size_t>(opt.inputs.size(), 1))
+    return fail(hsdp::invalidArgument("--nvml given ", opt.nvml.size(), " times for ",
+                                      opt.inputs.size(), " --input files (one per input)"));
+  if (!opt.nccl.empty() && opt.nccl.size() != std::max<size_t>(opt.inputs.size(), 1))
+    return fail(hsdp::invalidArgument("--nccl given ", opt.nccl.size(), " times for ",
+                                      opt.inputs.size(), " --input files (one per input)"));
+  const size_t n = std::max<size_t>(opt.inputs.size(), 1);
+  for (size_t i = 0; i < n; ++i) {
+    // Without --input: this machine, or what HSDP_TOPO_FILE & co. name.
+    auto env_src = hsdp::topologySourcesFromEnv();
+    if (!env_src.ok()) return fail(env_src.status());
+    hsdp::TopologySources src = opt.inputs.empty() ? *env_src : hsdp::TopologySources();
+    if (!opt.inputs.empty()) src.hwloc_xml = opt.inputs[i];
+    if (!opt.nvml.empty()) src.nvml_snapshot = opt.nvml[i];
+    if (!opt.nccl.empty()) src.nccl_xml = opt.nccl[i];
+    auto t = hsdp::discoverNodeTopology(src);
+    if (!t.ok()) return fail(t.status());
+    hosts.push_back(std::move(*t));
+  }
+  auto mode = hsdp::parseBindMode(opt.bind.empty() ? hsdp::env::getString("HSDP_BIND") : opt.bind);
+  if (!mode.ok()) return fail(mode.status());
+  std::vector<hsdp::RankView> views;
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    const auto& t = hosts[h];
+    int rph = opt.ranks_per_host > 0 ? opt.ranks_per_host
+                                     : std::max<int>(1, static_cast<int>(t.gpus.size()));
+    const int first = static_cast<int>(views.size());
+    for (int l = 0; l < rph; ++l) {
+      hsdp::RankView v;
+      v.world_rank = static_cast<int>(views.size());
+      v.host = t.host.empty() ? hsdp::strCat("host", h) : t.host;
+      v.host_key = first;
+      v.local_rank = l;
+      v.local_size = rph;
+      v.host_gpus = static_cast<int>(t.gpus.size());
+      v.host_nics = static_cast<int>(t.nics.size());
+      v.fabric = t.fabricDomain();
+      v.bind = hsdp::planBinding(t, l, rph, *mode);
+      v.gpu = v.bind.gpu;
+      if (v.gpu >= 0) v.gpu_pci = t.gpus[v.gpu].pci.toString();
+      if (v.bind.nic >= 0) v.nic = t.nics[v.bind.nic].name;
+      views.push_back(std::move(v));
+    }
+  }
+  auto c = hsdp::buildClusterTopology(std::move(views));
+  if (!c.ok()) return fail(c.status());
+  return report(opt, hosts, *c);
+}
+
+int runMpi(int argc, char** argv, const Options& opt) {
+  auto session = hsdp::mpi::Session::init(&argc, &argv);
+  if (!session.ok()) return fail(session.status());
+  auto world = (*session)->world();
+  if (!world.ok()) return fail(world.status());
+  hsdp::NodeTopology local;
+  auto c = hsdp::discoverClusterTopology(**world, hsdp::ClusterOptions{false}, &local);
+  if (!c.ok()) {
+    std::fprintf(stderr, "hsdp-topo [rank %d]: error: %s\n", (*world)->rank(),
+                 c.status().toString().c_str());
+    return kExitBadInput;
+  }
+  if ((*world)->rank() != 0) return 0;
+  return report(opt, {local}, *c);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"hsdp-topo: hosts, GPU/NIC topology, binding and the mesh hsdp would build"};
+  Options opt;
+  app.add_option("--input", opt.inputs, "recorded hwloc v2 XML (repeat for several hosts)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--nvml", opt.nvml, "NVML snapshot per --input (hsdp-topo --dump-nvml)");
+  app.add_option("--nccl", opt.nccl, "NCCL topology XML per --input (NCCL_TOPO_DUMP_FILE)");
+  app.add_option("--ranks-per-host", opt.ranks_per_host,
+                 "simulated ranks per host (default: one per GPU, 1 on CPU-only hosts)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--intra-shard", opt.intra_shard, "shard factor inside a node (default: all)");
+  app.add_option("--inter-shard", opt.inter_shard, "shard factor across nodes (default: 1)");
+  app.add_option("--bind", opt.bind, "auto|none|numa|core (default: HSDP_BIND, else auto)");
+  app.add_option("--dump-nvml", opt.dump_nvml, "write this host's NVML view to FILE and exit");
+  app.add_flag("--json", opt.json, "print one JSON object");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitBadInput;
+  }
+  if (opt.intra_shard < 0 || opt.inter_shard < 0)
+    return fail(hsdp::invalidArgument("--intra-shard ", opt.intra_shard, " / --inter-shard ",
+                                      opt.inter_shard, " must be positive"));
+  if (!opt.dump_nvml.empty()) {
+    auto snap = hsdp::dumpNvmlSnapshot("libnvidia-ml.so.1");
+    if (!snap.ok()) return fail(snap.status());
+    std::ofstream out(opt.dump_nvml);
+    out << *snap << "\n";
+    if (!out) return fail(hsdp::invalidArgument("cannot write '", opt.dump_nvml, "'"));
+    return 0;
+  }
+  // Under mpirun (Open MPI or any PMIx launcher) the cluster view is gathered; otherwise MPI is
+  // not started at all, so the tool works on machines without a launcher.
+  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK");
+  if (under_mpirun && opt.inputs.size() <= 1 && opt.nvml.empty() && opt.nccl.empty()) {
+    if (!opt.inputs.empty()) setenv("HSDP_TOPO_FILE", opt.inputs[0].c_str(), 1);
+    if (!opt.bind.empty()) setenv("HSDP_BIND", opt.bind.c_str(), 1);
+    return runMpi(argc, argv, opt);
+  }
+  return runLocal(opt);
+}

@@ -1,0 +1,257 @@
+// Environment-driven discovery of this host, the gathered cluster view, and the node level of
+// the mesh (NVLink domain, host, or virtual nodes).
+#include "hsdp/cluster_topology.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "hsdp/env.h"
+#include "hsdp/log.h"
+
+namespace hsdp {
+
+StatusOr<TopologySources> topologySourcesFromEnv() {
+  TopologySources s;
+  s.hwloc_xml = env::getString("HSDP_TOPO_FILE");
+  s.nvml_snapshot = env::getString("HSDP_TOPO_NVML_FILE");
+  s.nccl_xml = env::getString("HSDP_TOPO_NCCL_FILE");
+  return s;
+}
+
+StatusOr<NodeTopology> discoverNodeTopology(const TopologySources& src) {
+  NodeTopology topo;
+  if (src.hwloc_xml.empty()) {
+    HSDP_ASSIGN_OR_RETURN(topo, nodeTopologyFromLiveMachine());
+  } else {
+    HSDP_ASSIGN_OR_RETURN(std::string xml, readTopologyFile(src.hwloc_xml, "hwloc topology XML"));
+    HSDP_ASSIGN_OR_RETURN(topo, nodeTopologyFromHwlocXml(xml, src.hwloc_xml));
+  }
+  if (!src.nvml_snapshot.empty()) {
+    HSDP_ASSIGN_OR_RETURN(std::string text, readTopologyFile(src.nvml_snapshot, "NVML snapshot"));
+    HSDP_ASSIGN_OR_RETURN(topo.links, gpuLinksFromNvmlSnapshot(topo, text, src.nvml_snapshot));
+  } else if (!src.nccl_xml.empty()) {
+    HSDP_ASSIGN_OR_RETURN(std::string text, readTopologyFile(src.nccl_xml, "NCCL topology XML"));
+    HSDP_ASSIGN_OR_RETURN(topo.links, gpuLinksFromNcclXml(topo, text, src.nccl_xml));
+  } else if (!src.hwloc_xml.empty()) {
+    topo.links_note = "recorded hwloc topology without an NVML snapshot or NCCL XML";
+  } else if (topo.gpus.empty()) {
+    topo.links_note = "no NVIDIA GPU";
+  } else {
+    // A GPU host whose driver is missing or broken still runs (on the host level); say why.
+    auto links = gpuLinksFromNvml(topo, src.nvml_library);
+    if (links.ok()) {
+      topo.links = std::move(*links);
+    } else {
+      topo.links_note = links.status().message();
+      HSDP_WARN(kTopo, "no NVLink information, the host is the NVLink domain: ",
+                topo.links_note);
+    }
+  }
+  // Sanity: the link graph is indexed like the GPUs.
+  if (!topo.links.source.empty() && topo.links.direct.size() != topo.gpus.size())
+    return internalError("NVLink graph of ", topo.links.direct.size(), " GPUs for ",
+                         topo.gpus.size());
+  return topo;
+}
+
+// ---- rank views -------------------------------------------------------------------------------
+
+using json = nlohmann::json;
+
+std::string serializeRankView(const RankView& v) {
+  json j = {{"r", v.world_rank}, {"host", v.host}, {"hk", v.host_key}, {"lr", v.local_rank},
+            {"ls", v.local_size}, {"ng", v.host_gpus}, {"nn", v.host_nics}, {"gpu", v.gpu},
+            {"pci", v.gpu_pci}, {"nic", v.nic}, {"fab", v.fabric}, {"err", v.error},
+            {"bind", {{"req", static_cast<int>(v.bind.requested)},
+                      {"mode", static_cast<int>(v.bind.mode)}, {"gpu", v.bind.gpu},
+                      {"nic", v.bind.nic}, {"numa", v.bind.numa}, {"cpus", v.bind.cpuset},
+                      {"why", v.bind.reason}}}};
+  return j.dump();
+}
+
+StatusOr<RankView> parseRankView(std::string_view text) {
+  json j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return invalidArgument("malformed rank view");
+  try {
+    RankView v;
+    v.world_rank = j.at("r");
+    v.host = j.at("host");
+    v.host_key = j.at("hk");
+    v.local_rank = j.at("lr");
+    v.local_size = j.at("ls");
+    v.host_gpus = j.at("ng");
+    v.host_nics = j.at("nn");
+    v.gpu = j.at("gpu");
+    v.gpu_pci = j.at("pci");
+    v.nic = j.at("nic");
+    v.fabric = j.at("fab");
+    v.error = j.at("err");
+    const json& b = j.at("bind");
+    v.bind.requested = static_cast<BindMode>(b.at("req").get<int>());
+    v.bind.mode = static_cast<BindMode>(b.at("mode").get<int>());
+    v.bind.gpu = b.at("gpu");
+    v.bind.nic = b.at("nic");
+    v.bind.numa = b.at("numa");
+    v.bind.cpuset = b.at("cpus");
+    v.bind.reason = b.at("why");
+    return v;
+  } catch (const json::exception& e) {
+    return invalidArgument("malformed rank view: ", e.what());
+  }
+}
+
+StatusOr<std::vector<RankView>> gatherRankViews(Comm& world, const RankView& mine) {
+  // Two all-gathers: the lengths, then every view padded to the longest.
+  const std::string text = serializeRankView(mine);
+  int len = static_cast<int>(text.size());
+  std::vector<int> lens(world.size());
+  HSDP_RETURN_IF_ERROR(world.allGather(&len, lens.data(), 1, DType::kInt32));
+  const size_t width = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
+  std::vector<char> send(width, 0), all(width * world.size(), 0);
+  std::memcpy(send.data(), text.data(), text.size());
+  HSDP_RETURN_IF_ERROR(world.allGather(send.data(), all.data(), width, DType::kUInt8));
+  std::vector<RankView> views;
+  for (int r = 0; r < world.size(); ++r) {
+    HSDP_ASSIGN_OR_RETURN(RankView v, parseRankView(std::string_view(&all[r * width], lens[r])));
+    views.push_back(std::move(v));
+  }
+  return views;
+}
+
+// ---- the cluster view -------------------------------------------------------------------------
+
+std::string ClusterTopology::describe() const {
+  std::string out;
+  for (int n = 0; n < layout.num_nodes; ++n) {
+    std::set<int> hosts;
+    for (const RankView& v : ranks)
+      if (layout.node_of_rank[v.world_rank] == n) hosts.insert(v.host_key);
+    out += strCat(n ? "\n" : "", "node ", n, " = ", layout.node_names[n], " (", hosts.size(),
+                  hosts.size() == 1 ? " host, " : " hosts, ", layout.ranks_per_node, " ranks)");
+  }
+  return out;
+}
+
+StatusOr<ClusterTopology> buildClusterTopology(std::vector<RankView> views) {
+  if (views.empty()) return invalidArgument("cluster topology of an empty world");
+  std::string errors;
+  std::set<std::string> seen;
+  for (size_t r = 0; r < views.size(); ++r) {
+    if (views[r].world_rank != static_cast<int>(r))
+      return internalError("rank view ", r, " claims world rank ", views[r].world_rank);
+    if (!views[r].error.empty() && seen.insert(views[r].error).second)
+      errors += strCat(errors.empty() ? "" : "; ", "rank ", r, " (", views[r].host, "): ",
+                       views[r].error);
+  }
+  if (!errors.empty()) return invalidArgument("topology discovery failed: ", errors);
+
+  // Every rank of one host must report the same clique, or the host would straddle two nodes.
+  std::map<int, const RankView*> first_of_host;
+  for (const RankView& v : views) {
+    auto [it, fresh] = first_of_host.emplace(v.host_key, &v);
+    if (!fresh && it->second->fabric != v.fabric)
+      return invalidArgument("host ", v.host, ": rank ", it->second->world_rank,
+                             " is in NVLink clique '", it->second->fabric, "' but rank ",
+                             v.world_rank, " in '", v.fabric, "'");
+  }
+  // Domain key: the clique when there is one, else the host. Keys become small integers in
+  // first-seen order; nodeLayoutFromKeys numbers nodes by their lowest world rank anyway.
+  std::map<std::string, int> key_of_domain;
+  std::vector<int> keys;
+  std::vector<std::string> names;
+  bool any_fabric = false;
+  for (const RankView& v : views) {
+    std::string domain = v.fabric.empty() ? strCat("host#", v.host_key) : "nvl:" + v.fabric;
+    any_fabric |= !v.fabric.empty();
+    key_of_domain.emplace(domain, static_cast<int>(key_of_domain.size()));
+    keys.push_back(key_of_domain[domain]);
+    if (v.fabric.empty()) {
+      names.push_back(v.host);
+    } else {  // "nvl:5e1e3a1c/32766": the uuid's first group is enough to tell cliques apart
+      size_t slash = v.fabric.find('/');
+      names.push_back(strCat("nvl:", v.fabric.substr(0, std::min<size_t>(8, slash)),
+                             v.fabric.substr(slash == std::string::npos ? v.fabric.size() : slash)));
+    }
+  }
+  ClusterTopology c;
+  c.level = any_fabric ? "nvlink-domain" : "host";
+  auto layout = nodeLayoutFromKeys(keys, names);
+  if (!layout.ok())
+    return layout.status().withContext(any_fabric ? "NVLink domains" : "hosts");
+  c.layout = std::move(*layout);
+  c.num_hosts = static_cast<int>(first_of_host.size());
+  c.ranks = std::move(views);
+  return c;
+}
+
+namespace {
+std::string localHostName() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+}  // namespace
+
+StatusOr<ClusterTopology> discoverClusterTopology(Comm& world, const ClusterOptions& options,
+                                                  NodeTopology* local) {
+  // Host grouping first: a collective every rank reaches whatever its environment says.
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> host, world.splitByHost());
+  int key = world.rank();
+  HSDP_RETURN_IF_ERROR(host->broadcast(&key, 1, DType::kInt32, 0));
+
+  // Local failures are carried in the view, so that every rank reaches the gather and every
+  // rank returns the same error instead of some hanging in it.
+  RankView mine;
+  mine.world_rank = world.rank();
+  mine.host_key = key;
+  mine.local_rank = host->rank();
+  mine.local_size = host->size();
+  mine.host = localHostName();
+  NodeTopology topo;
+  auto fill = [&]() -> Status {
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> rpn, env::getInt("HSDP_RANKS_PER_NODE"));
+    (void)rpn;
+    HSDP_ASSIGN_OR_RETURN(BindMode mode, parseBindMode(env::getString("HSDP_BIND")));
+    HSDP_ASSIGN_OR_RETURN(TopologySources src, topologySourcesFromEnv());
+    HSDP_ASSIGN_OR_RETURN(topo, discoverNodeTopology(src));
+    // A recorded topology names its own host; the key stays this rank's real host.
+    if (!src.hwloc_xml.empty() && !topo.host.empty()) mine.host = topo.host;
+    mine.host_gpus = static_cast<int>(topo.gpus.size());
+    mine.host_nics = static_cast<int>(topo.nics.size());
+    mine.fabric = topo.fabricDomain();
+    mine.bind = planBinding(topo, mine.local_rank, mine.local_size, mode);
+    mine.gpu = mine.bind.gpu;
+    if (mine.gpu >= 0) mine.gpu_pci = topo.gpus[mine.gpu].pci.toString();
+    if (mine.bind.nic >= 0) mine.nic = topo.nics[mine.bind.nic].name;
+    return okStatus();
+  };
+  if (Status s = fill(); !s.ok()) mine.error = s.toString();
+  HSDP_ASSIGN_OR_RETURN(std::vector<RankView> views, gatherRankViews(world, mine));
+
+  // Same views on every rank, so the same outcome on every rank from here on.
+  HSDP_ASSIGN_OR_RETURN(ClusterTopology c, buildClusterTopology(views));
+  auto rpn = env::getInt("HSDP_RANKS_PER_NODE");  // validated in fill()
+  if (rpn.ok() && rpn->has_value()) {
+    HSDP_ASSIGN_OR_RETURN(c.layout, virtualNodeLayout(world.size(), static_cast<int>(**rpn),
+                                                      mine.host));
+    c.level = "virtual";
+  } else if (options.apply_binding) {
+    // A binding failure is local and not fatal (the job still runs, only slower); it must not
+    // turn into an error on one rank while the others go on to build the mesh.
+    if (Status s = applyBinding(topo, mine.bind); !s.ok())
+      HSDP_WARN(kTopo, "binding not applied: ", s.message());
+    else
+      HSDP_INFO(kTopo, "rank ", world.rank(), " on ", mine.host, ": ", mine.bind.describe());
+  }
+  HSDP_INFO(kTopo, c.level, " level: ", c.layout.num_nodes, " nodes x ", c.layout.ranks_per_node,
+            " ranks over ", c.num_hosts, " hosts");
+  if (local) *local = std::move(topo);
+  return c;
+}
+
+}  // namespace hsdp
