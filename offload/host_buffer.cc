@@ -1,5 +1,7 @@
 #include "hsdp/host_buffer.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -23,16 +25,41 @@ StatusOr<HostBuffer> HostBuffer::allocate(size_t bytes) {
   return b;
 }
 
-HostBuffer::~HostBuffer() { std::free(data_); }
+// allocateNuma is in numa.cc, with the hwloc code.
+
+void HostBuffer::release() {
+  if (data_ == nullptr) return;
+  // CUDA builds (HSDP_HAVE_CUDA), when allocateNuma pins the buffer: cudaHostUnregister(data_)
+  // goes here, before the pages are unmapped.
+  if (mapped_ > 0) munmap(static_cast<char*>(data_) - offset_, mapped_);
+  else std::free(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+  mapped_ = 0;
+  offset_ = 0;
+  numa_nodes_.clear();
+}
+
+HostBuffer::~HostBuffer() { release(); }
 
 HostBuffer::HostBuffer(HostBuffer&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+    : data_(std::exchange(o.data_, nullptr)),
+      bytes_(std::exchange(o.bytes_, 0)),
+      mapped_(std::exchange(o.mapped_, 0)),
+      offset_(std::exchange(o.offset_, 0)),
+      numa_nodes_(std::move(o.numa_nodes_)) {
+  o.numa_nodes_.clear();
+}
 
 HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
   if (this != &o) {
-    std::free(data_);
+    release();
     data_ = std::exchange(o.data_, nullptr);
     bytes_ = std::exchange(o.bytes_, 0);
+    mapped_ = std::exchange(o.mapped_, 0);
+    offset_ = std::exchange(o.offset_, 0);
+    numa_nodes_ = std::move(o.numa_nodes_);
+    o.numa_nodes_.clear();
   }
   return *this;
 }

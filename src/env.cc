@@ -19,13 +19,45 @@ const std::vector<Param>& registry() {
       {"HSDP_HIER", "bool", "1",
        "Run the engine's all-gather and reduce-scatter as hierarchical schedules (inter then "
        "intra, intra then inter). 0 uses one flat collective over the shard group."},
+      {"HSDP_PIPELINE_CHUNKS", "int", "1",
+       "Chunks per hierarchical all-gather/reduce-scatter: chunk c's intra-node phase overlaps "
+       "chunk c+1's inter-node phase. Need not divide the size."},
+      {"HSDP_INTER_DTYPE", "enum", "float",
+       "Wire type of the inter-node phase of the engine's hierarchical collectives: float or "
+       "bf16 (halves the bytes across nodes; the reduction across nodes rounds to bf16)."},
       {"HSDP_MALLOC_TUNE", "bool", "1",
        "Keep freed heap memory mapped (glibc mallopt) so the MPI library's per-call temporary "
        "buffers reuse pre-faulted pages instead of faulting in fresh ones each call."},
       {"HSDP_TRANSPORT_INTRA", "enum", "mpi",
-       "Transport of the intra-node level (intra-shard group): mpi."},
+       "Transport of the intra-node level (intra-shard group): mpi, or ucx (UCP over UCX's "
+       "shared-memory transports; see docs/ucx.md)."},
       {"HSDP_TRANSPORT_INTER", "enum", "mpi",
-       "Transport of the inter-node level (inter-shard and replica groups): mpi."},
+       "Transport of the inter-node level (inter-shard and replica groups): mpi, or ucx (UCP "
+       "collectives over UCX's network transports; see docs/ucx.md)."},
+      {"HSDP_UCX_TLS", "string", "",
+       "UCX transports of hsdp's own UCP context (the UCX_TLS syntax, e.g. tcp or ^cma); unset: "
+       "UCX_TLS, else all. Open MPI's use of UCX keeps UCX_TLS."},
+      {"HSDP_UCX_NET_DEVICES", "string", "",
+       "Network devices of hsdp's UCP context (the UCX_NET_DEVICES syntax, e.g. eth0 or "
+       "mlx5_0:1); unset: UCX_NET_DEVICES, else all."},
+      {"HSDP_UCX_SMALL_BYTES", "int", "32768",
+       "UCX transport: collectives of at most this many bytes (all-gather and reduce-scatter: "
+       "the whole buffer) use recursive doubling or Bruck, larger ones the ring."},
+      {"HSDP_TOPO_FILE", "string", "",
+       "Recorded hwloc v2 XML (lstopo --of xml) used instead of discovering this machine."},
+      {"HSDP_TOPO_NVML_FILE", "string", "",
+       "Recorded NVML snapshot (hsdp-topo --dump-nvml) for the NVLink graph and fabric clique."},
+      {"HSDP_TOPO_NCCL_FILE", "string", "",
+       "NCCL topology XML (written for NCCL_TOPO_DUMP_FILE), a second source of NVLink links."},
+      {"HSDP_BIND", "enum", "auto",
+       "Bind each rank to the NUMA node nearest its GPU (or NIC on CPU-only hosts): auto (numa "
+       "when the host has several NUMA nodes and is not oversubscribed), none, numa, core."},
+      {"HSDP_CPU_ADAM_ISA", "enum", "auto",
+       "Kernel of the CPU (offload) Adam step: auto (best this CPU supports), avx512, avx2 or "
+       "scalar. A path this CPU or build cannot run is an error, not a fallback."},
+      {"HSDP_CPU_ADAM_THREADS", "int", "",
+       "Threads of the CPU Adam step (the caller included) when the program does not set them; "
+       "unset: the CPUs this process may run on."},
   };
   return params;
 }

@@ -1,0 +1,21 @@
+// HSDP_UCX_CHECK: the one way hsdp calls UCX. A failing call becomes an INTERNAL Status carrying
+// UCX's own error string (ucs_status_string), the status code, the call and file:line.
+#pragma once
+
+#include <ucs/type/status.h>
+
+#include "hsdp/status.h"
+
+namespace hsdp::ucx {
+
+Status ucxError(ucs_status_t st, const char* call, const char* file, int line);
+
+}  // namespace hsdp::ucx
+
+// For calls that return ucs_status_t.
+#define HSDP_UCX_CHECK(call)                                                   \
+  do {                                                                         \
+    ucs_status_t hsdp_ucx_st_ = (call);                                        \
+    if (hsdp_ucx_st_ != UCS_OK)                                                \
+      return ::hsdp::ucx::ucxError(hsdp_ucx_st_, #call, __FILE__, __LINE__);   \
+  } while (0)

@@ -1,0 +1,661 @@
+#include "collectives/ucx/ucx_comm.h"
+
+#include <ucp/api/ucp.h>
+#include <ucs/memory/memory_type.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "collectives/ucx/schedule.h"
+#include "collectives/ucx/ucx_check.h"
+#include "collectives/ucx/ucx_engine.h"
+#include "collectives/ucx/ucx_resources.h"
+#include "hsdp/env.h"
+#include "hsdp/host_buffer.h"
+#include "hsdp/log.h"
+
+namespace hsdp::ucx {
+namespace {
+
+// Tag layout, 16 bits each from the top: communicator id | collective sequence number (mod 2^16)
+// | message id within the collective | sender rank. Receives match all 64 bits, so a message can
+// only land in the receive posted for it, whatever else is in flight on the worker. The
+// sequence number wraps, which is safe while fewer than 65536 collectives of one communicator
+// are in flight at once.
+constexpr uint64_t kFullMask = ~0ull;
+constexpr uint32_t kMaxCommIds = 1u << 16;
+// Sender ranks need 16 bits, and the ring all-reduce uses 2(n-1) message ids.
+constexpr int kMaxRanks = 1 << 15;
+
+uint64_t makeTag(uint32_t comm, uint32_t seq, uint32_t msg, int sender) {
+  return (static_cast<uint64_t>(comm & 0xffff) << 48) |
+         (static_cast<uint64_t>(seq & 0xffff) << 32) |
+         (static_cast<uint64_t>(msg & 0xffff) << 16) | static_cast<uint64_t>(sender & 0xffff);
+}
+
+// Every buffer this transport moves is host memory, and saying so spares UCX a memory-type
+// lookup per request. The GPU path replaces this with UCS_MEMORY_TYPE_UNKNOWN (UCX detects
+// CUDA memory itself) and runs the Schedule's local ops on the device (see ucx_comm.h).
+constexpr ucs_memory_type_t kHostMemory = UCS_MEMORY_TYPE_HOST;
+
+// The first scratch slot covers the small algorithms (at most 2 * small_bytes: the
+// recursive-doubling reduce-scatter's working copy and partner buffer), capped so that a large
+// HSDP_UCX_SMALL_BYTES does not pre-fault a large buffer on every communicator up front.
+size_t initialSlotBytes(const UcxOptions& options) {
+  constexpr size_t kMinSlot = 4096, kMaxInitialSlot = size_t(4) << 20;
+  return std::clamp(2 * options.small_bytes, kMinSlot, kMaxInitialSlot);
+}
+
+bool isFloating(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
+
+// Every member learns whether every member's local step succeeded, so that one rank's failure
+// (no usable transport, an allocation) fails creation on all ranks instead of leaving the others
+// blocked in the next collective step.
+Status agreeOnSuccess(Comm& bootstrap, const Status& local, const char* what) {
+  int32_t failed = local.ok() ? 0 : 1;
+  HSDP_RETURN_IF_ERROR(bootstrap.allReduce(&failed, 1, DType::kInt32, RedOp::kSum));
+  if (!local.ok()) return local.withContext(what);
+  if (failed > 0)
+    return internalError(what, " failed on ", failed, " of ", bootstrap.size(),
+                         " ranks (this rank, ", bootstrap.rank(), ", succeeded; see theirs)");
+  return okStatus();
+}
+
+// One scratch buffer of the pool, registered once for as long as it lives.
+struct ScratchSlot {
+  HostBuffer buffer;
+  UcpMemRegion region;  // declared after `buffer`: unregistered before the memory is freed
+  bool busy = false;
+};
+
+class CollectiveOp;
+
+}  // namespace
+
+struct UcxComm::State {
+  std::shared_ptr<Engine> engine;  // first: outlives the endpoints and regions below
+  std::unique_ptr<Comm> bootstrap;
+  UcxOptions options;
+  int rank = 0;
+  int size = 1;
+  uint32_t id = 0;
+  uint32_t seq = 0;
+  // By rank, owned by the engine (shared with other communicators reaching the same peers); our
+  // own stays null: no algorithm sends to itself.
+  std::vector<const UcpEndpoint*> eps;
+  std::vector<std::unique_ptr<ScratchSlot>> scratch;
+  size_t slot_bytes = 0;  // size of a new slot: reserveScratch's promise, or the small paths'
+  std::vector<UcpMemRegion> registered;  // registerMemory()
+  std::vector<CollectiveOp*> in_flight;  // started and not finished; owned by the engine/Work
+  uint8_t token = 0;                     // the barrier's (empty) message buffer
+
+  std::string describe() const {
+    return strCat("comm ", id, ", rank ", rank, " of ", size);
+  }
+
+  ucp_mem_h memhFor(const void* p, size_t bytes) const {
+    for (const auto& slot : scratch)
+      if (slot->region.contains(p, bytes)) return slot->region.get();
+    for (const UcpMemRegion& r : registered)
+      if (r.contains(p, bytes)) return r.get();
+    return nullptr;
+  }
+
+  StatusOr<std::unique_ptr<ScratchSlot>> newSlot(size_t bytes) {
+    auto slot = std::make_unique<ScratchSlot>();
+    HSDP_ASSIGN_OR_RETURN(slot->buffer, HostBuffer::allocate(bytes));
+    HSDP_ASSIGN_OR_RETURN(slot->region, UcpMemRegion::map(engine->context(), slot->buffer.data(),
+                                                          slot->buffer.size(), kHostMemory));
+    return slot;
+  }
+
+  // A free slot of at least `bytes`. The pool grows when every slot is held by a collective in
+  // flight (many outstanding handles) or when a collective needs more than was reserved.
+  StatusOr<ScratchSlot*> acquireScratch(size_t bytes, const char* what) {
+    for (auto& slot : scratch) {
+      if (!slot->busy && slot->buffer.size() >= bytes) {
+        slot->busy = true;
+        return slot.get();
+      }
+    }
+    if (bytes > slot_bytes) {
+      // reserveScratch promises reduce-scatters of a size; like the MPI transport, growing for
+      // one is a warning. Other collectives have no reserve contract (the MPI library allocates
+      // for them itself): their one-time growth is information.
+      if (std::strcmp(what, "reduceScatter") == 0)
+        HSDP_WARN(kColl, "ucx ", what, " (", describe(), ") needs ", bytes,
+                  " bytes of scratch, more than reserved (", slot_bytes,
+                  "); growing on the hot path: call reserveScratch first");
+      else
+        HSDP_INFO(kColl, "ucx ", what, " (", describe(), ") grows scratch slots from ",
+                  slot_bytes, " to ", bytes, " bytes, once");
+      slot_bytes = bytes;
+    } else {
+      HSDP_INFO(kColl, "ucx ", describe(), ": ", in_flight.size(),
+                " collectives in flight; scratch pool grows to ", scratch.size() + 1, " slots of ",
+                slot_bytes, " bytes");
+    }
+    HSDP_ASSIGN_OR_RETURN(auto fresh, newSlot(slot_bytes));
+    fresh->busy = true;
+    // Replace a free slot that is too small rather than keep it around unused.
+    for (auto& slot : scratch) {
+      if (!slot->busy) {
+        slot = std::move(fresh);
+        return slot.get();
+      }
+    }
+    scratch.push_back(std::move(fresh));
+    return scratch.back().get();
+  }
+
+  template <typename Build>
+  StatusOr<std::shared_ptr<CollectiveOp>> start(const char* name, Algorithm algorithm,
+                                                size_t scratch_bytes, Build build);
+  Status wait(CollectiveOp& op);
+};
+
+namespace {
+
+// One collective in flight: executes its Schedule step by step with tagged UCP messages. The
+// engine calls advance() on every progress round; the Work handle (or a blocking call) waits
+// for done().
+class CollectiveOp final : public ActiveOp {
+ public:
+  CollectiveOp(UcxComm::State& comm, const char* name, Algorithm algorithm, uint32_t seq)
+      : comm_(&comm), name_(name), algorithm_(algorithm), seq_(seq) {}
+  ~CollectiveOp() override = default;
+
+  Schedule& schedule() { return schedule_; }
+  void holdScratch(ScratchSlot* slot) { scratch_ = slot; }
+  bool done() const { return done_; }
+  const Status& status() const { return status_; }
+
+  bool advance() override {
+    while (!done_) {
+      if (posted_) {
+        if (!collect()) return false;
+        posted_ = false;
+        if (!status_.ok()) break;
+        const Schedule::Step& st = schedule_.step(step_);
+        for (uint32_t i = st.op_begin; i < st.op_end; ++i) runLocalOp(schedule_.opAt(i));
+        ++step_;
+      }
+      if (step_ == schedule_.numSteps()) break;
+      post();
+      posted_ = true;
+    }
+    finish();
+    return true;
+  }
+
+  // The communicator is going away with this collective unfinished: cancel what is posted and
+  // finish with an error.
+  void abandon() {
+    fail(failedPrecondition("ucx ", name_, " (", comm_->describe(),
+                            "): communicator destroyed while the collective was in flight"));
+    for (Pending& p : pending_) {
+      if (p.req != nullptr) ucp_request_free(p.req);  // released by UCX once cancelled
+      p.req = nullptr;
+    }
+    finish();
+  }
+
+ private:
+  struct Pending {
+    void* req;
+    uint32_t index;  // into the schedule's sends or receives
+    bool is_recv;
+    bool cancelled;
+  };
+
+  ucp_request_param_t params(const void* buf, size_t bytes) const {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    p.memory_type = kHostMemory;
+    if (ucp_mem_h memh = comm_->memhFor(buf, bytes)) {
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      p.memh = memh;
+    }
+    return p;
+  }
+
+  const Transfer& transfer(const Pending& p) const {
+    return p.is_recv ? schedule_.recvAt(p.index) : schedule_.sendAt(p.index);
+  }
+
+  Status transferError(const Transfer& t, bool is_recv, ucs_status_t st) const {
+    std::string hint;
+    if (st == UCS_ERR_MESSAGE_TRUNCATED)
+      hint = "; ranks started different collectives or counts (every rank must start the same "
+             "collectives, in the same order, with the same counts)";
+    return internalError("ucx ", name_, " (", algorithmName(algorithm_), ", ", comm_->describe(),
+                         ", collective #", seq_, "): ", is_recv ? "receive" : "send",
+                         " of message ", t.msg, " (", t.bytes, " bytes) ",
+                         is_recv ? "from" : "to", " rank ", t.peer, " failed: UCX error ",
+                         static_cast<int>(st), " (", ucs_status_string(st), ")", hint);
+  }
+
+  void checkLength(const Transfer& t, size_t received) {
+    if (received == t.bytes) return;
+    fail(failedPrecondition("ucx ", name_, " (", algorithmName(algorithm_), ", ",
+                            comm_->describe(), ", collective #", seq_, "): message ", t.msg,
+                            " from rank ", t.peer, " has ", received, " bytes, expected ",
+                            t.bytes, "; ranks started different collectives or counts (every "
+                            "rank must start the same collectives, in the same order, with the "
+                            "same counts)"));
+  }
+
+  void fail(Status s) {
+    if (status_.ok()) status_ = std::move(s);
+    ucp_worker_h worker = comm_->engine->worker();
+    for (Pending& p : pending_) {
+      if (p.req != nullptr && !p.cancelled) {
+        ucp_request_cancel(worker, p.req);
+        p.cancelled = true;
+      }
+    }
+  }
+
+  // Posts the current step: receives first, so that messages arriving find their buffer
+  // instead of going through UCX's unexpected queue.
+  void post() {
+    const Schedule::Step& st = schedule_.step(step_);
+    const uint32_t id = comm_->id;
+    pending_.clear();
+    for (uint32_t i = st.recv_begin; i < st.recv_end && status_.ok(); ++i) {
+      const Transfer& t = schedule_.recvAt(i);
+      ucp_request_param_t p = params(t.buf, t.bytes);
+      // Always a request, even when the message is already here: its length is then read the
+      // same way in collect() (UCX 1.13 does not fill recv_info on every immediate path).
+      p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+      ucs_status_ptr_t r = ucp_tag_recv_nbx(comm_->engine->worker(), t.buf, t.bytes,
+                                            makeTag(id, seq_, t.msg, t.peer), kFullMask, &p);
+      if (UCS_PTR_IS_ERR(r)) fail(transferError(t, true, UCS_PTR_STATUS(r)));
+      else if (r != nullptr) pending_.push_back({r, i, true, false});
+    }
+    for (uint32_t i = st.send_begin; i < st.send_end && status_.ok(); ++i) {
+      const Transfer& t = schedule_.sendAt(i);
+      ucp_request_param_t p = params(t.buf, t.bytes);
+      ucs_status_ptr_t r = ucp_tag_send_nbx(comm_->eps[t.peer]->get(), t.buf, t.bytes,
+                                            makeTag(id, seq_, t.msg, comm_->rank), &p);
+      if (UCS_PTR_IS_ERR(r)) fail(transferError(t, false, UCS_PTR_STATUS(r)));
+      else if (r != nullptr) pending_.push_back({r, i, false, false});
+    }
+  }
+
+  // True once every request of the step has completed (successfully or not) and been freed.
+  bool collect() {
+    bool all_done = true;
+    for (Pending& p : pending_) {
+      if (p.req == nullptr) continue;
+      ucs_status_t st;
+      ucp_tag_recv_info_t info{};
+      if (p.is_recv) st = ucp_tag_recv_request_test(p.req, &info);
+      else st = ucp_request_check_status(p.req);
+      if (st == UCS_INPROGRESS) {
+        all_done = false;
+        continue;
+      }
+      ucp_request_free(p.req);
+      p.req = nullptr;
+      const Transfer& t = transfer(p);
+      if (st != UCS_OK) {
+        if (!p.cancelled) fail(transferError(t, p.is_recv, st));
+      } else if (p.is_recv) {
+        checkLength(t, info.length);
+      }
+    }
+    return all_done;
+  }
+
+  void finish() {
+    if (done_) return;
+    done_ = true;
+    pending_.clear();
+    if (scratch_ != nullptr) scratch_->busy = false;
+    scratch_ = nullptr;
+    auto& list = comm_->in_flight;
+    list.erase(std::remove(list.begin(), list.end(), this), list.end());
+  }
+
+  UcxComm::State* comm_;
+  const char* name_;
+  Algorithm algorithm_;
+  uint32_t seq_;
+  Schedule schedule_;
+  size_t step_ = 0;
+  bool posted_ = false;
+  std::vector<Pending> pending_;
+  ScratchSlot* scratch_ = nullptr;
+  Status status_;
+  bool done_ = false;
+};
+
+class UcxWork final : public Work {
+ public:
+  UcxWork(std::shared_ptr<Engine> engine, std::shared_ptr<CollectiveOp> op)
+      : engine_(std::move(engine)), op_(std::move(op)) {}
+
+  Status wait() override {
+    engine_->progressUntil([this] { return op_->done(); });
+    return op_->status();
+  }
+
+  StatusOr<bool> test() override {
+    if (!op_->done()) engine_->progress();
+    if (!op_->done()) return false;
+    if (!op_->status().ok()) return op_->status();
+    return true;
+  }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<CollectiveOp> op_;
+};
+
+}  // namespace
+
+template <typename Build>
+StatusOr<std::shared_ptr<CollectiveOp>> UcxComm::State::start(const char* name,
+                                                              Algorithm algorithm,
+                                                              size_t scratch_bytes, Build build) {
+  auto op = std::make_shared<CollectiveOp>(*this, name, algorithm, seq++);
+  void* buf = nullptr;
+  if (scratch_bytes > 0) {
+    HSDP_ASSIGN_OR_RETURN(ScratchSlot * slot, acquireScratch(scratch_bytes, name));
+    op->holdScratch(slot);
+    buf = slot->buffer.data();
+  }
+  build(op->schedule(), buf);
+  in_flight.push_back(op.get());
+  engine->start(op);
+  return op;
+}
+
+Status UcxComm::State::wait(CollectiveOp& op) {
+  engine->progressUntil([&op] { return op.done(); });
+  return op.status();
+}
+
+// ---- creation ----------------------------------------------------------------------------------
+
+StatusOr<UcxOptions> UcxOptions::fromEnv() {
+  UcxOptions o;
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> small, env::getInt("HSDP_UCX_SMALL_BYTES", 0));
+  if (small) o.small_bytes = static_cast<size_t>(*small);
+  return o;
+}
+
+UcxComm::UcxComm(std::unique_ptr<State> state) : s_(std::move(state)) {}
+
+StatusOr<std::unique_ptr<UcxComm>> UcxComm::create(std::unique_ptr<Comm> bootstrap,
+                                                   const UcxOptions& options) {
+  if (bootstrap == nullptr) return invalidArgument("createUcxComm: no bootstrap communicator");
+  Comm& boot = *bootstrap;
+  const int n = boot.size(), r = boot.rank();
+  if (n > kMaxRanks)
+    return outOfRange("createUcxComm: ", n, " ranks exceed the UCX transport's limit of ",
+                      kMaxRanks, " (16-bit rank and message fields of its tags)");
+
+  // The process's context and worker (created by the first UCX communicator).
+  StatusOr<std::shared_ptr<Engine>> engine = Engine::acquire();
+  HSDP_RETURN_IF_ERROR(agreeOnSuccess(boot, engine.status(), "creating the UCX context"));
+  auto state = std::make_unique<State>();
+  state->engine = *engine;
+  state->options = options;
+  state->rank = r;
+  state->size = n;
+
+  // An id no member has used yet.
+  int64_t mine = state->engine->nextCommId();
+  std::vector<int64_t> ids(n);
+  HSDP_RETURN_IF_ERROR(boot.allGather(&mine, ids.data(), 1, DType::kInt64));
+  const int64_t id = *std::max_element(ids.begin(), ids.end());
+  if (id >= kMaxCommIds)
+    return Status(StatusCode::kResourceExhausted,
+                  strCat("createUcxComm: communicator id ", id, " exceeds the ", kMaxCommIds,
+                         " ids of the UCX transport's tags (too many UCX communicators created)"));
+  state->engine->takeCommId(static_cast<uint32_t>(id));
+  state->id = static_cast<uint32_t>(id);
+
+  // Worker addresses differ in length (one per transport and device): all-gather the lengths,
+  // then the addresses padded to the longest.
+  const std::vector<uint8_t>& address = state->engine->address();
+  int64_t len = static_cast<int64_t>(address.size());
+  std::vector<int64_t> lens(n);
+  HSDP_RETURN_IF_ERROR(boot.allGather(&len, lens.data(), 1, DType::kInt64));
+  const size_t width = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
+  std::vector<uint8_t> all(n * width);
+  std::memcpy(all.data() + r * width, address.data(), address.size());
+  HSDP_RETURN_IF_ERROR(
+      boot.allGather(all.data() + r * width, all.data(), width, DType::kUInt8));
+
+  // Endpoints to every peer, and the first scratch slot (the small algorithms never allocate).
+  Status local = [&]() -> Status {
+    state->eps.assign(n, nullptr);
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      HSDP_ASSIGN_OR_RETURN(state->eps[p], state->engine->endpointTo(all.data() + p * width,
+                                                                    static_cast<size_t>(lens[p])));
+    }
+    if (n > 1) {
+      state->slot_bytes = initialSlotBytes(options);
+      HSDP_ASSIGN_OR_RETURN(auto slot, state->newSlot(state->slot_bytes));
+      state->scratch.push_back(std::move(slot));
+    }
+    return okStatus();
+  }();
+  HSDP_RETURN_IF_ERROR(agreeOnSuccess(boot, local, "connecting UCX endpoints"));
+
+  state->bootstrap = std::move(bootstrap);
+  std::unique_ptr<UcxComm> comm(new UcxComm(std::move(state)));
+  // A first collective over the new endpoints: wires them up now, and a transport that cannot
+  // carry messages fails here rather than in the first training step.
+  HSDP_RETURN_IF_ERROR(comm->barrier().withContext("first barrier over the UCX endpoints"));
+  HSDP_INFO(kColl, "ucx communicator ", comm->s_->describe(), " ready; small-message limit ",
+            options.small_bytes, " bytes");
+  if (n > 1)
+    HSDP_TRACE(kColl, "ucx ", comm->s_->describe(), " endpoint to rank ", (r + 1) % n, ":\n",
+               comm->s_->eps[(r + 1) % n]->describe());
+  return comm;
+}
+
+StatusOr<std::unique_ptr<Comm>> createUcxComm(std::unique_ptr<Comm> bootstrap,
+                                              const UcxOptions& options) {
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<UcxComm> c, UcxComm::create(std::move(bootstrap), options));
+  return std::unique_ptr<Comm>(std::move(c));
+}
+
+StatusOr<std::unique_ptr<Comm>> createUcxComm(std::unique_ptr<Comm> bootstrap) {
+  // Read on every rank alike (same environment), so a bad value fails everywhere.
+  HSDP_ASSIGN_OR_RETURN(UcxOptions options, UcxOptions::fromEnv());
+  return createUcxComm(std::move(bootstrap), options);
+}
+
+StatusOr<std::unique_ptr<Comm>> createUcxComm(Comm& bootstrap) {
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> own, bootstrap.split(0, bootstrap.rank()));
+  return createUcxComm(std::move(own));
+}
+
+UcxComm::~UcxComm() {
+  if (s_ == nullptr) return;
+  if (!s_->in_flight.empty()) {
+    HSDP_WARN(kColl, "ucx ", s_->describe(), " destroyed with ", s_->in_flight.size(),
+              " collectives in flight; cancelling them");
+    const std::vector<CollectiveOp*> ops = s_->in_flight;
+    for (CollectiveOp* op : ops) {
+      op->abandon();
+      s_->engine->forget(op);
+    }
+  }
+  // Members go in reverse order: registrations, scratch, the bootstrap, and last our hold on the
+  // engine (which closes the endpoints when the last communicator goes).
+}
+
+// ---- accessors ---------------------------------------------------------------------------------
+
+int UcxComm::rank() const { return s_->rank; }
+int UcxComm::size() const { return s_->size; }
+Comm& UcxComm::bootstrap() { return *s_->bootstrap; }
+const UcxOptions& UcxComm::options() const { return s_->options; }
+uint32_t UcxComm::id() const { return s_->id; }
+
+// ---- collectives -------------------------------------------------------------------------------
+
+StatusOr<WorkHandle> UcxComm::iallGather(const void* send, void* recv, size_t count,
+                                         DType dtype) {
+  State& s = *s_;
+  const Algorithm a = chooseAllGather(s.size, count, dtype, s.options.small_bytes);
+  HSDP_ASSIGN_OR_RETURN(
+      auto op, s.start("allGather", a, allGatherScratchBytes(a, s.size, count, dtype),
+                       [&](Schedule& sched, void* scratch) {
+                         buildAllGather(sched, a, s.rank, s.size, send, recv, count, dtype,
+                                        scratch);
+                       }));
+  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(op)));
+}
+
+StatusOr<WorkHandle> UcxComm::ireduceScatter(const void* send, void* recv, size_t count,
+                                             DType dtype, RedOp op) {
+  State& s = *s_;
+  if (op == RedOp::kAvg && !isFloating(dtype))
+    return invalidArgument("reduceScatter: avg of ", dtypeName(dtype));
+  const Algorithm a = chooseReduceScatter(s.size, count, dtype, s.options.small_bytes);
+  HSDP_ASSIGN_OR_RETURN(
+      auto o, s.start("reduceScatter", a, reduceScatterScratchBytes(a, s.size, count, dtype),
+                      [&](Schedule& sched, void* scratch) {
+                        buildReduceScatter(sched, a, s.rank, s.size, send, recv, count, dtype,
+                                           op, scratch);
+                      }));
+  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o)));
+}
+
+StatusOr<WorkHandle> UcxComm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  State& s = *s_;
+  if (op == RedOp::kAvg && !isFloating(dtype))
+    return invalidArgument("allReduce: avg of ", dtypeName(dtype));
+  const Algorithm a = chooseAllReduce(s.size, count, dtype, s.options.small_bytes);
+  HSDP_ASSIGN_OR_RETURN(
+      auto o, s.start("allReduce", a, allReduceScratchBytes(a, s.size, count, dtype),
+                      [&](Schedule& sched, void* scratch) {
+                        buildAllReduce(sched, a, s.rank, s.size, buf, count, dtype, op, scratch);
+                      }));
+  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o)));
+}
+
+Status UcxComm::allGather(const void* send, void* recv, size_t count, DType dtype) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallGather(send, recv, count, dtype));
+  return w->wait();
+}
+
+Status UcxComm::reduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                              RedOp op) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(send, recv, count, dtype, op));
+  return w->wait();
+}
+
+Status UcxComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallReduce(buf, count, dtype, op));
+  return w->wait();
+}
+
+Status UcxComm::broadcast(void* buf, size_t count, DType dtype, int root) {
+  State& s = *s_;
+  if (root < 0 || root >= s.size)
+    return invalidArgument("broadcast: root ", root, " outside communicator of size ", s.size);
+  HSDP_ASSIGN_OR_RETURN(auto op, s.start("broadcast", Algorithm::kBinomial, 0,
+                                         [&](Schedule& sched, void*) {
+                                           buildBroadcast(sched, s.rank, s.size, buf,
+                                                          count * dtypeSize(dtype), root);
+                                         }));
+  return s.wait(*op);
+}
+
+Status UcxComm::barrier() {
+  State& s = *s_;
+  HSDP_ASSIGN_OR_RETURN(auto op, s.start("barrier", Algorithm::kDissemination, 0,
+                                         [&](Schedule& sched, void*) {
+                                           buildBarrier(sched, s.rank, s.size, &s.token);
+                                         }));
+  return s.wait(*op);
+}
+
+// ---- communicators, memory ---------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<Comm>> UcxComm::split(int color, int key) {
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> sub, s_->bootstrap->split(color, key));
+  return createUcxComm(std::move(sub), s_->options);
+}
+
+StatusOr<std::unique_ptr<Comm>> UcxComm::splitByHost() {
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> sub, s_->bootstrap->splitByHost());
+  return createUcxComm(std::move(sub), s_->options);
+}
+
+Status UcxComm::reserveScratch(size_t bytes) {
+  State& s = *s_;
+  if (s.size == 1) return okStatus();  // one rank: every collective is a local copy
+  // Ring: two blocks in flight. Recursive doubling (n*bytes within the small-message limit):
+  // a working copy of all n blocks and the partner's copy.
+  const size_t small_rs = 2 * std::min(static_cast<size_t>(s.size) * bytes, s.options.small_bytes);
+  s.slot_bytes = std::max({s.slot_bytes, 2 * bytes, small_rs});
+  bool any = false;
+  for (auto& slot : s.scratch) {
+    if (slot->busy) continue;
+    if (slot->buffer.size() < s.slot_bytes) {
+      slot.reset();  // unregister and free before allocating the larger one
+      HSDP_ASSIGN_OR_RETURN(slot, s.newSlot(s.slot_bytes));
+    }
+    any = true;
+  }
+  if (!any) {
+    HSDP_ASSIGN_OR_RETURN(auto slot, s.newSlot(s.slot_bytes));
+    s.scratch.push_back(std::move(slot));
+  }
+  HSDP_INFO(kColl, "ucx ", s.describe(), " scratch slots of ", s.slot_bytes, " bytes (",
+            s.scratch.size(), " slots)");
+  return okStatus();
+}
+
+size_t UcxComm::scratchBytes() const {
+  size_t total = 0;
+  for (const auto& slot : s_->scratch) total += slot ? slot->buffer.size() : 0;
+  return total;
+}
+
+void UcxComm::abortJob(int code) {
+  s_->bootstrap->abortJob(code);
+  std::abort();  // the bootstrap's abortJob does not return; keeps [[noreturn]] honest
+}
+
+Status UcxComm::registerMemory(const void* p, size_t bytes) {
+  if (p == nullptr || bytes == 0)
+    return invalidArgument("registerMemory: empty region (", p, ", ", bytes, " bytes)");
+  // UNKNOWN: let UCX detect the memory type, so GPU memory is recognised rather than
+  // mis-registered as host memory.
+  HSDP_ASSIGN_OR_RETURN(UcpMemRegion region,
+                        UcpMemRegion::map(s_->engine->context(), const_cast<void*>(p), bytes,
+                                          UCS_MEMORY_TYPE_UNKNOWN));
+  if (region.memoryType() != kHostMemory)
+    return unimplemented("registerMemory: ", bytes, " bytes at ", p, " are ",
+                         ucs_memory_type_names[region.memoryType()],
+                         " memory; the UCX transport moves host memory only (the GPU path is "
+                         "not built yet)");
+  s_->registered.push_back(std::move(region));
+  return okStatus();
+}
+
+Status UcxComm::deregisterMemory(const void* p) {
+  auto& regs = s_->registered;
+  auto it = std::find_if(regs.begin(), regs.end(),
+                         [p](const UcpMemRegion& r) { return r.address() == p; });
+  if (it == regs.end())
+    return notFound("deregisterMemory: no region registered at ", p, " on ucx ",
+                    s_->describe());
+  regs.erase(it);
+  return okStatus();
+}
+
+}  // namespace hsdp::ucx

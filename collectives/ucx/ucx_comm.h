@@ -1,0 +1,108 @@
+// Comm over UCX (UCP tag matching) on host memory: the transport for the inter-node level when
+// the fabric is best driven by UCX directly (InfiniBand/RoCE verbs, with GPUDirect RDMA later),
+// selected per mesh level with HSDP_TRANSPORT_INTER=ucx / HSDP_TRANSPORT_INTRA=ucx.
+//
+// A UCX communicator is built collectively over a bootstrap communicator (MPI) of the same
+// members: worker addresses travel through the bootstrap's all-gather, and the UCX communicator
+// has the bootstrap's members in the bootstrap's rank order. The bootstrap is kept for split(),
+// splitByHost() and abortJob(); collectives never touch it.
+//
+// Collectives are Schedules (schedule.h) run over tagged point-to-point messages: ring for large
+// messages; recursive doubling (all-reduce, reduce-scatter, power-of-two all-gather) or Bruck
+// (other all-gathers) at or below HSDP_UCX_SMALL_BYTES. Every collective is nonblocking
+// underneath; the blocking calls start one and wait. All of them advance together on the
+// process's one UCP worker (ucx_engine.h) inside Work::test()/wait().
+//
+// Memory: scratch comes from a small pool of page-aligned, pre-faulted HostBuffers, each
+// registered with UCX once (ucp_mem_map) and reused; a pool slot is held by one collective in
+// flight. User buffers may be registered once with registerMemory(); otherwise UCX registers
+// them on demand (its registration cache keeps that cheap on RDMA fabrics).
+//
+// GPU memory (not built yet): UCX detects the memory type of a buffer when a request does not
+// state it (UCS_MEMORY_TYPE_UNKNOWN) and moves CUDA memory with its cuda_copy/cuda_ipc/gdr_copy
+// transports. Two things change for GPU buffers: requests stop saying "host" (kHostMemory in
+// ucx_comm.cc), and the Schedule's local ops (accumulate, scale, copy) run as device kernels on a
+// stream instead of CPU loops. The engine logs the memory types its context supports.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "hsdp/status.h"
+#include "hsdp/transport.h"
+
+namespace hsdp::ucx {
+
+struct UcxOptions {
+  // Messages of at most this many bytes (all-gather, reduce-scatter: the whole n*count buffer;
+  // all-reduce: the buffer) take the logarithmic algorithms; larger ones take the ring.
+  size_t small_bytes = 32768;
+  // HSDP_UCX_SMALL_BYTES, or the default above.
+  static StatusOr<UcxOptions> fromEnv();
+};
+
+class UcxComm final : public Comm {
+ public:
+  // Collective over `bootstrap`, which the new communicator owns from now on.
+  static StatusOr<std::unique_ptr<UcxComm>> create(std::unique_ptr<Comm> bootstrap,
+                                                   const UcxOptions& options);
+  // Waits for nothing: collectives still in flight are cancelled with a warning (callers wait
+  // for their Work before destroying the communicator).
+  ~UcxComm() override;
+
+  int rank() const override;
+  int size() const override;
+  const char* transportName() const override { return "ucx"; }
+
+  Status allGather(const void* send, void* recv, size_t count, DType dtype) override;
+  Status reduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                       RedOp op) override;
+  Status allReduce(void* buf, size_t count, DType dtype, RedOp op) override;
+  StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
+                                  DType dtype) override;
+  StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                                      RedOp op) override;
+  StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override;
+  Status broadcast(void* buf, size_t count, DType dtype, int root) override;
+  Status barrier() override;
+  // Splits the bootstrap and builds a UCX communicator over each part (collective, like the
+  // bootstrap's split).
+  StatusOr<std::unique_ptr<Comm>> split(int color, int key) override;
+  StatusOr<std::unique_ptr<Comm>> splitByHost() override;
+  // Sizes the scratch pool's slots for reduce-scatters of up to `bytes` per rank-block (two
+  // blocks per slot, like the MPI transport's ring); slots are registered once and reused.
+  Status reserveScratch(size_t bytes) override;
+  size_t scratchBytes() const override;
+  [[noreturn]] void abortJob(int code) override;
+
+  // Registers [p, p+bytes) with UCX once, for the communicator's lifetime or until
+  // deregisterMemory(p): transfers inside it then skip per-call registration. The memory must
+  // stay allocated while registered. Long-lived engine buffers (shards, gathered blocks) are the
+  // intended use.
+  Status registerMemory(const void* p, size_t bytes);
+  Status deregisterMemory(const void* p);
+
+  Comm& bootstrap();
+  const UcxOptions& options() const;
+  // This communicator's id in the message tags (equal on every member).
+  uint32_t id() const;
+
+  struct State;  // defined in ucx_comm.cc
+
+ private:
+  explicit UcxComm(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+// Builds a UCX communicator over the members of `bootstrap`, in its rank order. Collective over
+// `bootstrap`. The first form takes a private duplicate of `bootstrap` (bootstrap.split(0, rank))
+// so the caller keeps its communicator; the second takes ownership. Options come from the
+// environment (UcxOptions::fromEnv) unless given. Failures are reported on every member: a member
+// whose UCX setup fails makes creation fail everywhere, rather than leave the others waiting.
+StatusOr<std::unique_ptr<Comm>> createUcxComm(Comm& bootstrap);
+StatusOr<std::unique_ptr<Comm>> createUcxComm(std::unique_ptr<Comm> bootstrap);
+StatusOr<std::unique_ptr<Comm>> createUcxComm(std::unique_ptr<Comm> bootstrap,
+                                              const UcxOptions& options);
+
+}  // namespace hsdp::ucx

@@ -1,0 +1,82 @@
+#include "collectives/ucx/ucx_engine.h"
+
+#include <sched.h>
+
+#include <algorithm>
+
+#include "hsdp/env.h"
+#include "hsdp/log.h"
+
+namespace hsdp::ucx {
+namespace {
+
+// The engine lives as long as some communicator holds it; a later communicator after all are
+// gone creates a fresh one.
+std::weak_ptr<Engine>& processEngine() {
+  static std::weak_ptr<Engine> engine;
+  return engine;
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<Engine>> Engine::acquire() {
+  if (auto existing = processEngine().lock()) return existing;
+  std::shared_ptr<Engine> e(new Engine());
+  e->settings_.tls = env::getString("HSDP_UCX_TLS");
+  e->settings_.net_devices = env::getString("HSDP_UCX_NET_DEVICES");
+  HSDP_ASSIGN_OR_RETURN(e->context_, UcpContext::create(e->settings_));
+  HSDP_ASSIGN_OR_RETURN(e->worker_, UcpWorker::create(e->context_.get()));
+  HSDP_ASSIGN_OR_RETURN(e->address_, e->worker_.address());
+  HSDP_INFO(kInit, "ucx ", ucp_get_version_string(), " context ready: transports ",
+            e->settings_.tls.empty() ? "from UCX_TLS (default: all)"
+                                     : strCat("HSDP_UCX_TLS=", e->settings_.tls),
+            ", memory types ", e->context_.memoryTypeNames(), ", worker address ",
+            e->address_.size(), " bytes");
+  processEngine() = e;
+  return e;
+}
+
+Engine::~Engine() {
+  if (!active_.empty())
+    HSDP_WARN(kColl, "ucx engine destroyed with ", active_.size(), " collectives in flight");
+  active_.clear();
+  endpoints_.clear();  // before the worker (declaration order would do it too; explicit here)
+}
+
+StatusOr<const UcpEndpoint*> Engine::endpointTo(const uint8_t* address, size_t length) {
+  std::string key(reinterpret_cast<const char*>(address), length);
+  auto it = endpoints_.find(key);
+  if (it == endpoints_.end()) {
+    HSDP_ASSIGN_OR_RETURN(UcpEndpoint ep, UcpEndpoint::connect(worker_.get(), address));
+    it = endpoints_.emplace(std::move(key), std::move(ep)).first;
+  }
+  return &it->second;
+}
+
+void Engine::start(std::shared_ptr<ActiveOp> op) {
+  if (!op->advance()) active_.push_back(std::move(op));
+}
+
+void Engine::forget(const ActiveOp* op) {
+  active_.erase(std::remove_if(active_.begin(), active_.end(),
+                               [op](const std::shared_ptr<ActiveOp>& a) { return a.get() == op; }),
+                active_.end());
+}
+
+bool Engine::progress() {
+  bool moved = false;
+  while (ucp_worker_progress(worker_.get()) != 0) moved = true;
+  for (size_t i = 0; i < active_.size();) {
+    if (active_[i]->advance()) {
+      active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(i));
+      moved = true;
+    } else {
+      ++i;
+    }
+  }
+  return moved;
+}
+
+void Engine::yield() { sched_yield(); }
+
+}  // namespace hsdp::ucx

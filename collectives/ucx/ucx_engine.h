@@ -1,0 +1,101 @@
+// The process's UCX engine: one UCP context and one worker shared by every UCX communicator of
+// the process, and the list of collectives in flight on it.
+//
+// Why one worker for all communicators: a worker is UCX's unit of progress, and ranks may wait
+// for their outstanding collectives in different orders, on different communicators (an inter
+// all-gather and a replica all-reduce, say). If each communicator had its own worker, a rank
+// blocked on one could starve a peer blocked on the other. With one worker, every wait() and
+// test() advances every collective in flight, so progress never depends on the order in which
+// handles are waited for. Communicators keep their messages apart by an id in the tag.
+//
+// Why our own context: Open MPI may use UCX itself (pml ucx) with its own context; two contexts
+// coexist in one process, and ours can be configured apart (HSDP_UCX_TLS, HSDP_UCX_NET_DEVICES)
+// without changing what MPI uses.
+//
+// Threading: the engine is driven by the one thread that runs hsdp's collectives (the same
+// thread that calls MPI, which is initialized FUNNELED); the worker is single-threaded.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/ucx/ucx_resources.h"
+#include "hsdp/status.h"
+
+namespace hsdp::ucx {
+
+// Something the engine advances on every progress round until it reports completion.
+class ActiveOp {
+ public:
+  virtual ~ActiveOp() = default;
+  // Moves the operation forward without blocking; true once it has finished (ok or not).
+  virtual bool advance() = 0;
+};
+
+class Engine {
+ public:
+  // The process's engine, created on first use (reading HSDP_UCX_TLS, HSDP_UCX_NET_DEVICES) and
+  // destroyed when the last communicator holding it goes.
+  static StatusOr<std::shared_ptr<Engine>> acquire();
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  ucp_context_h context() const { return context_.get(); }
+  ucp_worker_h worker() const { return worker_.get(); }
+  const std::vector<uint8_t>& address() const { return address_; }
+  const ContextSettings& settings() const { return settings_; }
+
+  // The endpoint to the worker whose packed address is [address, address+length), created on
+  // first use and shared by every communicator that reaches that worker: a process keeps one
+  // connection per peer process however many communicators it builds, and endpoints close once,
+  // when the engine goes (ucx_resources.h says how).
+  StatusOr<const UcpEndpoint*> endpointTo(const uint8_t* address, size_t length);
+
+  // Communicator ids: members agree on an id no member has used yet (the largest of their next
+  // free ids), so that ids are unique on every process a communicator spans.
+  uint32_t nextCommId() const { return next_comm_id_; }
+  void takeCommId(uint32_t id) { next_comm_id_ = id + 1; }
+
+  // Takes `op` into the set advanced by progress(), advancing it once right away (which posts
+  // its first messages). An op that finishes at once is not kept.
+  void start(std::shared_ptr<ActiveOp> op);
+  // Drops `op` without finishing it (its communicator is going away).
+  void forget(const ActiveOp* op);
+  // One round: progresses the worker, then advances every op in flight, oldest first.
+  // Returns whether anything happened.
+  bool progress();
+  // progress() until done(); after a run of idle rounds it yields the CPU, which matters when
+  // ranks outnumber cores (tests run 8 ranks on 2 cores).
+  template <typename Done>
+  void progressUntil(Done done) {
+    int idle = 0;
+    while (!done()) {
+      if (progress()) {
+        idle = 0;
+      } else if (++idle >= kSpinsBeforeYield) {
+        yield();
+        idle = 0;
+      }
+    }
+  }
+  size_t inFlight() const { return active_.size(); }
+
+ private:
+  static constexpr int kSpinsBeforeYield = 64;
+  Engine() = default;
+  static void yield();
+
+  ContextSettings settings_;
+  // Declaration order is teardown order reversed: the worker goes before the context.
+  UcpContext context_;
+  UcpWorker worker_;
+  std::map<std::string, UcpEndpoint> endpoints_;  // by peer worker address; closed before worker_
+  std::vector<uint8_t> address_;
+  std::vector<std::shared_ptr<ActiveOp>> active_;
+  uint32_t next_comm_id_ = 0;
+};
+
+}  // namespace hsdp::ucx
