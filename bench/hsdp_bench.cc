@@ -7,9 +7,11 @@
 // all-reduce: the buffer); time is the median over iterations of the slowest rank; algbw =
 // size / time; busbw = algbw * (n-1)/n for all-gather and reduce-scatter, 2(n-1)/n for
 // all-reduce (docs/collectives.md).
+#include <dirent.h>
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <fstream>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -127,6 +129,24 @@ struct Bench {
   }
 };
 
+// Bytes this network namespace has sent on every interface but loopback. On the emulated
+// cluster each node is its own namespace, so the sum over nodes is the traffic that crossed
+// between nodes (plus TCP/IP headers); on one machine it is whatever the host sends meanwhile.
+uint64_t txBytes() {
+  uint64_t total = 0;
+  DIR* d = opendir("/sys/class/net");
+  if (d == nullptr) return 0;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name == "." || name == ".." || name == "lo") continue;
+    std::ifstream f("/sys/class/net/" + name + "/statistics/tx_bytes");
+    uint64_t v = 0;
+    if (f >> v) total += v;
+  }
+  closedir(d);
+  return total;
+}
+
 int fail(int rank, const std::string& msg) {
   std::fprintf(stderr, "hsdp-bench [rank %d]: error: %s\n", rank, msg.c_str());
   return 2;
@@ -183,10 +203,10 @@ int benchMain(const Options& o, hsdp::Comm& world) {
     for (int q = 0; q < n; ++q)
       std::printf("#  rank %2d  node %d (%s)\n", q, layout->node_of_rank[q],
                   layout->node_names[layout->node_of_rank[q]].c_str());
-    std::printf("#\n# %10s %12s %6s %6s %5s %11s %8s %8s %7s\n", "size", "count", "type",
-                "redop", "algo", "time", "algbw", "busbw", "#wrong");
-    std::printf("# %10s %12s %6s %6s %5s %11s %8s %8s %7s\n", "(B)", "(elements)", "", "", "",
-                "(us)", "(GB/s)", "(GB/s)", "");
+    std::printf("#\n# %10s %12s %6s %6s %5s %11s %8s %8s %7s %9s %9s\n", "size", "count",
+                "type", "redop", "algo", "time", "algbw", "busbw", "#wrong", "xnode", "xnode_min");
+    std::printf("# %10s %12s %6s %6s %5s %11s %8s %8s %7s %9s %9s\n", "(B)", "(elements)", "", "",
+                "", "(us)", "(GB/s)", "(GB/s)", "", "(MB/op)", "(MB/op)");
   }
   std::string json = "[";
   for (double bytes = double(*lo); bytes <= double(*hi) * 1.0001; bytes *= o.factor) {
@@ -195,6 +215,9 @@ int benchMain(const Options& o, hsdp::Comm& world) {
     for (const std::string& algo : algos) {
       std::vector<double> times;
       hsdp::Status st;
+      const bool leader = layout->local_rank_of_rank[rank] == 0;
+      MPI_Barrier(raw);
+      const uint64_t tx0 = leader ? txBytes() : 0;
       for (int it = 0; it < o.warmup + o.iters && st.ok(); ++it) {
         MPI_Barrier(raw);
         double t0 = MPI_Wtime();
@@ -207,6 +230,13 @@ int benchMain(const Options& o, hsdp::Comm& world) {
         if (rank == 0) std::printf("# %s: %s\n", algo.c_str(), st.message().c_str());
         continue;
       }
+      MPI_Barrier(raw);
+      double tx = leader ? double(txBytes() - tx0) / (o.warmup + o.iters) : 0, tx_all = 0;
+      MPI_Allreduce(&tx, &tx_all, 1, MPI_DOUBLE, MPI_SUM, raw);
+      // Least traffic between N nodes: every node must receive the (N-1)/N of the result it
+      // does not hold (all-gather, reduce-scatter), twice over for all-reduce.
+      const double N = layout->num_nodes;
+      const double tx_min = (o.op == "allreduce" ? 2.0 : 1.0) * (N - 1) * count * es;
       long bad = o.check ? b.wrong(o.op, algo, count) : 0, total_bad = 0;
       MPI_Allreduce(&bad, &total_bad, 1, MPI_LONG, MPI_SUM, raw);
       std::sort(times.begin(), times.end());
@@ -219,11 +249,12 @@ int benchMain(const Options& o, hsdp::Comm& world) {
           json += hsdp::strCat(json.size() > 1 ? "," : "", "{\"op\":\"", o.op, "\",\"algo\":\"",
                                algo, "\",\"size\":", size, ",\"count\":", count, ",\"type\":\"",
                                o.dtype, "\",\"time_us\":", t * 1e6, ",\"algbw\":", algbw,
-                               ",\"busbw\":", algbw * bus, ",\"wrong\":", total_bad, "}");
+                               ",\"busbw\":", algbw * bus, ",\"wrong\":", total_bad,
+                               ",\"xnode_bytes\":", tx_all, ",\"xnode_min_bytes\":", tx_min, "}");
         } else {
-          std::printf("  %10zu %12zu %6s %6s %5s %11.1f %8.3f %8.3f %7ld\n", size, count,
-                      o.dtype.c_str(), o.op == "allgather" ? "none" : "sum", algo.c_str(), t * 1e6,
-                      algbw, algbw * bus, total_bad);
+          std::printf("  %10zu %12zu %6s %6s %5s %11.1f %8.3f %8.3f %7ld %9.2f %9.2f\n", size,
+                      count, o.dtype.c_str(), o.op == "allgather" ? "none" : "sum", algo.c_str(),
+                      t * 1e6, algbw, algbw * bus, total_bad, tx_all / 1e6, tx_min / 1e6);
         }
       }
     }
