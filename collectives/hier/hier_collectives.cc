@@ -271,78 +271,84 @@ class PipelinedReduceScatter final : public ScheduleWork {
   size_t next_intra_ = 0, next_inter_ = 0, done_chunks_ = 0;
 };
 
-// Unpipelined two-phase schedules (one chunk, one wire type): the gather lands in place with no
-// staging; the reduction stages only the intra phase's J-shard result.
-class TwoPhaseAllGather final : public ScheduleWork {
+// A schedule of phases that run one after another, each one sub-operation (the unpipelined
+// two-phase forms and the all-reduce). A phase is issued only in this object's turn (start
+// order), and the work completes when the last phase has.
+class PhasedSchedule : public ScheduleWork {
+ public:
+  PhasedSchedule(HierarchicalCollectives& h, HostBuffer* slot, int phases)
+      : ScheduleWork(h, slot), phases_(phases) {}
+
+ protected:
+  // Starts phase `p` (0-based).
+  virtual StatusOr<WorkHandle> issue(int p) = 0;
+  // Runs after the last phase completed (e.g. copies a staged result out).
+  virtual void finishPhases() {}
+
+ private:
+  StatusOr<bool> step() final {
+    if (work_) {
+      HSDP_ASSIGN_OR_RETURN(bool ok, finished(work_));
+      if (!ok) return false;
+      ++phase_;
+    }
+    if (phase_ == phases_) {
+      finishPhases();
+      complete(Status());
+      return true;
+    }
+    if (!h_.mayIssue(this)) return false;
+    HSDP_ASSIGN_OR_RETURN(work_, issue(phase_));
+    if (phase_ == phases_ - 1) h_.doneIssuing(this);
+    return true;
+  }
+
+  int phases_;
+  int phase_ = 0;
+  WorkHandle work_;
+};
+
+// Unpipelined two-phase all-gather (one chunk, one wire type): lands in place, no staging.
+class TwoPhaseAllGather final : public PhasedSchedule {
  public:
   TwoPhaseAllGather(HierarchicalCollectives& h, const void* shard, void* full, size_t count,
                     DType dtype)
-      : ScheduleWork(h, nullptr), shard_(shard), full_(static_cast<char*>(full)), count_(count),
-        dtype_(dtype) {
-    block_ = full_ + static_cast<size_t>(h.intra_.rank()) * h.inter_.size() * count * dtypeSize(dtype);
+      : PhasedSchedule(h, nullptr, 2), shard_(shard), full_(full), count_(count), dtype_(dtype) {
+    block_ = static_cast<char*>(full) +
+             static_cast<size_t>(h.intra_.rank()) * h.inter_.size() * count * dtypeSize(dtype);
     advance();
   }
   ~TwoPhaseAllGather() override { waitForDestruction(); }
 
  private:
-  StatusOr<bool> step() override {
-    if (work_) {
-      HSDP_ASSIGN_OR_RETURN(bool ok, finished(work_));
-      if (!ok) return false;
-      ++phase_;
-    }
-    if (phase_ == 2) {
-      complete(Status());
-      return true;
-    }
-    if (!h_.mayIssue(this)) return false;
-    if (phase_ == 0) {
-      HSDP_ASSIGN_OR_RETURN(work_, h_.inter_.iallGather(shard_, block_, count_, dtype_));
-    } else {
-      HSDP_ASSIGN_OR_RETURN(work_, h_.intra_.iallGather(block_, full_, h_.inter_.size() * count_, dtype_));
-      h_.doneIssuing(this);
-    }
-    return true;
+  StatusOr<WorkHandle> issue(int p) override {
+    if (p == 0) return h_.inter_.iallGather(shard_, block_, count_, dtype_);
+    return h_.intra_.iallGather(block_, full_, h_.inter_.size() * count_, dtype_);
   }
 
   const void* shard_;
-  char* full_;
+  void* full_;
   char* block_;
   size_t count_;
   DType dtype_;
-  int phase_ = 0;
-  WorkHandle work_;
 };
 
-class TwoPhaseReduceScatter final : public ScheduleWork {
+// Unpipelined two-phase reduce-scatter: stages only the intra phase's J-shard result.
+class TwoPhaseReduceScatter final : public PhasedSchedule {
  public:
   TwoPhaseReduceScatter(HierarchicalCollectives& h, HostBuffer* slot, const void* full,
                         void* shard, size_t count, DType dtype, RedOp op)
-      : ScheduleWork(h, slot), full_(full), shard_(shard), count_(count), dtype_(dtype), op_(op) {
+      : PhasedSchedule(h, slot, 2), full_(full), shard_(shard), count_(count), dtype_(dtype),
+        op_(op) {
     advance();
   }
   ~TwoPhaseReduceScatter() override { waitForDestruction(); }
 
  private:
-  StatusOr<bool> step() override {
-    if (work_) {
-      HSDP_ASSIGN_OR_RETURN(bool ok, finished(work_));
-      if (!ok) return false;
-      ++phase_;
-    }
-    if (phase_ == 2) {
-      complete(Status());
-      return true;
-    }
-    if (!h_.mayIssue(this)) return false;
-    if (phase_ == 0) {
-      HSDP_ASSIGN_OR_RETURN(work_, h_.intra_.ireduceScatter(full_, slot_->data(),
-                                                            h_.inter_.size() * count_, dtype_, op_));
-    } else {
-      HSDP_ASSIGN_OR_RETURN(work_, h_.inter_.ireduceScatter(slot_->data(), shard_, count_, dtype_, op_));
-      h_.doneIssuing(this);
-    }
-    return true;
+  StatusOr<WorkHandle> issue(int p) override {
+    if (p == 0)
+      return h_.intra_.ireduceScatter(full_, slot_->data(), h_.inter_.size() * count_, dtype_, op_);
+    return h_.inter_.ireduceScatter(slot_->data(), shard_, count_, dtype_, op_);
   }
 
   const void* full_;
@@ -350,17 +356,15 @@ class TwoPhaseReduceScatter final : public ScheduleWork {
   size_t count_;
   DType dtype_;
   RedOp op_;
-  int phase_ = 0;
-  WorkHandle work_;
 };
 
 // all-reduce: copy into a buffer padded to I*m, intra reduce-scatter (m each), inter all-reduce
-// of the m-element piece, intra all-gather, copy back. Three sequential phases.
-class HierAllReduce final : public ScheduleWork {
+// of the m-element piece, intra all-gather, copy back.
+class HierAllReduce final : public PhasedSchedule {
  public:
   HierAllReduce(HierarchicalCollectives& h, HostBuffer* slot, void* buf, size_t count,
                 DType dtype, RedOp op)
-      : ScheduleWork(h, slot), buf_(buf), count_(count), dtype_(dtype), op_(op) {
+      : PhasedSchedule(h, slot, 3), buf_(buf), count_(count), dtype_(dtype), op_(op) {
     const size_t I = h.intra_.size(), es = dtypeSize(dtype);
     m_ = (count + I - 1) / I;
     padded_ = slot->as<char>();
@@ -372,31 +376,15 @@ class HierAllReduce final : public ScheduleWork {
   ~HierAllReduce() override { waitForDestruction(); }
 
  private:
-  StatusOr<bool> step() override {
-    if (work_) {
-      HSDP_ASSIGN_OR_RETURN(bool ok, finished(work_));
-      if (!ok) return false;
-      ++phase_;
-    }
-    if (phase_ == 3) {
-      std::memcpy(buf_, padded_, count_ * dtypeSize(dtype_));
-      complete(Status());
-      return true;
-    }
-    if (!h_.mayIssue(this)) return false;
+  StatusOr<WorkHandle> issue(int p) override {
     const size_t es = dtypeSize(dtype_);
-    if (phase_ == 0) {
-      HSDP_ASSIGN_OR_RETURN(work_, h_.intra_.ireduceScatter(padded_, piece_, m_, dtype_, op_));
-    } else if (phase_ == 1) {
-      HSDP_ASSIGN_OR_RETURN(work_, h_.inter_.iallReduce(piece_, m_, dtype_, op_));
-    } else {
-      char* mine = padded_ + h_.intra_.rank() * m_ * es;
-      std::memcpy(mine, piece_, m_ * es);
-      HSDP_ASSIGN_OR_RETURN(work_, h_.intra_.iallGather(mine, padded_, m_, dtype_));
-      h_.doneIssuing(this);
-    }
-    return true;
+    if (p == 0) return h_.intra_.ireduceScatter(padded_, piece_, m_, dtype_, op_);
+    if (p == 1) return h_.inter_.iallReduce(piece_, m_, dtype_, op_);
+    char* mine = padded_ + h_.intra_.rank() * m_ * es;
+    std::memcpy(mine, piece_, m_ * es);
+    return h_.intra_.iallGather(mine, padded_, m_, dtype_);
   }
+  void finishPhases() override { std::memcpy(buf_, padded_, count_ * dtypeSize(dtype_)); }
 
   void* buf_;
   size_t count_;
@@ -405,8 +393,6 @@ class HierAllReduce final : public ScheduleWork {
   size_t m_ = 0;
   char* padded_;
   char* piece_;
-  int phase_ = 0;
-  WorkHandle work_;
 };
 
 HierarchicalCollectives::HierarchicalCollectives(Comm& intra, Comm& inter, HierOptions options)

@@ -67,6 +67,7 @@ class HierarchicalCollectives {
   friend class PipelinedAllGather;
   friend class PipelinedReduceScatter;
   friend class HierAllReduce;
+  friend class PhasedSchedule;
   friend class TwoPhaseAllGather;
   friend class TwoPhaseReduceScatter;
 
