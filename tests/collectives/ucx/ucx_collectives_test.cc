@@ -16,6 +16,7 @@
 
 #include "collectives/mpi/mpi_comm.h"
 #include "collectives/ucx/ucx_comm.h"
+#include "hsdp/hier_collectives.h"
 #include "hsdp/mesh.h"
 #include "hsdp/transport_select.h"
 #include "tests/common/mpi_test_main.h"
@@ -400,6 +401,40 @@ TEST(UcxCollectives, OutstandingHandlesOnTwoCommunicatorsCompleteInAnyOrder) {
   }
 }
 
+// The hierarchical schedules with the inter level on UCX and the intra level on MPI (the
+// configuration HSDP_TRANSPORT_INTER=ucx gives the engine), unpipelined and pipelined, equal the
+// flat collective over the shard group (MPI's own). The pipelined schedules poll their UCX
+// sub-operations with test(), which must progress them.
+TEST(UcxCollectives, HierarchicalWithUcxInterLevelMatchesFlatMpi) {
+  for (auto& mesh : fixture().meshes) {
+    Comm* inter = nullptr;
+    for (auto& p : fixture().pairs)
+      if (p.mpi == &mesh->interShard()) inter = p.ucx.get();
+    ASSERT_NE(inter, nullptr);
+    Comm& group = mesh->shardGroup();
+    const int S = group.size();
+    for (int chunks : {1, 3}) {
+      HierarchicalCollectives hier(mesh->intraShard(), *inter, HierOptions{chunks});
+      ASSERT_EQ(hier.shardIndex(), group.rank());
+      for (size_t count : kCounts) {
+        SCOPED_TRACE(strCat(mesh->describe(), " chunks=", chunks, " count=", count));
+        ASSERT_OK(hier.reserve(count, DType::kFloat32));
+        std::vector<float> shard = randomValues(world().rank(), count);
+        std::vector<float> full(S * count), want(S * count);
+        ASSERT_OK(hier.allGather(shard.data(), full.data(), count, DType::kFloat32));
+        MPI_Allgather(shard.data(), int(count), MPI_FLOAT, want.data(), int(count), MPI_FLOAT,
+                      raw(group));
+        EXPECT_EQ(full, want);
+        std::vector<float> in = exactValues(world().rank(), S * count), out(count), ref(count);
+        ASSERT_OK(hier.reduceScatter(in.data(), out.data(), count, DType::kFloat32, RedOp::kSum));
+        MPI_Reduce_scatter_block(in.data(), ref.data(), int(count), MPI_FLOAT, MPI_SUM,
+                                 raw(group));
+        EXPECT_EQ(out, ref);
+      }
+    }
+  }
+}
+
 // ---- communicators, scratch, registration, selection -------------------------------------------
 
 TEST(UcxComm, SplitBuildsUcxCommunicatorsInTheBootstrapsOrder) {
@@ -470,6 +505,25 @@ TEST(UcxComm, TransportSelectionPerLevel) {
         << bad.status().message();
     unsetenv(var);
   }
+}
+
+// Ranks that disagree on a count get an error naming the sizes rather than corrupted data. With
+// two ranks both fail in the same step, so neither waits for the other.
+TEST(UcxComm, MismatchedCountsAreReported) {
+  if (world().size() != 2) GTEST_SKIP() << "needs exactly two ranks";
+  auto c = ucx::createUcxComm(world());
+  ASSERT_TRUE(c.ok()) << c.status().toString();
+  const size_t count = world().rank() == 0 ? 2 : 1;
+  std::vector<float> mine(count, 1.0f), out(2 * count);
+  Status s = (*c)->allGather(mine.data(), out.data(), count, DType::kFloat32);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("ranks started different collectives or counts"), std::string::npos)
+      << s.toString();
+  // Rank 0 receives 4 bytes where it expects 8; rank 1's 4-byte buffer is too small for 8.
+  const char* want = world().rank() == 0 ? "has 4 bytes, expected 8" : "Message truncated";
+  EXPECT_NE(s.message().find(want), std::string::npos) << s.toString();
+  // Every message was consumed: the communicator keeps working.
+  EXPECT_OK((*c)->barrier());
 }
 
 TEST(UcxComm, OptionsFromEnvironment) {
