@@ -29,6 +29,8 @@ struct Options {
   bool inter_shard_given = false;
   int steps = 10;
   int batch = 48;
+  int accum = 1;
+  float clip_norm = 0.0f;
   bool check = false;
   float lr = 1e-3f;
   float weight_decay = 0.01f;
@@ -77,13 +79,16 @@ struct Run {
   const Options& opt;
 };
 
-// One training step on this rank's slice of the global batch; returns the local loss.
-hsdp::StatusOr<float> trainStep(Run& run, int64_t step) {
+// One micro-step: forward and backward of this rank's slice of micro-batch `micro`; the
+// gradients add into the engine's buffers, and only the last micro-step reduces them.
+hsdp::StatusOr<float> microStep(Run& run, int64_t step, int micro, bool last) {
   hsdp::ShardedModel& model = run.model;
   const mlp::Spec& spec = run.spec;
   const int L = spec.layers();
-  const int per_rank = run.opt.batch / run.world.size();
-  mlp::Batch batch = mlp::makeBatch(spec, step, run.world.rank() * per_rank, per_rank);
+  const int micro_batch = run.opt.batch / run.opt.accum;
+  const int per_rank = micro_batch / run.world.size();
+  mlp::Batch batch = mlp::makeBatch(spec, step, micro * micro_batch + run.world.rank() * per_rank,
+                                    per_rank);
 
   // Forward: unit l+1's all-gather is in flight while unit l computes (explicit prefetch).
   std::vector<mlp::Matrix> acts(L + 1);
@@ -101,6 +106,7 @@ hsdp::StatusOr<float> trainStep(Run& run, int64_t step) {
   }
   mlp::Matrix dz;
   const float loss = mlp::crossEntropy(acts[L], batch.labels, &dz);
+  dz /= static_cast<float>(run.opt.accum);  // the step's gradient is the mean over micro-steps
   // Backward: unit l-1's gather is prefetched; unit l's gradient reduction runs in the
   // background while earlier units compute, and step() waits for what is left.
   HSDP_RETURN_IF_ERROR(model.unshard(L - 1));
@@ -113,11 +119,21 @@ hsdp::StatusOr<float> trainStep(Run& run, int64_t step) {
     mlp::Matrix dx;
     mlp::linearBackward(w.data, spec.dims[l + 1], spec.dims[l], acts[l], dz, dw.data, db.data,
                         l > 0 ? &dx : nullptr);
-    HSDP_RETURN_IF_ERROR(model.reduceGrad(l));
+    if (last) HSDP_RETURN_IF_ERROR(model.reduceGrad(l));
     HSDP_RETURN_IF_ERROR(model.reshard(l));
     if (l > 0) dz = (dx.array() * (1.0f - acts[l].array().square())).matrix();
   }
-  HSDP_RETURN_IF_ERROR(model.step());
+  return loss;
+}
+
+// One optimizer step: `accum` micro-steps, then the step on the shards; returns the mean loss.
+hsdp::StatusOr<float> trainStep(Run& run, int64_t step) {
+  float loss = 0;
+  for (int k = 0; k < run.opt.accum; ++k) {
+    HSDP_ASSIGN_OR_RETURN(float l, microStep(run, step, k, k + 1 == run.opt.accum));
+    loss += l / run.opt.accum;
+  }
+  HSDP_RETURN_IF_ERROR(run.model.step());
   return loss;
 }
 
@@ -162,6 +178,12 @@ hsdp::Status setUp(const Options& opt, hsdp::Comm& world, mlp::Spec* spec,
   if (opt.batch <= 0 || opt.batch % world.size() != 0)
     return hsdp::invalidArgument("--batch ", opt.batch, " must be a positive multiple of the ",
                                  world.size(), " ranks (each rank trains on an equal slice)");
+  if (opt.accum <= 0 || opt.batch % (opt.accum * world.size()) != 0)
+    return hsdp::invalidArgument("--accum ", opt.accum, " must be positive and --batch ", opt.batch,
+                                 " a multiple of accum x ranks = ", opt.accum * world.size());
+  if (!(opt.clip_norm >= 0))
+    return hsdp::invalidArgument("--clip-norm ", opt.clip_norm, " must be >= 0");
+  cfg->clip_norm = opt.clip_norm;
   if (opt.intra_shard_given && opt.intra_shard <= 0)
     return hsdp::invalidArgument("--intra-shard ", opt.intra_shard, " must be positive");
   if (opt.inter_shard_given && opt.inter_shard <= 0)
@@ -221,8 +243,8 @@ int runMain(const Options& opt, hsdp::Comm& world) {
                 hsdp::shardModeName(cfg.mode), hsdp::optimizerName(cfg.adam.kind), cfg.adam.lr,
                 cfg.adam.weight_decay, spec.paramCount(), spec.layers(), opt.dims.c_str(),
                 opt.batch, opt.batch / world.size());
-    std::printf("\n%6s %10s %10s %12s %14s\n", "step", "loss", "time_ms", "samples/s",
-                "exposed_comm_ms");
+    std::printf("\n%6s %10s %10s %10s %12s %14s\n", "step", "loss", "grad_norm", "time_ms",
+                "samples/s", "exposed_comm_ms");
     std::fflush(stdout);
   }
 
@@ -249,8 +271,8 @@ int runMain(const Options& opt, hsdp::Comm& world) {
         max_ms = std::max<double>(max_ms, all[3 * q + 1]);
         max_exposed = std::max<double>(max_exposed, all[3 * q + 2]);
       }
-      std::printf("%6d %10.5f %10.2f %12.0f %14.2f\n", step + 1, mean_loss, max_ms,
-                  opt.batch / (max_ms / 1e3), max_exposed);
+      std::printf("%6d %10.5f %10.4f %10.2f %12.0f %14.2f\n", step + 1, mean_loss,
+                  model.lastGradNorm(), max_ms, opt.batch / (max_ms / 1e3), max_exposed);
       std::fflush(stdout);
     }
   }
@@ -266,7 +288,8 @@ int runMain(const Options& opt, hsdp::Comm& world) {
     }
   float verdict[2] = {0, 0};  // {max_rel_err, pass}
   if (rank == 0) {
-    mlp::ReferenceResult ref = mlp::trainReference(spec, cfg.adam, opt.steps, opt.batch);
+    mlp::ReferenceResult ref =
+        mlp::trainReference(spec, cfg.adam, opt.steps, opt.batch, opt.clip_norm);
     const double err = mlp::maxRelativeError(mine, ref.params);
     verdict[0] = static_cast<float>(err);
     verdict[1] = err <= opt.tolerance ? 1.0f : 0.0f;
@@ -297,8 +320,8 @@ int main(int argc, char** argv) {
 
   Options opt;
   CLI::App app{"hsdp example: hybrid-sharded MLP training checked against an Eigen reference"};
-  app.add_option("--mode", opt.mode, "Sharding mode: none | zero3")
-      ->check(CLI::IsMember({"none", "zero3"}));
+  app.add_option("--mode", opt.mode, "Sharding mode: none | zero1 | zero2 | zero3")
+      ->check(CLI::IsMember({"none", "zero1", "zero2", "zero3"}));
   app.add_option("--intra-shard", opt.intra_shard,
                  "Ranks per node that shard each unit (divides ranks per node; default: all, "
                  "or 1 in mode none)");
@@ -306,6 +329,9 @@ int main(int argc, char** argv) {
                  "Nodes that shard each unit (divides the node count; default 1)");
   app.add_option("--steps", opt.steps, "Training steps");
   app.add_option("--batch", opt.batch, "Global batch size (a multiple of the world size)");
+  app.add_option("--accum", opt.accum,
+                 "Micro-steps per optimizer step (gradient accumulation; batch / accum per step)");
+  app.add_option("--clip-norm", opt.clip_norm, "Clip the global gradient norm (0: off)");
   app.add_flag("--check", opt.check, "Train the Eigen reference and compare parameters");
   app.add_option("--lr", opt.lr, "Learning rate");
   app.add_option("--weight-decay", opt.weight_decay, "Weight decay");

@@ -20,8 +20,10 @@ Status BufferPool::init(size_t block_bytes, int initial_blocks) {
 
 StatusOr<void*> BufferPool::acquire(bool zero) {
   if (free_.empty()) {
-    HSDP_WARN(kShard, "buffer pool grows to ", blocks_.size() + 1, " blocks of ", block_bytes_,
-              " bytes on the hot path");
+    // Once per new peak of blocks alive at once (e.g. gradients still being reduced while
+    // backward goes on, or accumulation holding every unit's gradient); reused from then on.
+    HSDP_INFO(kShard, "buffer pool grows to ", blocks_.size() + 1, " blocks of ", block_bytes_,
+              " bytes");
     HSDP_ASSIGN_OR_RETURN(HostBuffer b, HostBuffer::allocate(block_bytes_));
     free_.push_back(b.data());
     blocks_.push_back(std::move(b));

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -21,7 +22,10 @@ struct Unit {
   std::string name;
   FlatLayout layout;
   // This rank's shard of the flat buffer: fp32 master parameters, gradient and Adam moments.
+  // zero1/zero2 keep the parameters whole instead (full_params; the master shard is its slice
+  // k), and zero1 keeps the whole gradient too (full_grad_buf).
   HostBuffer param_shard, grad_shard, exp_avg, exp_avg_sq;
+  HostBuffer full_params, full_grad_buf;
   float* gathered = nullptr;   // full parameters while unsharded (pool block, or the shard)
   float* full_grad = nullptr;  // full gradient while backward writes it (pool block, or shard)
   WorkHandle gather;           // the all-gather in flight between unshard() and its wait
@@ -66,6 +70,20 @@ struct ShardedModel::Impl {
   }
 
   Comm& dataParallel() const { return shards == 1 ? mesh->world() : mesh->replica(); }
+  // zero1/zero2 over a real shard group: parameters replicated, optimizer state sharded.
+  bool replicatedParams() const {
+    return shards > 1 && (cfg.mode == ShardMode::kZero1 || cfg.mode == ShardMode::kZero2);
+  }
+  // Full gradients come from the pool (and return to it after the reduce-scatter).
+  bool pooledGrads() const {
+    return shards > 1 && (cfg.mode == ShardMode::kZero2 || cfg.mode == ShardMode::kZero3);
+  }
+  float* master(Unit& u) const {
+    if (replicatedParams())
+      return u.full_params.as<float>() + mesh->coords().shard_rank * u.layout.shardNumel();
+    return u.param_shard.as<float>();
+  }
+  float last_grad_norm = 0;
 
   Status checkUnit(int u, const char* verb) const {
     if (!finalized) return failedPrecondition(verb, ": call finalize() first");
@@ -96,7 +114,7 @@ struct ShardedModel::Impl {
           HSDP_ASSIGN_OR_RETURN(bool done, p.scatter->test());
           if (!done) break;  // later ones start their all-reduce after this one: keep order
           p.scatter.reset();
-          HSDP_RETURN_IF_ERROR(pool.release(u.full_grad));
+          if (pooledGrads()) HSDP_RETURN_IF_ERROR(pool.release(u.full_grad));
         }
         u.full_grad = nullptr;
         p.scatter_done = true;
@@ -203,7 +221,15 @@ Status ShardedModel::finalize() {
   size_t max_shard = 0, max_padded = 0;
   for (Unit& u : m.units) {
     const size_t bytes = u.layout.shardNumel() * sizeof(float);
-    HSDP_ASSIGN_OR_RETURN(u.param_shard, HostBuffer::allocate(bytes));
+    const size_t full_bytes = u.layout.paddedNumel() * sizeof(float);
+    if (m.replicatedParams()) {
+      HSDP_ASSIGN_OR_RETURN(u.full_params, HostBuffer::allocate(full_bytes));
+      if (m.cfg.mode == ShardMode::kZero1) {
+        HSDP_ASSIGN_OR_RETURN(u.full_grad_buf, HostBuffer::allocate(full_bytes));
+      }
+    } else {
+      HSDP_ASSIGN_OR_RETURN(u.param_shard, HostBuffer::allocate(bytes));
+    }
     HSDP_ASSIGN_OR_RETURN(u.grad_shard, HostBuffer::allocate(bytes));
     HSDP_ASSIGN_OR_RETURN(u.exp_avg, HostBuffer::allocate(bytes));
     HSDP_ASSIGN_OR_RETURN(u.exp_avg_sq, HostBuffer::allocate(bytes));
@@ -211,9 +237,11 @@ Status ShardedModel::finalize() {
     max_padded = std::max(max_padded, u.layout.paddedNumel());
   }
   if (m.shards > 1) {
-    // Four blocks: in backward the current unit's parameters, the prefetched next unit's, the
-    // gradient being written and one still being reduce-scattered.
-    HSDP_RETURN_IF_ERROR(m.pool.init(max_padded * sizeof(float), 4));
+    // zero3: four blocks: in backward the current unit's parameters, the prefetched next unit's,
+    // the gradient being written and one still being reduce-scattered. zero2: the last two.
+    // zero1 holds whole gradients and needs none.
+    const int blocks = m.cfg.mode == ShardMode::kZero3 ? 4 : m.cfg.mode == ShardMode::kZero2 ? 2 : 0;
+    HSDP_RETURN_IF_ERROR(m.pool.init(max_padded * sizeof(float), blocks));
     if (m.hierarchical) {
       HSDP_RETURN_IF_ERROR(m.hier->reserve(max_shard, DType::kFloat32));
       HSDP_RETURN_IF_ERROR(m.hier_reduce->reserve(max_shard, DType::kFloat32));
@@ -243,6 +271,10 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
   if (numel != p.numel())
     return invalidArgument("setParameter('", u.name, ".", name, "'): ", numel,
                            " values for a parameter of ", p.numel());
+  if (impl_->replicatedParams()) {  // every rank holds the whole parameter
+    std::memcpy(u.full_params.as<float>() + u.layout.offset(i), full, numel * sizeof(float));
+    return okStatus();
+  }
   const int k = impl_->shards == 1 ? 0 : impl_->mesh->coords().shard_rank;
   auto [sb, se] = u.layout.shardRange(k);
   const size_t pb = u.layout.offset(i), pe = pb + p.numel();
@@ -259,6 +291,8 @@ Status ShardedModel::unshard(int unit) {
   HSDP_RETURN_IF_ERROR(m.pollReductions(/*block=*/false));
   if (m.shards == 1) {
     u.gathered = u.param_shard.as<float>();
+  } else if (m.replicatedParams()) {
+    u.gathered = u.full_params.as<float>();  // zero1/zero2: always whole, nothing to gather
   } else {
     HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/false));
     u.gathered = static_cast<float*>(block);
@@ -292,7 +326,7 @@ Status ShardedModel::reshard(int unit) {
     HSDP_RETURN_IF_ERROR(m.blockOn(*u.gather));
     u.gather.reset();
   }
-  if (m.shards > 1) HSDP_RETURN_IF_ERROR(m.pool.release(u.gathered));
+  if (m.shards > 1 && !m.replicatedParams()) HSDP_RETURN_IF_ERROR(m.pool.release(u.gathered));
   u.gathered = nullptr;
   u.unsharded = false;
   return okStatus();
@@ -323,6 +357,9 @@ StatusOr<ParamView> ShardedModel::grad(int unit, std::string_view name) {
     if (m.shards == 1) {
       u.full_grad = u.grad_shard.as<float>();
       std::memset(u.full_grad, 0, u.grad_shard.size());
+    } else if (!m.pooledGrads()) {  // zero1: the whole gradient lives on
+      u.full_grad = u.full_grad_buf.as<float>();
+      std::memset(u.full_grad, 0, u.full_grad_buf.size());
     } else {
       HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/true));
       u.full_grad = static_cast<float*>(block);
@@ -351,6 +388,8 @@ Status ShardedModel::reduceGrad(int unit) {
   return m.pollReductions(/*block=*/false);
 }
 
+float ShardedModel::lastGradNorm() const { return impl_->last_grad_norm; }
+
 double ShardedModel::takeExposedCommSeconds() {
   double s = impl_->exposed_seconds;
   impl_->exposed_seconds = 0;
@@ -366,10 +405,43 @@ Status ShardedModel::step() {
       return failedPrecondition("step: unit '", u.name, "' has no reduced gradient; call "
                                 "reduceGrad for every unit before step");
   ++m.step;
+  // Global-norm clipping: the squared norm of every shard, summed over the shard group (the
+  // replicas hold identical shards, so they are not added again).
+  double sumsq = 0;
   for (Unit& u : m.units) {
-    adamStep(m.cfg.adam, m.step, u.param_shard.as<float>(), u.grad_shard.as<float>(),
-             u.exp_avg.as<float>(), u.exp_avg_sq.as<float>(), u.layout.shardNumel());
+    const float* g = u.grad_shard.as<float>();
+    for (size_t i = 0; i < u.layout.shardNumel(); ++i) sumsq += double(g[i]) * g[i];
+  }
+  if (m.shards > 1) {
+    float partial = static_cast<float>(sumsq);
+    HSDP_RETURN_IF_ERROR(m.mesh->shardGroup().allReduce(&partial, 1, DType::kFloat32, RedOp::kSum));
+    sumsq = partial;
+  }
+  m.last_grad_norm = static_cast<float>(std::sqrt(sumsq));
+  if (m.cfg.clip_norm > 0) {
+    // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is < 1.
+    const float coef = m.cfg.clip_norm / (m.last_grad_norm + 1e-6f);
+    if (coef < 1.0f)
+      for (Unit& u : m.units) {
+        float* g = u.grad_shard.as<float>();
+        for (size_t i = 0; i < u.layout.shardNumel(); ++i) g[i] *= coef;
+      }
+  }
+  for (Unit& u : m.units) {
+    adamStep(m.cfg.adam, m.step, m.master(u), u.grad_shard.as<float>(), u.exp_avg.as<float>(),
+             u.exp_avg_sq.as<float>(), u.layout.shardNumel());
     u.grad_reduced = false;
+  }
+  if (m.replicatedParams()) {
+    // zero1/zero2: every rank stepped its slice of the whole parameters; gather them back, in
+    // place, all units in flight at once.
+    std::vector<WorkHandle> gathers;
+    for (Unit& u : m.units) {
+      HSDP_ASSIGN_OR_RETURN(WorkHandle w, m.gather(m.master(u), u.full_params.as<float>(),
+                                                   u.layout.shardNumel()));
+      gathers.push_back(std::move(w));
+    }
+    for (WorkHandle& w : gathers) HSDP_RETURN_IF_ERROR(m.blockOn(*w));
   }
   return okStatus();
 }
@@ -379,8 +451,9 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
   HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "gatherFullParameters"));
   Unit& u = m.units[unit];
   out->resize(u.layout.numel());
-  if (m.shards == 1) {
-    std::memcpy(out->data(), u.param_shard.data(), u.layout.numel() * sizeof(float));
+  if (m.shards == 1 || m.replicatedParams()) {
+    const void* src = m.shards == 1 ? u.param_shard.data() : u.full_params.data();
+    std::memcpy(out->data(), src, u.layout.numel() * sizeof(float));
     return okStatus();
   }
   HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/false));
@@ -395,8 +468,8 @@ MemoryReport ShardedModel::memoryReport() const {
   const Impl& m = *impl_;
   MemoryReport r;
   for (const Unit& u : m.units) {
-    r.param_bytes += u.param_shard.size();
-    r.grad_bytes += u.grad_shard.size();
+    r.param_bytes += u.param_shard.size() + u.full_params.size();
+    r.grad_bytes += u.grad_shard.size() + u.full_grad_buf.size();
     r.optim_bytes += u.exp_avg.size() + u.exp_avg_sq.size();
   }
   r.gathered_peak_bytes = m.pool.peakBytes();

@@ -68,8 +68,8 @@ void linearBackward(const float* W, int out, int in, const Matrix& x, const Matr
                     float* db, Matrix* dx) {
   Eigen::Map<Matrix> dw(dW, out, in);
   Eigen::Map<Eigen::VectorXf> dbias(db, out);
-  dw.noalias() = dy * x.transpose();
-  dbias = dy.rowwise().sum();
+  dw.noalias() += dy * x.transpose();  // accumulates: gradient buffers start at zero
+  dbias += dy.rowwise().sum();
   if (dx != nullptr) {
     Eigen::Map<const Matrix> w(W, out, in);
     *dx = w.transpose() * dy;

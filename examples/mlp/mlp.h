@@ -33,7 +33,8 @@ void initLayer(const Spec& spec, int l, std::vector<float>* weight, std::vector<
 
 // y = W x + b
 void linearForward(const float* W, const float* b, int out, int in, const Matrix& x, Matrix* y);
-// Given dy = dL/dy: dW = dy x^T, db = row sums of dy, dx = W^T dy (dx may be null).
+// Given dy = dL/dy: dW += dy x^T, db += row sums of dy (added, so micro-batches accumulate
+// into a zeroed buffer), dx = W^T dy (dx may be null).
 void linearBackward(const float* W, int out, int in, const Matrix& x, const Matrix& dy, float* dW,
                     float* db, Matrix* dx);
 

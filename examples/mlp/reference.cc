@@ -28,7 +28,7 @@ struct EigenAdam {
 }  // namespace
 
 ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, int steps,
-                               int global_batch) {
+                               int global_batch, float clip_norm) {
   const int L = spec.layers();
   ReferenceResult r;
   r.params.resize(L);
@@ -52,15 +52,26 @@ ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, i
     }
     Matrix dz;
     r.losses.push_back(crossEntropy(acts[L], batch.labels, &dz));
+    std::vector<std::vector<float>> grads(L);
     for (int l = L - 1; l >= 0; --l) {
       const int in = spec.dims[l], out = spec.dims[l + 1];
-      std::vector<float> grad(r.params[l].size());
+      grads[l].assign(r.params[l].size(), 0.0f);
       Matrix dx;
-      linearBackward(r.params[l].data(), out, in, acts[l], dz, grad.data(),
-                     grad.data() + static_cast<size_t>(out) * in, l > 0 ? &dx : nullptr);
-      Eigen::Map<Eigen::ArrayXf> p(r.params[l].data(), r.params[l].size());
-      opt[l].step(p, Eigen::Map<Eigen::ArrayXf>(grad.data(), grad.size()), step + 1);
+      linearBackward(r.params[l].data(), out, in, acts[l], dz, grads[l].data(),
+                     grads[l].data() + static_cast<size_t>(out) * in, l > 0 ? &dx : nullptr);
       if (l > 0) dz = (dx.array() * (1.0f - acts[l].array().square())).matrix();
+    }
+    if (clip_norm > 0) {
+      double sumsq = 0;
+      for (const auto& g : grads)
+        sumsq += Eigen::Map<const Eigen::ArrayXf>(g.data(), g.size()).cast<double>().square().sum();
+      const float coef = clip_norm / (static_cast<float>(std::sqrt(sumsq)) + 1e-6f);
+      if (coef < 1.0f)
+        for (auto& g : grads) Eigen::Map<Eigen::ArrayXf>(g.data(), g.size()) *= coef;
+    }
+    for (int l = 0; l < L; ++l) {
+      Eigen::Map<Eigen::ArrayXf> p(r.params[l].data(), r.params[l].size());
+      opt[l].step(p, Eigen::Map<Eigen::ArrayXf>(grads[l].data(), grads[l].size()), step + 1);
     }
   }
   return r;

@@ -17,8 +17,9 @@ struct ReferenceResult {
   std::vector<float> losses;  // loss of each step, before its update
 };
 
+// clip_norm > 0 clips the global gradient norm as torch.nn.utils.clip_grad_norm_ does.
 ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, int steps,
-                               int global_batch);
+                               int global_batch, float clip_norm = 0.0f);
 
 // max over layers of max|a - b| / max|b|: the error relative to each tensor's scale.
 double maxRelativeError(const std::vector<std::vector<float>>& a,

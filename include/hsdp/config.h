@@ -10,15 +10,20 @@ namespace hsdp {
 
 enum class ShardMode {
   kNone,   // plain data parallel: parameters, gradients, optimizer state replicated
+  kZero1,  // optimizer state sharded; parameters and full gradients replicated
+  kZero2,  // optimizer state and gradients sharded; parameters replicated
   kZero3,  // parameters, gradients, optimizer state sharded over the shard group
 };
 
-StatusOr<ShardMode> parseShardMode(std::string_view name);  // "none", "zero3"
+StatusOr<ShardMode> parseShardMode(std::string_view name);  // "none", "zero1", "zero2", "zero3"
 const char* shardModeName(ShardMode mode);
 
 struct EngineConfig {
   ShardMode mode = ShardMode::kZero3;
   AdamConfig adam;
+  // Clip the global gradient norm (over every shard and replica) to this value before the
+  // optimizer step; 0 disables clipping.
+  float clip_norm = 0.0f;
 };
 
 }  // namespace hsdp

@@ -7,10 +7,18 @@
 //                     -> reduceGrad(i) -> reshard(i)
 //   then              step()   (Adam/AdamW on every shard)
 //
-// Modes: kZero3 shards parameters, gradients and optimizer state over the mesh's shard group;
-// unshard all-gathers (inter then intra), reduceGrad reduce-scatters (intra then inter) and then
-// averages the shard across replicas. kNone is plain data parallel and needs a shard group of 1:
-// parameters stay whole and reduceGrad all-reduces over the world.
+// Modes (S = the mesh's shard group): kZero3 shards parameters, gradients and optimizer state
+// over S; unshard all-gathers (inter then intra), reduceGrad reduce-scatters (intra then inter)
+// and then averages the shard across replicas. kZero2 keeps parameters whole (unshard gathers
+// nothing), reduce-scatters gradients to the shard and frees the whole gradient; step() updates
+// this rank's slice of the parameters and all-gathers them back. kZero1 is kZero2 that also keeps
+// the whole gradient buffer for the step. kNone is plain data parallel and needs S = 1: reduceGrad
+// all-reduces over the world.
+//
+// Gradient accumulation (no_sync): grad() returns the same zero-initialised buffer until
+// reduceGrad(), so micro-steps add (+=) into it and only the last one calls reduceGrad(). The
+// whole gradient of each unit then lives across the micro-steps (zero2/zero3 included): less
+// communication, more memory than reducing every micro-step into the shard.
 #pragma once
 
 #include <memory>
@@ -90,6 +98,9 @@ class ShardedModel {
   // Seconds spent blocked on communication (waitForUnshard, reshard of an in-flight unit, the
   // reductions step() waits for) since the last call: the communication not hidden by compute.
   double takeExposedCommSeconds();
+
+  // Global L2 norm of the averaged gradient at the last step() (before clipping).
+  float lastGradNorm() const;
 
   // Collective over the shard group: the unit's whole flat parameter vector (unpadded).
   [[nodiscard]] Status gatherFullParameters(int unit, std::vector<float>* out);

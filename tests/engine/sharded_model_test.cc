@@ -161,6 +161,8 @@ TEST(ShardedModel, LifecycleErrors) {
 }
 
 TEST(ShardedModel, ModeNoneNeedsShardGroupOfOne) {
+  EXPECT_EQ(*parseShardMode("zero2"), ShardMode::kZero2);
+  EXPECT_NE(parseShardMode("zero4").status().message().find("zero4"), std::string::npos);
   forEachMesh([](const Mesh& mesh) {
     auto model = ShardedModel::create(mesh, {ShardMode::kNone, {}});
     EXPECT_EQ(model.ok(), mesh.shape().shardGroupSize() == 1);
@@ -180,6 +182,88 @@ TEST(ShardedModel, MismatchedRegistrationFailsOnEveryRank) {
     ASSERT_EQ(s.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("unit registrations differ across ranks"), std::string::npos);
     EXPECT_NE(s.message().find("rank 1 registered"), std::string::npos) << s.message();
+  });
+}
+
+}  // namespace
+}  // namespace hsdp
+
+namespace hsdp {
+namespace {
+
+// Clipping against closed forms: every rank writes gradient (rank + 1) * (i % 7 + 1); the
+// averaged gradient is g_i = (W + 1) / 2 * (i % 7 + 1), its norm sqrt(sum g_i^2) is known, and with
+// beta1 = beta2 = 0 and a huge eps the update is lr * g * coef / eps, coef = clip / norm.
+TEST(ShardedModel, GlobalNormClippingEveryMode) {
+  forEachMesh([](const Mesh& mesh) {
+    for (ShardMode mode : {ShardMode::kZero1, ShardMode::kZero2, ShardMode::kZero3}) {
+      AdamConfig adam;
+      adam.kind = OptimizerKind::kAdam;
+      adam.lr = 1.0f;
+      adam.beta1 = 0.0f;
+      adam.beta2 = 0.0f;
+      adam.eps = 1e6f;
+      EngineConfig cfg{mode, adam, /*clip_norm=*/3.0f};
+      auto model = ShardedModel::create(mesh, cfg);
+      ASSERT_TRUE(model.ok());
+      ASSERT_TRUE((*model)->addUnit("a", oddUnit()).ok());
+      ASSERT_TRUE((*model)->addUnit("b", {{"w", {5}}}).ok());
+      ASSERT_TRUE((*model)->finalize().ok());
+      const double W = world().size();
+      double sumsq = 0;
+      for (int u = 0; u < 2; ++u) {
+        const FlatLayout& l = (*model)->layout(u);
+        for (size_t p = 0; p < l.params().size(); ++p) {
+          auto g = (*model)->grad(u, l.params()[p].name);
+          ASSERT_TRUE(g.ok());
+          for (size_t i = 0; i < g->numel; ++i) {
+            const size_t flat = l.offset(p) + i;
+            g->data[i] = float(world().rank() + 1) * float(flat % 7 + 1);
+            const double avg = (W + 1) / 2 * double(flat % 7 + 1);
+            sumsq += avg * avg;
+          }
+        }
+        ASSERT_TRUE((*model)->reduceGrad(u).ok());
+      }
+      ASSERT_TRUE((*model)->step().ok());
+      const double norm = std::sqrt(sumsq), coef = 3.0 / (norm + 1e-6);
+      EXPECT_NEAR((*model)->lastGradNorm(), norm, 1e-4 * norm) << shardModeName(mode);
+      std::vector<float> full;
+      ASSERT_TRUE((*model)->gatherFullParameters(0, &full).ok());
+      for (size_t i = 0; i < full.size(); ++i) {
+        const double g = (W + 1) / 2 * double(i % 7 + 1) * coef;
+        ASSERT_NEAR(full[i], -g / (g + 1e6), 1e-6 * g / 1e6 + 1e-12) << shardModeName(mode) << " " << i;
+      }
+    }
+  });
+}
+
+// Accumulation: two micro-steps add into the same gradient buffer before one reduction.
+TEST(ShardedModel, AccumulatesMicroStepsBeforeReducing) {
+  forEachMesh([](const Mesh& mesh) {
+    for (ShardMode mode : {ShardMode::kZero1, ShardMode::kZero2, ShardMode::kZero3}) {
+      AdamConfig adam;
+      adam.kind = OptimizerKind::kAdam;
+      adam.lr = 1.0f;
+      adam.beta1 = 0.0f;
+      adam.beta2 = 0.0f;
+      adam.eps = 1e6f;
+      auto model = ShardedModel::create(mesh, {mode, adam});
+      ASSERT_TRUE(model.ok());
+      ASSERT_TRUE((*model)->addUnit("a", oddUnit()).ok());
+      ASSERT_TRUE((*model)->finalize().ok());
+      for (int micro = 0; micro < 2; ++micro) {
+        auto g = (*model)->grad(0, "weight");
+        ASSERT_TRUE(g.ok());
+        for (size_t i = 0; i < g->numel; ++i) g->data[i] += float(micro + 1);  // 1 then 2
+      }
+      ASSERT_TRUE((*model)->reduceGrad(0).ok());
+      ASSERT_TRUE((*model)->step().ok());
+      std::vector<float> full;
+      ASSERT_TRUE((*model)->gatherFullParameters(0, &full).ok());
+      for (size_t i = 0; i < 333 * 7; ++i) ASSERT_NEAR(full[i], -3.0 / (3.0 + 1e6), 1e-12) << i;
+      for (size_t i = 333 * 7; i < full.size(); ++i) ASSERT_EQ(full[i], 0.0f) << i;  // no grad
+    }
   });
 }
 
