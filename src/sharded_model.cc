@@ -8,10 +8,12 @@
 #include <cstring>
 #include <deque>
 
+#include "hsdp/cpu_adam.h"
 #include "hsdp/env.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/log.h"
+#include "offload/step_queue.h"
 #include "src/buffer_pool.h"
 
 namespace hsdp {
@@ -26,6 +28,11 @@ struct Unit {
   // k), and zero1 keeps the whole gradient too (full_grad_buf).
   HostBuffer param_shard, grad_shard, exp_avg, exp_avg_sq;
   HostBuffer full_params, full_grad_buf;
+  // With CPU offload: the fp32 master shard and a host copy of the gradient shard (the moments
+  // above are host memory too); the step's job copies grad in, steps, copies the master back.
+  HostBuffer host_master, host_grad;
+  int64_t step_ticket = 0;  // StepQueue ticket of this unit's pending offloaded step; 0: none
+  int64_t launched_step = 0;  // the optimizer step whose job was last submitted
   float* gathered = nullptr;   // full parameters while unsharded (pool block, or the shard)
   float* full_grad = nullptr;  // full gradient while backward writes it (pool block, or shard)
   WorkHandle gather;           // the all-gather in flight between unshard() and its wait
@@ -84,6 +91,36 @@ struct ShardedModel::Impl {
     return u.param_shard.as<float>();
   }
   float last_grad_norm = 0;
+  // Every shard is stepped by the SIMD CPU Adam (bitwise equal to adamStep, ~4x faster).
+  std::unique_ptr<CpuAdam> cpu_adam;
+  NumaTopology numa;
+  std::unique_ptr<StepQueue> queue;  // offload: steps run here, off the training thread
+
+  // Offload: queue unit u's step t (gradient scaled by `scale`) on the worker thread.
+  void launchStep(Unit& u, int64_t t, float scale) {
+    float* device_master = master(u);
+    const size_t n = u.layout.shardNumel();
+    const AdamConfig adam = cfg.adam;
+    CpuAdam* opt = cpu_adam.get();
+    u.launched_step = t;
+    u.step_ticket = queue->submit([&u, device_master, n, adam, opt, t, scale]() -> Status {
+      std::memcpy(u.host_grad.data(), u.grad_shard.data(), n * sizeof(float));
+      HSDP_RETURN_IF_ERROR(opt->step(adam, t,
+                                     {u.host_master.as<float>(), u.host_grad.as<float>(),
+                                      u.exp_avg.as<float>(), u.exp_avg_sq.as<float>(), n},
+                                     scale));
+      std::memcpy(device_master, u.host_master.data(), n * sizeof(float));
+      return okStatus();
+    });
+  }
+
+  // The unit's parameters are about to be read: its offloaded step must have landed.
+  Status waitForStep(Unit& u) {
+    if (u.step_ticket == 0) return okStatus();
+    HSDP_RETURN_IF_ERROR(queue->waitFor(u.step_ticket));
+    u.step_ticket = 0;
+    return okStatus();
+  }
 
   Status checkUnit(int u, const char* verb) const {
     if (!finalized) return failedPrecondition(verb, ": call finalize() first");
@@ -135,6 +172,9 @@ struct ShardedModel::Impl {
       Unit& u = units[p.unit];
       u.grad_pending = false;
       u.grad_reduced = true;
+      // Offload without clipping: step this unit now, while backward goes on. (Clipping needs
+      // the global norm of every gradient first, so then step() launches them all.)
+      if (queue && cfg.clip_norm <= 0) launchStep(u, step + 1, 1.0f);
       pending.pop_front();
     }
     return okStatus();
@@ -151,8 +191,20 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
     return invalidArgument("mode none replicates everything and needs intra_shard=1 and "
                            "inter_shard=1 (got intra_shard=", s.intra_shard, ", inter_shard=",
                            s.inter_shard, "); use mode zero3 to shard");
+  if (cfg.offload_cpu && cfg.mode == ShardMode::kNone)
+    return invalidArgument("CPU offload needs a sharded optimizer: mode none keeps the optimizer "
+                           "state with every replica; use zero1, zero2 or zero3");
   auto impl = std::make_unique<Impl>();
   impl->mesh = &mesh;
+  CpuAdamOptions adam_opts;
+  // One thread per rank unless HSDP_CPU_ADAM_THREADS says otherwise: ranks share the node's
+  // cores, and the pool does not know about the other ranks.
+  if (env::getString("HSDP_CPU_ADAM_THREADS").empty()) adam_opts.threads = 1;
+  HSDP_ASSIGN_OR_RETURN(impl->cpu_adam, CpuAdam::create(adam_opts));
+  if (cfg.offload_cpu) {
+    HSDP_ASSIGN_OR_RETURN(impl->numa, NumaTopology::load());
+    impl->queue = std::make_unique<StepQueue>();
+  }
   impl->cfg = cfg;
   impl->shards = cfg.mode == ShardMode::kNone ? 1 : s.shardGroupSize();
   HSDP_ASSIGN_OR_RETURN(impl->hierarchical, env::getBool("HSDP_HIER"));
@@ -231,8 +283,15 @@ Status ShardedModel::finalize() {
       HSDP_ASSIGN_OR_RETURN(u.param_shard, HostBuffer::allocate(bytes));
     }
     HSDP_ASSIGN_OR_RETURN(u.grad_shard, HostBuffer::allocate(bytes));
-    HSDP_ASSIGN_OR_RETURN(u.exp_avg, HostBuffer::allocate(bytes));
-    HSDP_ASSIGN_OR_RETURN(u.exp_avg_sq, HostBuffer::allocate(bytes));
+    if (m.queue) {  // offload: optimizer state in NUMA-local host memory
+      HSDP_ASSIGN_OR_RETURN(u.exp_avg, HostBuffer::allocateNuma(bytes, m.numa));
+      HSDP_ASSIGN_OR_RETURN(u.exp_avg_sq, HostBuffer::allocateNuma(bytes, m.numa));
+      HSDP_ASSIGN_OR_RETURN(u.host_master, HostBuffer::allocateNuma(bytes, m.numa));
+      HSDP_ASSIGN_OR_RETURN(u.host_grad, HostBuffer::allocateNuma(bytes, m.numa));
+    } else {
+      HSDP_ASSIGN_OR_RETURN(u.exp_avg, HostBuffer::allocate(bytes));
+      HSDP_ASSIGN_OR_RETURN(u.exp_avg_sq, HostBuffer::allocate(bytes));
+    }
     max_shard = std::max(max_shard, u.layout.shardNumel());
     max_padded = std::max(max_padded, u.layout.paddedNumel());
   }
@@ -271,15 +330,18 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
   if (numel != p.numel())
     return invalidArgument("setParameter('", u.name, ".", name, "'): ", numel,
                            " values for a parameter of ", p.numel());
+  HSDP_RETURN_IF_ERROR(impl_->waitForStep(u));
   if (impl_->replicatedParams()) {  // every rank holds the whole parameter
     std::memcpy(u.full_params.as<float>() + u.layout.offset(i), full, numel * sizeof(float));
-    return okStatus();
+  } else {
+    const int k = impl_->shards == 1 ? 0 : impl_->mesh->coords().shard_rank;
+    auto [sb, se] = u.layout.shardRange(k);
+    const size_t pb = u.layout.offset(i), pe = pb + p.numel();
+    const size_t b = std::max(sb, pb), e = std::min(se, pe);
+    if (b < e) std::memcpy(u.param_shard.as<float>() + (b - sb), full + (b - pb), (e - b) * 4);
   }
-  const int k = impl_->shards == 1 ? 0 : impl_->mesh->coords().shard_rank;
-  auto [sb, se] = u.layout.shardRange(k);
-  const size_t pb = u.layout.offset(i), pe = pb + p.numel();
-  const size_t b = std::max(sb, pb), e = std::min(se, pe);
-  if (b < e) std::memcpy(u.param_shard.as<float>() + (b - sb), full + (b - pb), (e - b) * 4);
+  if (impl_->queue)  // the host master mirrors the shard
+    std::memcpy(u.host_master.data(), impl_->master(u), u.layout.shardNumel() * sizeof(float));
   return okStatus();
 }
 
@@ -289,6 +351,7 @@ Status ShardedModel::unshard(int unit) {
   Unit& u = m.units[unit];
   if (u.unsharded) return failedPrecondition("unshard: unit '", u.name, "' is already unsharded");
   HSDP_RETURN_IF_ERROR(m.pollReductions(/*block=*/false));
+  HSDP_RETURN_IF_ERROR(m.waitForStep(u));  // never gather parameters before their step lands
   if (m.shards == 1) {
     u.gathered = u.param_shard.as<float>();
   } else if (m.replicatedParams()) {
@@ -390,6 +453,11 @@ Status ShardedModel::reduceGrad(int unit) {
 
 float ShardedModel::lastGradNorm() const { return impl_->last_grad_norm; }
 
+void ShardedModel::takeOptimizerSeconds(double* total, double* exposed) {
+  *total = *exposed = 0;
+  if (impl_->queue) impl_->queue->takeSeconds(total, exposed);
+}
+
 double ShardedModel::takeExposedCommSeconds() {
   double s = impl_->exposed_seconds;
   impl_->exposed_seconds = 0;
@@ -418,19 +486,26 @@ Status ShardedModel::step() {
     sumsq = partial;
   }
   m.last_grad_norm = static_cast<float>(std::sqrt(sumsq));
-  if (m.cfg.clip_norm > 0) {
-    // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is < 1.
-    const float coef = m.cfg.clip_norm / (m.last_grad_norm + 1e-6f);
-    if (coef < 1.0f)
-      for (Unit& u : m.units) {
-        float* g = u.grad_shard.as<float>();
-        for (size_t i = 0; i < u.layout.shardNumel(); ++i) g[i] *= coef;
-      }
-  }
+  // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is < 1;
+  // the scale is fused into the Adam pass.
+  float coef = 1.0f;
+  if (m.cfg.clip_norm > 0) coef = std::min(1.0f, m.cfg.clip_norm / (m.last_grad_norm + 1e-6f));
   for (Unit& u : m.units) {
-    adamStep(m.cfg.adam, m.step, m.master(u), u.grad_shard.as<float>(), u.exp_avg.as<float>(),
-             u.exp_avg_sq.as<float>(), u.layout.shardNumel());
+    if (m.queue) {
+      if (u.launched_step != m.step) m.launchStep(u, m.step, coef);  // not launched early
+    } else {
+      HSDP_RETURN_IF_ERROR(m.cpu_adam->step(m.cfg.adam, m.step,
+                                            {m.master(u), u.grad_shard.as<float>(),
+                                             u.exp_avg.as<float>(), u.exp_avg_sq.as<float>(),
+                                             u.layout.shardNumel()},
+                                            coef));
+    }
     u.grad_reduced = false;
+  }
+  if (m.queue) {
+    // What backward did not hide of the offloaded steps is waited for here.
+    HSDP_RETURN_IF_ERROR(m.queue->waitAll());
+    for (Unit& u : m.units) u.step_ticket = 0;
   }
   if (m.replicatedParams()) {
     // zero1/zero2: every rank stepped its slice of the whole parameters; gather them back, in
@@ -450,6 +525,7 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
   Impl& m = *impl_;
   HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "gatherFullParameters"));
   Unit& u = m.units[unit];
+  HSDP_RETURN_IF_ERROR(m.waitForStep(u));
   out->resize(u.layout.numel());
   if (m.shards == 1 || m.replicatedParams()) {
     const void* src = m.shards == 1 ? u.param_shard.data() : u.full_params.data();
@@ -471,6 +547,8 @@ MemoryReport ShardedModel::memoryReport() const {
     r.param_bytes += u.param_shard.size() + u.full_params.size();
     r.grad_bytes += u.grad_shard.size() + u.full_grad_buf.size();
     r.optim_bytes += u.exp_avg.size() + u.exp_avg_sq.size();
+    r.offload_host_bytes += u.exp_avg.size() + u.exp_avg_sq.size() + u.host_master.size() +
+                            u.host_grad.size();
   }
   r.gathered_peak_bytes = m.pool.peakBytes();
   r.gathered_capacity_bytes = m.pool.capacityBytes();

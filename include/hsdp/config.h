@@ -24,6 +24,10 @@ struct EngineConfig {
   // Clip the global gradient norm (over every shard and replica) to this value before the
   // optimizer step; 0 disables clipping.
   float clip_norm = 0.0f;
+  // Optimizer state (fp32 master, Adam moments) in NUMA-local host memory, stepped by the SIMD
+  // CPU Adam on a worker thread as soon as each unit's gradient is reduced, overlapping the rest
+  // of backward. Needs a sharded optimizer (zero1, zero2, zero3).
+  bool offload_cpu = false;
 };
 
 }  // namespace hsdp

@@ -46,6 +46,9 @@ struct MemoryReport {
   size_t gathered_peak_bytes = 0;      // most bytes of gathered params + full grads alive at once
   size_t gathered_capacity_bytes = 0;  // bytes the gather pool holds (>= peak)
   size_t comm_bytes = 0;         // transport and schedule scratch
+  // With CPU offload: host memory of the optimizer (master, moments, gradient copy). The
+  // moments are also counted in optim_bytes.
+  size_t offload_host_bytes = 0;
   size_t total() const {
     return param_bytes + grad_bytes + optim_bytes + gathered_capacity_bytes + comm_bytes;
   }
@@ -101,6 +104,10 @@ class ShardedModel {
 
   // Global L2 norm of the averaged gradient at the last step() (before clipping).
   float lastGradNorm() const;
+
+  // With CPU offload, since the last call: seconds the optimizer worker spent stepping, and
+  // seconds step() waited for it (the part backward did not hide). Zero without offload.
+  void takeOptimizerSeconds(double* total, double* exposed);
 
   // Collective over the shard group: the unit's whole flat parameter vector (unpadded).
   [[nodiscard]] Status gatherFullParameters(int unit, std::vector<float>* out);

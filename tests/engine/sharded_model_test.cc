@@ -269,3 +269,57 @@ TEST(ShardedModel, AccumulatesMicroStepsBeforeReducing) {
 
 }  // namespace
 }  // namespace hsdp
+
+namespace hsdp {
+namespace {
+
+// CPU offload: the step runs on the worker thread; parameters read right after step() (and the
+// next unshard) must already hold the stepped values: a closed form per element, two steps.
+TEST(ShardedModel, OffloadedStepLandsBeforeParametersAreRead) {
+  forEachMesh([](const Mesh& mesh) {
+    for (ShardMode mode : {ShardMode::kZero1, ShardMode::kZero2, ShardMode::kZero3}) {
+      AdamConfig adam;
+      adam.kind = OptimizerKind::kAdam;
+      adam.lr = 1.0f;
+      adam.beta1 = 0.0f;
+      adam.beta2 = 0.0f;
+      adam.eps = 1e6f;
+      EngineConfig cfg{mode, adam, 0.0f, /*offload_cpu=*/true};
+      auto model = ShardedModel::create(mesh, cfg);
+      ASSERT_TRUE(model.ok()) << model.status().toString();
+      ASSERT_TRUE((*model)->addUnit("a", oddUnit()).ok());
+      ASSERT_TRUE((*model)->finalize().ok());
+      const FlatLayout& l = (*model)->layout(0);
+      std::vector<float> expect(l.numel(), 0.0f);
+      for (int step = 0; step < 2; ++step) {
+        ASSERT_TRUE((*model)->unshard(0).ok());
+        ASSERT_TRUE((*model)->waitForUnshard(0).ok());
+        auto w = (*model)->param(0, "weight");
+        ASSERT_TRUE(w.ok());
+        for (size_t i = 0; i < w->numel; ++i) ASSERT_NEAR(w->data[i], expect[i], 1e-12) << i;
+        for (size_t p = 0; p < l.params().size(); ++p) {
+          auto g = (*model)->grad(0, l.params()[p].name);
+          ASSERT_TRUE(g.ok());
+          for (size_t i = 0; i < g->numel; ++i) g->data[i] = float((l.offset(p) + i) % 5 + 1);
+        }
+        ASSERT_TRUE((*model)->reduceGrad(0).ok());
+        ASSERT_TRUE((*model)->reshard(0).ok());
+        ASSERT_TRUE((*model)->step().ok());
+        for (size_t i = 0; i < expect.size(); ++i) {
+          const double g = double(i % 5 + 1);
+          expect[i] -= float(g / (g + 1e6));
+        }
+        std::vector<float> full;
+        ASSERT_TRUE((*model)->gatherFullParameters(0, &full).ok());
+        for (size_t i = 0; i < full.size(); ++i) ASSERT_NEAR(full[i], expect[i], 1e-12) << i;
+      }
+      const MemoryReport r = (*model)->memoryReport();
+      EXPECT_GE(r.offload_host_bytes, 4 * 4 * l.shardNumel());  // master, grad, two moments
+    }
+    auto none = ShardedModel::create(mesh, {ShardMode::kNone, {}, 0.0f, true});
+    EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  });
+}
+
+}  // namespace
+}  // namespace hsdp
