@@ -31,6 +31,8 @@ struct Options {
   int batch = 48;
   int accum = 1;
   std::string offload = "none";
+  std::string param_dtype = "fp32";
+  std::string reduce_dtype = "fp32";
   float clip_norm = 0.0f;
   bool check = false;
   float lr = 1e-3f;
@@ -186,6 +188,8 @@ hsdp::Status setUp(const Options& opt, hsdp::Comm& world, mlp::Spec* spec,
     return hsdp::invalidArgument("--clip-norm ", opt.clip_norm, " must be >= 0");
   cfg->clip_norm = opt.clip_norm;
   cfg->offload_cpu = opt.offload == "cpu";
+  HSDP_ASSIGN_OR_RETURN(cfg->param_dtype, hsdp::parseDType(opt.param_dtype));
+  HSDP_ASSIGN_OR_RETURN(cfg->reduce_dtype, hsdp::parseDType(opt.reduce_dtype));
   if (opt.intra_shard_given && opt.intra_shard <= 0)
     return hsdp::invalidArgument("--intra-shard ", opt.intra_shard, " must be positive");
   if (opt.inter_shard_given && opt.inter_shard <= 0)
@@ -302,7 +306,9 @@ int runMain(const Options& opt, hsdp::Comm& world) {
   float verdict[2] = {0, 0};  // {max_rel_err, pass}
   if (rank == 0) {
     mlp::ReferenceResult ref =
-        mlp::trainReference(spec, cfg.adam, opt.steps, opt.batch, opt.clip_norm);
+        mlp::trainReference(spec, cfg.adam, opt.steps, opt.batch, opt.clip_norm,
+                            model.shardCount() > 1 && cfg.param_dtype == hsdp::DType::kBFloat16,
+                            model.shardCount() > 1 && cfg.reduce_dtype == hsdp::DType::kBFloat16);
     const double err = mlp::maxRelativeError(mine, ref.params);
     verdict[0] = static_cast<float>(err);
     verdict[1] = err <= opt.tolerance ? 1.0f : 0.0f;
@@ -345,6 +351,11 @@ int main(int argc, char** argv) {
   app.add_option("--accum", opt.accum,
                  "Micro-steps per optimizer step (gradient accumulation; batch / accum per step)");
   app.add_option("--clip-norm", opt.clip_norm, "Clip the global gradient norm (0: off)");
+  app.add_option("--param-dtype", opt.param_dtype,
+                 "fp32 | bf16: parameters all-gathered (and computed on) as bf16 roundings")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--reduce-dtype", opt.reduce_dtype, "fp32 | bf16: gradient reduce-scatter dtype")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--offload", opt.offload,
                  "none | cpu: optimizer state in host memory, stepped by the CPU Adam while "
                  "backward runs (zero1/zero2/zero3)")

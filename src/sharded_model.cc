@@ -33,6 +33,11 @@ struct Unit {
   HostBuffer host_master, host_grad;
   int64_t step_ticket = 0;  // StepQueue ticket of this unit's pending offloaded step; 0: none
   int64_t launched_step = 0;  // the optimizer step whose job was last submitted
+  // Mixed precision: the bf16 rounding of the master shard (what the all-gather sends), the
+  // bf16 gradient shard the reduce-scatter lands in, and the in-flight bf16 pool blocks.
+  HostBuffer shard16, grad16;
+  void* gathered16 = nullptr;
+  void* full_grad16 = nullptr;
   float* gathered = nullptr;   // full parameters while unsharded (pool block, or the shard)
   float* full_grad = nullptr;  // full gradient while backward writes it (pool block, or shard)
   WorkHandle gather;           // the all-gather in flight between unshard() and its wait
@@ -86,11 +91,26 @@ struct ShardedModel::Impl {
     return shards > 1 && (cfg.mode == ShardMode::kZero2 || cfg.mode == ShardMode::kZero3);
   }
   float* master(Unit& u) const {
-    if (replicatedParams())
+    // With bf16 parameters the whole copy holds bf16 roundings for compute, so the fp32 master
+    // slice lives apart, in param_shard.
+    if (replicatedParams() && cfg.param_dtype != DType::kBFloat16)
       return u.full_params.as<float>() + mesh->coords().shard_rank * u.layout.shardNumel();
     return u.param_shard.as<float>();
   }
   float last_grad_norm = 0;
+  BufferPool pool16;  // bf16 full-size blocks: gathered parameters, gradients on the wire
+  bool bf16Params() const { return shards > 1 && cfg.param_dtype == DType::kBFloat16; }
+  bool bf16Reduce() const { return shards > 1 && cfg.reduce_dtype == DType::kBFloat16; }
+  void refresh16(Unit& u) {
+    if (!bf16Params()) return;
+    const float* src = master(u);
+    bf16* dst = u.shard16.as<bf16>();
+    for (size_t i = 0; i < u.layout.shardNumel(); ++i) dst[i] = toBf16(src[i]);
+  }
+  StatusOr<WorkHandle> gatherAny(const void* shard, void* full, size_t count, DType t) {
+    if (hierarchical) return hier->iallGather(shard, full, count, t);
+    return mesh->shardGroup().iallGather(shard, full, count, t);
+  }
   // Every shard is stepped by the SIMD CPU Adam (bitwise equal to adamStep, ~4x faster).
   std::unique_ptr<CpuAdam> cpu_adam;
   NumaTopology numa;
@@ -103,11 +123,12 @@ struct ShardedModel::Impl {
     const AdamConfig adam = cfg.adam;
     CpuAdam* opt = cpu_adam.get();
     u.launched_step = t;
-    u.step_ticket = queue->submit([&u, device_master, n, adam, opt, t, scale]() -> Status {
+    bf16* out16 = bf16Params() ? u.shard16.as<bf16>() : nullptr;
+    u.step_ticket = queue->submit([&u, device_master, n, adam, opt, t, scale, out16]() -> Status {
       std::memcpy(u.host_grad.data(), u.grad_shard.data(), n * sizeof(float));
       HSDP_RETURN_IF_ERROR(opt->step(adam, t,
                                      {u.host_master.as<float>(), u.host_grad.as<float>(),
-                                      u.exp_avg.as<float>(), u.exp_avg_sq.as<float>(), n},
+                                      u.exp_avg.as<float>(), u.exp_avg_sq.as<float>(), n, out16},
                                      scale));
       std::memcpy(device_master, u.host_master.data(), n * sizeof(float));
       return okStatus();
@@ -152,6 +173,13 @@ struct ShardedModel::Impl {
           if (!done) break;  // later ones start their all-reduce after this one: keep order
           p.scatter.reset();
           if (pooledGrads()) HSDP_RETURN_IF_ERROR(pool.release(u.full_grad));
+          if (u.full_grad16 != nullptr) {  // bf16 reduce: upcast the shard, free the wire copy
+            const bf16* g16 = u.grad16.as<bf16>();
+            float* g = u.grad_shard.as<float>();
+            for (size_t i = 0; i < u.layout.shardNumel(); ++i) g[i] = toFloat(g16[i]);
+            HSDP_RETURN_IF_ERROR(pool16.release(u.full_grad16));
+            u.full_grad16 = nullptr;
+          }
         }
         u.full_grad = nullptr;
         p.scatter_done = true;
@@ -194,6 +222,9 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
   if (cfg.offload_cpu && cfg.mode == ShardMode::kNone)
     return invalidArgument("CPU offload needs a sharded optimizer: mode none keeps the optimizer "
                            "state with every replica; use zero1, zero2 or zero3");
+  for (DType t : {cfg.param_dtype, cfg.reduce_dtype})
+    if (t != DType::kFloat32 && t != DType::kBFloat16)
+      return invalidArgument("mixed precision dtype ", dtypeName(t), " is not float or bf16");
   auto impl = std::make_unique<Impl>();
   impl->mesh = &mesh;
   CpuAdamOptions adam_opts;
@@ -276,6 +307,9 @@ Status ShardedModel::finalize() {
     const size_t full_bytes = u.layout.paddedNumel() * sizeof(float);
     if (m.replicatedParams()) {
       HSDP_ASSIGN_OR_RETURN(u.full_params, HostBuffer::allocate(full_bytes));
+      if (m.cfg.param_dtype == DType::kBFloat16) {
+        HSDP_ASSIGN_OR_RETURN(u.param_shard, HostBuffer::allocate(bytes));
+      }
       if (m.cfg.mode == ShardMode::kZero1) {
         HSDP_ASSIGN_OR_RETURN(u.full_grad_buf, HostBuffer::allocate(full_bytes));
       }
@@ -292,8 +326,21 @@ Status ShardedModel::finalize() {
       HSDP_ASSIGN_OR_RETURN(u.exp_avg, HostBuffer::allocate(bytes));
       HSDP_ASSIGN_OR_RETURN(u.exp_avg_sq, HostBuffer::allocate(bytes));
     }
+    if (m.bf16Params()) {
+      HSDP_ASSIGN_OR_RETURN(u.shard16, HostBuffer::allocate(u.layout.shardNumel() * 2));
+    }
+    if (m.bf16Reduce()) {
+      HSDP_ASSIGN_OR_RETURN(u.grad16, HostBuffer::allocate(u.layout.shardNumel() * 2));
+    }
     max_shard = std::max(max_shard, u.layout.shardNumel());
     max_padded = std::max(max_padded, u.layout.paddedNumel());
+  }
+  if (m.bf16Params() || m.bf16Reduce()) {
+    HSDP_RETURN_IF_ERROR(m.pool16.init(max_padded * 2, 4));
+    if (m.hierarchical) {
+      HSDP_RETURN_IF_ERROR(m.hier->reserve(max_shard, DType::kBFloat16));
+      HSDP_RETURN_IF_ERROR(m.hier_reduce->reserve(max_shard, DType::kBFloat16));
+    }
   }
   if (m.shards > 1) {
     // zero3: four blocks: in backward the current unit's parameters, the prefetched next unit's,
@@ -332,7 +379,17 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
                            " values for a parameter of ", p.numel());
   HSDP_RETURN_IF_ERROR(impl_->waitForStep(u));
   if (impl_->replicatedParams()) {  // every rank holds the whole parameter
-    std::memcpy(u.full_params.as<float>() + u.layout.offset(i), full, numel * sizeof(float));
+    float* dst = u.full_params.as<float>() + u.layout.offset(i);
+    std::memcpy(dst, full, numel * sizeof(float));
+    if (impl_->bf16Params()) {
+      // Keep our slice exact in the fp32 master, then round the compute copy to bf16.
+      const int k = impl_->mesh->coords().shard_rank;
+      auto [sb, se] = u.layout.shardRange(k);
+      const size_t pb = u.layout.offset(i), pe = pb + p.numel();
+      const size_t b = std::max(sb, pb), e = std::min(se, pe);
+      if (b < e) std::memcpy(u.param_shard.as<float>() + (b - sb), full + (b - pb), (e - b) * 4);
+      for (size_t j = 0; j < numel; ++j) dst[j] = toFloat(toBf16(dst[j]));
+    }
   } else {
     const int k = impl_->shards == 1 ? 0 : impl_->mesh->coords().shard_rank;
     auto [sb, se] = u.layout.shardRange(k);
@@ -342,6 +399,7 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
   }
   if (impl_->queue)  // the host master mirrors the shard
     std::memcpy(u.host_master.data(), impl_->master(u), u.layout.shardNumel() * sizeof(float));
+  impl_->refresh16(u);
   return okStatus();
 }
 
@@ -359,7 +417,13 @@ Status ShardedModel::unshard(int unit) {
   } else {
     HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/false));
     u.gathered = static_cast<float*>(block);
-    auto w = m.gather(u.param_shard.as<float>(), u.gathered, u.layout.shardNumel());
+    StatusOr<WorkHandle> w = Status(StatusCode::kInternal, "unset");
+    if (m.bf16Params()) {  // 2 bytes on the wire; upcast in waitForUnshard
+      HSDP_ASSIGN_OR_RETURN(u.gathered16, m.pool16.acquire(/*zero=*/false));
+      w = m.gatherAny(u.shard16.data(), u.gathered16, u.layout.shardNumel(), DType::kBFloat16);
+    } else {
+      w = m.gather(u.param_shard.as<float>(), u.gathered, u.layout.shardNumel());
+    }
     if (!w.ok()) return w.status().withContext(strCat("all-gather of unit '", u.name, "'"));
     u.gather = std::move(*w);
   }
@@ -377,6 +441,12 @@ Status ShardedModel::waitForUnshard(int unit) {
     HSDP_RETURN_IF_ERROR(m.blockOn(*u.gather).withContext(strCat("all-gather of unit '", u.name, "'")));
     u.gather.reset();
   }
+  if (u.gathered16 != nullptr) {  // compute runs in fp32 on the bf16-rounded parameters
+    const bf16* g16 = static_cast<const bf16*>(u.gathered16);
+    for (size_t i = 0; i < u.layout.paddedNumel(); ++i) u.gathered[i] = toFloat(g16[i]);
+    HSDP_RETURN_IF_ERROR(m.pool16.release(u.gathered16));
+    u.gathered16 = nullptr;
+  }
   return m.pollReductions(/*block=*/false);
 }
 
@@ -388,6 +458,10 @@ Status ShardedModel::reshard(int unit) {
   if (u.gather) {  // resharding a unit whose gather is still in flight: let it land first
     HSDP_RETURN_IF_ERROR(m.blockOn(*u.gather));
     u.gather.reset();
+  }
+  if (u.gathered16 != nullptr) {
+    HSDP_RETURN_IF_ERROR(m.pool16.release(u.gathered16));
+    u.gathered16 = nullptr;
   }
   if (m.shards > 1 && !m.replicatedParams()) HSDP_RETURN_IF_ERROR(m.pool.release(u.gathered));
   u.gathered = nullptr;
@@ -442,7 +516,19 @@ Status ShardedModel::reduceGrad(int unit) {
   p.unit = unit;
   if (m.shards > 1) {
     // Average over the shard group into our shard; the replica average follows once it lands.
-    auto w = m.reduceScatter(u.full_grad, u.grad_shard.as<float>(), u.layout.shardNumel());
+    StatusOr<WorkHandle> w = Status(StatusCode::kInternal, "unset");
+    if (m.bf16Reduce()) {  // round the whole gradient to bf16 and reduce 2-byte data
+      HSDP_ASSIGN_OR_RETURN(u.full_grad16, m.pool16.acquire(/*zero=*/false));
+      bf16* g16 = static_cast<bf16*>(u.full_grad16);
+      for (size_t i = 0; i < u.layout.paddedNumel(); ++i) g16[i] = toBf16(u.full_grad[i]);
+      w = m.hierarchical
+              ? m.hier_reduce->ireduceScatter(g16, u.grad16.data(), u.layout.shardNumel(),
+                                              DType::kBFloat16, RedOp::kAvg)
+              : m.mesh->shardGroup().ireduceScatter(g16, u.grad16.data(), u.layout.shardNumel(),
+                                                    DType::kBFloat16, RedOp::kAvg);
+    } else {
+      w = m.reduceScatter(u.full_grad, u.grad_shard.as<float>(), u.layout.shardNumel());
+    }
     if (!w.ok()) return w.status().withContext(strCat("reduce-scatter of unit '", u.name, "'"));
     p.scatter = std::move(*w);
   }
@@ -494,11 +580,11 @@ Status ShardedModel::step() {
     if (m.queue) {
       if (u.launched_step != m.step) m.launchStep(u, m.step, coef);  // not launched early
     } else {
-      HSDP_RETURN_IF_ERROR(m.cpu_adam->step(m.cfg.adam, m.step,
-                                            {m.master(u), u.grad_shard.as<float>(),
-                                             u.exp_avg.as<float>(), u.exp_avg_sq.as<float>(),
-                                             u.layout.shardNumel()},
-                                            coef));
+      HSDP_RETURN_IF_ERROR(m.cpu_adam->step(
+          m.cfg.adam, m.step,
+          {m.master(u), u.grad_shard.as<float>(), u.exp_avg.as<float>(), u.exp_avg_sq.as<float>(),
+           u.layout.shardNumel(), m.bf16Params() ? u.shard16.as<bf16>() : nullptr},
+          coef));
     }
     u.grad_reduced = false;
   }
@@ -511,12 +597,30 @@ Status ShardedModel::step() {
     // zero1/zero2: every rank stepped its slice of the whole parameters; gather them back, in
     // place, all units in flight at once.
     std::vector<WorkHandle> gathers;
+    std::vector<void*> blocks16;
     for (Unit& u : m.units) {
-      HSDP_ASSIGN_OR_RETURN(WorkHandle w, m.gather(m.master(u), u.full_params.as<float>(),
-                                                   u.layout.shardNumel()));
-      gathers.push_back(std::move(w));
+      if (m.bf16Params()) {  // bf16 on the wire, upcast into the fp32 compute copy below
+        HSDP_ASSIGN_OR_RETURN(void* b16, m.pool16.acquire(/*zero=*/false));
+        blocks16.push_back(b16);
+        HSDP_ASSIGN_OR_RETURN(WorkHandle w, m.gatherAny(u.shard16.data(), b16,
+                                                        u.layout.shardNumel(), DType::kBFloat16));
+        gathers.push_back(std::move(w));
+      } else {
+        HSDP_ASSIGN_OR_RETURN(WorkHandle w, m.gather(m.master(u), u.full_params.as<float>(),
+                                                     u.layout.shardNumel()));
+        gathers.push_back(std::move(w));
+      }
     }
     for (WorkHandle& w : gathers) HSDP_RETURN_IF_ERROR(m.blockOn(*w));
+    for (size_t k = 0; k < blocks16.size(); ++k) {
+      Unit& u = m.units[k];
+      const bf16* g16 = static_cast<const bf16*>(blocks16[k]);
+      float* full = u.full_params.as<float>();
+      // The compute copy holds the bf16 rounding, as every other rank's; our own slice of the
+      // fp32 master is the host/shard master, untouched by this.
+      for (size_t i = 0; i < u.layout.paddedNumel(); ++i) full[i] = toFloat(g16[i]);
+      HSDP_RETURN_IF_ERROR(m.pool16.release(blocks16[k]));
+    }
   }
   return okStatus();
 }
@@ -527,13 +631,14 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
   Unit& u = m.units[unit];
   HSDP_RETURN_IF_ERROR(m.waitForStep(u));
   out->resize(u.layout.numel());
-  if (m.shards == 1 || m.replicatedParams()) {
+  if (m.shards == 1 || (m.replicatedParams() && !m.bf16Params())) {
     const void* src = m.shards == 1 ? u.param_shard.data() : u.full_params.data();
     std::memcpy(out->data(), src, u.layout.numel() * sizeof(float));
     return okStatus();
   }
   HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/false));
-  auto w = m.gather(u.param_shard.as<float>(), static_cast<float*>(block), u.layout.shardNumel());
+  // The fp32 masters (with bf16 parameters the gathered compute copies are roundings).
+  auto w = m.gather(m.master(u), static_cast<float*>(block), u.layout.shardNumel());
   Status s = w.ok() ? (*w)->wait() : w.status();
   if (s.ok()) std::memcpy(out->data(), block, u.layout.numel() * sizeof(float));
   HSDP_RETURN_IF_ERROR(m.pool.release(block));

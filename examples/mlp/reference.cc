@@ -1,5 +1,7 @@
 #include "mlp/reference.h"
 
+#include "hsdp/dtype.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -28,7 +30,11 @@ struct EigenAdam {
 }  // namespace
 
 ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, int steps,
-                               int global_batch, float clip_norm) {
+                               int global_batch, float clip_norm, bool bf16_params,
+                               bool bf16_grads) {
+  auto round16 = [](std::vector<float>& v) {
+    for (float& x : v) x = hsdp::toFloat(hsdp::toBf16(x));
+  };
   const int L = spec.layers();
   ReferenceResult r;
   r.params.resize(L);
@@ -41,11 +47,14 @@ ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, i
   }
   for (int step = 0; step < steps; ++step) {
     Batch batch = makeBatch(spec, step, 0, global_batch);
+    std::vector<std::vector<float>> compute = r.params;  // what forward/backward see
+    if (bf16_params)
+      for (auto& p : compute) round16(p);
     std::vector<Matrix> acts(L + 1);
     acts[0] = batch.x;
     for (int l = 0; l < L; ++l) {
       const int in = spec.dims[l], out = spec.dims[l + 1];
-      const float* p = r.params[l].data();
+      const float* p = compute[l].data();
       Matrix z;
       linearForward(p, p + static_cast<size_t>(out) * in, out, in, acts[l], &z);
       acts[l + 1] = l + 1 < L ? Matrix(z.array().tanh()) : z;
@@ -57,10 +66,12 @@ ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, i
       const int in = spec.dims[l], out = spec.dims[l + 1];
       grads[l].assign(r.params[l].size(), 0.0f);
       Matrix dx;
-      linearBackward(r.params[l].data(), out, in, acts[l], dz, grads[l].data(),
+      linearBackward(compute[l].data(), out, in, acts[l], dz, grads[l].data(),
                      grads[l].data() + static_cast<size_t>(out) * in, l > 0 ? &dx : nullptr);
       if (l > 0) dz = (dx.array() * (1.0f - acts[l].array().square())).matrix();
     }
+    if (bf16_grads)
+      for (auto& g : grads) round16(g);
     if (clip_norm > 0) {
       double sumsq = 0;
       for (const auto& g : grads)

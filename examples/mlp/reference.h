@@ -18,8 +18,11 @@ struct ReferenceResult {
 };
 
 // clip_norm > 0 clips the global gradient norm as torch.nn.utils.clip_grad_norm_ does.
+// bf16_params: forward and backward use the parameters rounded to bf16 (the master stays fp32);
+// bf16_grads: the step's gradient is rounded to bf16. The roundings a bf16 policy applies.
 ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, int steps,
-                               int global_batch, float clip_norm = 0.0f);
+                               int global_batch, float clip_norm = 0.0f,
+                               bool bf16_params = false, bool bf16_grads = false);
 
 // max over layers of max|a - b| / max|b|: the error relative to each tensor's scale.
 double maxRelativeError(const std::vector<std::vector<float>>& a,

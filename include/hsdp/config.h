@@ -3,6 +3,7 @@
 
 #include <string_view>
 
+#include "hsdp/dtype.h"
 #include "hsdp/optimizer.h"
 #include "hsdp/status.h"
 
@@ -28,6 +29,12 @@ struct EngineConfig {
   // CPU Adam on a worker thread as soon as each unit's gradient is reduced, overlapping the rest
   // of backward. Needs a sharded optimizer (zero1, zero2, zero3).
   bool offload_cpu = false;
+  // Mixed precision (shard groups larger than one): the dtype parameters are all-gathered in
+  // (bf16: the fp32 master shard is rounded to bf16, gathered as 2-byte data and upcast for
+  // compute) and the dtype gradients are reduce-scattered in (bf16: summed in bf16 hop by hop,
+  // upcast into the fp32 gradient shard). Master weights and optimizer state stay fp32.
+  DType param_dtype = DType::kFloat32;
+  DType reduce_dtype = DType::kFloat32;
 };
 
 }  // namespace hsdp
