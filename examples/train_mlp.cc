@@ -14,6 +14,7 @@
 #include "hsdp/config.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
+#include "hsdp/plan.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/topology.h"
 #include "mlp/mlp.h"
@@ -141,7 +142,8 @@ hsdp::StatusOr<float> trainStep(Run& run, int64_t step) {
 }
 
 hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh,
-                         const hsdp::ShardedModel& model, size_t param_count) {
+                         const hsdp::ShardedModel& model, size_t param_count,
+                         const mlp::Spec& spec, const hsdp::EngineConfig& cfg) {
   const hsdp::MemoryReport r = model.memoryReport();
   int64_t mine[7] = {int64_t(r.param_bytes), int64_t(r.grad_bytes), int64_t(r.optim_bytes),
                      int64_t(r.gathered_peak_bytes), int64_t(r.comm_bytes), int64_t(r.total()),
@@ -157,6 +159,28 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh,
     std::printf("%5d %5lld %12s %12s %12s %14s %12s %12s\n", q, (long long)v[6],
                 bytesStr(v[0]).c_str(), bytesStr(v[1]).c_str(), bytesStr(v[2]).c_str(),
                 bytesStr(v[3]).c_str(), bytesStr(v[4]).c_str(), bytesStr(v[5]).c_str());
+  }
+  // hsdp-plan's prediction for this very configuration (fp32 policy; the plan models what
+  // the engine allocates), beside what rank 0 measured.
+  hsdp::PlanInput in;
+  for (int l = 0; l < spec.layers(); ++l)
+    in.units.push_back(uint64_t(spec.dims[l + 1]) * (spec.dims[l] + 1));
+  in.nodes = mesh.shape().num_nodes;
+  in.gpus_per_node = mesh.shape().ranks_per_node;
+  in.intra_shard = mesh.shape().intra_shard;
+  in.inter_shard = mesh.shape().inter_shard;
+  in.mode = static_cast<hsdp::PlanMode>(static_cast<int>(cfg.mode));
+  in.param_dtype = hsdp::PlanDType::kFp32;
+  in.offload_cpu = cfg.offload_cpu;
+  if (auto plan = hsdp::makePlan(in); plan.ok() && cfg.param_dtype == hsdp::DType::kFloat32) {
+    const hsdp::PlanMemory& g = plan->gpu;
+    const int64_t* v = &all[0];
+    std::printf("hsdp-plan prediction (rank 0): params %s (measured %s), grads %s (%s), optim "
+                "%s (%s), gathered %s (%s), comm %s estimate (%s)\n",
+                bytesStr(g.params).c_str(), bytesStr(v[0]).c_str(), bytesStr(g.grads).c_str(),
+                bytesStr(v[1]).c_str(), bytesStr(g.optimizer).c_str(), bytesStr(v[2]).c_str(),
+                bytesStr(g.gathered_peak).c_str(), bytesStr(v[3]).c_str(),
+                bytesStr(g.comm_estimate).c_str(), bytesStr(v[4]).c_str());
   }
   // Unsharded data parallel holds fp32 params + grads + two Adam moments on every rank.
   const size_t replicated = param_count * 4 * sizeof(float);
@@ -293,7 +317,7 @@ int runMain(const Options& opt, hsdp::Comm& world) {
                 opt.steps ? optim_total * 1e3 / opt.steps : 0.0,
                 opt.steps ? optim_exposed * 1e3 / opt.steps : 0.0,
                 optim_total > 0 ? 100.0 * (1.0 - std::min(1.0, optim_exposed / optim_total)) : 0.0);
-  if (hsdp::Status s = printMemory(world, **mesh, model, spec.paramCount()); !s.ok())
+  if (hsdp::Status s = printMemory(world, **mesh, model, spec.paramCount(), spec, cfg); !s.ok())
     world.abortJob(kExitRuntime);
 
   if (!opt.check) return 0;
