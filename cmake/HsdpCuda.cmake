@@ -1,6 +1,13 @@
-# Detects CUDA and NCCL for HSDP_WITH_CUDA=AUTO|ON|OFF and sets HSDP_HAVE_CUDA.
-# No CUDA source is compiled yet (the GPU path is its own issue); this only settles the option so
-# that builds with and without a toolkit configure the same way.
+# The CUDA side of the build. Detects CUDA and NCCL for HSDP_WITH_CUDA=AUTO|ON|OFF and sets
+# HSDP_HAVE_CUDA; when it is ON, enables the CUDA language, defines the imported target hsdp::nccl
+# and the CUDA module (cuda/: kernels, RAII owners, HSDP_CUDA_CHECK) as the object library
+# hsdp_cuda. collectives/nccl/ puts those objects and the NCCL transport into libhsdp, so programs
+# link `hsdp` alone. Nothing here changes the host (MPI) path: HSDP_WITH_CUDA=OFF builds the rest.
+#
+# NCCL: /usr/local/cuda (the toolkit's own copy), NCCL_HOME, or given explicitly, e.g. the pip
+# package nvidia-nccl-cu13 (which ships only libnccl.so.2, hence the second name):
+#   -DHSDP_NCCL_INCLUDE_DIR=<site-packages>/nvidia/nccl/include
+#   -DHSDP_NCCL_LIBRARY=<site-packages>/nvidia/nccl/lib/libnccl.so.2
 set(HSDP_HAVE_CUDA OFF)
 string(TOUPPER "${HSDP_WITH_CUDA}" _hsdp_cuda_mode)
 if(NOT _hsdp_cuda_mode MATCHES "^(AUTO|ON|OFF)$")
@@ -11,17 +18,50 @@ if(NOT _hsdp_cuda_mode STREQUAL "OFF")
     set(CUDAToolkit_ROOT /usr/local/cuda)
   endif()
   find_package(CUDAToolkit QUIET)
-  find_path(HSDP_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
-  find_library(HSDP_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
-  if(CUDAToolkit_FOUND AND HSDP_NCCL_INCLUDE_DIR AND HSDP_NCCL_LIBRARY)
+  find_path(HSDP_NCCL_INCLUDE_DIR nccl.h
+            HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include $ENV{NCCL_HOME}/include)
+  find_library(HSDP_NCCL_LIBRARY NAMES nccl libnccl.so.2
+               HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 $ENV{NCCL_HOME}/lib)
+  if(CUDAToolkit_FOUND AND CUDAToolkit_NVCC_EXECUTABLE AND HSDP_NCCL_INCLUDE_DIR
+     AND HSDP_NCCL_LIBRARY)
     set(HSDP_HAVE_CUDA ON)
     message(STATUS "hsdp: CUDA ${CUDAToolkit_VERSION} and NCCL (${HSDP_NCCL_LIBRARY}) found")
   elseif(_hsdp_cuda_mode STREQUAL "ON")
-    message(FATAL_ERROR "HSDP_WITH_CUDA=ON but CUDA toolkit (found=${CUDAToolkit_FOUND}) or NCCL "
+    message(FATAL_ERROR "HSDP_WITH_CUDA=ON but CUDA toolkit (found=${CUDAToolkit_FOUND}, "
+                        "nvcc=${CUDAToolkit_NVCC_EXECUTABLE}) or NCCL "
                         "(include=${HSDP_NCCL_INCLUDE_DIR}, lib=${HSDP_NCCL_LIBRARY}) is missing")
   else()
     message(STATUS "hsdp: CUDA/NCCL not found; building the host (MPI) path only")
   endif()
 else()
   message(STATUS "hsdp: HSDP_WITH_CUDA=OFF")
+endif()
+
+if(HSDP_HAVE_CUDA)
+  # sm_80 (A100) and sm_90 (H100/H200) as machine code, plus compute_90 PTX that newer GPUs
+  # compile at load time. Every entry is one more device compile of every .cu file, so the list
+  # is exactly that (CI builds on 2 cores); -DCMAKE_CUDA_ARCHITECTURES=90-real narrows it for a
+  # quick local build. Set before enable_language: CMake would otherwise probe nvcc's default
+  # architecture, which older CMake releases get wrong for CUDA 13.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES "80-real;90-real;90-virtual")
+  endif()
+  if(NOT DEFINED CMAKE_CUDA_COMPILER)
+    set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})  # nvcc need not be on PATH
+  endif()
+  enable_language(CUDA)
+  # C++17 for device code: CMake 3.25 does not know how to ask nvcc for C++20, and the .cu files
+  # include only headers that are C++17 (status, dtype, optimizer).
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  set(CMAKE_CUDA_EXTENSIONS OFF)
+
+  add_library(hsdp::nccl UNKNOWN IMPORTED)
+  set_target_properties(hsdp::nccl PROPERTIES
+    IMPORTED_LOCATION ${HSDP_NCCL_LIBRARY}
+    INTERFACE_INCLUDE_DIRECTORIES ${HSDP_NCCL_INCLUDE_DIR})
+
+  # The kernels and CUDA helpers (an object library; collectives/nccl/ adds it to hsdp, which
+  # does not exist yet at this point of the root CMakeLists.txt).
+  add_subdirectory(${PROJECT_SOURCE_DIR}/cuda ${PROJECT_BINARY_DIR}/cuda)
 endif()

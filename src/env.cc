@@ -29,11 +29,12 @@ const std::vector<Param>& registry() {
        "Keep freed heap memory mapped (glibc mallopt) so the MPI library's per-call temporary "
        "buffers reuse pre-faulted pages instead of faulting in fresh ones each call."},
       {"HSDP_TRANSPORT_INTRA", "enum", "mpi",
-       "Transport of the intra-node level (intra-shard group): mpi, or ucx (UCP over UCX's "
-       "shared-memory transports; see docs/ucx.md)."},
+       "Transport of the intra-node level (intra-shard group): mpi, ucx (UCP over UCX's "
+       "shared-memory transports; see docs/ucx.md), or nccl in CUDA builds (device buffers; "
+       "docs/gpu.md)."},
       {"HSDP_TRANSPORT_INTER", "enum", "mpi",
-       "Transport of the inter-node level (inter-shard and replica groups): mpi, or ucx (UCP "
-       "collectives over UCX's network transports; see docs/ucx.md)."},
+       "Transport of the inter-node level (inter-shard and replica groups): mpi, ucx (UCP "
+       "collectives over UCX's network transports; see docs/ucx.md), or nccl in CUDA builds."},
       {"HSDP_UCX_TLS", "string", "",
        "UCX transports of hsdp's own UCP context (the UCX_TLS syntax, e.g. tcp or ^cma); unset: "
        "UCX_TLS, else all. Open MPI's use of UCX keeps UCX_TLS."},
@@ -58,6 +59,13 @@ const std::vector<Param>& registry() {
       {"HSDP_CPU_ADAM_THREADS", "int", "",
        "Threads of the CPU Adam step (the caller included) when the program does not set them; "
        "unset: the CPUs this process may run on."},
+      {"HSDP_CUDA_DEVICE", "int", "",
+       "CUDA device of this rank's NCCL communicators (CUDA builds); unset: the rank's index on "
+       "its host modulo the visible devices."},
+      {"HSDP_NCCL_TIMEOUT_S", "int", "300",
+       "NCCL transport: seconds one NCCL operation (creation, split, a collective) may take "
+       "before the communicator is aborted and the call fails naming the rank and collective; "
+       "0 waits forever (asynchronous NCCL errors still abort)."},
   };
   return params;
 }

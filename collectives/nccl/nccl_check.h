@@ -1,0 +1,30 @@
+// HSDP_NCCL_CHECK: the one way hsdp calls NCCL. A failing call becomes an INTERNAL Status carrying
+// NCCL's error string, its last error message (ncclGetLastError: the detail, e.g. which peer or
+// socket failed), the call and file:line. ncclInProgress counts as failure here; the transport
+// handles it itself where it uses nonblocking communicators (nccl_comm.cc).
+#pragma once
+
+#include <nccl.h>
+
+#include "hsdp/dtype.h"
+#include "hsdp/status.h"
+
+namespace hsdp::nccl {
+
+Status ncclFailure(ncclResult_t rc, const char* call, const char* file, int line,
+                   ncclComm_t comm = nullptr);
+
+// NCCL's error string plus its last error message, for messages built elsewhere.
+std::string ncclMessage(ncclResult_t rc, ncclComm_t comm);
+
+// The NCCL type that carries `t`.
+ncclDataType_t ncclType(DType t);
+
+}  // namespace hsdp::nccl
+
+#define HSDP_NCCL_CHECK(call)                                                      \
+  do {                                                                             \
+    ncclResult_t hsdp_nccl_rc_ = (call);                                           \
+    if (hsdp_nccl_rc_ != ncclSuccess)                                              \
+      return ::hsdp::nccl::ncclFailure(hsdp_nccl_rc_, #call, __FILE__, __LINE__);  \
+  } while (0)

@@ -1,0 +1,608 @@
+#include "collectives/nccl/nccl_comm.h"
+
+#include <nccl.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "collectives/nccl/nccl_check.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_resources.h"
+#include "hsdp/env.h"
+#include "hsdp/log.h"
+
+namespace hsdp::nccl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kNumRoles = 4;
+
+bool isFloating(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
+
+// Every member learns whether every member's local step succeeded, so that one rank's failure
+// fails the step on all ranks instead of leaving the others waiting in NCCL (the same pattern as
+// the UCX transport's creation).
+Status agreeOnSuccess(Comm& bootstrap, const Status& local, const std::string& what) {
+  int32_t failed = local.ok() ? 0 : 1;
+  HSDP_RETURN_IF_ERROR(bootstrap.allReduce(&failed, 1, DType::kInt32, RedOp::kSum));
+  if (!local.ok()) return local.withContext(what);
+  if (failed > 0)
+    return internalError(what, " failed on ", failed, " of ", bootstrap.size(),
+                         " ranks (this rank, ", bootstrap.rank(), ", succeeded; see theirs)");
+  return okStatus();
+}
+
+// Polling with back-off: the first rounds only yield (a collective that is about to finish
+// should not pay a sleep), later ones sleep so that a rank waiting on a slow peer leaves the
+// CPU to the others (several ranks share a host's cores).
+void backoff(int round) {
+  if (round < 64) std::this_thread::yield();
+  else std::this_thread::sleep_for(std::chrono::microseconds(round < 1024 ? 10 : 100));
+}
+
+ncclConfig_t nonblockingConfig(const std::string& name) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // no NCCL call may hang the host: we poll, time out and abort instead
+  config.commName = name.c_str();
+  return config;
+}
+
+}  // namespace
+
+const char* streamRoleName(StreamRole role) {
+  switch (role) {
+    case StreamRole::kAllGather: return "allgather";
+    case StreamRole::kReduceScatter: return "reducescatter";
+    case StreamRole::kAllReduce: return "allreduce";
+    case StreamRole::kControl: return "control";
+  }
+  return "?";
+}
+
+StatusOr<NcclOptions> NcclOptions::fromEnv() {
+  NcclOptions o;
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> device, env::getInt("HSDP_CUDA_DEVICE", 0));
+  if (device) o.device = static_cast<int>(*device);
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> timeout, env::getInt("HSDP_NCCL_TIMEOUT_S", 0));
+  if (timeout) o.timeout_s = static_cast<double>(*timeout);
+  return o;
+}
+
+// ---- state -------------------------------------------------------------------------------------
+
+struct NcclComm::State {
+  std::unique_ptr<Comm> bootstrap;
+  NcclOptions options;
+  std::string name;  // "world", "split(c)", "host(c)": in NCCL's logs and our messages
+  int rank = 0;
+  int size = 1;
+  int device = 0;
+  ncclComm_t comm = nullptr;
+  std::array<gpu::Stream, kNumRoles> streams;
+  gpu::Event caller_ready;        // recorded on the caller's stream before each collective
+  cudaStream_t caller = nullptr;  // nullptr: the legacy default stream
+  std::vector<gpu::Event> free_events;
+  gpu::DeviceBuffer barrier_word;  // barrier(): one int32 all-reduced on the control stream
+  uint64_t seq = 0;                // collectives started, for messages
+  bool aborted = false;
+  Status abort_reason;
+
+  ~State() { finalize(); }
+
+  std::string describe() const {
+    return strCat("nccl comm '", name, "' (rank ", rank, " of ", size, ", device ", device, ")");
+  }
+
+  cudaStream_t stream(StreamRole role) const { return streams[static_cast<int>(role)].get(); }
+
+  bool expired(Clock::time_point start) const {
+    return options.timeout_s > 0 &&
+           std::chrono::duration<double>(Clock::now() - start).count() > options.timeout_s;
+  }
+
+  // Aborts the NCCL communicator once; later calls fail with the first reason.
+  void abortNow(const Status& reason) {
+    if (aborted) return;
+    aborted = true;
+    abort_reason = reason;
+    if (comm != nullptr) {
+      HSDP_WARN(kColl, describe(), ": aborting the NCCL communicator: ", reason.message());
+      ncclResult_t rc = ncclCommAbort(comm);  // blocking, also for nonblocking communicators
+      if (rc != ncclSuccess)
+        HSDP_WARN(kColl, describe(), ": ncclCommAbort: ", ncclGetErrorString(rc));
+      comm = nullptr;
+    }
+  }
+
+  Status usable(const char* op) const {
+    if (!aborted && comm != nullptr) return okStatus();
+    return failedPrecondition(describe(), ": ", op, " on an aborted communicator (first error: ",
+                              abort_reason.message(), ")");
+  }
+
+  // Aborts and returns the Status for a failure of collective `op` (#seq).
+  Status fail(const char* op, uint64_t seq_no, const std::string& what) {
+    Status s = internalError("nccl ", op, " #", seq_no, " on ", describe(), ": ", what,
+                             "; the communicator was aborted");
+    abortNow(s);
+    return s;
+  }
+
+  // Non-OK when `c` (this communicator or one being created) reports an asynchronous error.
+  // ncclInProgress is not an error.
+  Status asyncError(ncclComm_t c, const char* op, uint64_t seq_no, bool* in_progress) {
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t rc = ncclCommGetAsyncError(c, &async);
+    if (rc != ncclSuccess)
+      return internalError("nccl ", op, " #", seq_no, " on ", describe(),
+                           ": ncclCommGetAsyncError failed: ", ncclMessage(rc, c));
+    if (in_progress) *in_progress = async == ncclInProgress;
+    if (async == ncclSuccess || async == ncclInProgress) return okStatus();
+    return internalError("NCCL error ", static_cast<int>(async), ": ", ncclMessage(async, c));
+  }
+
+  // Waits until `c` has left ncclInProgress (after an init, a split, an enqueue or a finalize
+  // on a nonblocking communicator), polling for errors; aborts `c` on an error or a timeout.
+  Status waitReady(ncclComm_t c, const char* op, uint64_t seq_no, Clock::time_point start) {
+    for (int round = 0;; ++round) {
+      bool in_progress = false;
+      Status s = asyncError(c, op, seq_no, &in_progress);
+      if (!s.ok()) return c == comm ? fail(op, seq_no, s.message()) : s;
+      if (!in_progress) return okStatus();
+      if (expired(start)) {
+        std::string what = strCat("still in progress after ", options.timeout_s,
+                                  " s (HSDP_NCCL_TIMEOUT_S): a peer did not take part or died");
+        if (c == comm) return fail(op, seq_no, what);
+        return internalError("nccl ", op, " on ", describe(), ": ", what);
+      }
+      backoff(round);
+    }
+  }
+
+  // The result of launching a collective on the nonblocking communicator: invalid arguments
+  // leave the communicator usable (NCCL did nothing); other errors abort it; ncclInProgress
+  // waits until the work is on the stream (recording the completion event earlier would record
+  // it before the collective).
+  Status enqueued(ncclResult_t rc, const char* op, uint64_t seq_no, Clock::time_point start) {
+    if (rc == ncclSuccess) return okStatus();
+    if (rc == ncclInProgress) return waitReady(comm, op, seq_no, start);
+    if (rc == ncclInvalidArgument || rc == ncclInvalidUsage)
+      return invalidArgument("nccl ", op, " on ", describe(), ": ", ncclMessage(rc, comm));
+    return fail(op, seq_no, ncclMessage(rc, comm));
+  }
+
+  // Collective buffers must be device (or managed) memory of our device.
+  Status checkBuffer(const void* p, const char* which, const char* op) const {
+    cudaPointerAttributes attr{};
+    cudaError_t err = cudaPointerGetAttributes(&attr, p);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return invalidArgument("nccl ", op, " on ", describe(), ": ", which, " buffer ", p,
+                             " is not memory CUDA knows (", cudaGetErrorString(err), ")");
+    }
+    if (attr.type == cudaMemoryTypeManaged) return okStatus();
+    if (attr.type == cudaMemoryTypeDevice && attr.device == device) return okStatus();
+    if (attr.type == cudaMemoryTypeDevice)
+      return invalidArgument("nccl ", op, " on ", describe(), ": ", which, " buffer ", p,
+                             " is on device ", attr.device, ", not this communicator's device ",
+                             device);
+    return invalidArgument("nccl ", op, " on ", describe(), ": ", which, " buffer ", p,
+                           " is host memory; the NCCL transport moves device buffers only "
+                           "(the engine does not keep its buffers on the GPU yet: docs/gpu.md)");
+  }
+
+  StatusOr<gpu::Event> takeEvent() {
+    if (!free_events.empty()) {
+      gpu::Event e = std::move(free_events.back());
+      free_events.pop_back();
+      return e;
+    }
+    return gpu::Event::create();
+  }
+
+  // Orders the role stream after the work already queued on the caller's stream.
+  Status orderAfterCaller(cudaStream_t role_stream) {
+    HSDP_CUDA_CHECK(cudaEventRecord(caller_ready.get(), caller));
+    HSDP_CUDA_CHECK(cudaStreamWaitEvent(role_stream, caller_ready.get(), 0));
+    return okStatus();
+  }
+
+  void finalize() {
+    if (comm == nullptr || aborted) return;
+    int previous = -1;
+    const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device &&
+                          cudaSetDevice(device) == cudaSuccess;
+    // Finalize flushes what was issued; nonblocking, so it is waited for like everything else,
+    // and a peer that never finalizes costs at most the timeout (then abort).
+    const auto start = Clock::now();
+    ncclResult_t rc = ncclCommFinalize(comm);
+    Status s = rc == ncclSuccess || rc == ncclInProgress
+                   ? waitReady(comm, "finalize", seq, start)
+                   : internalError("ncclCommFinalize: ", ncclMessage(rc, comm));
+    if (!s.ok()) {
+      abortNow(s);
+    } else {
+      rc = ncclCommDestroy(comm);
+      if (rc != ncclSuccess) HSDP_WARN(kColl, describe(), ": ncclCommDestroy: ", ncclGetErrorString(rc));
+      comm = nullptr;
+    }
+    if (switched) (void)cudaSetDevice(previous);
+  }
+};
+
+namespace {
+
+// A collective in flight: completes when its event on the role stream has fired. test() and
+// wait() also poll the communicator for asynchronous errors and enforce the timeout.
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<NcclComm::State> s, const char* op, uint64_t seq, gpu::Event done,
+           Clock::time_point start)
+      : s_(std::move(s)), op_(op), seq_(seq), done_event_(std::move(done)), start_(start) {}
+
+  ~NcclWork() override {
+    // Reuse the event unless the collective may still be running (abandoned) or the
+    // communicator was aborted.
+    if (finished_ && !s_->aborted) s_->free_events.push_back(std::move(done_event_));
+  }
+
+  StatusOr<bool> test() override {
+    if (!finished_) poll();
+    if (!finished_) return false;
+    if (!result_.ok()) return result_;
+    return true;
+  }
+
+  Status wait() override {
+    for (int round = 0; !finished_; ++round) {
+      poll();
+      if (!finished_) backoff(round);
+    }
+    return result_;
+  }
+
+ private:
+  void finish(Status s) {
+    finished_ = true;
+    result_ = std::move(s);
+  }
+
+  void poll() {
+    NcclComm::State& s = *s_;
+    if (s.aborted) {
+      finish(s.usable(op_));
+      return;
+    }
+    cudaError_t err = cudaEventQuery(done_event_.get());
+    if (err != cudaSuccess && err != cudaErrorNotReady) {
+      finish(s.fail(op_, seq_,
+                    strCat("CUDA error while waiting: ", cudaGetErrorName(err), " (",
+                           cudaGetErrorString(err), ")")));
+      return;
+    }
+    Status async = s.asyncError(s.comm, op_, seq_, nullptr);
+    if (!async.ok()) {
+      finish(s.fail(op_, seq_, async.message()));
+      return;
+    }
+    if (err == cudaSuccess) {
+      finish(okStatus());
+      return;
+    }
+    if (s.expired(start_))
+      finish(s.fail(op_, seq_,
+                    strCat("did not complete within ", s.options.timeout_s,
+                           " s (HSDP_NCCL_TIMEOUT_S): another rank did not start the same "
+                           "collective (every rank must start the same collectives in the same "
+                           "order, with the same counts), or a peer died")));
+  }
+
+  std::shared_ptr<NcclComm::State> s_;
+  const char* op_;
+  uint64_t seq_;
+  gpu::Event done_event_;
+  Clock::time_point start_;
+  bool finished_ = false;
+  Status result_;
+};
+
+// Creates the CUDA side of a communicator on `device`: role streams and the ordering event.
+Status createCudaResources(NcclComm::State& s) {
+  for (int r = 0; r < kNumRoles; ++r) {
+    HSDP_ASSIGN_OR_RETURN(
+        s.streams[r],
+        gpu::Stream::create(strCat("nccl-", s.name, "-", streamRoleName(static_cast<StreamRole>(r)))));
+  }
+  HSDP_ASSIGN_OR_RETURN(s.caller_ready, gpu::Event::create());
+  return okStatus();
+}
+
+}  // namespace
+
+// ---- creation ----------------------------------------------------------------------------------
+
+NcclComm::NcclComm(std::shared_ptr<State> state) : s_(std::move(state)) {}
+NcclComm::~NcclComm() = default;
+
+StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(std::unique_ptr<Comm> bootstrap,
+                                                     const NcclOptions& options) {
+  if (bootstrap == nullptr) return invalidArgument("createNcclComm: no bootstrap communicator");
+  auto s = std::make_shared<State>();
+  s->options = options;
+  s->name = "world";
+  s->rank = bootstrap->rank();
+  s->size = bootstrap->size();
+  Comm& boot = *bootstrap;
+  s->bootstrap = std::move(bootstrap);
+
+  // 1. The device and its streams. The host group is needed only for the default device choice,
+  //    but splitByHost is collective, so every rank takes it.
+  int local_rank = 0;
+  {
+    HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> host, boot.splitByHost());
+    local_rank = host->rank();
+  }
+  Status local = [&]() -> Status {
+    std::string why;
+    const int count = gpu::deviceCount(&why);
+    if (count == 0) return failedPrecondition("no CUDA device visible (", why, ")");
+    if (options.device >= count)
+      return invalidArgument("HSDP_CUDA_DEVICE=", options.device, " but only ", count,
+                             " CUDA device(s) are visible");
+    s->device = options.device >= 0 ? options.device : local_rank % count;
+    HSDP_CUDA_CHECK(cudaSetDevice(s->device));
+    return createCudaResources(*s);
+  }();
+  HSDP_RETURN_IF_ERROR(agreeOnSuccess(boot, local, strCat("nccl: CUDA set-up of rank ", s->rank)));
+
+  // 2. The unique id, made by rank 0 and broadcast over the bootstrap.
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  Status made = okStatus();
+  if (s->rank == 0) made = [&]() -> Status {
+    HSDP_NCCL_CHECK(ncclGetUniqueId(&id));
+    return okStatus();
+  }();
+  HSDP_RETURN_IF_ERROR(agreeOnSuccess(boot, made, "nccl: ncclGetUniqueId on rank 0"));
+  HSDP_RETURN_IF_ERROR(boot.broadcast(&id, sizeof(id), DType::kUInt8, 0));
+
+  // 3. Every rank joins; nonblocking, so a missing peer ends in a timeout, not a hang.
+  const auto start = Clock::now();
+  ncclConfig_t config = nonblockingConfig(s->name);
+  ncclResult_t rc = ncclCommInitRankConfig(&s->comm, s->size, id, s->rank, &config);
+  Status joined = okStatus();
+  if (rc != ncclSuccess && rc != ncclInProgress)
+    joined = ncclFailure(rc, "ncclCommInitRankConfig", __FILE__, __LINE__, s->comm);
+  else
+    joined = s->waitReady(s->comm, "ncclCommInitRankConfig", 0, start);
+  if (!joined.ok()) s->abortNow(joined);
+  HSDP_RETURN_IF_ERROR(agreeOnSuccess(boot, joined, strCat("nccl: joining ", s->describe())));
+  HSDP_INFO(kColl, s->describe(), " created (", std::chrono::duration<double>(Clock::now() - start).count(),
+            " s); timeout ", options.timeout_s, " s");
+  return std::unique_ptr<NcclComm>(new NcclComm(std::move(s)));
+}
+
+StatusOr<std::unique_ptr<Comm>> createNcclComm(std::unique_ptr<Comm> bootstrap,
+                                               const NcclOptions& options) {
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<NcclComm> c,
+                        NcclComm::create(std::move(bootstrap), options));
+  return std::unique_ptr<Comm>(std::move(c));
+}
+
+StatusOr<std::unique_ptr<Comm>> createNcclComm(std::unique_ptr<Comm> bootstrap) {
+  HSDP_ASSIGN_OR_RETURN(NcclOptions options, NcclOptions::fromEnv());
+  return createNcclComm(std::move(bootstrap), options);
+}
+
+StatusOr<std::unique_ptr<Comm>> createNcclComm(Comm& bootstrap) {
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> own, bootstrap.split(0, bootstrap.rank()));
+  return createNcclComm(std::move(own));
+}
+
+// ---- splits ------------------------------------------------------------------------------------
+
+namespace {
+
+// ncclCommSplit of `parent` into the group `sub_boot` already formed on the bootstrap side. The
+// NCCL key is the rank in `sub_boot`, so both sides order the members identically.
+StatusOr<std::shared_ptr<NcclComm::State>> splitInto(NcclComm::State& parent,
+                                                     std::unique_ptr<Comm> sub_boot, int color,
+                                                     std::string name) {
+  auto s = std::make_shared<NcclComm::State>();
+  s->options = parent.options;
+  s->name = std::move(name);
+  s->rank = sub_boot->rank();
+  s->size = sub_boot->size();
+  s->device = parent.device;
+  Comm& boot = *sub_boot;
+  s->bootstrap = std::move(sub_boot);
+
+  Status local = [&]() -> Status {
+    HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard guard, gpu::DeviceGuard::set(s->device));
+    HSDP_RETURN_IF_ERROR(createCudaResources(*s));
+    const auto start = Clock::now();
+    const uint64_t seq_no = parent.seq++;
+    ncclConfig_t config = nonblockingConfig(s->name);
+    ncclResult_t rc = ncclCommSplit(parent.comm, color, s->rank, &s->comm, &config);
+    if (rc != ncclSuccess && rc != ncclInProgress)
+      return parent.fail("ncclCommSplit", seq_no, ncclMessage(rc, parent.comm));
+    // The parent is busy until the split is done, and the child until it is initialised.
+    HSDP_RETURN_IF_ERROR(parent.waitReady(parent.comm, "ncclCommSplit", seq_no, start));
+    if (s->comm == nullptr)
+      return internalError("ncclCommSplit on ", parent.describe(), " returned no communicator");
+    HSDP_RETURN_IF_ERROR(s->waitReady(s->comm, "ncclCommSplit", seq_no, start));
+    int nccl_rank = -1, nccl_size = -1;
+    HSDP_NCCL_CHECK(ncclCommUserRank(s->comm, &nccl_rank));
+    HSDP_NCCL_CHECK(ncclCommCount(s->comm, &nccl_size));
+    if (nccl_rank != s->rank || nccl_size != s->size)
+      return internalError("ncclCommSplit gave rank ", nccl_rank, " of ", nccl_size,
+                           ", the bootstrap's split rank ", s->rank, " of ", s->size);
+    return okStatus();
+  }();
+  if (!local.ok()) s->abortNow(local);
+  HSDP_RETURN_IF_ERROR(agreeOnSuccess(
+      boot, local, strCat("nccl: splitting ", parent.describe(), " into '", s->name, "'")));
+  return s;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Comm>> NcclComm::split(int color, int key) {
+  State& s = *s_;
+  HSDP_RETURN_IF_ERROR(s.usable("split"));
+  if (color < 0) return invalidArgument("split: color ", color, " must be >= 0");
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> sub, s.bootstrap->split(color, key));
+  HSDP_ASSIGN_OR_RETURN(std::shared_ptr<State> child,
+                        splitInto(s, std::move(sub), color, strCat(s.name, "/", color)));
+  return std::unique_ptr<Comm>(new NcclComm(std::move(child)));
+}
+
+StatusOr<std::unique_ptr<Comm>> NcclComm::splitByHost() {
+  State& s = *s_;
+  HSDP_RETURN_IF_ERROR(s.usable("splitByHost"));
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> sub, s.bootstrap->splitByHost());
+  // One color per host: the rank (in this communicator) of the host group's first member.
+  int32_t color = s.rank;
+  HSDP_RETURN_IF_ERROR(sub->broadcast(&color, 1, DType::kInt32, 0));
+  HSDP_ASSIGN_OR_RETURN(std::shared_ptr<State> child,
+                        splitInto(s, std::move(sub), color, strCat(s.name, "/host", color)));
+  return std::unique_ptr<Comm>(new NcclComm(std::move(child)));
+}
+
+// ---- collectives -------------------------------------------------------------------------------
+
+namespace {
+
+// Everything a collective does around its NCCL call: checks, the device, ordering after the
+// caller's stream, the enqueue (waiting out ncclInProgress) and the completion event.
+template <typename Launch>
+StatusOr<WorkHandle> startCollective(const std::shared_ptr<NcclComm::State>& sp, const char* op,
+                                     StreamRole role, Launch launch) {
+  NcclComm::State& s = *sp;
+  HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard guard, gpu::DeviceGuard::set(s.device));
+  const cudaStream_t stream = s.stream(role);
+  HSDP_ASSIGN_OR_RETURN(gpu::Event done, s.takeEvent());
+  HSDP_RETURN_IF_ERROR(s.orderAfterCaller(stream));
+  const auto start = Clock::now();
+  const uint64_t seq_no = s.seq++;
+  HSDP_RETURN_IF_ERROR(s.enqueued(launch(stream), op, seq_no, start));
+  HSDP_CUDA_CHECK(cudaEventRecord(done.get(), stream));
+  HSDP_TRACE(kColl, s.describe(), ": ", op, " #", seq_no, " on stream ",
+             s.streams[static_cast<int>(role)].name());
+  return WorkHandle(std::make_unique<NcclWork>(sp, op, seq_no, std::move(done), start));
+}
+
+}  // namespace
+
+StatusOr<WorkHandle> NcclComm::iallGather(const void* send, void* recv, size_t count,
+                                          DType dtype) {
+  State& s = *s_;
+  HSDP_RETURN_IF_ERROR(s.usable("allGather"));
+  if (count == 0) return completedWork();
+  HSDP_RETURN_IF_ERROR(s.checkBuffer(send, "send", "allGather"));
+  HSDP_RETURN_IF_ERROR(s.checkBuffer(recv, "recv", "allGather"));
+  return startCollective(s_, "allGather", StreamRole::kAllGather, [&](cudaStream_t st) {
+    return ncclAllGather(send, recv, count, ncclType(dtype), s.comm, st);
+  });
+}
+
+StatusOr<WorkHandle> NcclComm::ireduceScatter(const void* send, void* recv, size_t count,
+                                              DType dtype, RedOp op) {
+  State& s = *s_;
+  HSDP_RETURN_IF_ERROR(s.usable("reduceScatter"));
+  if (op == RedOp::kAvg && !isFloating(dtype))
+    return invalidArgument("reduceScatter: avg of ", dtypeName(dtype));
+  if (count == 0) return completedWork();
+  HSDP_RETURN_IF_ERROR(s.checkBuffer(send, "send", "reduceScatter"));
+  HSDP_RETURN_IF_ERROR(s.checkBuffer(recv, "recv", "reduceScatter"));
+  return startCollective(s_, "reduceScatter", StreamRole::kReduceScatter, [&](cudaStream_t st) {
+    return ncclReduceScatter(send, recv, count, ncclType(dtype),
+                             op == RedOp::kAvg ? ncclAvg : ncclSum, s.comm, st);
+  });
+}
+
+StatusOr<WorkHandle> NcclComm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  State& s = *s_;
+  HSDP_RETURN_IF_ERROR(s.usable("allReduce"));
+  if (op == RedOp::kAvg && !isFloating(dtype))
+    return invalidArgument("allReduce: avg of ", dtypeName(dtype));
+  if (count == 0) return completedWork();
+  HSDP_RETURN_IF_ERROR(s.checkBuffer(buf, "in-place", "allReduce"));
+  return startCollective(s_, "allReduce", StreamRole::kAllReduce, [&](cudaStream_t st) {
+    return ncclAllReduce(buf, buf, count, ncclType(dtype), op == RedOp::kAvg ? ncclAvg : ncclSum,
+                         s.comm, st);
+  });
+}
+
+Status NcclComm::allGather(const void* send, void* recv, size_t count, DType dtype) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallGather(send, recv, count, dtype));
+  return w->wait();
+}
+
+Status NcclComm::reduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                               RedOp op) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(send, recv, count, dtype, op));
+  return w->wait();
+}
+
+Status NcclComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallReduce(buf, count, dtype, op));
+  return w->wait();
+}
+
+Status NcclComm::broadcast(void* buf, size_t count, DType dtype, int root) {
+  State& s = *s_;
+  HSDP_RETURN_IF_ERROR(s.usable("broadcast"));
+  if (root < 0 || root >= s.size)
+    return invalidArgument("broadcast: root ", root, " outside communicator of size ", s.size);
+  if (count == 0) return okStatus();
+  HSDP_RETURN_IF_ERROR(s.checkBuffer(buf, "in-place", "broadcast"));
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w,
+                        startCollective(s_, "broadcast", StreamRole::kControl, [&](cudaStream_t st) {
+                          return ncclBroadcast(buf, buf, count, ncclType(dtype), root, s.comm, st);
+                        }));
+  return w->wait();
+}
+
+Status NcclComm::barrier() {
+  State& s = *s_;
+  HSDP_RETURN_IF_ERROR(s.usable("barrier"));
+  if (s.barrier_word.data() == nullptr) {
+    HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard guard, gpu::DeviceGuard::set(s.device));
+    HSDP_ASSIGN_OR_RETURN(s.barrier_word, gpu::DeviceBuffer::allocate(sizeof(int32_t)));
+    HSDP_CUDA_CHECK(cudaMemsetAsync(s.barrier_word.data(), 0, sizeof(int32_t),
+                                    s.stream(StreamRole::kControl)));
+  }
+  void* word = s.barrier_word.data();
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w,
+                        startCollective(s_, "barrier", StreamRole::kControl, [&](cudaStream_t st) {
+                          return ncclAllReduce(word, word, 1, ncclInt32, ncclSum, s.comm, st);
+                        }));
+  return w->wait();
+}
+
+// ---- the rest ----------------------------------------------------------------------------------
+
+int NcclComm::rank() const { return s_->rank; }
+int NcclComm::size() const { return s_->size; }
+int NcclComm::device() const { return s_->device; }
+cudaStream_t NcclComm::stream(StreamRole role) const { return s_->stream(role); }
+void NcclComm::setCallerStream(cudaStream_t stream) { s_->caller = stream; }
+void NcclComm::abort(const Status& reason) { s_->abortNow(reason); }
+bool NcclComm::aborted() const { return s_->aborted; }
+Comm& NcclComm::bootstrap() { return *s_->bootstrap; }
+const NcclOptions& NcclComm::options() const { return s_->options; }
+
+void NcclComm::abortJob(int code) {
+  s_->abortNow(internalError("abortJob(", code, ") on ", s_->describe()));
+  s_->bootstrap->abortJob(code);
+  std::abort();  // the bootstrap's abortJob does not return; keeps [[noreturn]] honest
+}
+
+}  // namespace hsdp::nccl

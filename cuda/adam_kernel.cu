@@ -1,0 +1,156 @@
+// Fused Adam/AdamW over a device shard: one pass per element reading param, grad and both
+// moments and writing param, both moments and optionally the bf16 copy (28 or 30 bytes per
+// element against ~15 flops: memory-bound, so the kernel is a grid-stride loop with 16-byte
+// vector loads and stores, and its speed is judged against a device-to-device copy).
+//
+// Bitwise contract (kernels.h): each element goes through the loop body of hsdp::adamStep
+// (src/optimizer.cc) with the gradient scale applied first, written with the correctly rounded
+// intrinsics (__fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn, __fsqrt_rn). Those are never contracted
+// into FMAs, whatever the compiler flags; the file is also compiled with --fmad=false
+// --prec-div=true --prec-sqrt=true --ftz=false (cuda/CMakeLists.txt) so nothing else rounds
+// differently either.
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/cuda_check.h"
+#include "cuda/kernels.h"
+#include "cuda/launch.cuh"
+
+namespace hsdp::gpu {
+namespace {
+
+// Per-call constants, computed on the host exactly as hsdp::adamStep and hsdp::CpuAdam do.
+struct Coeffs {
+  float beta1, beta2, omb1, omb2;
+  float step_size;     // lr / (1 - beta1^t), from double
+  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t), from double
+  float eps;
+  float weight_decay;  // Adam: g += wd * p
+  float decay;         // AdamW: p *= 1 - lr * wd
+  float grad_scale;
+};
+
+template <bool kAdamW>
+__device__ __forceinline__ void adamElement(const Coeffs& c, float& p, float g, float& m,
+                                            float& v) {
+  float gi = __fmul_rn(g, c.grad_scale);  // * 1 is exact: grad_scale = 1 is adamStep itself
+  float pi = p;
+  if (kAdamW) pi = __fmul_rn(pi, c.decay);
+  else gi = __fadd_rn(gi, __fmul_rn(c.weight_decay, pi));
+  const float mi = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(c.omb1, gi));
+  const float vi = __fadd_rn(__fmul_rn(c.beta2, v), __fmul_rn(__fmul_rn(c.omb2, gi), gi));
+  m = mi;
+  v = vi;
+  const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), c.inv_sqrt_bc2), c.eps);
+  p = __fsub_rn(pi, __fdiv_rn(__fmul_rn(c.step_size, mi), denom));
+}
+
+// kVec: every array is 16-byte aligned (the bf16 copy 8-byte aligned), so groups of four
+// elements move as float4 / one 8-byte store; the last n % 4 elements take the scalar loop.
+template <bool kAdamW, bool kBf16, bool kVec>
+__global__ void __launch_bounds__(detail::kThreads)
+    adamKernel(Coeffs c, float* __restrict__ param, const float* __restrict__ grad,
+               float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq,
+               unsigned short* __restrict__ param_bf16, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  size_t scalar_begin = 0;
+  if constexpr (kVec) {
+    const size_t groups = n / 4;
+    auto* p4 = reinterpret_cast<float4*>(param);
+    auto* g4 = reinterpret_cast<const float4*>(grad);
+    auto* m4 = reinterpret_cast<float4*>(exp_avg);
+    auto* v4 = reinterpret_cast<float4*>(exp_avg_sq);
+    for (size_t i = tid; i < groups; i += stride) {
+      float4 p = p4[i], m = m4[i], v = v4[i];
+      const float4 g = __ldcs(g4 + i);  // read once: stream it past the caches
+      adamElement<kAdamW>(c, p.x, g.x, m.x, v.x);
+      adamElement<kAdamW>(c, p.y, g.y, m.y, v.y);
+      adamElement<kAdamW>(c, p.z, g.z, m.z, v.z);
+      adamElement<kAdamW>(c, p.w, g.w, m.w, v.w);
+      p4[i] = p;
+      m4[i] = m;
+      v4[i] = v;
+      if constexpr (kBf16) {
+        uint2 b;
+        b.x = static_cast<unsigned>(detail::bf16Bits(p.x)) |
+              (static_cast<unsigned>(detail::bf16Bits(p.y)) << 16);
+        b.y = static_cast<unsigned>(detail::bf16Bits(p.z)) |
+              (static_cast<unsigned>(detail::bf16Bits(p.w)) << 16);
+        reinterpret_cast<uint2*>(param_bf16)[i] = b;
+      }
+    }
+    scalar_begin = groups * 4;
+  }
+  for (size_t i = scalar_begin + tid; i < n; i += stride) {
+    float p = param[i], m = exp_avg[i], v = exp_avg_sq[i];
+    adamElement<kAdamW>(c, p, grad[i], m, v);
+    param[i] = p;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    if constexpr (kBf16) param_bf16[i] = detail::bf16Bits(p);
+  }
+}
+
+template <bool kAdamW, bool kBf16>
+void launchAdam(const Coeffs& c, const DeviceAdamShard& s, cudaStream_t stream) {
+  auto aligned = [](const void* p, uintptr_t a) {
+    return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0;
+  };
+  const bool vec = aligned(s.param, 16) && aligned(s.grad, 16) && aligned(s.exp_avg, 16) &&
+                   aligned(s.exp_avg_sq, 16) && (!kBf16 || aligned(s.param_bf16, 8));
+  auto* bf = reinterpret_cast<unsigned short*>(s.param_bf16);
+  if (vec) {
+    adamKernel<kAdamW, kBf16, true><<<detail::gridFor((s.n + 3) / 4), detail::kThreads, 0,
+                                      stream>>>(c, s.param, s.grad, s.exp_avg, s.exp_avg_sq, bf,
+                                                s.n);
+  } else {
+    adamKernel<kAdamW, kBf16, false><<<detail::gridFor(s.n), detail::kThreads, 0, stream>>>(
+        c, s.param, s.grad, s.exp_avg, s.exp_avg_sq, bf, s.n);
+  }
+}
+
+}  // namespace
+
+Status adamStep(const AdamConfig& cfg, int64_t t, const DeviceAdamShard& shard,
+                cudaStream_t stream, float grad_scale) {
+  HSDP_RETURN_IF_ERROR(validate(cfg));
+  if (t < 1) return invalidArgument("Adam step t=", t, " must be >= 1");
+  if (!(grad_scale >= 0.0f) || !std::isfinite(grad_scale))
+    return invalidArgument("gradient scale ", grad_scale, " must be finite and >= 0");
+  if (shard.n == 0) return okStatus();
+  const char* missing = shard.param == nullptr        ? "param"
+                        : shard.grad == nullptr       ? "grad"
+                        : shard.exp_avg == nullptr    ? "exp_avg"
+                        : shard.exp_avg_sq == nullptr ? "exp_avg_sq"
+                                                      : nullptr;
+  if (missing != nullptr)
+    return invalidArgument("GPU Adam shard of ", shard.n, " elements has a null ", missing,
+                           " array");
+
+  // Exactly as hsdp::adamStep: bias corrections in double, rounded to float once.
+  const double bc1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), static_cast<double>(t));
+  Coeffs c;
+  c.beta1 = cfg.beta1;
+  c.beta2 = cfg.beta2;
+  c.omb1 = 1.0f - cfg.beta1;
+  c.omb2 = 1.0f - cfg.beta2;
+  c.step_size = static_cast<float>(cfg.lr / bc1);
+  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  c.eps = cfg.eps;
+  c.weight_decay = cfg.weight_decay;
+  c.decay = 1.0f - cfg.lr * cfg.weight_decay;
+  c.grad_scale = grad_scale;
+
+  const bool adamw = cfg.kind == OptimizerKind::kAdamW;
+  const bool bf16_out = shard.param_bf16 != nullptr;
+  if (adamw && bf16_out) launchAdam<true, true>(c, shard, stream);
+  else if (adamw) launchAdam<true, false>(c, shard, stream);
+  else if (bf16_out) launchAdam<false, true>(c, shard, stream);
+  else launchAdam<false, false>(c, shard, stream);
+  HSDP_CUDA_CHECK(cudaGetLastError());
+  return okStatus();
+}
+
+}  // namespace hsdp::gpu

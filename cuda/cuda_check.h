@@ -1,0 +1,21 @@
+// HSDP_CUDA_CHECK: the one way hsdp calls the CUDA runtime. A failing call becomes an INTERNAL
+// Status carrying CUDA's error name and string, the call and file:line.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "hsdp/status.h"
+
+namespace hsdp::gpu {
+
+Status cudaFailure(cudaError_t err, const char* call, const char* file, int line);
+
+}  // namespace hsdp::gpu
+
+// For calls that return cudaError_t.
+#define HSDP_CUDA_CHECK(call)                                                      \
+  do {                                                                             \
+    cudaError_t hsdp_cuda_err_ = (call);                                           \
+    if (hsdp_cuda_err_ != cudaSuccess)                                             \
+      return ::hsdp::gpu::cudaFailure(hsdp_cuda_err_, #call, __FILE__, __LINE__);  \
+  } while (0)

@@ -1,0 +1,51 @@
+// CUDA kernels on device shards, launched from the host onto a caller's stream. Every launcher
+// validates its arguments like its CPU counterpart, enqueues the work and returns; errors in the
+// launch come back as a Status (HSDP_CUDA_CHECK), errors while the kernel runs surface at the
+// next synchronisation on that stream.
+//
+// Adam: exactly hsdp::adamStep (include/hsdp/optimizer.h) applied to grad * grad_scale, like
+// hsdp::CpuAdam: the same single-precision operations in the same order, each correctly rounded
+// (no FMA contraction, IEEE division and sqrt, denormals kept), with the bias corrections
+// computed on the host in double exactly as adamStep does. So the GPU step, the CPU Adam and
+// adamStep agree bit for bit, and an optimizer shard may move between host and device mid-run.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hsdp/dtype.h"
+#include "hsdp/optimizer.h"
+#include "hsdp/status.h"
+
+namespace hsdp::gpu {
+
+// One shard's arrays in device memory, n elements each, not overlapping. param_bf16, when not
+// null, receives the updated parameters rounded to bf16 (round to nearest even; NaN stays NaN,
+// as hsdp::toBf16). 16-byte aligned param/grad/moments (and an 8-byte aligned bf16 copy) take
+// the vectorised path; any alignment works.
+struct DeviceAdamShard {
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  size_t n = 0;
+  bf16* param_bf16 = nullptr;
+};
+
+// One step (t counts from 1) over the shard with the gradient multiplied by grad_scale first
+// (1 / loss scale, a clipping coefficient). Errors (InvalidArgument, naming the value, nothing
+// enqueued): invalid cfg (hsdp::validate), t < 1, grad_scale negative or not finite, a null array
+// with n > 0.
+Status adamStep(const AdamConfig& cfg, int64_t t, const DeviceAdamShard& shard,
+                cudaStream_t stream, float grad_scale = 1.0f);
+
+// out[i] = bf16(in[i]) (round to nearest even, as hsdp::toBf16); out[i] = float(in[i]) (exact).
+Status castToBf16(const float* in, bf16* out, size_t n, cudaStream_t stream);
+Status castToFloat(const bf16* in, float* out, size_t n, cudaStream_t stream);
+
+// x[i] *= factor, in place (float32 or bf16; bf16 is scaled in float and rounded back).
+Status scale(void* x, size_t n, DType dtype, float factor, cudaStream_t stream);
+
+}  // namespace hsdp::gpu

@@ -1,0 +1,42 @@
+// Shared by the gpu-labelled GoogleTest binaries (tests/gpu/gpu_test_main.cc is their main()).
+// Without a CUDA device every GPU test skips with CUDA's reason, and the program exits with
+// kSkipExitCode, which ctest (SKIP_RETURN_CODE) reports as skipped: CI has no GPU.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cuda/cuda_resources.h"
+#include "hsdp/transport.h"
+
+namespace hsdp::gpu_testing {
+
+constexpr int kSkipExitCode = 77;
+
+// Devices visible to this process (0 without a driver or device; `why` says which).
+inline int devices(std::string* why = nullptr) { return gpu::deviceCount(why); }
+
+// The job's world over MPI (binaries built with HSDP_GPU_TEST_MPI only).
+Comm& world();
+
+}  // namespace hsdp::gpu_testing
+
+// First statement of every test that needs a device.
+#define HSDP_REQUIRE_GPU()                                                   \
+  do {                                                                       \
+    std::string hsdp_why_;                                                   \
+    if (::hsdp::gpu_testing::devices(&hsdp_why_) == 0)                       \
+      GTEST_SKIP() << "no CUDA device visible: " << hsdp_why_;               \
+  } while (0)
+
+#define ASSERT_OK(expr)                              \
+  do {                                               \
+    ::hsdp::Status hsdp_s_ = (expr);                 \
+    ASSERT_TRUE(hsdp_s_.ok()) << hsdp_s_.toString(); \
+  } while (0)
+#define EXPECT_OK(expr)                              \
+  do {                                               \
+    ::hsdp::Status hsdp_s_ = (expr);                 \
+    EXPECT_TRUE(hsdp_s_.ok()) << hsdp_s_.toString(); \
+  } while (0)
