@@ -33,6 +33,7 @@ struct Options {
   int accum = 1;
   std::string offload = "none";
   std::string param_dtype = "fp32";
+  bool hpz = false;
   std::string reduce_dtype = "fp32";
   float clip_norm = 0.0f;
   bool check = false;
@@ -145,7 +146,7 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh,
                          const hsdp::ShardedModel& model, size_t param_count,
                          const mlp::Spec& spec, const hsdp::EngineConfig& cfg) {
   const hsdp::MemoryReport r = model.memoryReport();
-  int64_t mine[7] = {int64_t(r.param_bytes), int64_t(r.grad_bytes), int64_t(r.optim_bytes),
+  int64_t mine[7] = {int64_t(r.param_bytes + r.hpz_bytes), int64_t(r.grad_bytes), int64_t(r.optim_bytes),
                      int64_t(r.gathered_peak_bytes), int64_t(r.comm_bytes), int64_t(r.total()),
                      mesh.coords().node};
   std::vector<int64_t> all(7 * world.size());
@@ -172,12 +173,14 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh,
   in.mode = static_cast<hsdp::PlanMode>(static_cast<int>(cfg.mode));
   in.param_dtype = hsdp::PlanDType::kFp32;
   in.offload_cpu = cfg.offload_cpu;
+  in.hpz = cfg.hpz;
   if (auto plan = hsdp::makePlan(in); plan.ok() && cfg.param_dtype == hsdp::DType::kFloat32) {
     const hsdp::PlanMemory& g = plan->gpu;
     const int64_t* v = &all[0];
-    std::printf("hsdp-plan prediction (rank 0): params %s (measured %s), grads %s (%s), optim "
+    std::printf("hsdp-plan prediction (rank 0): params%s %s (measured %s), grads %s (%s), optim "
                 "%s (%s), gathered %s (%s), comm %s estimate (%s)\n",
-                bytesStr(g.params).c_str(), bytesStr(v[0]).c_str(), bytesStr(g.grads).c_str(),
+                cfg.hpz ? "+hpz" : "", bytesStr(g.params + g.hpz_secondary).c_str(),
+                bytesStr(v[0]).c_str(), bytesStr(g.grads).c_str(),
                 bytesStr(v[1]).c_str(), bytesStr(g.optimizer).c_str(), bytesStr(v[2]).c_str(),
                 bytesStr(g.gathered_peak).c_str(), bytesStr(v[3]).c_str(),
                 bytesStr(g.comm_estimate).c_str(), bytesStr(v[4]).c_str());
@@ -212,6 +215,7 @@ hsdp::Status setUp(const Options& opt, hsdp::Comm& world, mlp::Spec* spec,
     return hsdp::invalidArgument("--clip-norm ", opt.clip_norm, " must be >= 0");
   cfg->clip_norm = opt.clip_norm;
   cfg->offload_cpu = opt.offload == "cpu";
+  cfg->hpz = opt.hpz;
   HSDP_ASSIGN_OR_RETURN(cfg->param_dtype, hsdp::parseDType(opt.param_dtype));
   HSDP_ASSIGN_OR_RETURN(cfg->reduce_dtype, hsdp::parseDType(opt.reduce_dtype));
   if (opt.intra_shard_given && opt.intra_shard <= 0)
@@ -375,6 +379,9 @@ int main(int argc, char** argv) {
   app.add_option("--accum", opt.accum,
                  "Micro-steps per optimizer step (gradient accumulation; batch / accum per step)");
   app.add_option("--clip-norm", opt.clip_norm, "Clip the global gradient norm (0: off)");
+  app.add_flag("--hpz", opt.hpz,
+               "hpZ: keep each unit's intra-node partition after forward so backward re-gathers "
+               "stay inside the node (zero3, intra_shard > 1, inter_shard > 1)");
   app.add_option("--param-dtype", opt.param_dtype,
                  "fp32 | bf16: parameters all-gathered (and computed on) as bf16 roundings")
       ->check(CLI::IsMember({"fp32", "bf16"}));

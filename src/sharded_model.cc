@@ -36,6 +36,9 @@ struct Unit {
   // Mixed precision: the bf16 rounding of the master shard (what the all-gather sends), the
   // bf16 gradient shard the reduce-scatter lands in, and the in-flight bf16 pool blocks.
   HostBuffer shard16, grad16;
+  // hpZ: this rank's intra-node block of the unit's parameters (J shards), kept from forward.
+  HostBuffer hpz_block;
+  bool hpz_valid = false;
   void* gathered16 = nullptr;
   void* full_grad16 = nullptr;
   float* gathered = nullptr;   // full parameters while unsharded (pool block, or the shard)
@@ -222,6 +225,14 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
   if (cfg.offload_cpu && cfg.mode == ShardMode::kNone)
     return invalidArgument("CPU offload needs a sharded optimizer: mode none keeps the optimizer "
                            "state with every replica; use zero1, zero2 or zero3");
+  if (cfg.hpz && cfg.mode != ShardMode::kZero3)
+    return invalidArgument("hpZ needs mode zero3 (got ", shardModeName(cfg.mode),
+                           "): only zero3 re-gathers parameters in backward");
+  if (cfg.hpz && (s.intra_shard < 2 || s.inter_shard < 2))
+    return invalidArgument("hpZ needs intra_shard > 1 and inter_shard > 1 (got intra_shard=",
+                           s.intra_shard, ", inter_shard=", s.inter_shard,
+                           "): the secondary partition is over the node's shard ranks and only "
+                           "saves traffic when the shard group spans nodes");
   for (DType t : {cfg.param_dtype, cfg.reduce_dtype})
     if (t != DType::kFloat32 && t != DType::kBFloat16)
       return invalidArgument("mixed precision dtype ", dtypeName(t), " is not float or bf16");
@@ -329,6 +340,9 @@ Status ShardedModel::finalize() {
     if (m.bf16Params()) {
       HSDP_ASSIGN_OR_RETURN(u.shard16, HostBuffer::allocate(u.layout.shardNumel() * 2));
     }
+    if (m.cfg.hpz) {
+      HSDP_ASSIGN_OR_RETURN(u.hpz_block, HostBuffer::allocate(m.mesh->shape().inter_shard * bytes));
+    }
     if (m.bf16Reduce()) {
       HSDP_ASSIGN_OR_RETURN(u.grad16, HostBuffer::allocate(u.layout.shardNumel() * 2));
     }
@@ -418,7 +432,11 @@ Status ShardedModel::unshard(int unit) {
     HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/false));
     u.gathered = static_cast<float*>(block);
     StatusOr<WorkHandle> w = Status(StatusCode::kInternal, "unset");
-    if (m.bf16Params()) {  // 2 bytes on the wire; upcast in waitForUnshard
+    if (u.hpz_valid) {  // hpZ: the secondary partition is re-gathered inside the node only
+      w = m.mesh->intraShard().iallGather(u.hpz_block.data(), u.gathered,
+                                          m.mesh->shape().inter_shard * u.layout.shardNumel(),
+                                          DType::kFloat32);
+    } else if (m.bf16Params()) {  // 2 bytes on the wire; upcast in waitForUnshard
       HSDP_ASSIGN_OR_RETURN(u.gathered16, m.pool16.acquire(/*zero=*/false));
       w = m.gatherAny(u.shard16.data(), u.gathered16, u.layout.shardNumel(), DType::kBFloat16);
     } else {
@@ -462,6 +480,12 @@ Status ShardedModel::reshard(int unit) {
   if (u.gathered16 != nullptr) {
     HSDP_RETURN_IF_ERROR(m.pool16.release(u.gathered16));
     u.gathered16 = nullptr;
+  }
+  if (m.cfg.hpz && !u.hpz_valid) {
+    // Keep our intra-node block (shards intra_idx*J .. intra_idx*J + J-1) until step().
+    const size_t n = m.mesh->shape().inter_shard * u.layout.shardNumel();
+    std::memcpy(u.hpz_block.data(), u.gathered + m.mesh->coords().intra_idx * n, n * sizeof(float));
+    u.hpz_valid = true;
   }
   if (m.shards > 1 && !m.replicatedParams()) HSDP_RETURN_IF_ERROR(m.pool.release(u.gathered));
   u.gathered = nullptr;
@@ -559,6 +583,7 @@ Status ShardedModel::step() {
       return failedPrecondition("step: unit '", u.name, "' has no reduced gradient; call "
                                 "reduceGrad for every unit before step");
   ++m.step;
+  for (Unit& u : m.units) u.hpz_valid = false;  // parameters change: the next gather is full
   // Global-norm clipping: the squared norm of every shard, summed over the shard group (the
   // replicas hold identical shards, so they are not added again).
   double sumsq = 0;
@@ -654,6 +679,7 @@ MemoryReport ShardedModel::memoryReport() const {
     r.optim_bytes += u.exp_avg.size() + u.exp_avg_sq.size();
     r.offload_host_bytes += u.exp_avg.size() + u.exp_avg_sq.size() + u.host_master.size() +
                             u.host_grad.size();
+    r.hpz_bytes += u.hpz_block.size();
   }
   r.gathered_peak_bytes = m.pool.peakBytes();
   r.gathered_capacity_bytes = m.pool.capacityBytes();

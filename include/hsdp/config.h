@@ -35,6 +35,10 @@ struct EngineConfig {
   // upcast into the fp32 gradient shard). Master weights and optimizer state stay fp32.
   DType param_dtype = DType::kFloat32;
   DType reduce_dtype = DType::kFloat32;
+  // hpZ (ZeRO++ secondary partition; zero3 with intra_shard > 1 and inter_shard > 1): after a
+  // unit's forward, keep its parameters sharded over the intra-node group only (1/I of the unit
+  // per rank), so re-gathers until the next step() stay inside the node.
+  bool hpz = false;
 };
 
 }  // namespace hsdp

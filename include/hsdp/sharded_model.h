@@ -49,8 +49,10 @@ struct MemoryReport {
   // With CPU offload: host memory of the optimizer (master, moments, gradient copy). The
   // moments are also counted in optim_bytes.
   size_t offload_host_bytes = 0;
+  size_t hpz_bytes = 0;          // hpZ secondary partitions (1/I of every unit)
   size_t total() const {
-    return param_bytes + grad_bytes + optim_bytes + gathered_capacity_bytes + comm_bytes;
+    return param_bytes + grad_bytes + optim_bytes + hpz_bytes + gathered_capacity_bytes +
+           comm_bytes;
   }
 };
 
