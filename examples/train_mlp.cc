@@ -34,6 +34,7 @@ struct Options {
   std::string offload = "none";
   std::string param_dtype = "fp32";
   bool hpz = false;
+  int max_gathered = 0;
   std::string reduce_dtype = "fp32";
   float clip_norm = 0.0f;
   bool check = false;
@@ -216,6 +217,9 @@ hsdp::Status setUp(const Options& opt, hsdp::Comm& world, mlp::Spec* spec,
   cfg->clip_norm = opt.clip_norm;
   cfg->offload_cpu = opt.offload == "cpu";
   cfg->hpz = opt.hpz;
+  if (opt.max_gathered < 0)
+    return hsdp::invalidArgument("--max-gathered ", opt.max_gathered, " must be >= 0");
+  cfg->max_gathered_units = opt.max_gathered;
   HSDP_ASSIGN_OR_RETURN(cfg->param_dtype, hsdp::parseDType(opt.param_dtype));
   HSDP_ASSIGN_OR_RETURN(cfg->reduce_dtype, hsdp::parseDType(opt.reduce_dtype));
   if (opt.intra_shard_given && opt.intra_shard <= 0)
@@ -379,6 +383,8 @@ int main(int argc, char** argv) {
   app.add_option("--accum", opt.accum,
                  "Micro-steps per optimizer step (gradient accumulation; batch / accum per step)");
   app.add_option("--clip-norm", opt.clip_norm, "Clip the global gradient norm (0: off)");
+  app.add_option("--max-gathered", opt.max_gathered,
+                 "Rate limiter: at most N units gathered at once, 0 = no limit (zero3)");
   app.add_flag("--hpz", opt.hpz,
                "hpZ: keep each unit's intra-node partition after forward so backward re-gathers "
                "stay inside the node (zero3, intra_shard > 1, inter_shard > 1)");

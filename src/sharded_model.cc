@@ -39,6 +39,7 @@ struct Unit {
   // hpZ: this rank's intra-node block of the unit's parameters (J shards), kept from forward.
   HostBuffer hpz_block;
   bool hpz_valid = false;
+  bool deferred = false;  // unshard() was rate-limited: the gather is not issued yet
   void* gathered16 = nullptr;
   void* full_grad16 = nullptr;
   float* gathered = nullptr;   // full parameters while unsharded (pool block, or the shard)
@@ -101,7 +102,9 @@ struct ShardedModel::Impl {
     return u.param_shard.as<float>();
   }
   float last_grad_norm = 0;
-  BufferPool pool16;  // bf16 full-size blocks: gathered parameters, gradients on the wire
+  BufferPool pool16;
+  int gathered_alive = 0;   // zero3 units holding a gathered block
+  std::deque<int> deferred;  // rate-limited unshard() calls, in call order  // bf16 full-size blocks: gathered parameters, gradients on the wire
   bool bf16Params() const { return shards > 1 && cfg.param_dtype == DType::kBFloat16; }
   bool bf16Reduce() const { return shards > 1 && cfg.reduce_dtype == DType::kBFloat16; }
   void refresh16(Unit& u) {
@@ -110,6 +113,37 @@ struct ShardedModel::Impl {
     bf16* dst = u.shard16.as<bf16>();
     for (size_t i = 0; i < u.layout.shardNumel(); ++i) dst[i] = toBf16(src[i]);
   }
+  Status issueGather(Unit& u) {
+    HSDP_ASSIGN_OR_RETURN(void* block, pool.acquire(/*zero=*/false));
+    u.gathered = static_cast<float*>(block);
+    StatusOr<WorkHandle> w = Status(StatusCode::kInternal, "unset");
+    if (u.hpz_valid) {  // hpZ: the secondary partition is re-gathered inside the node only
+      w = mesh->intraShard().iallGather(u.hpz_block.data(), u.gathered,
+                                          mesh->shape().inter_shard * u.layout.shardNumel(),
+                                          DType::kFloat32);
+    } else if (bf16Params()) {  // 2 bytes on the wire; upcast in waitForUnshard
+      HSDP_ASSIGN_OR_RETURN(u.gathered16, pool16.acquire(/*zero=*/false));
+      w = gatherAny(u.shard16.data(), u.gathered16, u.layout.shardNumel(), DType::kBFloat16);
+    } else {
+      w = gather(u.param_shard.as<float>(), u.gathered, u.layout.shardNumel());
+    }
+    if (!w.ok()) return w.status().withContext(strCat("all-gather of unit '", u.name, "'"));
+    u.gather = std::move(*w);
+    ++gathered_alive;
+    return okStatus();
+  }
+
+  // Issues deferred gathers, oldest first, while the limit allows.
+  Status issueDeferred() {
+    while (!deferred.empty() && gathered_alive < cfg.max_gathered_units) {
+      Unit& u = units[deferred.front()];
+      deferred.pop_front();
+      u.deferred = false;
+      HSDP_RETURN_IF_ERROR(issueGather(u));
+    }
+    return okStatus();
+  }
+
   StatusOr<WorkHandle> gatherAny(const void* shard, void* full, size_t count, DType t) {
     if (hierarchical) return hier->iallGather(shard, full, count, t);
     return mesh->shardGroup().iallGather(shard, full, count, t);
@@ -428,24 +462,13 @@ Status ShardedModel::unshard(int unit) {
     u.gathered = u.param_shard.as<float>();
   } else if (m.replicatedParams()) {
     u.gathered = u.full_params.as<float>();  // zero1/zero2: always whole, nothing to gather
+  } else if (m.cfg.max_gathered_units > 0 && m.gathered_alive >= m.cfg.max_gathered_units) {
+    // Rate limit: issue this gather when an earlier unit is resharded (or when waited for).
+    u.deferred = true;
+    m.deferred.push_back(unit);
   } else {
-    HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/false));
-    u.gathered = static_cast<float*>(block);
-    StatusOr<WorkHandle> w = Status(StatusCode::kInternal, "unset");
-    if (u.hpz_valid) {  // hpZ: the secondary partition is re-gathered inside the node only
-      w = m.mesh->intraShard().iallGather(u.hpz_block.data(), u.gathered,
-                                          m.mesh->shape().inter_shard * u.layout.shardNumel(),
-                                          DType::kFloat32);
-    } else if (m.bf16Params()) {  // 2 bytes on the wire; upcast in waitForUnshard
-      HSDP_ASSIGN_OR_RETURN(u.gathered16, m.pool16.acquire(/*zero=*/false));
-      w = m.gatherAny(u.shard16.data(), u.gathered16, u.layout.shardNumel(), DType::kBFloat16);
-    } else {
-      w = m.gather(u.param_shard.as<float>(), u.gathered, u.layout.shardNumel());
-    }
-    if (!w.ok()) return w.status().withContext(strCat("all-gather of unit '", u.name, "'"));
-    u.gather = std::move(*w);
-  }
-  u.unsharded = true;
+    HSDP_RETURN_IF_ERROR(m.issueGather(u));
+  }  u.unsharded = true;
   return okStatus();
 }
 
@@ -455,6 +478,13 @@ Status ShardedModel::waitForUnshard(int unit) {
   Unit& u = m.units[unit];
   if (!u.unsharded)
     return failedPrecondition("waitForUnshard: unit '", u.name, "' was not unsharded");
+  if (u.deferred) {  // waited for before a slot freed up: issue it past the limit
+    HSDP_INFO(kShard, "gather of unit '", u.name, "' issued past the limit of ",
+              m.cfg.max_gathered_units, " gathered units: it is waited for");
+    m.deferred.erase(std::find(m.deferred.begin(), m.deferred.end(), unit));
+    u.deferred = false;
+    HSDP_RETURN_IF_ERROR(m.issueGather(u));
+  }
   if (u.gather) {
     HSDP_RETURN_IF_ERROR(m.blockOn(*u.gather).withContext(strCat("all-gather of unit '", u.name, "'")));
     u.gather.reset();
@@ -487,9 +517,19 @@ Status ShardedModel::reshard(int unit) {
     std::memcpy(u.hpz_block.data(), u.gathered + m.mesh->coords().intra_idx * n, n * sizeof(float));
     u.hpz_valid = true;
   }
-  if (m.shards > 1 && !m.replicatedParams()) HSDP_RETURN_IF_ERROR(m.pool.release(u.gathered));
+  if (u.deferred) {  // never issued: nothing to free
+    m.deferred.erase(std::find(m.deferred.begin(), m.deferred.end(), unit));
+    u.deferred = false;
+    u.unsharded = false;
+    return okStatus();
+  }
+  if (m.shards > 1 && !m.replicatedParams()) {
+    HSDP_RETURN_IF_ERROR(m.pool.release(u.gathered));
+    --m.gathered_alive;
+  }
   u.gathered = nullptr;
   u.unsharded = false;
+  if (m.cfg.max_gathered_units > 0) HSDP_RETURN_IF_ERROR(m.issueDeferred());
   return okStatus();
 }
 
@@ -498,7 +538,7 @@ StatusOr<ParamView> ShardedModel::param(int unit, std::string_view name) {
   Unit& u = impl_->units[unit];
   if (!u.unsharded)
     return failedPrecondition("param('", u.name, ".", name, "'): unit is sharded; unshard first");
-  if (u.gather)
+  if (u.gather || u.deferred)
     return failedPrecondition("param('", u.name, ".", name,
                               "'): the unit's all-gather is in flight; waitForUnshard first");
   HSDP_ASSIGN_OR_RETURN(size_t i, u.layout.indexOf(name));

@@ -39,6 +39,9 @@ struct EngineConfig {
   // unit's forward, keep its parameters sharded over the intra-node group only (1/I of the unit
   // per rank), so re-gathers until the next step() stay inside the node.
   bool hpz = false;
+  // Rate limiter (zero3): at most this many units gathered at once; an unshard() beyond it is
+  // issued when an earlier unit is resharded (or when it is waited for). 0: no limit.
+  int max_gathered_units = 0;
 };
 
 }  // namespace hsdp
