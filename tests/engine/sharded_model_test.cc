@@ -31,6 +31,18 @@ void forEachMesh(F f) {
   }
 }
 
+// Adam with beta1 = beta2 = 0, lr 1 and a huge eps: one step moves each element by
+// g / (|g| + 1e6), so the parameters read back reveal the gradient the step saw.
+AdamConfig probeAdam() {
+  AdamConfig adam;
+  adam.kind = OptimizerKind::kAdam;
+  adam.lr = 1.0f;
+  adam.beta1 = 0.0f;
+  adam.beta2 = 0.0f;
+  adam.eps = 1e6f;
+  return adam;
+}
+
 std::vector<float> iota(size_t n, float scale) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = scale * float(i % 1009) - 3.0f;
@@ -114,12 +126,7 @@ TEST(ShardedModel, GradientValuesAfterReduce) {
   // A direct check of the averaged gradient: use SGD-like Adam with beta1 = 0 and
   // beta2 -> the update is lr * g / (|g| + eps); with eps huge, the update is lr * g / eps.
   forEachMesh([](const Mesh& mesh) {
-    AdamConfig adam;
-    adam.kind = OptimizerKind::kAdam;
-    adam.lr = 1.0f;
-    adam.beta1 = 0.0f;
-    adam.beta2 = 0.0f;
-    adam.eps = 1e6f;  // update = g / (|g| + 1e6) ~= g * 1e-6 for |g| << 1e6
+    const AdamConfig adam = probeAdam();
     auto model = ShardedModel::create(mesh, {ShardMode::kZero3, adam});
     ASSERT_TRUE(model.ok());
     ASSERT_TRUE((*model)->addUnit("u", oddUnit()).ok());
@@ -197,12 +204,7 @@ namespace {
 TEST(ShardedModel, GlobalNormClippingEveryMode) {
   forEachMesh([](const Mesh& mesh) {
     for (ShardMode mode : {ShardMode::kZero1, ShardMode::kZero2, ShardMode::kZero3}) {
-      AdamConfig adam;
-      adam.kind = OptimizerKind::kAdam;
-      adam.lr = 1.0f;
-      adam.beta1 = 0.0f;
-      adam.beta2 = 0.0f;
-      adam.eps = 1e6f;
+      const AdamConfig adam = probeAdam();
       EngineConfig cfg{mode, adam, /*clip_norm=*/3.0f};
       auto model = ShardedModel::create(mesh, cfg);
       ASSERT_TRUE(model.ok());
@@ -242,12 +244,7 @@ TEST(ShardedModel, GlobalNormClippingEveryMode) {
 TEST(ShardedModel, AccumulatesMicroStepsBeforeReducing) {
   forEachMesh([](const Mesh& mesh) {
     for (ShardMode mode : {ShardMode::kZero1, ShardMode::kZero2, ShardMode::kZero3}) {
-      AdamConfig adam;
-      adam.kind = OptimizerKind::kAdam;
-      adam.lr = 1.0f;
-      adam.beta1 = 0.0f;
-      adam.beta2 = 0.0f;
-      adam.eps = 1e6f;
+      const AdamConfig adam = probeAdam();
       auto model = ShardedModel::create(mesh, {mode, adam});
       ASSERT_TRUE(model.ok());
       ASSERT_TRUE((*model)->addUnit("a", oddUnit()).ok());
@@ -278,12 +275,7 @@ namespace {
 TEST(ShardedModel, OffloadedStepLandsBeforeParametersAreRead) {
   forEachMesh([](const Mesh& mesh) {
     for (ShardMode mode : {ShardMode::kZero1, ShardMode::kZero2, ShardMode::kZero3}) {
-      AdamConfig adam;
-      adam.kind = OptimizerKind::kAdam;
-      adam.lr = 1.0f;
-      adam.beta1 = 0.0f;
-      adam.beta2 = 0.0f;
-      adam.eps = 1e6f;
+      const AdamConfig adam = probeAdam();
       EngineConfig cfg{mode, adam, 0.0f, /*offload_cpu=*/true};
       auto model = ShardedModel::create(mesh, cfg);
       ASSERT_TRUE(model.ok()) << model.status().toString();
