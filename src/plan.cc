@@ -127,6 +127,11 @@ StatusOr<Plan> makePlan(const PlanInput& in) {
       g.grads = e * shard;
       break;
   }
+  // The engine's zero1 (fp32 policy) also holds the gradient shard the reduce-scatter lands in
+  // beside the whole gradient (a ring cannot reduce into its own input); the paper's bf16
+  // accounting counts the whole gradient only.
+  if (in.mode == PlanMode::kZero1 && S > 1 && in.param_dtype == PlanDType::kFp32)
+    g.grads += e * shard;
   const uint64_t optim_elems = shard;  // == Ψ in mode none (S = 1)
   g.optimizer = in.offload_cpu ? 0 : o * optim_elems;
   if (in.hpz) g.hpz_secondary = e * J * shard;  // Σ P_u / I
