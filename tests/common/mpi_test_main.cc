@@ -7,24 +7,12 @@
 
 #include "hsdp/mpi.h"
 #include "tests/common/mpi_test_main.h"
+#include "tests/common/rank_report.h"
 
 namespace hsdp::testing {
 namespace {
 
 std::unique_ptr<Comm> g_world;
-
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      std::fprintf(stderr, "[rank %d] FAILURE %s:%d\n%s\n", rank_,
-                   r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
-  }
-
- private:
-  int rank_;
-};
 
 }  // namespace
 
@@ -46,11 +34,7 @@ int main(int argc, char** argv) {
   }
   hsdp::testing::g_world = std::move(*world);
   const int rank = hsdp::testing::g_world->rank();
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new hsdp::testing::RankFailurePrinter(rank));
-  }
+  hsdp::testing::reportFailuresOnlyOffRankZero(rank);
   int rc = RUN_ALL_TESTS();
   hsdp::testing::g_world.reset();  // free the communicator before MPI_Finalize
   return rc;

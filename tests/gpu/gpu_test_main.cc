@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "tests/gpu/gpu_test.h"
+#include "tests/common/rank_report.h"
 
 #if defined(HSDP_GPU_TEST_MPI)
 #include "hsdp/mpi.h"
@@ -19,19 +20,6 @@ namespace hsdp::gpu_testing {
 namespace {
 
 std::unique_ptr<Comm> g_world;
-
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      std::fprintf(stderr, "[rank %d] FAILURE %s:%d\n%s\n", rank_,
-                   r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
-  }
-
- private:
-  int rank_;
-};
 
 }  // namespace
 
@@ -55,11 +43,7 @@ int main(int argc, char** argv) {
   }
   hsdp::gpu_testing::g_world = std::move(*world);
   const int rank = hsdp::gpu_testing::g_world->rank();
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new hsdp::gpu_testing::RankFailurePrinter(rank));
-  }
+  hsdp::testing::reportFailuresOnlyOffRankZero(rank);
 #endif
   int rc = RUN_ALL_TESTS();
   std::string why;
