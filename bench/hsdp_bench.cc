@@ -36,6 +36,7 @@ struct Options {
   int iters = 10, warmup = 3, check = 1;
   std::string op = "allgather", algo = "hier,mpi", dtype = "float", inter_dtype = "";
   int chunks = 4;
+  std::string min_chunk = "1M";  // below ~1 MiB per chunk, per-chunk latency dominates here
   bool json = false;
 };
 
@@ -174,6 +175,11 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   if (!mesh.ok()) return fail(rank, mesh.status().message());
   hsdp::HierarchicalCollectives hier((*mesh)->intraShard(), (*mesh)->interShard());
   hsdp::HierOptions hopts{o.chunks, *dt};
+  if (o.min_chunk != "0") {
+    auto min_chunk = parseBytes(o.min_chunk);
+    if (!min_chunk.ok()) return fail(rank, "--min-chunk-bytes: " + min_chunk.status().message());
+    hopts.min_chunk_bytes = *min_chunk;
+  }
   if (!o.inter_dtype.empty()) {
     auto w = hsdp::parseDType(o.inter_dtype);
     if (!w.ok()) return fail(rank, w.status().message());
@@ -197,9 +203,10 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   const double bus = o.op == "allreduce" ? 2.0 * (n - 1) / n : double(n - 1) / n;
   if (rank == 0 && !o.json) {
     std::printf("# hsdp-bench: op %s, dtype %s, %d ranks = %d nodes x %d, iters %d, warmup %d, "
-                "pipeline chunks %d, inter dtype %s\n",
+                "pipeline chunks %d (each >= %zu B), inter dtype %s\n",
                 o.op.c_str(), o.dtype.c_str(), n, layout->num_nodes, layout->ranks_per_node,
-                o.iters, o.warmup, hopts.chunks, hsdp::dtypeName(hopts.inter_dtype));
+                o.iters, o.warmup, hopts.chunks, hopts.min_chunk_bytes,
+                hsdp::dtypeName(hopts.inter_dtype));
     for (int q = 0; q < n; ++q)
       std::printf("#  rank %2d  node %d (%s)\n", q, layout->node_of_rank[q],
                   layout->node_names[layout->node_of_rank[q]].c_str());
@@ -290,6 +297,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "float | bf16");
   app.add_option("--inter-dtype", o.inter_dtype, "Wire type across nodes for hier: float | bf16");
   app.add_option("--chunks", o.chunks, "Pipeline chunks of the hierarchical schedule");
+  app.add_option("--min-chunk-bytes", o.min_chunk,
+                 "Smallest pipeline chunk of the full buffer (fewer chunks below; 0: off)");
   app.add_flag("--json", o.json, "One JSON array instead of the table");
   try {
     app.parse(argc, argv);

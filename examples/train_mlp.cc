@@ -340,7 +340,8 @@ int runMain(const Options& opt, hsdp::Comm& world) {
     mlp::ReferenceResult ref =
         mlp::trainReference(spec, cfg.adam, opt.steps, opt.batch, opt.clip_norm,
                             model.shardCount() > 1 && cfg.param_dtype == hsdp::DType::kBFloat16,
-                            model.shardCount() > 1 && cfg.reduce_dtype == hsdp::DType::kBFloat16);
+                            model.shardCount() > 1 && cfg.reduce_dtype == hsdp::DType::kBFloat16,
+                            world.size(), opt.accum);
     const double err = mlp::maxRelativeError(mine, ref.params);
     verdict[0] = static_cast<float>(err);
     verdict[1] = err <= opt.tolerance ? 1.0f : 0.0f;

@@ -28,6 +28,13 @@ const std::vector<Param>& registry() {
       {"HSDP_MALLOC_TUNE", "bool", "1",
        "Keep freed heap memory mapped (glibc mallopt) so the MPI library's per-call temporary "
        "buffers reuse pre-faulted pages instead of faulting in fresh ones each call."},
+      {"HSDP_MPI_TCP_LINKS", "int", "0",
+       "If > 0, TCP connections Open MPI opens per peer pair (its btl_tcp_links), set before "
+       "MPI_Init unless OMPI_MCA_btl_tcp_links is already set; 0 leaves Open MPI's default (1). "
+       "One connection carrying both directions of a large exchange can stall under a "
+       "rate-limited link (emulated 1gbit, 4 rank pairs exchanging 8 MiB each with "
+       "MPI_Sendrecv: ~450 ms with 1, ~305 ms with 4, floor 280 ms). hsdp's own pipelined "
+       "schedules measured the same with 1 or 4, and 8 once hung Open MPI 4.1, so it is opt-in."},
       {"HSDP_TRANSPORT_INTRA", "enum", "mpi",
        "Transport of the intra-node level (intra-shard group): mpi, ucx (UCP over UCX's "
        "shared-memory transports; see docs/ucx.md), or nccl in CUDA builds (device buffers; "

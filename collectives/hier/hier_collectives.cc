@@ -90,7 +90,7 @@ class PipelinedAllGather final : public ScheduleWork {
         full_(static_cast<char*>(full)), count_(count), dtype_(dtype),
         wire_(h.options().inter_dtype == DType::kBFloat16 && dtype == DType::kFloat32
                   ? DType::kBFloat16 : dtype),
-        I_(h.intra_.size()), J_(h.inter_.size()), C_(h.chunkCount(count)), state_(C_, kPending),
+        I_(h.intra_.size()), J_(h.inter_.size()), C_(h.chunkCount(count, dtype)), state_(C_, kPending),
         works_(C_) {
     const size_t nmax = chunkRange(count_, C_, 0).second, es = dtypeSize(dtype_);
     char* p = slot->as<char>();
@@ -185,7 +185,7 @@ class PipelinedReduceScatter final : public ScheduleWork {
         shard_(static_cast<char*>(shard)), count_(count), dtype_(dtype), op_(op),
         wire_(h.options().inter_dtype == DType::kBFloat16 && dtype == DType::kFloat32
                   ? DType::kBFloat16 : dtype),
-        I_(h.intra_.size()), J_(h.inter_.size()), C_(h.chunkCount(count)), state_(C_, kPending),
+        I_(h.intra_.size()), J_(h.inter_.size()), C_(h.chunkCount(count, dtype)), state_(C_, kPending),
         works_(C_) {
     const size_t nmax = chunkRange(count_, C_, 0).second, es = dtypeSize(dtype_);
     char* p = slot->as<char>();
@@ -358,41 +358,185 @@ class TwoPhaseReduceScatter final : public PhasedSchedule {
   RedOp op_;
 };
 
-// all-reduce: copy into a buffer padded to I*m, intra reduce-scatter (m each), inter all-reduce
-// of the m-element piece, intra all-gather, copy back.
-class HierAllReduce final : public PhasedSchedule {
+// all-reduce, pipelined. The buffer is cut into C chunks at multiples of the group size G = I*J
+// (a chunk of m*G elements gives every rank m), and each chunk goes through four sub-collectives,
+// two per level:
+//   intra reduce-scatter (chunk -> Q, J*m), inter reduce-scatter (Q -> R, m),
+//   inter all-gather (R -> Q, J*m, in place), intra all-gather (Q -> chunk, in place).
+// Each node thus sends the all-reduce minimum across its link, 2*(J-1)/J of its data, while the
+// intra phases of neighbouring chunks run. Chunks work in place in the user's buffer; only a
+// last chunk that is not a multiple of G is staged, zero-padded, in P. Up to kSlots chunks are in
+// flight, each with its own Q and R, so the link has the next chunk queued when one finishes.
+//
+// Both levels carry two kinds of operation, so the issue order on each communicator is fixed
+// (identical on every rank, as nonblocking collectives require; see issueOrder()): the
+// reduce-scatter of chunk c+L is issued before the all-gather of chunk c. Every operation waits
+// only on operations earlier in that order or on the other level, so it cannot deadlock.
+class PipelinedAllReduce final : public ScheduleWork {
  public:
-  HierAllReduce(HierarchicalCollectives& h, HostBuffer* slot, void* buf, size_t count,
-                DType dtype, RedOp op)
-      : PhasedSchedule(h, slot, 3), buf_(buf), count_(count), dtype_(dtype), op_(op) {
-    const size_t I = h.intra_.size(), es = dtypeSize(dtype);
-    m_ = (count + I - 1) / I;
-    padded_ = slot->as<char>();
-    piece_ = padded_ + I * m_ * es;
-    std::memcpy(padded_, buf, count * es);
-    std::memset(padded_ + count * es, 0, (I * m_ - count) * es);
+  PipelinedAllReduce(HierarchicalCollectives& h, HostBuffer* slot, void* buf, size_t count,
+                     DType dtype, RedOp op)
+      : ScheduleWork(h, slot), buf_(static_cast<char*>(buf)), count_(count), dtype_(dtype),
+        op_(op), I_(h.intra_.size()), J_(h.inter_.size()), G_(I_ * J_),
+        units_((count + G_ - 1) / G_), C_(chunks(h, count, dtype)),
+        m_(pieceCount(count, C_, G_)), order_(issueOrder(C_)), stage_(C_, 0), works_(C_) {
+    const size_t es = dtypeSize(dtype_);
+    char* p = slot->as<char>();
+    P_ = p, p += G_ * m_ * es;
+    for (size_t b = 0; b < kSlots; ++b) {
+      Q_[b] = p, p += J_ * m_ * es;
+      R_[b] = p, p += m_ * es;
+    }
     advance();
   }
-  ~HierAllReduce() override { waitForDestruction(); }
+  ~PipelinedAllReduce() override { waitForDestruction(); }
+
+  // Staging slots: chunks in flight at once (chunk c uses slot c % kSlots).
+  static constexpr size_t kSlots = 4;
+
+  static size_t chunks(const HierarchicalCollectives& h, size_t count, DType dtype) {
+    const size_t g = static_cast<size_t>(h.groupSize());
+    return h.chunkCount((count + g - 1) / g, dtype);
+  }
+  // Elements per rank in the largest chunk.
+  static size_t pieceCount(size_t count, size_t chunks, size_t group) {
+    return chunkRange((count + group - 1) / group, chunks, 0).second;
+  }
+  // Bytes of staging: the padded tail chunk P, and Q and R per slot.
+  static size_t bytes(const HierarchicalCollectives& h, size_t count, DType dtype) {
+    const size_t I = h.intra_.size(), J = h.inter_.size();
+    const size_t m = pieceCount(count, chunks(h, count, dtype), I * J);
+    return (I * J + kSlots * (J + 1)) * m * dtypeSize(dtype);
+  }
 
  private:
-  StatusOr<WorkHandle> issue(int p) override {
-    const size_t es = dtypeSize(dtype_);
-    if (p == 0) return h_.intra_.ireduceScatter(padded_, piece_, m_, dtype_, op_);
-    if (p == 1) return h_.inter_.iallReduce(piece_, m_, dtype_, op_);
-    char* mine = padded_ + h_.intra_.rank() * m_ * es;
-    std::memcpy(mine, piece_, m_ * es);
-    return h_.intra_.iallGather(mine, padded_, m_, dtype_);
-  }
-  void finishPhases() override { std::memcpy(buf_, padded_, count_ * dtypeSize(dtype_)); }
+  // Stages of a chunk: 0 not started; odd = that sub-collective in flight; even = it is done.
+  //   1 intra RS, 3 inter RS, 5 inter AG, 7 intra AG, 8 done.
+  enum : int { kIntraRs = 1, kInterRs = 3, kInterAg = 5, kIntraAg = 7, kAllDone = 8 };
 
-  void* buf_;
+  // The per-level issue order: RS0 .. RS(L-1), then AG0, RS(L), AG1, RS(L+1), ..., then the
+  // remaining all-gathers; L = kSlots - 1 reduce-scatters run ahead of the all-gathers.
+  static std::vector<std::pair<size_t, bool>> issueOrder(size_t chunks) {
+    std::vector<std::pair<size_t, bool>> order;
+    const size_t ahead = std::min<size_t>(kSlots - 1, chunks);
+    for (size_t c = 0; c < ahead; ++c) order.emplace_back(c, true);
+    for (size_t c = 0; c < chunks; ++c) {
+      order.emplace_back(c, false);
+      if (c + ahead < chunks) order.emplace_back(c + ahead, true);
+    }
+    return order;
+  }
+
+  // Chunk c: its first element, elements per rank, and where it is reduced (the user's buffer,
+  // or P for a tail that is not a multiple of G).
+  struct Chunk {
+    size_t off, m;
+    char* data;
+    bool staged;
+  };
+  Chunk chunk(size_t c) const {
+    auto [u0, m] = chunkRange(units_, C_, c);
+    const size_t off = u0 * G_;
+    const bool staged = off + m * G_ > count_;
+    return {off, m, staged ? P_ : buf_ + off * dtypeSize(dtype_), staged};
+  }
+
+  StatusOr<bool> step() override {
+    bool moved = false;
+    const size_t es = dtypeSize(dtype_);
+    for (size_t c = 0; c < C_; ++c) {
+      if (stage_[c] % 2 == 0) continue;
+      HSDP_ASSIGN_OR_RETURN(bool ok, finished(works_[c]));
+      if (!ok) continue;
+      moved = true;
+      if (++stage_[c] == kAllDone) {
+        const Chunk k = chunk(c);
+        if (k.staged) std::memcpy(buf_ + k.off * es, P_, (count_ - k.off) * es);
+        ++done_chunks_;
+      }
+    }
+    if (done_chunks_ == C_) {
+      complete(Status());
+      return true;
+    }
+    if (!h_.mayIssue(this)) return moved;
+    for (bool again = true; again;) {
+      again = false;
+      if (next_intra_ < order_.size()) {
+        HSDP_ASSIGN_OR_RETURN(bool issued, issueIntra());
+        again = again || issued;
+      }
+      if (next_inter_ < order_.size()) {
+        HSDP_ASSIGN_OR_RETURN(bool issued, issueInter());
+        again = again || issued;
+      }
+      moved = moved || again;
+    }
+    if (next_intra_ == order_.size() && next_inter_ == order_.size()) h_.doneIssuing(this);
+    return moved;
+  }
+
+  // Next intra operation in the fixed order, if its inputs are ready.
+  StatusOr<bool> issueIntra() {
+    const size_t es = dtypeSize(dtype_);
+    auto [c, rs] = order_[next_intra_];
+    const size_t b = c % kSlots;
+    const Chunk k = chunk(c);
+    const size_t piece = J_ * k.m;
+    if (rs) {
+      if (c >= kSlots && stage_[c - kSlots] != kAllDone) return false;  // slot still in use
+      if (k.staged) {
+        const size_t n = count_ - k.off;
+        std::memcpy(P_, buf_ + k.off * es, n * es);
+        std::memset(P_ + n * es, 0, (G_ * k.m - n) * es);
+      }
+      HSDP_ASSIGN_OR_RETURN(works_[c], h_.intra_.ireduceScatter(k.data, Q_[b], piece, dtype_, op_));
+      stage_[c] = kIntraRs;
+    } else {
+      if (stage_[c] != kInterAg + 1) return false;
+      // Our all-reduced J*m block goes to our place in the chunk; the collective fills the rest.
+      char* mine = k.data + static_cast<size_t>(h_.intra_.rank()) * piece * es;
+      std::memcpy(mine, Q_[b], piece * es);
+      HSDP_ASSIGN_OR_RETURN(works_[c], h_.intra_.iallGather(mine, k.data, piece, dtype_));
+      stage_[c] = kIntraAg;
+    }
+    ++next_intra_;
+    return true;
+  }
+
+  // Next inter operation in the fixed order, if its inputs are ready.
+  StatusOr<bool> issueInter() {
+    const size_t es = dtypeSize(dtype_);
+    auto [c, rs] = order_[next_inter_];
+    const size_t b = c % kSlots, m = chunk(c).m;
+    if (rs) {
+      if (stage_[c] != kIntraRs + 1) return false;
+      // With avg the intra phase divides by I and this one by J: 1/(I*J) in all.
+      HSDP_ASSIGN_OR_RETURN(works_[c], h_.inter_.ireduceScatter(Q_[b], R_[b], m, dtype_, op_));
+      stage_[c] = kInterRs;
+    } else {
+      if (stage_[c] != kInterRs + 1) return false;
+      char* mine = Q_[b] + static_cast<size_t>(h_.inter_.rank()) * m * es;
+      std::memcpy(mine, R_[b], m * es);
+      HSDP_ASSIGN_OR_RETURN(works_[c], h_.inter_.iallGather(mine, Q_[b], m, dtype_));
+      stage_[c] = kInterAg;
+    }
+    ++next_inter_;
+    return true;
+  }
+
+  char* buf_;
   size_t count_;
   DType dtype_;
   RedOp op_;
-  size_t m_ = 0;
-  char* padded_;
-  char* piece_;
+  size_t I_, J_, G_, units_, C_, m_;
+  std::vector<std::pair<size_t, bool>> order_;  // (chunk, is reduce-scatter), same on every rank
+  std::vector<int> stage_;
+  std::vector<WorkHandle> works_;
+  char* P_;
+  char* Q_[kSlots];
+  char* R_[kSlots];
+  size_t next_intra_ = 0, next_inter_ = 0, done_chunks_ = 0;
 };
 
 HierarchicalCollectives::HierarchicalCollectives(Comm& intra, Comm& inter, HierOptions options)
@@ -411,12 +555,18 @@ Status HierarchicalCollectives::setOptions(HierOptions options) {
   return okStatus();
 }
 
-size_t HierarchicalCollectives::chunkCount(size_t count) const {
-  return std::max<size_t>(1, std::min<size_t>(options_.chunks, count));
+size_t HierarchicalCollectives::chunkCount(size_t count, DType dtype) const {
+  // `count` units of one element per rank: a chunk of n units moves n * groupSize() elements.
+  size_t c = std::min<size_t>(options_.chunks, count);
+  if (options_.min_chunk_bytes > 0) {
+    const size_t total = count * static_cast<size_t>(groupSize()) * dtypeSize(dtype);
+    c = std::min(c, total / options_.min_chunk_bytes);
+  }
+  return std::max<size_t>(1, c);
 }
 
 bool HierarchicalCollectives::pipelined(size_t count, DType dtype) const {
-  return chunkCount(count) > 1 || wireType(dtype) != dtype;
+  return chunkCount(count, dtype) > 1 || wireType(dtype) != dtype;
 }
 
 DType HierarchicalCollectives::wireType(DType dtype) const {
@@ -427,14 +577,13 @@ DType HierarchicalCollectives::wireType(DType dtype) const {
 size_t HierarchicalCollectives::stagingBytes(size_t count, DType dtype) const {
   const size_t I = intra_.size(), J = inter_.size(), es = dtypeSize(dtype);
   if (!pipelined(count, dtype)) return J * count * es;  // two-phase reduce-scatter's middle
-  const size_t nmax = (count + chunkCount(count) - 1) / chunkCount(count);
+  const size_t nmax = (count + chunkCount(count, dtype) - 1) / chunkCount(count, dtype);
   const size_t wire = wireType(dtype) != dtype ? (J + 1) * nmax * 2 : 0;
   return 2 * ((I * J + J) * nmax * es + wire);
 }
 
 size_t HierarchicalCollectives::allReduceBytes(size_t count, DType dtype) const {
-  const size_t I = intra_.size(), m = (count + I - 1) / I;  // padded copy plus one piece
-  return (I + 1) * m * dtypeSize(dtype);
+  return PipelinedAllReduce::bytes(*this, count, dtype);
 }
 
 void HierarchicalCollectives::doneIssuing(const void* w) {
@@ -444,7 +593,8 @@ void HierarchicalCollectives::doneIssuing(const void* w) {
 Status HierarchicalCollectives::reserve(size_t max_count, DType dtype) {
   const size_t es = dtypeSize(dtype);
   HSDP_RETURN_IF_ERROR(pool_->reserve(stagingBytes(max_count, dtype)));
-  const size_t chunk = (max_count + chunkCount(max_count) - 1) / chunkCount(max_count);
+  const size_t chunk =
+      (max_count + chunkCount(max_count, dtype) - 1) / chunkCount(max_count, dtype);
   HSDP_RETURN_IF_ERROR(intra_.reserveScratch(inter_.size() * std::max(chunk, max_count) * es));
   HSDP_RETURN_IF_ERROR(inter_.reserveScratch(max_count * es));
   return okStatus();
@@ -486,7 +636,7 @@ StatusOr<WorkHandle> HierarchicalCollectives::ireduceScatter(const void* full, v
 StatusOr<WorkHandle> HierarchicalCollectives::iallReduce(void* buf, size_t count, DType dtype,
                                                          RedOp op) {
   HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, pool_->acquire(allReduceBytes(count, dtype)));
-  return WorkHandle(std::make_unique<HierAllReduce>(*this, slot, buf, count, dtype, op));
+  return WorkHandle(std::make_unique<PipelinedAllReduce>(*this, slot, buf, count, dtype, op));
 }
 
 Status HierarchicalCollectives::allGather(const void* shard, void* full, size_t count,

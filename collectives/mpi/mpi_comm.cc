@@ -2,6 +2,8 @@
 
 #include <climits>
 #include <cstring>
+#include <algorithm>
+#include <vector>
 
 #include "collectives/mpi/mpi_check.h"
 #include "hsdp/log.h"
@@ -149,6 +151,78 @@ class RingReduceScatterWork final : public ProgressiveWork {
   MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 
+// bf16 reduce-scatter as an exchange plus one float accumulation: every rank sends block k of its
+// input to rank k, which adds the n bf16 blocks in float (in rank order, so every rank's result
+// is reproducible) and rounds once. The same bytes cross the wire as with the ring, (n-1)/n of
+// the buffer, but the sum is rounded to bf16 once instead of at each of the ring's n-1 hops
+// (the all-to-all reduce-scatter ZeRO++ uses to keep low-precision gradients accurate).
+class ExchangeReduceScatterWork final : public ProgressiveWork {
+ public:
+  ExchangeReduceScatterWork(MpiComm& c, const void* send, void* recv, size_t count, RedOp op,
+                            HostBuffer* slot, int tag)
+      : c_(c), in_(static_cast<const bf16*>(send)), recv_(static_cast<bf16*>(recv)),
+        count_(count), op_(op), slot_(slot), reqs_(2 * (c.size_ - 1), MPI_REQUEST_NULL) {
+    const int n = c_.size_, r = c_.rank_;
+    const int cnt = static_cast<int>(count_);
+    int rc = MPI_SUCCESS;
+    // Posted in the order (r+1, r+2, ...) so that no peer is everyone's first target.
+    for (int i = 1; i < n && rc == MPI_SUCCESS; ++i) {
+      const int from = (r - i + n) % n, to = (r + i) % n;
+      rc = MPI_Irecv(block(from), cnt, MPI_UINT16_T, from, tag, c_.comm_, &reqs_[2 * (i - 1)]);
+      if (rc == MPI_SUCCESS)
+        rc = MPI_Isend(in_ + static_cast<size_t>(to) * count_, cnt, MPI_UINT16_T, to, tag,
+                       c_.comm_, &reqs_[2 * (i - 1) + 1]);
+    }
+    if (rc != MPI_SUCCESS) fail(mpiError(rc, "MPI_Isend/Irecv", __FILE__, __LINE__));
+  }
+  ~ExchangeReduceScatterWork() override { waitForDestruction(); }
+
+ private:
+  // Where the block from rank `from` lands: our own block is read from the input in place.
+  bf16* block(int from) const {
+    const int n = c_.size_, r = c_.rank_;
+    if (from == r) return const_cast<bf16*>(in_ + static_cast<size_t>(r) * count_);
+    const int slot_index = (from - r - 1 + n) % n;  // peers r+1.. in order; 0 .. n-2
+    return slot_->as<bf16>() + static_cast<size_t>(slot_index) * count_;
+  }
+
+  void fail(Status s) {
+    for (MPI_Request& q : reqs_)
+      if (q != MPI_REQUEST_NULL) {
+        MPI_Cancel(&q);
+        MPI_Request_free(&q);
+      }
+    c_.scratch_.release(slot_);
+    finish(std::move(s));
+  }
+
+  void advance() override {
+    int flag = 0;
+    int rc = MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return fail(mpiError(rc, "MPI_Testall", __FILE__, __LINE__));
+    if (!flag) return;
+    const int n = c_.size_;
+    const float scale = op_ == RedOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
+    std::vector<const bf16*> blocks(n);
+    for (int q = 0; q < n; ++q) blocks[q] = block(q);
+    for (size_t i = 0; i < count_; ++i) {
+      float acc = 0.0f;
+      for (int q = 0; q < n; ++q) acc += toFloat(blocks[q][i]);
+      recv_[i] = toBf16(acc * scale);
+    }
+    c_.scratch_.release(slot_);
+    finish(Status());
+  }
+
+  MpiComm& c_;
+  const bf16* in_;
+  bf16* recv_;
+  size_t count_;
+  RedOp op_;
+  HostBuffer* slot_;
+  std::vector<MPI_Request> reqs_;
+};
+
 StatusOr<WorkHandle> MpiComm::ireduceScatter(const void* send, void* recv, size_t count,
                                              DType dtype, RedOp op) {
   HSDP_RETURN_IF_ERROR(checkCount(count * size_, "ireduceScatter"));
@@ -163,8 +237,14 @@ StatusOr<WorkHandle> MpiComm::ireduceScatter(const void* send, void* recv, size_
                                              MPI_SUM, comm_, &req));
     return WorkHandle(std::make_unique<RequestWork>(req, nullptr));
   }
-  HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, scratch_.acquire(2 * count * dtypeSize(dtype)));
   const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
+  if (dtype == DType::kBFloat16) {
+    HSDP_ASSIGN_OR_RETURN(HostBuffer * slot,
+                          scratch_.acquire((size_ - 1) * count * dtypeSize(dtype)));
+    return WorkHandle(
+        std::make_unique<ExchangeReduceScatterWork>(*this, send, recv, count, op, slot, tag));
+  }
+  HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, scratch_.acquire(2 * count * dtypeSize(dtype)));
   return WorkHandle(
       std::make_unique<RingReduceScatterWork>(*this, send, recv, count, dtype, op, slot, tag));
 }
@@ -231,7 +311,8 @@ StatusOr<std::unique_ptr<Comm>> MpiComm::splitByHost() {
 
 Status MpiComm::reserveScratch(size_t bytes) {
   if (size_ == 1) return okStatus();  // a group of one never uses the ring
-  HSDP_RETURN_IF_ERROR(scratch_.reserve(2 * bytes));
+  // The float ring needs two blocks; the bf16 exchange n-1 blocks of half the bytes.
+  HSDP_RETURN_IF_ERROR(scratch_.reserve(std::max<size_t>(2 * bytes, (size_ - 1) * bytes / 2)));
   HSDP_INFO(kColl, "mpi comm (size ", size_, ") scratch ", scratch_.totalBytes(), " bytes");
   return okStatus();
 }

@@ -41,6 +41,7 @@ class MpiComm final : public Comm {
  private:
   explicit MpiComm(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
   friend class RingReduceScatterWork;
+  friend class ExchangeReduceScatterWork;
 
   MPI_Comm comm_;
   int rank_;

@@ -1,6 +1,10 @@
 #include <malloc.h>
 #include <mpi.h>
 
+#include <cstdlib>
+#include <optional>
+#include <string>
+
 #include "collectives/mpi/mpi_check.h"
 #include "collectives/mpi/mpi_comm.h"
 #include "hsdp/env.h"
@@ -52,6 +56,11 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
     mallopt(M_MMAP_THRESHOLD, 1 << 30);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
   }
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> links, env::getInt("HSDP_MPI_TCP_LINKS", 0));
+  const int64_t tcp_links = links.value_or(0);
+  // Open MPI reads OMPI_MCA_* from the environment in MPI_Init; a value the user set wins.
+  if (tcp_links > 0 && std::getenv("OMPI_MCA_btl_tcp_links") == nullptr)
+    setenv("OMPI_MCA_btl_tcp_links", std::to_string(tcp_links).c_str(), /*overwrite=*/0);
   int provided = 0;
   // FUNNELED: only the thread that called init talks to MPI; progress is driven by that thread.
   HSDP_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
@@ -60,8 +69,9 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
   HSDP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   log::setRank(rank);
   HSDP_MPI_CHECK(MPI_Op_create(&bf16Sum, /*commute=*/1, &g_bf16_sum));
+  const char* links_used = std::getenv("OMPI_MCA_btl_tcp_links");
   HSDP_INFO(kInit, "MPI initialized, thread level ", provided, ", malloc tuning ",
-            tune_malloc ? "on" : "off");
+            tune_malloc ? "on" : "off", ", btl_tcp_links ", links_used ? links_used : "default");
   return std::unique_ptr<Session>(new Session());
 }
 

@@ -29,9 +29,41 @@ struct EigenAdam {
 
 }  // namespace
 
+namespace {
+
+// Forward and backward of `batch` through `compute` (the parameters the math sees): the mean
+// gradient over the batch into `grads` (zeroed here); returns the loss.
+float gradients(const Spec& spec, const std::vector<std::vector<float>>& compute,
+                const Batch& batch, std::vector<std::vector<float>>* grads) {
+  const int L = spec.layers();
+  std::vector<Matrix> acts(L + 1);
+  acts[0] = batch.x;
+  for (int l = 0; l < L; ++l) {
+    const int in = spec.dims[l], out = spec.dims[l + 1];
+    const float* p = compute[l].data();
+    Matrix z;
+    linearForward(p, p + static_cast<size_t>(out) * in, out, in, acts[l], &z);
+    acts[l + 1] = l + 1 < L ? Matrix(z.array().tanh()) : z;
+  }
+  Matrix dz;
+  const float loss = crossEntropy(acts[L], batch.labels, &dz);
+  grads->resize(L);
+  for (int l = L - 1; l >= 0; --l) {
+    const int in = spec.dims[l], out = spec.dims[l + 1];
+    (*grads)[l].assign(compute[l].size(), 0.0f);
+    Matrix dx;
+    linearBackward(compute[l].data(), out, in, acts[l], dz, (*grads)[l].data(),
+                   (*grads)[l].data() + static_cast<size_t>(out) * in, l > 0 ? &dx : nullptr);
+    if (l > 0) dz = (dx.array() * (1.0f - acts[l].array().square())).matrix();
+  }
+  return loss;
+}
+
+}  // namespace
+
 ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, int steps,
                                int global_batch, float clip_norm, bool bf16_params,
-                               bool bf16_grads) {
+                               bool bf16_grads, int ranks, int accum) {
   auto round16 = [](std::vector<float>& v) {
     for (float& x : v) x = hsdp::toFloat(hsdp::toBf16(x));
   };
@@ -46,32 +78,43 @@ ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, i
     r.params[l].insert(r.params[l].end(), b.begin(), b.end());
   }
   for (int step = 0; step < steps; ++step) {
-    Batch batch = makeBatch(spec, step, 0, global_batch);
     std::vector<std::vector<float>> compute = r.params;  // what forward/backward see
     if (bf16_params)
       for (auto& p : compute) round16(p);
-    std::vector<Matrix> acts(L + 1);
-    acts[0] = batch.x;
-    for (int l = 0; l < L; ++l) {
-      const int in = spec.dims[l], out = spec.dims[l + 1];
-      const float* p = compute[l].data();
-      Matrix z;
-      linearForward(p, p + static_cast<size_t>(out) * in, out, in, acts[l], &z);
-      acts[l + 1] = l + 1 < L ? Matrix(z.array().tanh()) : z;
-    }
-    Matrix dz;
-    r.losses.push_back(crossEntropy(acts[L], batch.labels, &dz));
     std::vector<std::vector<float>> grads(L);
-    for (int l = L - 1; l >= 0; --l) {
-      const int in = spec.dims[l], out = spec.dims[l + 1];
-      grads[l].assign(r.params[l].size(), 0.0f);
-      Matrix dx;
-      linearBackward(compute[l].data(), out, in, acts[l], dz, grads[l].data(),
-                     grads[l].data() + static_cast<size_t>(out) * in, l > 0 ? &dx : nullptr);
-      if (l > 0) dz = (dx.array() * (1.0f - acts[l].array().square())).matrix();
+    if (!bf16_grads) {
+      // The whole batch at once: the exact mean gradient, rounded once per element in float.
+      r.losses.push_back(gradients(spec, compute, makeBatch(spec, step, 0, global_batch), &grads));
+    } else {
+      // A bf16 reduction sends each rank's own gradient (its slice of each micro-batch, averaged
+      // over micro-steps in float) rounded to bf16, then averages them in float and rounds the
+      // result: the roundings the engine's exchange reduce-scatter applies (see
+      // docs/collectives.md; it rounds once per mesh level, this model once in all).
+      const int micro = global_batch / accum, per_rank = micro / ranks;
+      std::vector<std::vector<double>> sum(L);
+      for (int l = 0; l < L; ++l) sum[l].assign(r.params[l].size(), 0.0);
+      double loss = 0.0;
+      for (int q = 0; q < ranks; ++q) {
+        std::vector<std::vector<float>> local(L), g;
+        for (int l = 0; l < L; ++l) local[l].assign(r.params[l].size(), 0.0f);
+        for (int k = 0; k < accum; ++k) {
+          loss += gradients(spec, compute, makeBatch(spec, step, k * micro + q * per_rank, per_rank),
+                            &g);
+          for (int l = 0; l < L; ++l)
+            for (size_t i = 0; i < g[l].size(); ++i) local[l][i] += g[l][i] / float(accum);
+        }
+        for (int l = 0; l < L; ++l) {
+          round16(local[l]);
+          for (size_t i = 0; i < local[l].size(); ++i) sum[l][i] += local[l][i];
+        }
+      }
+      r.losses.push_back(static_cast<float>(loss / (ranks * accum)));
+      for (int l = 0; l < L; ++l) {
+        grads[l].resize(sum[l].size());
+        for (size_t i = 0; i < sum[l].size(); ++i) grads[l][i] = float(sum[l][i] / ranks);
+        round16(grads[l]);
+      }
     }
-    if (bf16_grads)
-      for (auto& g : grads) round16(g);
     if (clip_norm > 0) {
       double sumsq = 0;
       for (const auto& g : grads)

@@ -19,10 +19,13 @@ struct ReferenceResult {
 
 // clip_norm > 0 clips the global gradient norm as torch.nn.utils.clip_grad_norm_ does.
 // bf16_params: forward and backward use the parameters rounded to bf16 (the master stays fp32);
-// bf16_grads: the step's gradient is rounded to bf16. The roundings a bf16 policy applies.
+// bf16_grads: the gradient is reduced in bf16 as by `ranks` data-parallel ranks with `accum`
+// micro-steps each: every rank's gradient is rounded to bf16, the mean of those is rounded again.
+// The roundings a bf16 policy applies.
 ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, int steps,
                                int global_batch, float clip_norm = 0.0f,
-                               bool bf16_params = false, bool bf16_grads = false);
+                               bool bf16_params = false, bool bf16_grads = false, int ranks = 1,
+                               int accum = 1);
 
 // max over layers of max|a - b| / max|b|: the error relative to each tensor's scale.
 double maxRelativeError(const std::vector<std::vector<float>>& a,

@@ -2,7 +2,8 @@
 // of the mesh (UCC-style: a schedule of sub-team collectives):
 //   all-gather     = inter-node all-gather of the shard, then intra-node all-gather of the blocks
 //   reduce-scatter = intra-node reduce-scatter of the full buffer, then inter-node reduce-scatter
-//   all-reduce     = intra reduce-scatter, inter all-reduce, intra all-gather
+//   all-reduce     = intra reduce-scatter, inter reduce-scatter, inter all-gather, intra
+//                    all-gather (the inter pair is the all-reduce of each rank's piece)
 // With shard index k = intra_idx * J + inter_idx (see mesh.h) the first two equal the flat
 // collective over the shard group: shard k sits at offset k*count.
 //
@@ -30,6 +31,9 @@ namespace hsdp {
 struct HierOptions {
   int chunks = 1;                     // pipeline depth; >= 1
   DType inter_dtype = DType::kFloat32;  // wire type of the inter phase for float32 data
+  // Fewer chunks for small operations: each chunk of the full buffer moves at least this many
+  // bytes (0: always `chunks`). Every chunk pays the sub-collectives' latency once per level.
+  size_t min_chunk_bytes = 0;
 };
 
 class HierarchicalCollectives {
@@ -66,12 +70,12 @@ class HierarchicalCollectives {
   friend class ScheduleWork;
   friend class PipelinedAllGather;
   friend class PipelinedReduceScatter;
-  friend class HierAllReduce;
+  friend class PipelinedAllReduce;
   friend class PhasedSchedule;
   friend class TwoPhaseAllGather;
   friend class TwoPhaseReduceScatter;
 
-  size_t chunkCount(size_t count) const;
+  size_t chunkCount(size_t count, DType dtype) const;
   size_t stagingBytes(size_t count, DType dtype) const;
   size_t allReduceBytes(size_t count, DType dtype) const;
   bool pipelined(size_t count, DType dtype) const;

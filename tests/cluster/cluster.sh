@@ -20,7 +20,8 @@ readonly AGENT=$HERE/rsh-agent.sh
 readonly SUBNET_PREFIX=10.213.7      # private /24, used only inside this script's namespaces
 readonly SUBNET=$SUBNET_PREFIX.0/24
 readonly SWITCH_IP=$SUBNET_PREFIX.254
-readonly TBF_LATENCY=50ms
+readonly TBF_LATENCY=${HSDP_CLUSTER_TBF_LATENCY:-50ms}
+readonly TCP_WMEM_MAX=${HSDP_CLUSTER_WMEM:-}
 
 usage() {
     cat >&2 <<'EOF'
@@ -228,6 +229,10 @@ for ((i = 0; i < nodes; i++)); do
     ip -n "$SW_NS" link set "p$i" up &&
     ip -n "$ns" addr add "$ip4/24" dev eth0 &&
     ip -n "$ns" link set eth0 up || die "bring-up of node $i failed"
+    if [ -n "$TCP_WMEM_MAX" ]; then
+        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_wmem="4096 16384 $TCP_WMEM_MAX" \
+            net.ipv4.tcp_rmem="4096 131072 $TCP_WMEM_MAX" || die "sysctl in $ns failed"
+    fi
     if [ "$rate" != none ]; then
         tbf "$SW_NS" "p$i" && tbf "$ns" eth0 || die "tc tbf with rate '$rate' failed"
     fi
