@@ -76,6 +76,8 @@ class HierarchicalCollectives {
   friend class TwoPhaseReduceScatter;
 
   size_t chunkCount(size_t count, DType dtype) const;
+  // The one level to hand a small all-reduce to (null: run the schedule).
+  Comm* singleLevelAllReduce(size_t count, DType dtype);
   size_t stagingBytes(size_t count, DType dtype) const;
   size_t allReduceBytes(size_t count, DType dtype) const;
   bool pipelined(size_t count, DType dtype) const;
