@@ -415,6 +415,7 @@ const FlatLayout& ShardedModel::layout(int u) const { return impl_->units.at(u).
 int64_t ShardedModel::stepCount() const { return impl_->step; }
 ShardMode ShardedModel::mode() const { return impl_->cfg.mode; }
 int ShardedModel::shardCount() const { return impl_->shards; }
+bool ShardedModel::hierarchical() const { return impl_->hierarchical; }
 
 Status ShardedModel::setParameter(int unit, std::string_view name, const float* full,
                                   size_t numel) {

@@ -118,6 +118,10 @@ class ShardedModel {
   int64_t stepCount() const;
   ShardMode mode() const;
   int shardCount() const;  // shard group size used for the flat layouts
+  // Whether gradients and parameters move through the two-level schedules (intra, then inter:
+  // HSDP_HIER=1, the default) or through one collective over the shard group (HSDP_HIER=0). With
+  // a bf16 reduce dtype this decides where the partial sums are rounded (docs/design.md).
+  bool hierarchical() const;
 
  private:
   struct Impl;
