@@ -20,4 +20,18 @@ const char* shardModeName(ShardMode mode) {
   return "?";
 }
 
+StatusOr<Device> parseDevice(std::string_view name) {
+  if (name == "cpu") return Device::kHost;
+  if (name == "cuda") return Device::kCuda;
+  return invalidArgument("unknown device '", name, "' (expected cpu or cuda)");
+}
+
+const char* deviceName(Device d) {
+  switch (d) {
+    case Device::kHost: return "cpu";
+    case Device::kCuda: return "cuda";
+  }
+  return "?";
+}
+
 }  // namespace hsdp

@@ -251,6 +251,14 @@ ShardedModel::~ShardedModel() = default;
 
 StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, EngineConfig cfg) {
   HSDP_RETURN_IF_ERROR(validate(cfg.adam));
+  if (cfg.device == Device::kCuda) {
+#if defined(HSDP_HAVE_CUDA)
+    return failedPrecondition("device engine not built yet (Device::kCuda)");
+#else
+    return failedPrecondition("Device::kCuda: this hsdp was built without CUDA (configure with "
+                              "-DHSDP_WITH_CUDA=ON)");
+#endif
+  }
   const MeshShape& s = mesh.shape();
   if (cfg.mode == ShardMode::kNone && s.shardGroupSize() != 1)
     return invalidArgument("mode none replicates everything and needs intra_shard=1 and "
@@ -416,6 +424,8 @@ int64_t ShardedModel::stepCount() const { return impl_->step; }
 ShardMode ShardedModel::mode() const { return impl_->cfg.mode; }
 int ShardedModel::shardCount() const { return impl_->shards; }
 bool ShardedModel::hierarchical() const { return impl_->hierarchical; }
+Device ShardedModel::device() const { return impl_->cfg.device; }
+void ShardedModel::setComputeStream(void* cuda_stream) { (void)cuda_stream; }
 
 Status ShardedModel::setParameter(int unit, std::string_view name, const float* full,
                                   size_t numel) {

@@ -19,6 +19,15 @@ enum class ShardMode {
 StatusOr<ShardMode> parseShardMode(std::string_view name);  // "none", "zero1", "zero2", "zero3"
 const char* shardModeName(ShardMode mode);
 
+// Where the engine keeps model state (ShardedModel, sharded_model.h).
+enum class Device {
+  kHost,  // host memory; the collectives run on the mesh's transports (MPI, UCX)
+  kCuda,  // device memory of the CUDA device current at ShardedModel::create(); NCCL mesh
+};
+
+StatusOr<Device> parseDevice(std::string_view name);  // "cpu" -> kHost, "cuda" -> kCuda
+const char* deviceName(Device d);                     // "cpu" | "cuda"
+
 struct EngineConfig {
   ShardMode mode = ShardMode::kZero3;
   AdamConfig adam;
@@ -42,6 +51,9 @@ struct EngineConfig {
   // Rate limiter (zero3): at most this many units gathered at once; an unshard() beyond it is
   // issued when an earlier unit is resharded (or when it is waited for). 0: no limit.
   int max_gathered_units = 0;
+  // Where parameters, gradients and optimizer state live. kCuda needs a build with CUDA and a
+  // mesh whose communicators are NCCL (ShardedModel::create says which is missing).
+  Device device = Device::kHost;
 };
 
 }  // namespace hsdp

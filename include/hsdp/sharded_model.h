@@ -19,6 +19,41 @@
 // reduceGrad(), so micro-steps add (+=) into it and only the last one calls reduceGrad(). The
 // whole gradient of each unit then lives across the micro-steps (zero2/zero3 included): less
 // communication, more memory than reducing every micro-step into the shard.
+//
+// Device (EngineConfig::device). With Device::kCuda (a CUDA build; otherwise create() fails with
+// FailedPrecondition saying "built without CUDA") every parameter shard, gradient shard,
+// optimizer moment, gathered unit and full gradient lives in device memory of the CUDA device
+// current when create() is called, allocated once (finalize(), and the gather pool when it grows
+// to a new peak) and reused every step. The mesh's communicators must be NCCL: build the mesh
+// over an NCCL world, e.g.
+//     auto nccl_world = hsdp::nccl::createNcclComm(mpi_world);   // collectives/nccl/nccl_comm.h
+//     auto layout = hsdp::groupRanksIntoNodes(mpi_world);
+//     auto mesh = hsdp::Mesh::create(**nccl_world, *layout, spec);
+// (create() returns InvalidArgument naming the transport when a communicator is not "nccl").
+// Parameters and gradients move with one collective over the shard group (NCCL runs its own
+// intra/inter hierarchy inside a communicator); HSDP_HIER is ignored and hierarchical() is false.
+//  * param(unit, name) / grad(unit, name): ParamView.data is a DEVICE pointer.
+//  * setParameter(unit, name, full, numel): `full` is HOST memory (the whole value, same on every
+//    rank).
+//  * gatherFullParameters(unit, out): fills a HOST std::vector<float> (the host waits).
+//  * lastGradNorm(), memoryReport(), takeExposedCommSeconds(): as on the host (MemoryReport
+//    counts device bytes).
+// Ordering with the user's compute: the user runs forward/backward on one CUDA stream and names
+// it with setComputeStream() (default: the legacy default stream).
+//  * waitForUnshard(unit): on return the compute stream is ordered after the gather
+//    (cudaStreamWaitEvent; the host does not wait for the device), so kernels enqueued next on
+//    the compute stream see the full parameters.
+//  * grad(): the first call of a step zero-fills the gradient buffer with cudaMemsetAsync on the
+//    compute stream.
+//  * reduceGrad(unit): the reduction is ordered after everything already enqueued on the compute
+//    stream (the backward kernels that wrote the gradient).
+//  * reshard(unit): the gathered buffer is reused only after the compute stream's work enqueued
+//    so far (an event recorded on the compute stream).
+//  * step(): returns when the update is enqueued and ordered before later work on the compute
+//    stream. With clipping, the host reads the gradient norm back once per step (it waits for
+//    the reductions and the norm kernel, not for the compute stream).
+// Device mode does not support CPU offload or hpZ yet: create() returns Unimplemented naming the
+// combination.
 #pragma once
 
 #include <memory>
@@ -62,6 +97,13 @@ class ShardedModel {
   // larger than 1.
   static StatusOr<std::unique_ptr<ShardedModel>> create(const Mesh& mesh, EngineConfig cfg);
   ~ShardedModel();
+
+  // Device::kCuda: the CUDA stream (a cudaStream_t) the user's forward and backward kernels run
+  // on; nullptr (the default) is the legacy default stream. The engine orders its gathers,
+  // reductions and optimizer step against this stream with events (see the header comment).
+  // Ignored with Device::kHost. Call it between steps, not while units are unsharded.
+  void setComputeStream(void* cuda_stream);
+  Device device() const;
 
   // Registers a unit; returns its index. Only before finalize().
   StatusOr<int> addUnit(std::string name, std::vector<ParamSpec> params);
