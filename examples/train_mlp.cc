@@ -337,11 +337,16 @@ int runMain(const Options& opt, hsdp::Comm& world) {
     }
   float verdict[2] = {0, 0};  // {max_rel_err, pass}
   if (rank == 0) {
-    mlp::ReferenceResult ref =
-        mlp::trainReference(spec, cfg.adam, opt.steps, opt.batch, opt.clip_norm,
-                            model.shardCount() > 1 && cfg.param_dtype == hsdp::DType::kBFloat16,
-                            model.shardCount() > 1 && cfg.reduce_dtype == hsdp::DType::kBFloat16,
-                            world.size(), opt.accum);
+    // The engine rounds to bf16 only over a shard group larger than one (mode none reduces in
+    // float); a bf16 reduction is modelled on the mesh's own tree.
+    const bool sharded = model.shardCount() > 1;
+    mlp::GradReduction tree;
+    if (sharded && cfg.reduce_dtype == hsdp::DType::kBFloat16)
+      tree = mlp::meshGradReduction(nl, (*mesh)->shape(), model.hierarchical());
+    mlp::ReferenceResult ref = mlp::trainReference(
+        spec, cfg.adam, opt.steps, opt.batch, opt.clip_norm,
+        sharded && cfg.param_dtype == hsdp::DType::kBFloat16,
+        tree.levels.empty() ? nullptr : &tree, opt.accum);
     const double err = mlp::maxRelativeError(mine, ref.params);
     verdict[0] = static_cast<float>(err);
     verdict[1] = err <= opt.tolerance ? 1.0f : 0.0f;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 
 namespace mlp {
 
@@ -63,7 +65,7 @@ float gradients(const Spec& spec, const std::vector<std::vector<float>>& compute
 
 ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, int steps,
                                int global_batch, float clip_norm, bool bf16_params,
-                               bool bf16_grads, int ranks, int accum) {
+                               const GradReduction* bf16_grads, int accum) {
   auto round16 = [](std::vector<float>& v) {
     for (float& x : v) x = hsdp::toFloat(hsdp::toBf16(x));
   };
@@ -82,38 +84,44 @@ ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, i
     if (bf16_params)
       for (auto& p : compute) round16(p);
     std::vector<std::vector<float>> grads(L);
-    if (!bf16_grads) {
+    if (bf16_grads == nullptr) {
       // The whole batch at once: the exact mean gradient, rounded once per element in float.
       r.losses.push_back(gradients(spec, compute, makeBatch(spec, step, 0, global_batch), &grads));
     } else {
-      // A bf16 reduction sends each rank's own gradient (its slice of each micro-batch, averaged
-      // over micro-steps in float) rounded to bf16, then averages them in float and rounds the
-      // result: the roundings the engine's exchange reduce-scatter applies (see
-      // docs/collectives.md; it rounds once per mesh level, this model once in all).
+      // Every rank's own gradient, rounded to bf16 (what it puts on the wire) ...
+      const int ranks = bf16_grads->ranks;
       const int micro = global_batch / accum, per_rank = micro / ranks;
-      std::vector<std::vector<double>> sum(L);
-      for (int l = 0; l < L; ++l) sum[l].assign(r.params[l].size(), 0.0);
+      std::vector<std::vector<std::vector<float>>> val(ranks, std::vector<std::vector<float>>(L));
       double loss = 0.0;
       for (int q = 0; q < ranks; ++q) {
-        std::vector<std::vector<float>> local(L), g;
-        for (int l = 0; l < L; ++l) local[l].assign(r.params[l].size(), 0.0f);
+        std::vector<std::vector<float>> g;
+        for (int l = 0; l < L; ++l) val[q][l].assign(r.params[l].size(), 0.0f);
         for (int k = 0; k < accum; ++k) {
           loss += gradients(spec, compute, makeBatch(spec, step, k * micro + q * per_rank, per_rank),
                             &g);
           for (int l = 0; l < L; ++l)
-            for (size_t i = 0; i < g[l].size(); ++i) local[l][i] += g[l][i] / float(accum);
+            for (size_t i = 0; i < g[l].size(); ++i) val[q][l][i] += g[l][i] / float(accum);
         }
-        for (int l = 0; l < L; ++l) {
-          round16(local[l]);
-          for (size_t i = 0; i < local[l].size(); ++i) sum[l][i] += local[l][i];
-        }
+        for (int l = 0; l < L; ++l) round16(val[q][l]);
       }
       r.losses.push_back(static_cast<float>(loss / (ranks * accum)));
-      for (int l = 0; l < L; ++l) {
-        grads[l].resize(sum[l].size());
-        for (size_t i = 0; i < sum[l].size(); ++i) grads[l][i] = float(sum[l][i] / ranks);
-        round16(grads[l]);
+      // ... then the tree, level by level: a float sum in member order, times float(1/n), rounded
+      // to bf16 on the bf16 levels, held by every member.
+      for (const GradReduction::Level& level : bf16_grads->levels) {
+        for (const std::vector<int>& group : level.groups) {
+          const float scale = 1.0f / static_cast<float>(group.size());
+          for (int l = 0; l < L; ++l) {
+            std::vector<float> mean(r.params[l].size());
+            for (size_t i = 0; i < mean.size(); ++i) {
+              float acc = 0.0f;
+              for (int q : group) acc += val[q][l][i];
+              mean[i] = level.bf16 ? hsdp::toFloat(hsdp::toBf16(acc * scale)) : acc * scale;
+            }
+            for (int q : group) val[q][l] = mean;
+          }
+        }
       }
+      grads = std::move(val[0]);  // a complete tree leaves every rank the same value
     }
     if (clip_norm > 0) {
       double sumsq = 0;
@@ -129,6 +137,40 @@ ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, i
     }
   }
   return r;
+}
+
+GradReduction meshGradReduction(const hsdp::NodeLayout& layout, const hsdp::MeshShape& shape,
+                                bool hierarchical) {
+  GradReduction tree;
+  tree.ranks = shape.world_size;
+  std::vector<hsdp::MeshCoords> at(shape.world_size);
+  for (int q = 0; q < shape.world_size; ++q) at[q] = hsdp::meshCoords(layout, shape, q);
+  // Groups ranks by `key`, each group ordered by `order` (the rank in that communicator).
+  auto level = [&](auto key, auto order, bool bf16) {
+    std::map<decltype(key(at[0])), std::vector<int>> groups;
+    for (int q = 0; q < shape.world_size; ++q) groups[key(at[q])].push_back(q);
+    GradReduction::Level out;
+    out.bf16 = bf16;
+    for (auto& [k, members] : groups) {
+      std::sort(members.begin(), members.end(), [&](int a, int b) { return order(at[a]) < order(at[b]); });
+      out.groups.push_back(members);
+    }
+    return out;
+  };
+  using C = const hsdp::MeshCoords&;
+  if (hierarchical) {
+    tree.levels.push_back(level([](C c) { return std::make_tuple(c.node, c.intra_group); },
+                                [](C c) { return c.intra_idx; }, true));
+    tree.levels.push_back(level([](C c) { return std::make_tuple(c.inter_group, c.local_rank); },
+                                [](C c) { return c.inter_idx; }, true));
+  } else {
+    tree.levels.push_back(level([](C c) { return c.replica_rank; }, [](C c) { return c.shard_rank; },
+                                true));
+  }
+  if (shape.replicas() > 1)
+    tree.levels.push_back(level([](C c) { return c.shard_rank; }, [](C c) { return c.replica_rank; },
+                                false));
+  return tree;
 }
 
 double maxRelativeError(const std::vector<std::vector<float>>& a,

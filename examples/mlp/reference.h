@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "hsdp/mesh.h"
 #include "hsdp/optimizer.h"
 #include "mlp/mlp.h"
 
@@ -17,14 +18,36 @@ struct ReferenceResult {
   std::vector<float> losses;  // loss of each step, before its update
 };
 
+// How the engine averages the data-parallel ranks' gradients when the reduce dtype is bf16: its
+// reduction tree. Every rank's gradient (its slice of each micro-batch, averaged over the micro-steps
+// in float) is rounded to bf16 first; then each level in turn: within every group, the members'
+// values are summed in float in the listed order, multiplied by float(1/size), optionally rounded to
+// bf16, and every member holds the result. The hierarchical reduce-scatter is two bf16 levels (the
+// intra-node groups, then the inter-node groups); the flat one is one bf16 level (the shard
+// groups); the replica all-reduce is a float level (docs/design.md, "bf16 gradients").
+struct GradReduction {
+  int ranks = 1;  // rank q trains on samples [k*micro + q*micro/ranks, ...) of micro-batch k
+  struct Level {
+    std::vector<std::vector<int>> groups;  // a partition of 0..ranks-1, each in summation order
+    bool bf16 = true;                      // round each group's mean to bf16
+  };
+  std::vector<Level> levels;
+};
+
+// The tree of a mesh (hsdp::meshCoords gives every rank's place): with `hierarchical`, the
+// intra-node groups (one node's intra_group, by intra_idx) then the inter-node groups (one
+// inter_group's ranks of equal local rank, by inter_idx); without, the shard groups (by shard
+// index); then, with replicas, the owners of each shard in float.
+GradReduction meshGradReduction(const hsdp::NodeLayout& layout, const hsdp::MeshShape& shape,
+                                bool hierarchical);
+
 // clip_norm > 0 clips the global gradient norm as torch.nn.utils.clip_grad_norm_ does.
-// bf16_params: forward and backward use the parameters rounded to bf16 (the master stays fp32);
-// bf16_grads: the gradient is reduced in bf16 as by `ranks` data-parallel ranks with `accum`
-// micro-steps each: every rank's gradient is rounded to bf16, the mean of those is rounded again.
-// The roundings a bf16 policy applies.
+// bf16_params: forward and backward use the parameters rounded to bf16 (the master stays fp32).
+// bf16_grads (not null): the gradient is reduced in bf16 through that tree, with `accum`
+// micro-steps per step; null: the exact mean gradient of the whole batch in float.
 ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, int steps,
                                int global_batch, float clip_norm = 0.0f,
-                               bool bf16_params = false, bool bf16_grads = false, int ranks = 1,
+                               bool bf16_params = false, const GradReduction* bf16_grads = nullptr,
                                int accum = 1);
 
 // max over layers of max|a - b| / max|b|: the error relative to each tensor's scale.

@@ -97,3 +97,31 @@ TEST(MlpExample, RelativeErrorIsScaledPerTensor) {
 }
 
 }  // namespace
+
+namespace {
+
+// The bf16 reduction tree the reference follows, against the mesh layout written out by hand:
+// 8 ranks as 2 nodes x 4, intra_shard 2 x inter_shard 2, so 2 replicas. Rank r sits on node r/4
+// with local rank r%4; intra_idx = local%2, intra_group = local/2; inter_idx = node.
+TEST(MeshGradReduction, EightRanksTwoByTwoWithReplicas) {
+  auto layout = hsdp::virtualNodeLayout(8, 4);
+  ASSERT_TRUE(layout.ok());
+  hsdp::MeshShape shape{8, 2, 4, 2, 2};
+  using Groups = std::vector<std::vector<int>>;
+  mlp::GradReduction hier = mlp::meshGradReduction(*layout, shape, /*hierarchical=*/true);
+  EXPECT_EQ(hier.ranks, 8);
+  ASSERT_EQ(hier.levels.size(), 3u);
+  EXPECT_EQ(hier.levels[0].groups, (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));  // intra
+  EXPECT_EQ(hier.levels[1].groups, (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));  // inter
+  EXPECT_TRUE(hier.levels[0].bf16 && hier.levels[1].bf16);
+  // Replicas: owners of shard k = intra_idx*2 + inter_idx are {r, r+2} (intra_group 0 and 1).
+  EXPECT_EQ(hier.levels[2].groups, (Groups{{0, 2}, {4, 6}, {1, 3}, {5, 7}}));
+  EXPECT_FALSE(hier.levels[2].bf16);
+
+  mlp::GradReduction flat = mlp::meshGradReduction(*layout, shape, /*hierarchical=*/false);
+  ASSERT_EQ(flat.levels.size(), 2u);
+  // Shard group of replica 0: shard 0 = rank 0, 1 = rank 4 (node 1), 2 = rank 1, 3 = rank 5.
+  EXPECT_EQ(flat.levels[0].groups, (Groups{{0, 4, 1, 5}, {2, 6, 3, 7}}));
+}
+
+}  // namespace
