@@ -4,85 +4,28 @@
 //
 //   mpirun -np 8 -x HSDP_RANKS_PER_NODE=4 build/examples/train_mlp --mode zero3 \
 //       --intra-shard 4 --inter-shard 1 --steps 10 --check
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <sstream>
 
 #include "hsdp/config.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
-#include "hsdp/plan.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/topology.h"
 #include "mlp/mlp.h"
-#include "mlp/reference.h"
+#include "mlp/options.h"
 
 namespace {
 
-struct Options {
-  std::string mode = "zero3";
-  int intra_shard = 0;  // 0: mode's default
-  int inter_shard = 0;
-  bool intra_shard_given = false;
-  bool inter_shard_given = false;
-  int steps = 10;
-  int batch = 48;
-  int accum = 1;
-  std::string offload = "none";
-  std::string param_dtype = "fp32";
-  bool hpz = false;
-  int max_gathered = 0;
-  std::string reduce_dtype = "fp32";
-  float clip_norm = 0.0f;
-  bool check = false;
-  float lr = 1e-3f;
-  float weight_decay = 0.01f;
-  // 1e-5, not PyTorch's 1e-8: see docs/design.md, "Parity and Adam's eps".
-  float eps = 1e-5f;
-  std::string optimizer = "adamw";
-  std::string dims = "32,1000,333,128,10";
-  uint64_t seed = 1234;
-  double tolerance = 1e-5;
-};
-
-constexpr int kExitUsage = 2;
-constexpr int kExitRuntime = 3;
-
-// Every rank parses the same argv, so every rank reaches the same verdict and prints it.
-void printError(int rank, const std::string& what) {
-  std::fprintf(stderr, "train_mlp [rank %d]: error: %s\n", rank, what.c_str());
-  std::fflush(stderr);
-}
-
-hsdp::StatusOr<std::vector<int>> parseDims(const std::string& text) {
-  std::vector<int> dims;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
-    char* end = nullptr;
-    long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v <= 0 || v > (1 << 20))
-      return hsdp::invalidArgument("--dims '", text, "': '", item, "' is not a positive size");
-    dims.push_back(static_cast<int>(v));
-  }
-  if (dims.size() < 2) return hsdp::invalidArgument("--dims '", text, "' needs >= 2 sizes");
-  return dims;
-}
-
-std::string bytesStr(size_t b) {
-  char buf[32];
-  if (b >= (1u << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / 1048576.0);
-  else std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  return buf;
-}
+constexpr const char* kProgram = "train_mlp";
 
 struct Run {
   hsdp::Comm& world;
   hsdp::ShardedModel& model;
   const mlp::Spec& spec;
-  const Options& opt;
+  const mlp::Options& opt;
 };
 
 // One micro-step: forward and backward of this rank's slice of micro-batch `micro`; the
@@ -143,108 +86,19 @@ hsdp::StatusOr<float> trainStep(Run& run, int64_t step) {
   return loss;
 }
 
-hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh,
-                         const hsdp::ShardedModel& model, size_t param_count,
-                         const mlp::Spec& spec, const hsdp::EngineConfig& cfg) {
-  const hsdp::MemoryReport r = model.memoryReport();
-  int64_t mine[7] = {int64_t(r.param_bytes + r.hpz_bytes), int64_t(r.grad_bytes), int64_t(r.optim_bytes),
-                     int64_t(r.gathered_peak_bytes), int64_t(r.comm_bytes), int64_t(r.total()),
-                     mesh.coords().node};
-  std::vector<int64_t> all(7 * world.size());
-  HSDP_RETURN_IF_ERROR(world.allGather(mine, all.data(), 7, hsdp::DType::kInt64));
-  if (world.rank() != 0) return hsdp::okStatus();
-  std::printf("\nper-rank memory held by model state (engine allocations):\n");
-  std::printf("%5s %5s %12s %12s %12s %14s %12s %12s\n", "rank", "node", "params", "grads",
-              "optim", "gathered_peak", "comm", "total");
-  for (int q = 0; q < world.size(); ++q) {
-    const int64_t* v = &all[7 * q];
-    std::printf("%5d %5lld %12s %12s %12s %14s %12s %12s\n", q, (long long)v[6],
-                bytesStr(v[0]).c_str(), bytesStr(v[1]).c_str(), bytesStr(v[2]).c_str(),
-                bytesStr(v[3]).c_str(), bytesStr(v[4]).c_str(), bytesStr(v[5]).c_str());
-  }
-  // hsdp-plan's prediction for this very configuration (fp32 policy; the plan models what
-  // the engine allocates), beside what rank 0 measured.
-  hsdp::PlanInput in;
-  for (int l = 0; l < spec.layers(); ++l)
-    in.units.push_back(uint64_t(spec.dims[l + 1]) * (spec.dims[l] + 1));
-  in.nodes = mesh.shape().num_nodes;
-  in.gpus_per_node = mesh.shape().ranks_per_node;
-  in.intra_shard = mesh.shape().intra_shard;
-  in.inter_shard = mesh.shape().inter_shard;
-  in.mode = static_cast<hsdp::PlanMode>(static_cast<int>(cfg.mode));
-  in.param_dtype = hsdp::PlanDType::kFp32;
-  in.offload_cpu = cfg.offload_cpu;
-  in.hpz = cfg.hpz;
-  if (auto plan = hsdp::makePlan(in); plan.ok() && cfg.param_dtype == hsdp::DType::kFloat32) {
-    const hsdp::PlanMemory& g = plan->gpu;
-    const int64_t* v = &all[0];
-    std::printf("hsdp-plan prediction (rank 0): params%s %s (measured %s), grads %s (%s), optim "
-                "%s (%s), gathered %s (%s), comm %s estimate (%s)\n",
-                cfg.hpz ? "+hpz" : "", bytesStr(g.params + g.hpz_secondary).c_str(),
-                bytesStr(v[0]).c_str(), bytesStr(g.grads).c_str(),
-                bytesStr(v[1]).c_str(), bytesStr(g.optimizer).c_str(), bytesStr(v[2]).c_str(),
-                bytesStr(g.gathered_peak).c_str(), bytesStr(v[3]).c_str(),
-                bytesStr(g.comm_estimate).c_str(), bytesStr(v[4]).c_str());
-  }
-  // Unsharded data parallel holds fp32 params + grads + two Adam moments on every rank.
-  const size_t replicated = param_count * 4 * sizeof(float);
-  std::printf("model state per rank: %s sharded vs %s replicated (params+grads+optim: %.2fx less)\n",
-              bytesStr(r.param_bytes + r.grad_bytes + r.optim_bytes).c_str(),
-              bytesStr(replicated).c_str(),
-              double(replicated) / double(r.param_bytes + r.grad_bytes + r.optim_bytes));
-  return hsdp::okStatus();
-}
-
-// The body of the program; a non-OK Status here is bad input every rank sees alike.
-hsdp::Status setUp(const Options& opt, hsdp::Comm& world, mlp::Spec* spec,
-                   hsdp::EngineConfig* cfg, hsdp::MeshSpec* mesh_spec) {
-  HSDP_ASSIGN_OR_RETURN(spec->dims, parseDims(opt.dims));
-  spec->seed = opt.seed;
-  HSDP_ASSIGN_OR_RETURN(cfg->mode, hsdp::parseShardMode(opt.mode));
-  HSDP_ASSIGN_OR_RETURN(cfg->adam.kind, hsdp::parseOptimizerKind(opt.optimizer));
-  cfg->adam.lr = opt.lr;
-  cfg->adam.weight_decay = opt.weight_decay;
-  cfg->adam.eps = opt.eps;
-  if (opt.steps < 0) return hsdp::invalidArgument("--steps ", opt.steps, " must be >= 0");
-  if (opt.batch <= 0 || opt.batch % world.size() != 0)
-    return hsdp::invalidArgument("--batch ", opt.batch, " must be a positive multiple of the ",
-                                 world.size(), " ranks (each rank trains on an equal slice)");
-  if (opt.accum <= 0 || opt.batch % (opt.accum * world.size()) != 0)
-    return hsdp::invalidArgument("--accum ", opt.accum, " must be positive and --batch ", opt.batch,
-                                 " a multiple of accum x ranks = ", opt.accum * world.size());
-  if (!(opt.clip_norm >= 0))
-    return hsdp::invalidArgument("--clip-norm ", opt.clip_norm, " must be >= 0");
-  cfg->clip_norm = opt.clip_norm;
-  cfg->offload_cpu = opt.offload == "cpu";
-  cfg->hpz = opt.hpz;
-  if (opt.max_gathered < 0)
-    return hsdp::invalidArgument("--max-gathered ", opt.max_gathered, " must be >= 0");
-  cfg->max_gathered_units = opt.max_gathered;
-  HSDP_ASSIGN_OR_RETURN(cfg->param_dtype, hsdp::parseDType(opt.param_dtype));
-  HSDP_ASSIGN_OR_RETURN(cfg->reduce_dtype, hsdp::parseDType(opt.reduce_dtype));
-  if (opt.intra_shard_given && opt.intra_shard <= 0)
-    return hsdp::invalidArgument("--intra-shard ", opt.intra_shard, " must be positive");
-  if (opt.inter_shard_given && opt.inter_shard <= 0)
-    return hsdp::invalidArgument("--inter-shard ", opt.inter_shard, " must be positive");
-  mesh_spec->intra_shard = opt.intra_shard;
-  mesh_spec->inter_shard = opt.inter_shard;
-  if (cfg->mode == hsdp::ShardMode::kNone) {  // plain data parallel: nothing is sharded
-    if (mesh_spec->intra_shard == 0) mesh_spec->intra_shard = 1;
-    if (mesh_spec->inter_shard == 0) mesh_spec->inter_shard = 1;
-  }
-  return hsdp::okStatus();
-}
-
-int runMain(const Options& opt, hsdp::Comm& world) {
+// The body of the program; a non-OK Status before the first step is bad input every rank sees
+// alike.
+int runMain(const mlp::Options& opt, hsdp::Comm& world) {
   const int rank = world.rank();
   mlp::Spec spec;
   hsdp::EngineConfig cfg;
   hsdp::MeshSpec mesh_spec;
   auto fail = [&](const hsdp::Status& s) {
-    printError(rank, s.toString());
-    return kExitUsage;
+    mlp::printError(kProgram, rank, s.toString());
+    return mlp::kExitUsage;
   };
-  if (hsdp::Status s = setUp(opt, world, &spec, &cfg, &mesh_spec); !s.ok()) return fail(s);
+  if (hsdp::Status s = mlp::configure(opt, world.size(), &spec, &cfg, &mesh_spec); !s.ok())
+    return fail(s);
   auto layout = hsdp::groupRanksIntoNodes(world);
   if (!layout.ok()) return fail(layout.status());
   auto mesh = hsdp::Mesh::create(world, *layout, mesh_spec);
@@ -269,25 +123,9 @@ int runMain(const Options& opt, hsdp::Comm& world) {
       return fail(s);
   }
 
-  const hsdp::NodeLayout& nl = (*mesh)->layout();
-  if (rank == 0) {
-    std::printf("hsdp train_mlp: %d ranks on %d %snodes (", world.size(), nl.num_nodes,
-                nl.virtual_nodes ? "virtual " : "");
-    for (int n = 0; n < nl.num_nodes; ++n)
-      std::printf("%s%s", n ? ", " : "", nl.node_names[n].c_str());
-    std::printf(")\nmesh: %s\n", (*mesh)->describe().c_str());
-    std::printf("mode %s, %s lr %g wd %g; model %zu params in %d units (dims %s); global batch "
-                "%d (%d per rank)\n",
-                hsdp::shardModeName(cfg.mode), hsdp::optimizerName(cfg.adam.kind), cfg.adam.lr,
-                cfg.adam.weight_decay, spec.paramCount(), spec.layers(), opt.dims.c_str(),
-                opt.batch, opt.batch / world.size());
-    std::printf("\n%6s %10s %10s %10s %12s %14s\n", "step", "loss", "grad_norm", "time_ms",
-                "samples/s", "exposed_comm_ms");
-    std::fflush(stdout);
-  }
+  mlp::printHeader(kProgram, world, **mesh, cfg, spec, opt);
 
   Run run{world, model, spec, opt};
-  std::vector<float> stats(3), all(3 * world.size());
   double optim_total = 0, optim_exposed = 0;  // offload: worker time, and what step() waited
   for (int step = 0; step < opt.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
@@ -295,29 +133,17 @@ int runMain(const Options& opt, hsdp::Comm& world) {
     auto t1 = std::chrono::steady_clock::now();
     if (!loss.ok()) {
       // Ranks may now disagree about which collective comes next: end the job, do not hang.
-      printError(rank, loss.status().toString());
-      world.abortJob(kExitRuntime);
+      mlp::printError(kProgram, rank, loss.status().toString());
+      world.abortJob(mlp::kExitRuntime);
     }
-    stats[0] = *loss;
-    stats[1] = std::chrono::duration<float, std::milli>(t1 - t0).count();
-    stats[2] = static_cast<float>(model.takeExposedCommSeconds() * 1e3);
+    const float ms = std::chrono::duration<float, std::milli>(t1 - t0).count();
+    const float exposed_ms = static_cast<float>(model.takeExposedCommSeconds() * 1e3);
     double ot = 0, oe = 0;
     model.takeOptimizerSeconds(&ot, &oe);
     optim_total += ot;
     optim_exposed += oe;
-    if (!world.allGather(stats.data(), all.data(), 3, hsdp::DType::kFloat32).ok())
-      world.abortJob(kExitRuntime);
-    if (rank == 0) {
-      double mean_loss = 0, max_ms = 0, max_exposed = 0;
-      for (int q = 0; q < world.size(); ++q) {
-        mean_loss += all[3 * q] / world.size();
-        max_ms = std::max<double>(max_ms, all[3 * q + 1]);
-        max_exposed = std::max<double>(max_exposed, all[3 * q + 2]);
-      }
-      std::printf("%6d %10.5f %10.4f %10.2f %12.0f %14.2f\n", step + 1, mean_loss,
-                  model.lastGradNorm(), max_ms, opt.batch / (max_ms / 1e3), max_exposed);
-      std::fflush(stdout);
-    }
+    if (!mlp::printStepRow(world, model, opt, step, *loss, ms, exposed_ms).ok())
+      world.abortJob(mlp::kExitRuntime);
   }
   if (cfg.offload_cpu && rank == 0)
     std::printf("\noffloaded optimizer (rank 0): %.2f ms of CPU Adam per step, %.2f ms of it "
@@ -325,39 +151,9 @@ int runMain(const Options& opt, hsdp::Comm& world) {
                 opt.steps ? optim_total * 1e3 / opt.steps : 0.0,
                 opt.steps ? optim_exposed * 1e3 / opt.steps : 0.0,
                 optim_total > 0 ? 100.0 * (1.0 - std::min(1.0, optim_exposed / optim_total)) : 0.0);
-  if (hsdp::Status s = printMemory(world, **mesh, model, spec.paramCount(), spec, cfg); !s.ok())
-    world.abortJob(kExitRuntime);
-
+  if (!mlp::printMemory(world, **mesh, model, spec, cfg).ok()) world.abortJob(mlp::kExitRuntime);
   if (!opt.check) return 0;
-  std::vector<std::vector<float>> mine(spec.layers());
-  for (int l = 0; l < spec.layers(); ++l)
-    if (hsdp::Status s = model.gatherFullParameters(l, &mine[l]); !s.ok()) {
-      printError(rank, s.toString());
-      world.abortJob(kExitRuntime);
-    }
-  float verdict[2] = {0, 0};  // {max_rel_err, pass}
-  if (rank == 0) {
-    // The engine rounds to bf16 only over a shard group larger than one (mode none reduces in
-    // float); a bf16 reduction is modelled on the mesh's own tree.
-    const bool sharded = model.shardCount() > 1;
-    mlp::GradReduction tree;
-    if (sharded && cfg.reduce_dtype == hsdp::DType::kBFloat16)
-      tree = mlp::meshGradReduction(nl, (*mesh)->shape(), model.hierarchical());
-    mlp::ReferenceResult ref = mlp::trainReference(
-        spec, cfg.adam, opt.steps, opt.batch, opt.clip_norm,
-        sharded && cfg.param_dtype == hsdp::DType::kBFloat16,
-        tree.levels.empty() ? nullptr : &tree, opt.accum);
-    const double err = mlp::maxRelativeError(mine, ref.params);
-    verdict[0] = static_cast<float>(err);
-    verdict[1] = err <= opt.tolerance ? 1.0f : 0.0f;
-  }
-  if (!world.broadcast(verdict, 2, hsdp::DType::kFloat32, 0).ok()) world.abortJob(kExitRuntime);
-  if (rank == 0) {
-    std::printf("\nparity vs eigen reference: max_rel_err=%.3g %s\n", verdict[0],
-                verdict[1] == 1.0f ? "PASS" : "FAIL");
-    std::fflush(stdout);
-  }
-  return verdict[1] == 1.0f ? 0 : 1;
+  return mlp::checkParity(kProgram, world, **mesh, model, spec, cfg, opt);
 }
 
 }  // namespace
@@ -366,62 +162,19 @@ int main(int argc, char** argv) {
   auto session = hsdp::mpi::Session::init(&argc, &argv);
   if (!session.ok()) {
     std::fprintf(stderr, "train_mlp: error: %s\n", session.status().toString().c_str());
-    return kExitRuntime;
+    return mlp::kExitRuntime;
   }
   auto world_or = (*session)->world();
   if (!world_or.ok()) {
     std::fprintf(stderr, "train_mlp: error: %s\n", world_or.status().toString().c_str());
-    return kExitRuntime;
+    return mlp::kExitRuntime;
   }
   hsdp::Comm& world = **world_or;
 
-  Options opt;
-  CLI::App app{"hsdp example: hybrid-sharded MLP training checked against an Eigen reference"};
-  app.add_option("--mode", opt.mode, "Sharding mode: none | zero1 | zero2 | zero3")
-      ->check(CLI::IsMember({"none", "zero1", "zero2", "zero3"}));
-  app.add_option("--intra-shard", opt.intra_shard,
-                 "Ranks per node that shard each unit (divides ranks per node; default: all, "
-                 "or 1 in mode none)");
-  app.add_option("--inter-shard", opt.inter_shard,
-                 "Nodes that shard each unit (divides the node count; default 1)");
-  app.add_option("--steps", opt.steps, "Training steps");
-  app.add_option("--batch", opt.batch, "Global batch size (a multiple of the world size)");
-  app.add_option("--accum", opt.accum,
-                 "Micro-steps per optimizer step (gradient accumulation; batch / accum per step)");
-  app.add_option("--clip-norm", opt.clip_norm, "Clip the global gradient norm (0: off)");
-  app.add_option("--max-gathered", opt.max_gathered,
-                 "Rate limiter: at most N units gathered at once, 0 = no limit (zero3)");
-  app.add_flag("--hpz", opt.hpz,
-               "hpZ: keep each unit's intra-node partition after forward so backward re-gathers "
-               "stay inside the node (zero3, intra_shard > 1, inter_shard > 1)");
-  app.add_option("--param-dtype", opt.param_dtype,
-                 "fp32 | bf16: parameters all-gathered (and computed on) as bf16 roundings")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  app.add_option("--reduce-dtype", opt.reduce_dtype, "fp32 | bf16: gradient reduce-scatter dtype")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  app.add_option("--offload", opt.offload,
-                 "none | cpu: optimizer state in host memory, stepped by the CPU Adam while "
-                 "backward runs (zero1/zero2/zero3)")
-      ->check(CLI::IsMember({"none", "cpu"}));
-  app.add_flag("--check", opt.check, "Train the Eigen reference and compare parameters");
-  app.add_option("--lr", opt.lr, "Learning rate");
-  app.add_option("--weight-decay", opt.weight_decay, "Weight decay");
-  app.add_option("--eps", opt.eps, "Adam epsilon");
-  app.add_option("--optimizer", opt.optimizer, "adam | adamw")
-      ->check(CLI::IsMember({"adam", "adamw"}));
-  app.add_option("--dims", opt.dims, "Layer sizes, input to classes, comma separated");
-  app.add_option("--seed", opt.seed, "Seed of data and initialisation");
-  app.add_option("--tolerance", opt.tolerance, "Largest max_rel_err that passes --check");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    if (world.rank() == 0) app.exit(e);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    printError(world.rank(), e.what());
-    return kExitUsage;
-  }
-  opt.intra_shard_given = app.count("--intra-shard") > 0;
-  opt.inter_shard_given = app.count("--inter-shard") > 0;
+  mlp::Options opt;
+  if (auto rc = mlp::parseCommandLine(
+          kProgram, "hsdp example: hybrid-sharded MLP training checked against an Eigen reference",
+          argc, argv, world.rank(), &opt))
+    return *rc;
   return runMain(opt, world);
 }

@@ -1,0 +1,102 @@
+// What the MLP training examples share (train_mlp on host memory, train_mlp_gpu on a CUDA device):
+// the command line, its validation into an engine configuration, the printed report (header,
+// per-step table, memory) and the --check parity against the single-process Eigen reference.
+// Two programs, one set of flags and one output format: a run on either is read the same way,
+// and the tests and scripts that parse "parity vs eigen reference: max_rel_err=<v> PASS" work on
+// both.
+//
+// `world` below is always a communicator over HOST memory (the MPI world): the report's
+// all-gathers and the verdict's broadcast move host values. The engine's own collectives
+// (gatherFullParameters) run on the mesh, which may be NCCL.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hsdp/config.h"
+#include "hsdp/mesh.h"
+#include "hsdp/sharded_model.h"
+#include "hsdp/status.h"
+#include "hsdp/transport.h"
+#include "mlp/mlp.h"
+
+namespace mlp {
+
+struct Options {
+  std::string mode = "zero3";
+  int intra_shard = 0;  // 0: mode's default
+  int inter_shard = 0;
+  bool intra_shard_given = false;
+  bool inter_shard_given = false;
+  int steps = 10;
+  int batch = 48;
+  int accum = 1;
+  std::string offload = "none";
+  std::string param_dtype = "fp32";
+  bool hpz = false;
+  int max_gathered = 0;
+  std::string reduce_dtype = "fp32";
+  float clip_norm = 0.0f;
+  bool check = false;
+  float lr = 1e-3f;
+  float weight_decay = 0.01f;
+  // 1e-5, not PyTorch's 1e-8: see docs/design.md, "Parity and Adam's eps".
+  float eps = 1e-5f;
+  std::string optimizer = "adamw";
+  std::string dims = "32,1000,333,128,10";
+  uint64_t seed = 1234;
+  double tolerance = 1e-5;
+};
+
+// Exit codes of the examples: bad input (every rank sees it alike), a failure while training.
+constexpr int kExitUsage = 2;
+constexpr int kExitRuntime = 3;
+
+// "<program> [rank r]: error: <what>" on stderr. Every rank parses the same argv, so every rank
+// reaches the same verdict and prints it.
+void printError(const char* program, int rank, const std::string& what);
+
+// Parses argv into *opt (every flag of both examples). Returns an exit code when the program
+// should end now: 0 after --help (printed by rank 0), kExitUsage after a parse error (printed by
+// every rank); nullopt to go on.
+std::optional<int> parseCommandLine(const char* program, const char* description, int argc,
+                                    char** argv, int rank, Options* opt);
+
+// The options checked and turned into the model spec, the engine configuration and the mesh
+// factors. A non-OK Status is bad input that every rank sees alike. cfg->device is left as it is
+// (the caller's choice).
+hsdp::Status configure(const Options& opt, int world_size, Spec* spec, hsdp::EngineConfig* cfg,
+                       hsdp::MeshSpec* mesh_spec);
+
+// Rank 0 prints the run's header (program, ranks and nodes, mesh, mode and model, then
+// `extra_line` when not empty) and the per-step table's column titles.
+void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh,
+                 const hsdp::EngineConfig& cfg, const Spec& spec, const Options& opt,
+                 const std::string& extra_line = "");
+
+// Collective over `world`: every rank's loss, step time and exposed communication, and rank 0
+// prints one table row (mean loss, the model's grad norm, the slowest rank's time, samples/s,
+// the most exposed communication).
+[[nodiscard]] hsdp::Status printStepRow(hsdp::Comm& world, const hsdp::ShardedModel& model,
+                                        const Options& opt, int step, float loss, float time_ms,
+                                        float exposed_comm_ms);
+
+// Collective over `world`: the per-rank memory table, hsdp-plan's prediction beside rank 0's
+// measurement (fp32 policy), and the saving against replicated data parallel.
+[[nodiscard]] hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh,
+                                       const hsdp::ShardedModel& model, const Spec& spec,
+                                       const hsdp::EngineConfig& cfg);
+
+// --check: gathers every unit's parameters (collective over the mesh), trains the Eigen reference
+// on rank 0 with the roundings this configuration applies (mlp::trainReference, the bf16 tree of
+// the mesh), broadcasts the verdict over `world`, and rank 0 prints
+//   parity vs eigen reference: max_rel_err=<v> PASS|FAIL
+// Returns the program's exit code: 0 on PASS, 1 on FAIL. A failing collective ends the job
+// (world.abortJob(kExitRuntime)): ranks could otherwise disagree about what comes next.
+int checkParity(const char* program, hsdp::Comm& world, const hsdp::Mesh& mesh,
+                hsdp::ShardedModel& model, const Spec& spec, const hsdp::EngineConfig& cfg,
+                const Options& opt);
+
+}  // namespace mlp
