@@ -48,4 +48,15 @@ Status castToFloat(const bf16* in, float* out, size_t n, cudaStream_t stream);
 // x[i] *= factor, in place (float32 or bf16; bf16 is scaled in float and rounded back).
 Status scale(void* x, size_t n, DType dtype, float factor, cudaStream_t stream);
 
+// Squared L2 norm, deterministic: *acc += sum of double(x[i])^2, summed in double in a fixed
+// order for a given n and device (block partials into `scratch`, then one block adds them up),
+// so the same data gives the same bits every step. `scratch` holds kSumSquaresScratch doubles of
+// device memory and must not be used by other work on `stream` meanwhile; `acc` is one device
+// double. Errors: null arrays with n > 0.
+constexpr size_t kSumSquaresScratch = 1024;
+Status sumSquares(const float* x, size_t n, double* acc, double* scratch, cudaStream_t stream);
+
+// out[i] = float(in[i]) (round to nearest).
+Status castDoubleToFloat(const double* in, float* out, size_t n, cudaStream_t stream);
+
 }  // namespace hsdp::gpu

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <limits>
 
 #include "hsdp/cpu_adam.h"
 #include "hsdp/env.h"
@@ -15,6 +16,7 @@
 #include "hsdp/log.h"
 #include "offload/step_queue.h"
 #include "src/buffer_pool.h"
+#include "src/memory_space.h"
 
 namespace hsdp {
 
@@ -25,9 +27,10 @@ struct Unit {
   FlatLayout layout;
   // This rank's shard of the flat buffer: fp32 master parameters, gradient and Adam moments.
   // zero1/zero2 keep the parameters whole instead (full_params; the master shard is its slice
-  // k), and zero1 keeps the whole gradient too (full_grad_buf).
-  HostBuffer param_shard, grad_shard, exp_avg, exp_avg_sq;
-  HostBuffer full_params, full_grad_buf;
+  // k), and zero1 keeps the whole gradient too (full_grad_buf). All in the engine's memory
+  // space (host or device, src/memory_space.h); with CPU offload the moments are host memory.
+  SpaceBuffer param_shard, grad_shard, exp_avg, exp_avg_sq;
+  SpaceBuffer full_params, full_grad_buf;
   // With CPU offload: the fp32 master shard and a host copy of the gradient shard (the moments
   // above are host memory too); the step's job copies grad in, steps, copies the master back.
   HostBuffer host_master, host_grad;
@@ -35,9 +38,9 @@ struct Unit {
   int64_t launched_step = 0;  // the optimizer step whose job was last submitted
   // Mixed precision: the bf16 rounding of the master shard (what the all-gather sends), the
   // bf16 gradient shard the reduce-scatter lands in, and the in-flight bf16 pool blocks.
-  HostBuffer shard16, grad16;
+  SpaceBuffer shard16, grad16;
   // hpZ: this rank's intra-node block of the unit's parameters (J shards), kept from forward.
-  HostBuffer hpz_block;
+  SpaceBuffer hpz_block;
   bool hpz_valid = false;
   bool deferred = false;  // unshard() was rate-limited: the gather is not issued yet
   void* gathered16 = nullptr;
@@ -75,17 +78,22 @@ struct ShardedModel::Impl {
   std::unique_ptr<HierarchicalCollectives> hier_reduce;  // gradient reduce-scatters
   std::deque<PendingReduce> pending;
   int64_t step = 0;
-  double exposed_seconds = 0;  // time spent blocked on communication since the last take
+  // Where every buffer lives and how the operations on them run (host or CUDA). The host
+  // space waits for collectives on the calling thread and counts that as exposed time.
+  std::unique_ptr<MemorySpace> space;
+  bool onDevice() const { return cfg.device == Device::kCuda; }
 
-  // Waits for `w`, counting the time as exposed communication.
-  Status blockOn(Work& w) {
-    auto t0 = std::chrono::steady_clock::now();
-    Status s = w.wait();
-    exposed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return s;
+  // Waits (host) or orders `lane` (device) for `w`, counting host waiting as exposed time.
+  Status blockOn(WorkHandle& w, Lane lane = Lane::kCompute) {
+    return space->reached(w, lane, /*block=*/true).status();
   }
 
-  Comm& dataParallel() const { return shards == 1 ? mesh->world() : mesh->replica(); }
+  // The replicas of a shard. Mode none (a shard group of one) reduces over the world on the
+  // host (every rank is a replica); on a device over the replica communicator, which has the
+  // same members and is the engine's own (the world is the user's, with the user's streams).
+  Comm& dataParallel() const {
+    return shards == 1 && !onDevice() ? mesh->world() : mesh->replica();
+  }
   // zero1/zero2 over a real shard group: parameters replicated, optimizer state sharded.
   bool replicatedParams() const {
     return shards > 1 && (cfg.mode == ShardMode::kZero1 || cfg.mode == ShardMode::kZero2);
@@ -101,26 +109,34 @@ struct ShardedModel::Impl {
       return u.full_params.as<float>() + mesh->coords().shard_rank * u.layout.shardNumel();
     return u.param_shard.as<float>();
   }
-  float last_grad_norm = 0;
-  BufferPool pool16;
+  // Global gradient norm of the last step; on a device read back from it when first asked
+  // (with clipping, in step()).
+  mutable float last_grad_norm = 0;
+  mutable bool norm_pending = false;
+  BufferPool pool16;  // bf16 full-size blocks: gathered parameters, gradients on the wire
   int gathered_alive = 0;   // zero3 units holding a gathered block
-  std::deque<int> deferred;  // rate-limited unshard() calls, in call order  // bf16 full-size blocks: gathered parameters, gradients on the wire
+  std::deque<int> deferred;  // rate-limited unshard() calls, in call order
   bool bf16Params() const { return shards > 1 && cfg.param_dtype == DType::kBFloat16; }
   bool bf16Reduce() const { return shards > 1 && cfg.reduce_dtype == DType::kBFloat16; }
-  void refresh16(Unit& u) {
-    if (!bf16Params()) return;
-    const float* src = master(u);
-    bf16* dst = u.shard16.as<bf16>();
-    for (size_t i = 0; i < u.layout.shardNumel(); ++i) dst[i] = toBf16(src[i]);
+  Status refresh16(Unit& u) {
+    if (!bf16Params()) return okStatus();
+    return space->castToBf16(master(u), u.shard16.as<bf16>(), u.layout.shardNumel(),
+                             Lane::kCompute);
+  }
+  Status readNorm() const {
+    if (!norm_pending) return okStatus();
+    HSDP_ASSIGN_OR_RETURN(double sumsq, space->normResult());
+    last_grad_norm = static_cast<float>(std::sqrt(sumsq));
+    norm_pending = false;
+    return okStatus();
   }
   Status issueGather(Unit& u) {
     HSDP_ASSIGN_OR_RETURN(void* block, pool.acquire(/*zero=*/false));
     u.gathered = static_cast<float*>(block);
     StatusOr<WorkHandle> w = Status(StatusCode::kInternal, "unset");
     if (u.hpz_valid) {  // hpZ: the secondary partition is re-gathered inside the node only
-      w = mesh->intraShard().iallGather(u.hpz_block.data(), u.gathered,
-                                          mesh->shape().inter_shard * u.layout.shardNumel(),
-                                          DType::kFloat32);
+      w = space->iallGather(mesh->intraShard(), u.hpz_block.data(), u.gathered,
+                            mesh->shape().inter_shard * u.layout.shardNumel(), DType::kFloat32);
     } else if (bf16Params()) {  // 2 bytes on the wire; upcast in waitForUnshard
       HSDP_ASSIGN_OR_RETURN(u.gathered16, pool16.acquire(/*zero=*/false));
       w = gatherAny(u.shard16.data(), u.gathered16, u.layout.shardNumel(), DType::kBFloat16);
@@ -146,7 +162,7 @@ struct ShardedModel::Impl {
 
   StatusOr<WorkHandle> gatherAny(const void* shard, void* full, size_t count, DType t) {
     if (hierarchical) return hier->iallGather(shard, full, count, t);
-    return mesh->shardGroup().iallGather(shard, full, count, t);
+    return space->iallGather(mesh->shardGroup(), shard, full, count, t);
   }
   // Every shard is stepped by the SIMD CPU Adam (bitwise equal to adamStep, ~4x faster).
   std::unique_ptr<CpuAdam> cpu_adam;
@@ -188,14 +204,12 @@ struct ShardedModel::Impl {
   }
 
   StatusOr<WorkHandle> gather(const float* shard, float* full, size_t count) {
-    if (hierarchical) return hier->iallGather(shard, full, count, DType::kFloat32);
-    return mesh->shardGroup().iallGather(shard, full, count, DType::kFloat32);
+    return gatherAny(shard, full, count, DType::kFloat32);
   }
 
-  StatusOr<WorkHandle> reduceScatter(const float* full, float* shard, size_t count) {
-    if (hierarchical)
-      return hier_reduce->ireduceScatter(full, shard, count, DType::kFloat32, RedOp::kAvg);
-    return mesh->shardGroup().ireduceScatter(full, shard, count, DType::kFloat32, RedOp::kAvg);
+  StatusOr<WorkHandle> reduceScatter(const void* full, void* shard, size_t count, DType t) {
+    if (hierarchical) return hier_reduce->ireduceScatter(full, shard, count, t, RedOp::kAvg);
+    return space->ireduceScatter(mesh->shardGroup(), full, shard, count, t, RedOp::kAvg);
   }
 
   // Moves pending gradient reductions along without blocking (or, with `block`, to the end):
@@ -205,16 +219,14 @@ struct ShardedModel::Impl {
       Unit& u = units[p.unit];
       if (!p.scatter_done) {
         if (p.scatter) {
-          if (block) HSDP_RETURN_IF_ERROR(blockOn(*p.scatter));
-          HSDP_ASSIGN_OR_RETURN(bool done, p.scatter->test());
+          // On a device this orders the reduce lane after the scatter and is true at once.
+          HSDP_ASSIGN_OR_RETURN(bool done, space->reached(p.scatter, Lane::kReduce, block));
           if (!done) break;  // later ones start their all-reduce after this one: keep order
-          p.scatter.reset();
-          if (pooledGrads()) HSDP_RETURN_IF_ERROR(pool.release(u.full_grad));
+          if (pooledGrads()) HSDP_RETURN_IF_ERROR(pool.release(u.full_grad, Lane::kReduce));
           if (u.full_grad16 != nullptr) {  // bf16 reduce: upcast the shard, free the wire copy
-            const bf16* g16 = u.grad16.as<bf16>();
-            float* g = u.grad_shard.as<float>();
-            for (size_t i = 0; i < u.layout.shardNumel(); ++i) g[i] = toFloat(g16[i]);
-            HSDP_RETURN_IF_ERROR(pool16.release(u.full_grad16));
+            HSDP_RETURN_IF_ERROR(space->castToFloat(u.grad16.as<bf16>(), u.grad_shard.as<float>(),
+                                                    u.layout.shardNumel(), Lane::kReduce));
+            HSDP_RETURN_IF_ERROR(pool16.release(u.full_grad16, Lane::kReduce));
             u.full_grad16 = nullptr;
           }
         }
@@ -222,16 +234,16 @@ struct ShardedModel::Impl {
         p.scatter_done = true;
         Comm& dp = dataParallel();
         if (dp.size() > 1) {
-          HSDP_ASSIGN_OR_RETURN(p.replicate, dp.iallReduce(u.grad_shard.data(), u.layout.shardNumel(),
-                                                           DType::kFloat32, RedOp::kAvg));
+          HSDP_ASSIGN_OR_RETURN(p.replicate,
+                                space->iallReduce(dp, u.grad_shard.data(), u.layout.shardNumel(),
+                                                  DType::kFloat32, RedOp::kAvg));
         }
       }
     }
     while (!pending.empty() && pending.front().scatter_done) {
       PendingReduce& p = pending.front();
       if (p.replicate) {
-        if (block) HSDP_RETURN_IF_ERROR(blockOn(*p.replicate));
-        HSDP_ASSIGN_OR_RETURN(bool done, p.replicate->test());
+        HSDP_ASSIGN_OR_RETURN(bool done, space->reached(p.replicate, Lane::kReduce, block));
         if (!done) break;
       }
       Unit& u = units[p.unit];
@@ -251,15 +263,27 @@ ShardedModel::~ShardedModel() = default;
 
 StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, EngineConfig cfg) {
   HSDP_RETURN_IF_ERROR(validate(cfg.adam));
-  if (cfg.device == Device::kCuda) {
-#if defined(HSDP_HAVE_CUDA)
-    return failedPrecondition("device engine not built yet (Device::kCuda)");
-#else
-    return failedPrecondition("Device::kCuda: this hsdp was built without CUDA (configure with "
-                              "-DHSDP_WITH_CUDA=ON)");
-#endif
-  }
   const MeshShape& s = mesh.shape();
+  if (cfg.device == Device::kCuda) {
+#if !defined(HSDP_HAVE_CUDA)
+    return cudaMemorySpace(nullptr).status();  // FailedPrecondition: built without CUDA
+#endif
+    // Device buffers move only over NCCL: the communicators the engine uses must be NCCL.
+    std::vector<std::pair<const char*, Comm*>> comms = {{"shard-group", &mesh.shardGroup()},
+                                                        {"replica", &mesh.replica()}};
+    if (cfg.hpz) comms.push_back({"intra-shard", &mesh.intraShard()});
+    for (auto [role, comm] : comms)
+      if (std::string_view(comm->transportName()) != "nccl")
+        return invalidArgument("Device::kCuda needs NCCL communicators, but the mesh's ", role,
+                               " communicator runs on '", comm->transportName(),
+                               "'; build the mesh over an NCCL world "
+                               "(hsdp::nccl::createNcclComm, collectives/nccl/nccl_comm.h)");
+  }
+  if (cfg.device == Device::kCuda && cfg.offload_cpu)
+    return Status(StatusCode::kUnimplemented,
+                  "CPU offload with Device::kCuda is not implemented (the optimizer state would "
+                  "move to pinned host memory on copy streams); use Device::kHost with "
+                  "offload_cpu, or Device::kCuda without it");
   if (cfg.mode == ShardMode::kNone && s.shardGroupSize() != 1)
     return invalidArgument("mode none replicates everything and needs intra_shard=1 and "
                            "inter_shard=1 (got intra_shard=", s.intra_shard, ", inter_shard=",
@@ -280,11 +304,16 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
       return invalidArgument("mixed precision dtype ", dtypeName(t), " is not float or bf16");
   auto impl = std::make_unique<Impl>();
   impl->mesh = &mesh;
-  CpuAdamOptions adam_opts;
-  // One thread per rank unless HSDP_CPU_ADAM_THREADS says otherwise: ranks share the node's
-  // cores, and the pool does not know about the other ranks.
-  if (env::getString("HSDP_CPU_ADAM_THREADS").empty()) adam_opts.threads = 1;
-  HSDP_ASSIGN_OR_RETURN(impl->cpu_adam, CpuAdam::create(adam_opts));
+  if (cfg.device == Device::kCuda) {
+    HSDP_ASSIGN_OR_RETURN(impl->space, cudaMemorySpace(/*compute_stream=*/nullptr));
+  } else {
+    CpuAdamOptions adam_opts;
+    // One thread per rank unless HSDP_CPU_ADAM_THREADS says otherwise: ranks share the node's
+    // cores, and the pool does not know about the other ranks.
+    if (env::getString("HSDP_CPU_ADAM_THREADS").empty()) adam_opts.threads = 1;
+    HSDP_ASSIGN_OR_RETURN(impl->cpu_adam, CpuAdam::create(adam_opts));
+    impl->space = hostMemorySpace(impl->cpu_adam.get());
+  }
   if (cfg.offload_cpu) {
     HSDP_ASSIGN_OR_RETURN(impl->numa, NumaTopology::load());
     impl->queue = std::make_unique<StepQueue>();
@@ -292,6 +321,24 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
   impl->cfg = cfg;
   impl->shards = cfg.mode == ShardMode::kNone ? 1 : s.shardGroupSize();
   HSDP_ASSIGN_OR_RETURN(impl->hierarchical, env::getBool("HSDP_HIER"));
+  if (cfg.device == Device::kCuda) {
+    // The two-level schedules stage chunks with host memcpy. On a device one collective over
+    // the shard group does it: NCCL runs its own intra/inter hierarchy inside a communicator.
+    static bool logged = false;
+    if (!logged && !env::getString("HSDP_HIER").empty()) {
+      HSDP_INFO(kShard, "HSDP_HIER is ignored with Device::kCuda: parameters and gradients move "
+                        "with one NCCL collective over the shard group");
+      logged = true;
+    }
+    impl->hierarchical = false;
+    // Collectives of the parameter path wait for the compute stream (the user wrote the
+    // gradients, and a step updated the shards, there); the replica all-reduce of a reduced
+    // shard waits for the engine's reduce lane.
+    HSDP_RETURN_IF_ERROR(impl->space->bindComm(mesh.shardGroup(), Lane::kCompute, "shard-group"));
+    HSDP_RETURN_IF_ERROR(impl->space->bindComm(mesh.replica(), Lane::kReduce, "replica"));
+    if (cfg.hpz)
+      HSDP_RETURN_IF_ERROR(impl->space->bindComm(mesh.intraShard(), Lane::kCompute, "intra-shard"));
+  }
   HierOptions hopts;
   HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> chunks, env::getInt("HSDP_PIPELINE_CHUNKS", 1));
   if (chunks) hopts.chunks = static_cast<int>(*chunks);
@@ -343,7 +390,7 @@ Status ShardedModel::finalize() {
   XXH64_freeState(st);
   Comm& world = m.mesh->world();
   std::vector<int64_t> all(2 * world.size());
-  HSDP_RETURN_IF_ERROR(world.allGather(mine, all.data(), 2, DType::kInt64));
+  HSDP_RETURN_IF_ERROR(m.space->allGatherHost(world, mine, all.data(), 2, DType::kInt64));
   for (int r = 1; r < world.size(); ++r) {
     if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
       return invalidArgument("unit registrations differ across ranks: rank 0 registered ", all[0],
@@ -358,41 +405,44 @@ Status ShardedModel::finalize() {
   for (Unit& u : m.units) {
     const size_t bytes = u.layout.shardNumel() * sizeof(float);
     const size_t full_bytes = u.layout.paddedNumel() * sizeof(float);
+    MemorySpace& sp = *m.space;
     if (m.replicatedParams()) {
-      HSDP_ASSIGN_OR_RETURN(u.full_params, HostBuffer::allocate(full_bytes));
+      HSDP_ASSIGN_OR_RETURN(u.full_params, sp.allocate(full_bytes));
       if (m.cfg.param_dtype == DType::kBFloat16) {
-        HSDP_ASSIGN_OR_RETURN(u.param_shard, HostBuffer::allocate(bytes));
+        HSDP_ASSIGN_OR_RETURN(u.param_shard, sp.allocate(bytes));
       }
       if (m.cfg.mode == ShardMode::kZero1) {
-        HSDP_ASSIGN_OR_RETURN(u.full_grad_buf, HostBuffer::allocate(full_bytes));
+        HSDP_ASSIGN_OR_RETURN(u.full_grad_buf, sp.allocate(full_bytes));
       }
     } else {
-      HSDP_ASSIGN_OR_RETURN(u.param_shard, HostBuffer::allocate(bytes));
+      HSDP_ASSIGN_OR_RETURN(u.param_shard, sp.allocate(bytes));
     }
-    HSDP_ASSIGN_OR_RETURN(u.grad_shard, HostBuffer::allocate(bytes));
-    if (m.queue) {  // offload: optimizer state in NUMA-local host memory
-      HSDP_ASSIGN_OR_RETURN(u.exp_avg, HostBuffer::allocateNuma(bytes, m.numa));
-      HSDP_ASSIGN_OR_RETURN(u.exp_avg_sq, HostBuffer::allocateNuma(bytes, m.numa));
+    HSDP_ASSIGN_OR_RETURN(u.grad_shard, sp.allocate(bytes));
+    if (m.queue) {  // offload (host space only): optimizer state in NUMA-local host memory
+      HSDP_ASSIGN_OR_RETURN(HostBuffer ea, HostBuffer::allocateNuma(bytes, m.numa));
+      HSDP_ASSIGN_OR_RETURN(HostBuffer eas, HostBuffer::allocateNuma(bytes, m.numa));
+      u.exp_avg = SpaceBuffer::wrap(std::move(ea));
+      u.exp_avg_sq = SpaceBuffer::wrap(std::move(eas));
       HSDP_ASSIGN_OR_RETURN(u.host_master, HostBuffer::allocateNuma(bytes, m.numa));
       HSDP_ASSIGN_OR_RETURN(u.host_grad, HostBuffer::allocateNuma(bytes, m.numa));
     } else {
-      HSDP_ASSIGN_OR_RETURN(u.exp_avg, HostBuffer::allocate(bytes));
-      HSDP_ASSIGN_OR_RETURN(u.exp_avg_sq, HostBuffer::allocate(bytes));
+      HSDP_ASSIGN_OR_RETURN(u.exp_avg, sp.allocate(bytes));
+      HSDP_ASSIGN_OR_RETURN(u.exp_avg_sq, sp.allocate(bytes));
     }
     if (m.bf16Params()) {
-      HSDP_ASSIGN_OR_RETURN(u.shard16, HostBuffer::allocate(u.layout.shardNumel() * 2));
+      HSDP_ASSIGN_OR_RETURN(u.shard16, sp.allocate(u.layout.shardNumel() * 2));
     }
     if (m.cfg.hpz) {
-      HSDP_ASSIGN_OR_RETURN(u.hpz_block, HostBuffer::allocate(m.mesh->shape().inter_shard * bytes));
+      HSDP_ASSIGN_OR_RETURN(u.hpz_block, sp.allocate(m.mesh->shape().inter_shard * bytes));
     }
     if (m.bf16Reduce()) {
-      HSDP_ASSIGN_OR_RETURN(u.grad16, HostBuffer::allocate(u.layout.shardNumel() * 2));
+      HSDP_ASSIGN_OR_RETURN(u.grad16, sp.allocate(u.layout.shardNumel() * 2));
     }
     max_shard = std::max(max_shard, u.layout.shardNumel());
     max_padded = std::max(max_padded, u.layout.paddedNumel());
   }
   if (m.bf16Params() || m.bf16Reduce()) {
-    HSDP_RETURN_IF_ERROR(m.pool16.init(max_padded * 2, 4));
+    HSDP_RETURN_IF_ERROR(m.pool16.init(m.space.get(), max_padded * 2, 4));
     if (m.hierarchical) {
       HSDP_RETURN_IF_ERROR(m.hier->reserve(max_shard, DType::kBFloat16));
       HSDP_RETURN_IF_ERROR(m.hier_reduce->reserve(max_shard, DType::kBFloat16));
@@ -403,7 +453,7 @@ Status ShardedModel::finalize() {
     // the gradient being written and one still being reduce-scattered. zero2: the last two.
     // zero1 holds whole gradients and needs none.
     const int blocks = m.cfg.mode == ShardMode::kZero3 ? 4 : m.cfg.mode == ShardMode::kZero2 ? 2 : 0;
-    HSDP_RETURN_IF_ERROR(m.pool.init(max_padded * sizeof(float), blocks));
+    HSDP_RETURN_IF_ERROR(m.pool.init(m.space.get(), max_padded * sizeof(float), blocks));
     if (m.hierarchical) {
       HSDP_RETURN_IF_ERROR(m.hier->reserve(max_shard, DType::kFloat32));
       HSDP_RETURN_IF_ERROR(m.hier_reduce->reserve(max_shard, DType::kFloat32));
@@ -413,6 +463,7 @@ Status ShardedModel::finalize() {
   }
   m.finalized = true;
   HSDP_INFO(kShard, "finalized ", m.units.size(), " units, mode ", shardModeName(m.cfg.mode),
+            ", device ", deviceName(m.cfg.device),
             ", shard group ", m.shards, ", largest unit ", max_padded, " elements (padded)");
   return okStatus();
 }
@@ -425,7 +476,9 @@ ShardMode ShardedModel::mode() const { return impl_->cfg.mode; }
 int ShardedModel::shardCount() const { return impl_->shards; }
 bool ShardedModel::hierarchical() const { return impl_->hierarchical; }
 Device ShardedModel::device() const { return impl_->cfg.device; }
-void ShardedModel::setComputeStream(void* cuda_stream) { (void)cuda_stream; }
+void ShardedModel::setComputeStream(void* cuda_stream) {
+  impl_->space->setComputeStream(cuda_stream);
+}
 
 Status ShardedModel::setParameter(int unit, std::string_view name, const float* full,
                                   size_t numel) {
@@ -437,29 +490,33 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
     return invalidArgument("setParameter('", u.name, ".", name, "'): ", numel,
                            " values for a parameter of ", p.numel());
   HSDP_RETURN_IF_ERROR(impl_->waitForStep(u));
-  if (impl_->replicatedParams()) {  // every rank holds the whole parameter
-    float* dst = u.full_params.as<float>() + u.layout.offset(i);
-    std::memcpy(dst, full, numel * sizeof(float));
-    if (impl_->bf16Params()) {
-      // Keep our slice exact in the fp32 master, then round the compute copy to bf16.
-      const int k = impl_->mesh->coords().shard_rank;
-      auto [sb, se] = u.layout.shardRange(k);
-      const size_t pb = u.layout.offset(i), pe = pb + p.numel();
-      const size_t b = std::max(sb, pb), e = std::min(se, pe);
-      if (b < e) std::memcpy(u.param_shard.as<float>() + (b - sb), full + (b - pb), (e - b) * 4);
-      for (size_t j = 0; j < numel; ++j) dst[j] = toFloat(toBf16(dst[j]));
-    }
-  } else {
+  MemorySpace& sp = *impl_->space;  // `full` is host memory; the buffers are the space's
+  // Our slice of the parameter, exact, into the fp32 master shard.
+  auto copySlice = [&]() -> Status {
     const int k = impl_->shards == 1 ? 0 : impl_->mesh->coords().shard_rank;
     auto [sb, se] = u.layout.shardRange(k);
     const size_t pb = u.layout.offset(i), pe = pb + p.numel();
     const size_t b = std::max(sb, pb), e = std::min(se, pe);
-    if (b < e) std::memcpy(u.param_shard.as<float>() + (b - sb), full + (b - pb), (e - b) * 4);
+    if (b >= e) return okStatus();
+    return sp.copyFromHost(u.param_shard.as<float>() + (b - sb), full + (b - pb), (e - b) * 4);
+  };
+  if (impl_->replicatedParams()) {  // every rank holds the whole parameter
+    float* dst = u.full_params.as<float>() + u.layout.offset(i);
+    if (impl_->bf16Params()) {
+      // Keep our slice exact in the fp32 master, and the compute copy as the bf16 rounding.
+      HSDP_RETURN_IF_ERROR(copySlice());
+      std::vector<float> rounded(full, full + numel);
+      for (float& x : rounded) x = toFloat(toBf16(x));
+      HSDP_RETURN_IF_ERROR(sp.copyFromHost(dst, rounded.data(), numel * sizeof(float)));
+    } else {
+      HSDP_RETURN_IF_ERROR(sp.copyFromHost(dst, full, numel * sizeof(float)));
+    }
+  } else {
+    HSDP_RETURN_IF_ERROR(copySlice());
   }
-  if (impl_->queue)  // the host master mirrors the shard
+  if (impl_->queue)  // the host master mirrors the shard (offload: host space only)
     std::memcpy(u.host_master.data(), impl_->master(u), u.layout.shardNumel() * sizeof(float));
-  impl_->refresh16(u);
-  return okStatus();
+  return impl_->refresh16(u);
 }
 
 Status ShardedModel::unshard(int unit) {
@@ -479,7 +536,8 @@ Status ShardedModel::unshard(int unit) {
     m.deferred.push_back(unit);
   } else {
     HSDP_RETURN_IF_ERROR(m.issueGather(u));
-  }  u.unsharded = true;
+  }
+  u.unsharded = true;
   return okStatus();
 }
 
@@ -496,13 +554,14 @@ Status ShardedModel::waitForUnshard(int unit) {
     u.deferred = false;
     HSDP_RETURN_IF_ERROR(m.issueGather(u));
   }
-  if (u.gather) {
-    HSDP_RETURN_IF_ERROR(m.blockOn(*u.gather).withContext(strCat("all-gather of unit '", u.name, "'")));
+  if (u.gather) {  // on a device: the compute stream waits for the gather, the host does not
+    HSDP_RETURN_IF_ERROR(
+        m.blockOn(u.gather).withContext(strCat("all-gather of unit '", u.name, "'")));
     u.gather.reset();
   }
   if (u.gathered16 != nullptr) {  // compute runs in fp32 on the bf16-rounded parameters
-    const bf16* g16 = static_cast<const bf16*>(u.gathered16);
-    for (size_t i = 0; i < u.layout.paddedNumel(); ++i) u.gathered[i] = toFloat(g16[i]);
+    HSDP_RETURN_IF_ERROR(m.space->castToFloat(static_cast<const bf16*>(u.gathered16), u.gathered,
+                                              u.layout.paddedNumel(), Lane::kCompute));
     HSDP_RETURN_IF_ERROR(m.pool16.release(u.gathered16));
     u.gathered16 = nullptr;
   }
@@ -515,7 +574,7 @@ Status ShardedModel::reshard(int unit) {
   Unit& u = m.units[unit];
   if (!u.unsharded) return failedPrecondition("reshard: unit '", u.name, "' is not unsharded");
   if (u.gather) {  // resharding a unit whose gather is still in flight: let it land first
-    HSDP_RETURN_IF_ERROR(m.blockOn(*u.gather));
+    HSDP_RETURN_IF_ERROR(m.blockOn(u.gather));
     u.gather.reset();
   }
   if (u.gathered16 != nullptr) {
@@ -525,7 +584,8 @@ Status ShardedModel::reshard(int unit) {
   if (m.cfg.hpz && !u.hpz_valid) {
     // Keep our intra-node block (shards intra_idx*J .. intra_idx*J + J-1) until step().
     const size_t n = m.mesh->shape().inter_shard * u.layout.shardNumel();
-    std::memcpy(u.hpz_block.data(), u.gathered + m.mesh->coords().intra_idx * n, n * sizeof(float));
+    HSDP_RETURN_IF_ERROR(m.space->copy(u.hpz_block.data(), u.gathered + m.mesh->coords().intra_idx * n,
+                                       n * sizeof(float), Lane::kCompute));
     u.hpz_valid = true;
   }
   if (u.deferred) {  // never issued: nothing to free
@@ -566,12 +626,14 @@ StatusOr<ParamView> ShardedModel::grad(int unit, std::string_view name) {
     return failedPrecondition("grad('", u.name, ".", name,
                               "'): the unit's gradient is being reduced; step() first");
   if (u.full_grad == nullptr) {
+    // On a device the zero-fill is enqueued on the compute stream, after the step that read
+    // the previous gradient (step() orders the compute stream after the reductions).
     if (m.shards == 1) {
       u.full_grad = u.grad_shard.as<float>();
-      std::memset(u.full_grad, 0, u.grad_shard.size());
+      HSDP_RETURN_IF_ERROR(m.space->zero(u.full_grad, u.grad_shard.size(), Lane::kCompute));
     } else if (!m.pooledGrads()) {  // zero1: the whole gradient lives on
       u.full_grad = u.full_grad_buf.as<float>();
-      std::memset(u.full_grad, 0, u.full_grad_buf.size());
+      HSDP_RETURN_IF_ERROR(m.space->zero(u.full_grad, u.full_grad_buf.size(), Lane::kCompute));
     } else {
       HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/true));
       u.full_grad = static_cast<float*>(block);
@@ -592,38 +654,46 @@ Status ShardedModel::reduceGrad(int unit) {
   if (m.shards > 1) {
     // Average over the shard group into our shard; the replica average follows once it lands.
     StatusOr<WorkHandle> w = Status(StatusCode::kInternal, "unset");
+    // On a device the scatter waits for the compute stream: the backward kernels that wrote
+    // the gradient (and the bf16 rounding below) come first.
     if (m.bf16Reduce()) {  // round the whole gradient to bf16 and reduce 2-byte data
       HSDP_ASSIGN_OR_RETURN(u.full_grad16, m.pool16.acquire(/*zero=*/false));
       bf16* g16 = static_cast<bf16*>(u.full_grad16);
-      for (size_t i = 0; i < u.layout.paddedNumel(); ++i) g16[i] = toBf16(u.full_grad[i]);
-      w = m.hierarchical
-              ? m.hier_reduce->ireduceScatter(g16, u.grad16.data(), u.layout.shardNumel(),
-                                              DType::kBFloat16, RedOp::kAvg)
-              : m.mesh->shardGroup().ireduceScatter(g16, u.grad16.data(), u.layout.shardNumel(),
-                                                    DType::kBFloat16, RedOp::kAvg);
+      HSDP_RETURN_IF_ERROR(
+          m.space->castToBf16(u.full_grad, g16, u.layout.paddedNumel(), Lane::kCompute));
+      w = m.reduceScatter(g16, u.grad16.data(), u.layout.shardNumel(), DType::kBFloat16);
     } else {
-      w = m.reduceScatter(u.full_grad, u.grad_shard.as<float>(), u.layout.shardNumel());
+      w = m.reduceScatter(u.full_grad, u.grad_shard.data(), u.layout.shardNumel(),
+                          DType::kFloat32);
     }
     if (!w.ok()) return w.status().withContext(strCat("reduce-scatter of unit '", u.name, "'"));
     p.scatter = std::move(*w);
   }
+  // Mode none all-reduces the gradient where backward wrote it: the reduce lane (the replica
+  // all-reduce's caller) must come after the compute stream's work so far. Zero1-3 need it
+  // too: the bf16 upcast on the reduce lane overwrites the shard the last step read.
+  HSDP_RETURN_IF_ERROR(m.space->order(Lane::kReduce, Lane::kCompute));
   u.grad_pending = true;
   m.pending.push_back(std::move(p));
   return m.pollReductions(/*block=*/false);
 }
 
-float ShardedModel::lastGradNorm() const { return impl_->last_grad_norm; }
+float ShardedModel::lastGradNorm() const {
+  // On a device without clipping the norm is still on its way back from the last step.
+  Status s = impl_->readNorm();
+  if (!s.ok()) {
+    HSDP_WARN(kShard, "lastGradNorm: reading the norm back failed: ", s.message());
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  return impl_->last_grad_norm;
+}
 
 void ShardedModel::takeOptimizerSeconds(double* total, double* exposed) {
   *total = *exposed = 0;
   if (impl_->queue) impl_->queue->takeSeconds(total, exposed);
 }
 
-double ShardedModel::takeExposedCommSeconds() {
-  double s = impl_->exposed_seconds;
-  impl_->exposed_seconds = 0;
-  return s;
-}
+double ShardedModel::takeExposedCommSeconds() { return impl_->space->takeExposedSeconds(); }
 
 Status ShardedModel::step() {
   Impl& m = *impl_;
@@ -633,21 +703,20 @@ Status ShardedModel::step() {
     if (!u.grad_reduced)
       return failedPrecondition("step: unit '", u.name, "' has no reduced gradient; call "
                                 "reduceGrad for every unit before step");
+  // On a device: the compute stream (norm, optimizer) comes after every reduction.
+  HSDP_RETURN_IF_ERROR(m.space->order(Lane::kCompute, Lane::kReduce));
+  HSDP_RETURN_IF_ERROR(m.space->poll());
   ++m.step;
   for (Unit& u : m.units) u.hpz_valid = false;  // parameters change: the next gather is full
   // Global-norm clipping: the squared norm of every shard, summed over the shard group (the
   // replicas hold identical shards, so they are not added again).
-  double sumsq = 0;
-  for (Unit& u : m.units) {
-    const float* g = u.grad_shard.as<float>();
-    for (size_t i = 0; i < u.layout.shardNumel(); ++i) sumsq += double(g[i]) * g[i];
-  }
-  if (m.shards > 1) {
-    float partial = static_cast<float>(sumsq);
-    HSDP_RETURN_IF_ERROR(m.mesh->shardGroup().allReduce(&partial, 1, DType::kFloat32, RedOp::kSum));
-    sumsq = partial;
-  }
-  m.last_grad_norm = static_cast<float>(std::sqrt(sumsq));
+  HSDP_RETURN_IF_ERROR(m.space->normBegin());
+  for (Unit& u : m.units)
+    HSDP_RETURN_IF_ERROR(m.space->normAccumulate(u.grad_shard.as<float>(), u.layout.shardNumel()));
+  HSDP_RETURN_IF_ERROR(m.space->normReduce(m.shards > 1 ? &m.mesh->shardGroup() : nullptr));
+  m.norm_pending = true;
+  // The host needs the norm now only to clip; otherwise a device reads it back when asked.
+  if (m.cfg.clip_norm > 0 || !m.onDevice()) HSDP_RETURN_IF_ERROR(m.readNorm());
   // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is < 1;
   // the scale is fused into the Adam pass.
   float coef = 1.0f;
@@ -656,7 +725,7 @@ Status ShardedModel::step() {
     if (m.queue) {
       if (u.launched_step != m.step) m.launchStep(u, m.step, coef);  // not launched early
     } else {
-      HSDP_RETURN_IF_ERROR(m.cpu_adam->step(
+      HSDP_RETURN_IF_ERROR(m.space->adamStep(
           m.cfg.adam, m.step,
           {m.master(u), u.grad_shard.as<float>(), u.exp_avg.as<float>(), u.exp_avg_sq.as<float>(),
            u.layout.shardNumel(), m.bf16Params() ? u.shard16.as<bf16>() : nullptr},
@@ -687,14 +756,15 @@ Status ShardedModel::step() {
         gathers.push_back(std::move(w));
       }
     }
-    for (WorkHandle& w : gathers) HSDP_RETURN_IF_ERROR(m.blockOn(*w));
+    // On a device the compute stream waits for them: step() returns without the host waiting.
+    for (WorkHandle& w : gathers) HSDP_RETURN_IF_ERROR(m.blockOn(w));
     for (size_t k = 0; k < blocks16.size(); ++k) {
       Unit& u = m.units[k];
-      const bf16* g16 = static_cast<const bf16*>(blocks16[k]);
-      float* full = u.full_params.as<float>();
       // The compute copy holds the bf16 rounding, as every other rank's; our own slice of the
       // fp32 master is the host/shard master, untouched by this.
-      for (size_t i = 0; i < u.layout.paddedNumel(); ++i) full[i] = toFloat(g16[i]);
+      HSDP_RETURN_IF_ERROR(m.space->castToFloat(static_cast<const bf16*>(blocks16[k]),
+                                                u.full_params.as<float>(), u.layout.paddedNumel(),
+                                                Lane::kCompute));
       HSDP_RETURN_IF_ERROR(m.pool16.release(blocks16[k]));
     }
   }
@@ -707,16 +777,18 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
   Unit& u = m.units[unit];
   HSDP_RETURN_IF_ERROR(m.waitForStep(u));
   out->resize(u.layout.numel());
+  // `out` is host memory: on a device the host waits here for the data (copyToHost).
   if (m.shards == 1 || (m.replicatedParams() && !m.bf16Params())) {
     const void* src = m.shards == 1 ? u.param_shard.data() : u.full_params.data();
-    std::memcpy(out->data(), src, u.layout.numel() * sizeof(float));
-    return okStatus();
+    return m.space->copyToHost(out->data(), src, u.layout.numel() * sizeof(float));
   }
   HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/false));
   // The fp32 masters (with bf16 parameters the gathered compute copies are roundings).
   auto w = m.gather(m.master(u), static_cast<float*>(block), u.layout.shardNumel());
-  Status s = w.ok() ? (*w)->wait() : w.status();
-  if (s.ok()) std::memcpy(out->data(), block, u.layout.numel() * sizeof(float));
+  Status s = w.ok() ? m.space->reached(*w, Lane::kCompute, /*block=*/true, /*exposed=*/false)
+                          .status()
+                    : w.status();
+  if (s.ok()) s = m.space->copyToHost(out->data(), block, u.layout.numel() * sizeof(float));
   HSDP_RETURN_IF_ERROR(m.pool.release(block));
   return s;
 }

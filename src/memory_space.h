@@ -1,0 +1,142 @@
+// Internal to the engine: the memory space ShardedModel keeps its buffers in, and the handful of
+// buffer operations it needs on them. One engine (src/sharded_model.cc) runs on either space:
+//
+//  - host (hostMemorySpace below, src/memory_space_host.cc): HostBuffer, memcpy, loops and the
+//    CPU Adam; collectives are waited for on the host. This is the engine as it was before the
+//    seam, operation for operation, so host results are bit for bit unchanged.
+//  - CUDA (cudaMemorySpace, cuda/memory_space_cuda.cc, CUDA builds only): device buffers, kernels
+//    from cuda/kernels.h, NCCL collectives; "waiting" for a collective is a stream waiting on an
+//    event, so the host runs ahead and only waits where the public contract needs a host value.
+//
+// Ordering model. Local operations run on one of two lanes. kCompute is the user's compute
+// stream (ShardedModel::setComputeStream): gathers are consumed there, gradients written there,
+// the optimizer steps there. kReduce is where a reduced gradient is post-processed (bf16 upcast,
+// replica all-reduce) so that backward does not wait for reductions. On the host both lanes are
+// the calling thread and every ordering call is a no-op or a blocking wait.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "hsdp/config.h"
+#include "hsdp/cpu_adam.h"
+#include "hsdp/host_buffer.h"
+#include "hsdp/mesh.h"
+#include "hsdp/transport.h"
+
+namespace hsdp {
+
+enum class Lane { kCompute, kReduce };
+
+// A buffer of one memory space, allocated once and zero-filled. `owner` keeps the memory (and any
+// per-buffer state of the space, e.g. the CUDA event that says when a pool block may be reused).
+class SpaceBuffer {
+ public:
+  struct Owner {
+    virtual ~Owner() = default;
+  };
+  SpaceBuffer() = default;
+  SpaceBuffer(void* data, size_t size, std::unique_ptr<Owner> owner)
+      : data_(data), size_(size), owner_(std::move(owner)) {}
+  // Wraps host memory (e.g. NUMA-bound optimizer state for CPU offload).
+  static SpaceBuffer wrap(HostBuffer buffer);
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+  size_t size() const { return size_; }
+  Owner* owner() const { return owner_.get(); }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  std::unique_ptr<Owner> owner_;
+};
+
+class MemorySpace {
+ public:
+  virtual ~MemorySpace() = default;
+  virtual Device device() const = 0;
+
+  // Zero-filled memory of this space (ResourceExhausted when it does not fit).
+  virtual StatusOr<SpaceBuffer> allocate(size_t bytes) = 0;
+
+  // Makes a communicator the engine uses ready for this space's buffers (CUDA: it must be an
+  // NCCL communicator on this space's device, and its collectives are ordered after `lane`).
+  // Errors name the communicator's role and its transport.
+  virtual Status bindComm(Comm& comm, Lane lane, const char* role) = 0;
+
+  // ---- local operations, enqueued on `lane` ----
+  virtual Status zero(void* p, size_t bytes, Lane lane) = 0;
+  virtual Status copy(void* dst, const void* src, size_t bytes, Lane lane) = 0;
+  virtual Status castToBf16(const float* in, bf16* out, size_t n, Lane lane) = 0;
+  virtual Status castToFloat(const bf16* in, float* out, size_t n, Lane lane) = 0;
+  // Host memory in and out (kCompute). copyFromHost: `src` may be reused on return.
+  // copyToHost: the host waits until `dst` holds the data.
+  virtual Status copyFromHost(void* dst, const void* src, size_t bytes) = 0;
+  virtual Status copyToHost(void* dst, const void* src, size_t bytes) = 0;
+  // The optimizer step over one shard (pointers in this space), on kCompute.
+  virtual Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard,
+                          float grad_scale) = 0;
+
+  // ---- the squared gradient norm, accumulated over shards in double ----
+  virtual Status normBegin() = 0;
+  virtual Status normAccumulate(const float* x, size_t n) = 0;  // += sum of x[i]^2 (kCompute)
+  // Rounds the sum to float and sums it over `group` (blocking on the host; on a device ordered
+  // on kCompute), or, with group == nullptr, keeps the double. Then starts the read-back.
+  virtual Status normReduce(Comm* group) = 0;
+  // The value normReduce left (the host waits for the device here, once per step at most).
+  virtual StatusOr<double> normResult() = 0;
+
+  // ---- collectives on buffers of this space ----
+  virtual StatusOr<WorkHandle> iallGather(Comm& comm, const void* send, void* recv, size_t count,
+                                          DType dtype) = 0;
+  virtual StatusOr<WorkHandle> ireduceScatter(Comm& comm, const void* send, void* recv,
+                                              size_t count, DType dtype, RedOp op) = 0;
+  virtual StatusOr<WorkHandle> iallReduce(Comm& comm, void* buf, size_t count, DType dtype,
+                                          RedOp op) = 0;
+  // Whether work on `lane` may now use the result of `w`. Host: with `block`, waits for it (the
+  // time counts as exposed communication when `exposed`) and returns true; without, w->test().
+  // CUDA: `lane` waits for w's completion event and this returns true at once; the handle is
+  // kept (and polled for errors) until the collective completes. `w` is null afterwards when
+  // the result is true.
+  virtual StatusOr<bool> reached(WorkHandle& w, Lane lane, bool block, bool exposed = true) = 0;
+  // Later work on `lane` waits for the work enqueued on `after` so far (host: nothing to do).
+  virtual Status order(Lane lane, Lane after) = 0;
+  // Surfaces errors of collectives reached earlier (CUDA: polls them without blocking).
+  virtual Status poll() = 0;
+
+  // ---- reuse of pool blocks ----
+  // The block's current contents are last used by the work enqueued on `lane` so far.
+  virtual Status markReleased(const SpaceBuffer& block, Lane lane) = 0;
+  // Work enqueued on kCompute from now on comes after that last use.
+  virtual Status awaitReuse(const SpaceBuffer& block) = 0;
+
+  // Collective over `world` on HOST memory (the engine's set-up checks): CUDA spaces run it on
+  // the NCCL communicator's MPI bootstrap.
+  virtual Status allGatherHost(Comm& world, const void* send, void* recv, size_t count,
+                               DType dtype) = 0;
+
+  // CUDA: the user's compute stream (a cudaStream_t; nullptr: the legacy default stream); the
+  // communicators bound to kCompute follow it. Host: ignored.
+  virtual void setComputeStream(void* stream) {}
+
+  // Seconds the host spent blocked in reached(..., exposed = true) since the last call.
+  double takeExposedSeconds() {
+    double s = exposed_seconds_;
+    exposed_seconds_ = 0;
+    return s;
+  }
+
+ protected:
+  double exposed_seconds_ = 0;
+};
+
+// The host space; steps shards with `adam` (not owned, outlives the space).
+std::unique_ptr<MemorySpace> hostMemorySpace(CpuAdam* adam);
+
+// The CUDA space on the device current now; `compute` is a cudaStream_t (nullptr: the legacy
+// default stream). Builds without CUDA: FailedPrecondition saying so.
+StatusOr<std::unique_ptr<MemorySpace>> cudaMemorySpace(void* compute_stream);
+
+}  // namespace hsdp

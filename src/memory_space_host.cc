@@ -1,0 +1,140 @@
+// The host memory space: the engine's operations as plain host code (memcpy, loops, the CPU
+// Adam), exactly what the engine did before the memory-space seam, so host results are bit for
+// bit unchanged. Collectives are waited for on the calling thread.
+#include <chrono>
+#include <cstring>
+
+#include "src/memory_space.h"
+
+namespace hsdp {
+namespace {
+
+struct HostOwner final : SpaceBuffer::Owner {
+  explicit HostOwner(HostBuffer b) : buffer(std::move(b)) {}
+  HostBuffer buffer;
+};
+
+class HostMemorySpace final : public MemorySpace {
+ public:
+  explicit HostMemorySpace(CpuAdam* adam) : adam_(adam) {}
+
+  Device device() const override { return Device::kHost; }
+
+  StatusOr<SpaceBuffer> allocate(size_t bytes) override {
+    HSDP_ASSIGN_OR_RETURN(HostBuffer b, HostBuffer::allocate(bytes));  // zero-filled
+    return SpaceBuffer::wrap(std::move(b));
+  }
+
+  Status bindComm(Comm&, Lane, const char*) override { return okStatus(); }
+
+  Status zero(void* p, size_t bytes, Lane) override {
+    std::memset(p, 0, bytes);
+    return okStatus();
+  }
+  Status copy(void* dst, const void* src, size_t bytes, Lane) override {
+    std::memcpy(dst, src, bytes);
+    return okStatus();
+  }
+  Status castToBf16(const float* in, bf16* out, size_t n, Lane) override {
+    for (size_t i = 0; i < n; ++i) out[i] = toBf16(in[i]);
+    return okStatus();
+  }
+  Status castToFloat(const bf16* in, float* out, size_t n, Lane) override {
+    for (size_t i = 0; i < n; ++i) out[i] = toFloat(in[i]);
+    return okStatus();
+  }
+  Status copyFromHost(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return okStatus();
+  }
+  Status copyToHost(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return okStatus();
+  }
+  Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard,
+                  float grad_scale) override {
+    return adam_->step(cfg, t, shard, grad_scale);
+  }
+
+  Status normBegin() override {
+    sumsq_ = 0;
+    return okStatus();
+  }
+  Status normAccumulate(const float* g, size_t n) override {
+    for (size_t i = 0; i < n; ++i) sumsq_ += double(g[i]) * g[i];
+    return okStatus();
+  }
+  Status normReduce(Comm* group) override {
+    if (group == nullptr) return okStatus();
+    float partial = static_cast<float>(sumsq_);
+    HSDP_RETURN_IF_ERROR(group->allReduce(&partial, 1, DType::kFloat32, RedOp::kSum));
+    sumsq_ = partial;
+    return okStatus();
+  }
+  StatusOr<double> normResult() override { return sumsq_; }
+
+  StatusOr<WorkHandle> iallGather(Comm& comm, const void* send, void* recv, size_t count,
+                                  DType dtype) override {
+    return comm.iallGather(send, recv, count, dtype);
+  }
+  StatusOr<WorkHandle> ireduceScatter(Comm& comm, const void* send, void* recv, size_t count,
+                                      DType dtype, RedOp op) override {
+    return comm.ireduceScatter(send, recv, count, dtype, op);
+  }
+  StatusOr<WorkHandle> iallReduce(Comm& comm, void* buf, size_t count, DType dtype,
+                                  RedOp op) override {
+    return comm.iallReduce(buf, count, dtype, op);
+  }
+
+  StatusOr<bool> reached(WorkHandle& w, Lane, bool block, bool exposed) override {
+    if (w == nullptr) return true;
+    if (block) {
+      auto t0 = std::chrono::steady_clock::now();
+      Status s = w->wait();
+      if (exposed)
+        exposed_seconds_ +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      HSDP_RETURN_IF_ERROR(s);
+      w.reset();
+      return true;
+    }
+    HSDP_ASSIGN_OR_RETURN(bool done, w->test());
+    if (done) w.reset();
+    return done;
+  }
+  Status order(Lane, Lane) override { return okStatus(); }
+  Status poll() override { return okStatus(); }
+  Status markReleased(const SpaceBuffer&, Lane) override { return okStatus(); }
+  Status awaitReuse(const SpaceBuffer&) override { return okStatus(); }
+
+  Status allGatherHost(Comm& world, const void* send, void* recv, size_t count,
+                       DType dtype) override {
+    return world.allGather(send, recv, count, dtype);
+  }
+
+ private:
+  CpuAdam* adam_;
+  double sumsq_ = 0;
+};
+
+}  // namespace
+
+SpaceBuffer SpaceBuffer::wrap(HostBuffer buffer) {
+  void* data = buffer.data();
+  const size_t size = buffer.size();
+  return SpaceBuffer(data, size, std::make_unique<HostOwner>(std::move(buffer)));
+}
+
+std::unique_ptr<MemorySpace> hostMemorySpace(CpuAdam* adam) {
+  return std::make_unique<HostMemorySpace>(adam);
+}
+
+#if !defined(HSDP_HAVE_CUDA)
+StatusOr<std::unique_ptr<MemorySpace>> cudaMemorySpace(void*) {
+  return failedPrecondition("Device::kCuda: this hsdp was built without CUDA (configured with "
+                            "HSDP_WITH_CUDA=OFF, or no CUDA toolkit and NCCL were found); "
+                            "reconfigure with -DHSDP_WITH_CUDA=ON");
+}
+#endif
+
+}  // namespace hsdp
