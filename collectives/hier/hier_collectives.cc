@@ -74,185 +74,206 @@ class ScheduleWork : public ProgressiveWork {
   HostBuffer* slot_;
 };
 
-namespace {
-
-enum ChunkState { kPending, kInterBusy, kInterDone, kIntraBusy, kDone };
-
-}  // namespace
-
-// all-gather: chunk c goes inter (shard chunk -> A[c%2], J pieces), then intra (A -> B, I*J
-// pieces), then B is unpacked into the full buffer at (i*J + j)*count + offset.
-class PipelinedAllGather final : public ScheduleWork {
+// A pipelined schedule. The data is cut into C chunks, and every chunk passes through the same
+// stages, each one sub-collective on one level (intra or inter). Per level, operations are issued
+// in one fixed order, the same on every rank (a communicator must see its nonblocking collectives
+// in the same order everywhere). An operation waits only for the earlier stages of its own chunk
+// and, for a chunk's first stage, for its staging slot (chunk c uses slot c % slots, free once
+// chunk c - slots is done); both come earlier in every level's order, so the schedule cannot
+// deadlock. At most `max_in_flight` operations per level are on the wire at once: two keep a link
+// busy across a chunk boundary (the next one is queued while the current one drains), where one
+// at a time leaves the link idle for a completion-and-issue round trip per chunk.
+class ChunkPipeline : public ScheduleWork {
  public:
-  PipelinedAllGather(HierarchicalCollectives& h, HostBuffer* slot, const void* shard, void* full,
-                     size_t count, DType dtype)
-      : ScheduleWork(h, slot), shard_(static_cast<const char*>(shard)),
-        full_(static_cast<char*>(full)), count_(count), dtype_(dtype),
-        wire_(h.options().inter_dtype == DType::kBFloat16 && dtype == DType::kFloat32
-                  ? DType::kBFloat16 : dtype),
-        I_(h.intra_.size()), J_(h.inter_.size()), C_(h.chunkCount(count, dtype)), state_(C_, kPending),
-        works_(C_) {
-    const size_t nmax = chunkRange(count_, C_, 0).second, es = dtypeSize(dtype_);
-    char* p = slot->as<char>();
-    // Carved exactly as stagingBytes() sizes it: wire-type stages only when they exist.
-    const size_t w = wire_ != dtype_ ? 2 : 0;
-    for (int b = 0; b < 2; ++b) {
-      A_[b] = p, p += J_ * nmax * es;
-      B_[b] = p, p += I_ * J_ * nmax * es;
-      S16_[b] = p, p += nmax * w;
-      A16_[b] = p, p += J_ * nmax * w;
-    }
-    advance();
+  // Staging slots: chunks in flight at once.
+  static constexpr size_t kSlots = 4;
+  static size_t slotsFor(size_t chunks) { return std::min(kSlots, chunks); }
+
+ protected:
+  enum Level { kIntra = 0, kInter = 1 };
+  struct Op {
+    size_t chunk;
+    int stage;
+  };
+
+  ChunkPipeline(HierarchicalCollectives& h, HostBuffer* slot, size_t chunks,
+                std::vector<Level> stage_levels, size_t max_in_flight)
+      : ScheduleWork(h, slot), C_(chunks), slots_(slotsFor(chunks)),
+        levels_(std::move(stage_levels)), max_in_flight_(max_in_flight), stage_(chunks, 0),
+        busy_(chunks, false), works_(chunks) {}
+
+  // The fixed issue order of each level; every (chunk, stage) of that level exactly once, each
+  // chunk's stages in stage order. Set by the subclass before its first advance().
+  void setOrder(Level level, std::vector<Op> order) { order_[level] = std::move(order); }
+  // The orders of a two-stage pipeline: every chunk's stage 0, then every chunk's stage 1.
+  void setTwoStageOrder() {
+    std::vector<Op> first, second;
+    for (size_t c = 0; c < C_; ++c) first.push_back({c, 0}), second.push_back({c, 1});
+    setOrder(levels_[0], std::move(first));
+    setOrder(levels_[1], std::move(second));
   }
-  ~PipelinedAllGather() override { waitForDestruction(); }
+
+  // Starts `stage` of chunk `c`; its inputs are ready.
+  virtual StatusOr<WorkHandle> issue(size_t c, int stage) = 0;
+  // `stage` of chunk `c` has completed (unpack, convert); after its last stage the chunk's slot
+  // is reused.
+  virtual void landed(size_t c, int stage) {}
+
+  size_t slotOf(size_t c) const { return c % slots_; }
+  size_t numChunks() const { return C_; }
 
  private:
-  StatusOr<bool> step() override {
+  StatusOr<bool> step() final {
     bool moved = false;
-    const size_t es = dtypeSize(dtype_);
+    const int last = static_cast<int>(levels_.size());
     for (size_t c = 0; c < C_; ++c) {
-      if (state_[c] != kInterBusy && state_[c] != kIntraBusy) continue;
+      if (!busy_[c]) continue;
       HSDP_ASSIGN_OR_RETURN(bool ok, finished(works_[c]));
       if (!ok) continue;
+      busy_[c] = false;
+      --in_flight_[levels_[stage_[c]]];
+      landed(c, stage_[c]);
+      if (++stage_[c] == last) ++done_chunks_;
       moved = true;
-      auto [off, n] = chunkRange(count_, C_, c);
-      if (state_[c] == kInterBusy) {
-        if (wire_ != dtype_) convert(A16_[c % 2], wire_, A_[c % 2], dtype_, J_ * n);
-        state_[c] = kInterDone;
-      } else {
-        const char* b = B_[c % 2];
-        for (size_t k = 0; k < I_ * J_; ++k)
-          std::memcpy(full_ + (k * count_ + off) * es, b + k * n * es, n * es);
-        state_[c] = kDone;
-        ++done_chunks_;
-      }
     }
     if (done_chunks_ == C_) {
       complete(Status());
       return true;
     }
     if (!h_.mayIssue(this)) return moved;
-    // Inter phase: chunk order, one on the wire at a time, when its staging pair is free.
-    while (next_inter_ < C_) {
-      const size_t c = next_inter_;
-      if (c > 0 && state_[c - 1] < kInterDone) break;
-      if (c >= 2 && state_[c - 2] != kDone) break;
-      auto [off, n] = chunkRange(count_, C_, c);
-      if (wire_ != dtype_) {
-        convert(shard_ + off * es, dtype_, S16_[c % 2], wire_, n);
-        HSDP_ASSIGN_OR_RETURN(works_[c], h_.inter_.iallGather(S16_[c % 2], A16_[c % 2], n, wire_));
-      } else {
-        HSDP_ASSIGN_OR_RETURN(works_[c], h_.inter_.iallGather(shard_ + off * es, A_[c % 2], n, dtype_));
+    for (bool again = true; again;) {
+      again = false;
+      for (Level l : {kIntra, kInter}) {
+        while (next_[l] < order_[l].size() && in_flight_[l] < max_in_flight_) {
+          const Op op = order_[l][next_[l]];
+          if (busy_[op.chunk] || stage_[op.chunk] != op.stage) break;
+          if (op.stage == 0 && op.chunk >= slots_ && stage_[op.chunk - slots_] != last) break;
+          HSDP_ASSIGN_OR_RETURN(works_[op.chunk], issue(op.chunk, op.stage));
+          busy_[op.chunk] = true;
+          ++in_flight_[l];
+          ++next_[l];
+          again = moved = true;
+        }
       }
-      state_[c] = kInterBusy;
-      ++next_inter_;
-      moved = true;
     }
-    // Intra phase: chunk order, as soon as the chunk's inter phase has landed.
-    while (next_intra_ < C_ && state_[next_intra_] == kInterDone) {
-      const size_t c = next_intra_;
-      auto [off, n] = chunkRange(count_, C_, c);
-      HSDP_ASSIGN_OR_RETURN(works_[c], h_.intra_.iallGather(A_[c % 2], B_[c % 2], J_ * n, dtype_));
-      state_[c] = kIntraBusy;
-      ++next_intra_;
-      moved = true;
-    }
-    if (next_intra_ == C_) h_.doneIssuing(this);
+    if (next_[kIntra] == order_[kIntra].size() && next_[kInter] == order_[kInter].size())
+      h_.doneIssuing(this);
     return moved;
+  }
+
+  size_t C_, slots_;
+  std::vector<Level> levels_;  // the level of each stage
+  size_t max_in_flight_;
+  std::vector<int> stage_;     // per chunk: stages completed
+  std::vector<bool> busy_;     // per chunk: a stage in flight
+  std::vector<WorkHandle> works_;
+  std::vector<Op> order_[2];
+  size_t next_[2] = {0, 0}, in_flight_[2] = {0, 0}, done_chunks_ = 0;
+};
+
+// Staging of the pipelined all-gather and reduce-scatter: per slot, the I*J-piece and J-piece
+// stages in the data type and, with a bf16 inter wire, the 1-piece and J-piece wire stages.
+struct TwoLevelStaging {
+  char* full[ChunkPipeline::kSlots];  // I*J pieces
+  char* half[ChunkPipeline::kSlots];  // J pieces
+  char* one16[ChunkPipeline::kSlots];   // 1 piece, wire type
+  char* half16[ChunkPipeline::kSlots];  // J pieces, wire type
+  // Carved exactly as HierarchicalCollectives::stagingBytes() sizes it.
+  TwoLevelStaging(HostBuffer* slot, size_t slots, size_t I, size_t J, size_t nmax, size_t es,
+                  bool wire16) {
+    char* p = slot->as<char>();
+    const size_t w = wire16 ? 2 : 0;
+    for (size_t b = 0; b < slots; ++b) {
+      full[b] = p, p += I * J * nmax * es;
+      half[b] = p, p += J * nmax * es;
+      one16[b] = p, p += nmax * w;
+      half16[b] = p, p += J * nmax * w;
+    }
+  }
+};
+
+// all-gather: chunk c goes inter (shard chunk -> half, J pieces), then intra (half -> full, I*J
+// pieces), then `full` is unpacked into the user's buffer at (i*J + j)*count + offset.
+class PipelinedAllGather final : public ChunkPipeline {
+ public:
+  PipelinedAllGather(HierarchicalCollectives& h, HostBuffer* slot, const void* shard, void* full,
+                     size_t count, DType dtype)
+      : ChunkPipeline(h, slot, h.chunkCount(count, dtype), {kInter, kIntra}, 2),
+        shard_(static_cast<const char*>(shard)), full_(static_cast<char*>(full)), count_(count),
+        dtype_(dtype), wire_(h.wireType(dtype)), I_(h.intra_.size()), J_(h.inter_.size()),
+        st_(slot, slotsFor(numChunks()), I_, J_, chunkRange(count, numChunks(), 0).second,
+            dtypeSize(dtype), wire_ != dtype) {
+    setTwoStageOrder();
+    advance();
+  }
+  ~PipelinedAllGather() override { waitForDestruction(); }
+
+ private:
+  StatusOr<WorkHandle> issue(size_t c, int stage) override {
+    const size_t es = dtypeSize(dtype_), b = slotOf(c);
+    auto [off, n] = chunkRange(count_, numChunks(), c);
+    if (stage == 1) return h_.intra_.iallGather(st_.half[b], st_.full[b], J_ * n, dtype_);
+    if (wire_ == dtype_) return h_.inter_.iallGather(shard_ + off * es, st_.half[b], n, dtype_);
+    convert(shard_ + off * es, dtype_, st_.one16[b], wire_, n);
+    return h_.inter_.iallGather(st_.one16[b], st_.half16[b], n, wire_);
+  }
+  void landed(size_t c, int stage) override {
+    const size_t es = dtypeSize(dtype_), b = slotOf(c);
+    auto [off, n] = chunkRange(count_, numChunks(), c);
+    if (stage == 0) {
+      if (wire_ != dtype_) convert(st_.half16[b], wire_, st_.half[b], dtype_, J_ * n);
+      return;
+    }
+    for (size_t k = 0; k < I_ * J_; ++k)
+      std::memcpy(full_ + (k * count_ + off) * es, st_.full[b] + k * n * es, n * es);
   }
 
   const char* shard_;
   char* full_;
   size_t count_;
   DType dtype_, wire_;
-  size_t I_, J_, C_;
-  std::vector<ChunkState> state_;
-  std::vector<WorkHandle> works_;
-  char* A_[2];
-  char* B_[2];
-  char* S16_[2];
-  char* A16_[2];
-  size_t next_inter_ = 0, next_intra_ = 0, done_chunks_ = 0;
+  size_t I_, J_;
+  TwoLevelStaging st_;
 };
 
-// reduce-scatter: chunk c is packed from the full buffer (I*J pieces) into P, reduced inside the
-// node (P -> Q, J pieces), then across nodes (Q -> shard chunk).
-class PipelinedReduceScatter final : public ScheduleWork {
+// reduce-scatter: chunk c is packed from the user's buffer (I*J pieces) into `full`, reduced
+// inside the node (full -> half, J pieces), then across nodes (half -> the shard's chunk).
+class PipelinedReduceScatter final : public ChunkPipeline {
  public:
   PipelinedReduceScatter(HierarchicalCollectives& h, HostBuffer* slot, const void* full,
                          void* shard, size_t count, DType dtype, RedOp op)
-      : ScheduleWork(h, slot), full_(static_cast<const char*>(full)),
-        shard_(static_cast<char*>(shard)), count_(count), dtype_(dtype), op_(op),
-        wire_(h.options().inter_dtype == DType::kBFloat16 && dtype == DType::kFloat32
-                  ? DType::kBFloat16 : dtype),
-        I_(h.intra_.size()), J_(h.inter_.size()), C_(h.chunkCount(count, dtype)), state_(C_, kPending),
-        works_(C_) {
-    const size_t nmax = chunkRange(count_, C_, 0).second, es = dtypeSize(dtype_);
-    char* p = slot->as<char>();
-    const size_t w = wire_ != dtype_ ? 2 : 0;
-    for (int b = 0; b < 2; ++b) {
-      P_[b] = p, p += I_ * J_ * nmax * es;
-      Q_[b] = p, p += J_ * nmax * es;
-      Q16_[b] = p, p += J_ * nmax * w;
-      R16_[b] = p, p += nmax * w;
-    }
+      : ChunkPipeline(h, slot, h.chunkCount(count, dtype), {kIntra, kInter}, 2),
+        full_(static_cast<const char*>(full)), shard_(static_cast<char*>(shard)), count_(count),
+        dtype_(dtype), op_(op), wire_(h.wireType(dtype)), I_(h.intra_.size()),
+        J_(h.inter_.size()),
+        st_(slot, slotsFor(numChunks()), I_, J_, chunkRange(count, numChunks(), 0).second,
+            dtypeSize(dtype), wire_ != dtype) {
+    setTwoStageOrder();
     advance();
   }
   ~PipelinedReduceScatter() override { waitForDestruction(); }
 
  private:
-  StatusOr<bool> step() override {
-    bool moved = false;
-    const size_t es = dtypeSize(dtype_);
-    for (size_t c = 0; c < C_; ++c) {
-      if (state_[c] != kInterBusy && state_[c] != kIntraBusy) continue;
-      HSDP_ASSIGN_OR_RETURN(bool ok, finished(works_[c]));
-      if (!ok) continue;
-      moved = true;
-      auto [off, n] = chunkRange(count_, C_, c);
-      if (state_[c] == kIntraBusy) {
-        state_[c] = kInterDone;  // here: "intra done, ready for the inter phase"
-      } else {
-        if (wire_ != dtype_) convert(R16_[c % 2], wire_, shard_ + off * es, dtype_, n);
-        state_[c] = kDone;
-        ++done_chunks_;
-      }
-    }
-    if (done_chunks_ == C_) {
-      complete(Status());
-      return true;
-    }
-    if (!h_.mayIssue(this)) return moved;
-    // Intra phase: chunk order, one at a time, when the staging pair is free again.
-    while (next_intra_ < C_) {
-      const size_t c = next_intra_;
-      if (c > 0 && state_[c - 1] < kInterDone) break;
-      if (c >= 2 && state_[c - 2] != kDone) break;
-      auto [off, n] = chunkRange(count_, C_, c);
-      char* p = P_[c % 2];
+  StatusOr<WorkHandle> issue(size_t c, int stage) override {
+    const size_t es = dtypeSize(dtype_), b = slotOf(c);
+    auto [off, n] = chunkRange(count_, numChunks(), c);
+    if (stage == 0) {
+      char* p = st_.full[b];
       for (size_t k = 0; k < I_ * J_; ++k)
         std::memcpy(p + k * n * es, full_ + (k * count_ + off) * es, n * es);
-      HSDP_ASSIGN_OR_RETURN(works_[c], h_.intra_.ireduceScatter(p, Q_[c % 2], J_ * n, dtype_, op_));
-      state_[c] = kIntraBusy;
-      ++next_intra_;
-      moved = true;
+      return h_.intra_.ireduceScatter(p, st_.half[b], J_ * n, dtype_, op_);
     }
-    // Inter phase: chunk order, once the chunk's intra reduction is complete.
-    while (next_inter_ < C_ && state_[next_inter_] == kInterDone) {
-      const size_t c = next_inter_;
-      auto [off, n] = chunkRange(count_, C_, c);
-      if (wire_ != dtype_) {
-        convert(Q_[c % 2], dtype_, Q16_[c % 2], wire_, J_ * n);
-        HSDP_ASSIGN_OR_RETURN(works_[c], h_.inter_.ireduceScatter(Q16_[c % 2], R16_[c % 2], n, wire_, op_));
-      } else {
-        HSDP_ASSIGN_OR_RETURN(works_[c], h_.inter_.ireduceScatter(Q_[c % 2], shard_ + off * es, n, dtype_, op_));
-      }
-      state_[c] = kInterBusy;
-      ++next_inter_;
-      moved = true;
-    }
-    if (next_inter_ == C_) h_.doneIssuing(this);
-    return moved;
+    // With avg the intra phase divides by I and this one by J: 1/(I*J) in all.
+    if (wire_ == dtype_)
+      return h_.inter_.ireduceScatter(st_.half[b], shard_ + off * es, n, dtype_, op_);
+    convert(st_.half[b], dtype_, st_.half16[b], wire_, J_ * n);
+    return h_.inter_.ireduceScatter(st_.half16[b], st_.one16[b], n, wire_, op_);
+  }
+  void landed(size_t c, int stage) override {
+    if (stage != 1 || wire_ == dtype_) return;
+    const size_t es = dtypeSize(dtype_), b = slotOf(c);
+    auto [off, n] = chunkRange(count_, numChunks(), c);
+    convert(st_.one16[b], wire_, shard_ + off * es, dtype_, n);
   }
 
   const char* full_;
@@ -261,14 +282,8 @@ class PipelinedReduceScatter final : public ScheduleWork {
   DType dtype_;
   RedOp op_;
   DType wire_;
-  size_t I_, J_, C_;
-  std::vector<ChunkState> state_;
-  std::vector<WorkHandle> works_;
-  char* P_[2];
-  char* Q_[2];
-  char* Q16_[2];
-  char* R16_[2];
-  size_t next_intra_ = 0, next_inter_ = 0, done_chunks_ = 0;
+  size_t I_, J_;
+  TwoLevelStaging st_;
 };
 
 // A schedule of phases that run one after another, each one sub-operation (the unpipelined
@@ -369,30 +384,46 @@ class TwoPhaseReduceScatter final : public PhasedSchedule {
 // flight, each with its own Q and R, so the link has the next chunk queued when one finishes.
 //
 // Both levels carry two kinds of operation, so the issue order on each communicator is fixed
-// (identical on every rank, as nonblocking collectives require; see issueOrder()): the
+// (identical on every rank, as nonblocking collectives require; see the constructor): the
 // reduce-scatter of chunk c+L is issued before the all-gather of chunk c. Every operation waits
 // only on operations earlier in that order or on the other level, so it cannot deadlock.
-class PipelinedAllReduce final : public ScheduleWork {
+class PipelinedAllReduce final : public ChunkPipeline {
  public:
   PipelinedAllReduce(HierarchicalCollectives& h, HostBuffer* slot, void* buf, size_t count,
                      DType dtype, RedOp op)
-      : ScheduleWork(h, slot), buf_(static_cast<char*>(buf)), count_(count), dtype_(dtype),
-        op_(op), I_(h.intra_.size()), J_(h.inter_.size()), G_(I_ * J_),
-        units_((count + G_ - 1) / G_), C_(chunks(h, count, dtype)),
-        m_(pieceCount(count, C_, G_)), order_(issueOrder(C_)), stage_(C_, 0), works_(C_) {
+      : ChunkPipeline(h, slot, chunks(h, count, dtype), {kIntra, kInter, kInter, kIntra}, kSlots),
+        buf_(static_cast<char*>(buf)), count_(count), dtype_(dtype), op_(op),
+        I_(h.intra_.size()), J_(h.inter_.size()), G_(I_ * J_), units_((count + G_ - 1) / G_),
+        m_(pieceCount(count, numChunks(), G_)) {
     const size_t es = dtypeSize(dtype_);
     char* p = slot->as<char>();
     P_ = p, p += G_ * m_ * es;
-    for (size_t b = 0; b < kSlots; ++b) {
+    for (size_t b = 0; b < slotsFor(numChunks()); ++b) {
       Q_[b] = p, p += J_ * m_ * es;
       R_[b] = p, p += m_ * es;
     }
+    // The per-level issue order: RS0 .. RS(L-1), then AG0, RS(L), AG1, RS(L+1), ..., then the
+    // remaining all-gathers. L reduce-scatters run ahead of the all-gathers: every chunk when each
+    // has a slot of its own, else slots - 1 (RS(c+L) needs the slot of chunk c-1, whose AG is
+    // earlier in the order).
+    std::vector<Op> intra, inter;
+    const size_t C = numChunks(), slots = slotsFor(C), ahead = slots == C ? C : slots - 1;
+    auto add = [&](size_t c, bool rs) {
+      intra.push_back({c, rs ? kIntraRs : kIntraAg});
+      inter.push_back({c, rs ? kInterRs : kInterAg});
+    };
+    for (size_t c = 0; c < ahead; ++c) add(c, true);
+    for (size_t c = 0; c < C; ++c) {
+      add(c, false);
+      if (c + ahead < C) add(c + ahead, true);
+    }
+    // Each level sees its reduce-scatter of a chunk before its all-gather; on the intra level
+    // RS(c) (stage 0) precedes AG(c) (stage 3) and on the inter level RS(c) (1) precedes AG(c) (2).
+    setOrder(kIntra, std::move(intra));
+    setOrder(kInter, std::move(inter));
     advance();
   }
   ~PipelinedAllReduce() override { waitForDestruction(); }
-
-  // Staging slots: chunks in flight at once (chunk c uses slot c % kSlots).
-  static constexpr size_t kSlots = 4;
 
   static size_t chunks(const HierarchicalCollectives& h, size_t count, DType dtype) {
     const size_t g = static_cast<size_t>(h.groupSize());
@@ -404,28 +435,15 @@ class PipelinedAllReduce final : public ScheduleWork {
   }
   // Bytes of staging: the padded tail chunk P, and Q and R per slot.
   static size_t bytes(const HierarchicalCollectives& h, size_t count, DType dtype) {
-    const size_t I = h.intra_.size(), J = h.inter_.size();
-    const size_t m = pieceCount(count, chunks(h, count, dtype), I * J);
-    return (I * J + kSlots * (J + 1)) * m * dtypeSize(dtype);
+    const size_t I = h.intra_.size(), J = h.inter_.size(), C = chunks(h, count, dtype);
+    const size_t m = pieceCount(count, C, I * J);
+    return (I * J + slotsFor(C) * (J + 1)) * m * dtypeSize(dtype);
   }
 
  private:
-  // Stages of a chunk: 0 not started; odd = that sub-collective in flight; even = it is done.
-  //   1 intra RS, 3 inter RS, 5 inter AG, 7 intra AG, 8 done.
-  enum : int { kIntraRs = 1, kInterRs = 3, kInterAg = 5, kIntraAg = 7, kAllDone = 8 };
-
-  // The per-level issue order: RS0 .. RS(L-1), then AG0, RS(L), AG1, RS(L+1), ..., then the
-  // remaining all-gathers; L = kSlots - 1 reduce-scatters run ahead of the all-gathers.
-  static std::vector<std::pair<size_t, bool>> issueOrder(size_t chunks) {
-    std::vector<std::pair<size_t, bool>> order;
-    const size_t ahead = std::min<size_t>(kSlots - 1, chunks);
-    for (size_t c = 0; c < ahead; ++c) order.emplace_back(c, true);
-    for (size_t c = 0; c < chunks; ++c) {
-      order.emplace_back(c, false);
-      if (c + ahead < chunks) order.emplace_back(c + ahead, true);
-    }
-    return order;
-  }
+  // A chunk's stages: intra RS (chunk -> Q, J*m), inter RS (Q -> R, m), inter AG (R -> Q, in
+  // place), intra AG (Q -> chunk, in place).
+  enum : int { kIntraRs = 0, kInterRs = 1, kInterAg = 2, kIntraAg = 3 };
 
   // Chunk c: its first element, elements per rank, and where it is reduced (the user's buffer,
   // or P for a tail that is not a multiple of G).
@@ -435,108 +453,54 @@ class PipelinedAllReduce final : public ScheduleWork {
     bool staged;
   };
   Chunk chunk(size_t c) const {
-    auto [u0, m] = chunkRange(units_, C_, c);
+    auto [u0, m] = chunkRange(units_, numChunks(), c);
     const size_t off = u0 * G_;
     const bool staged = off + m * G_ > count_;
     return {off, m, staged ? P_ : buf_ + off * dtypeSize(dtype_), staged};
   }
 
-  StatusOr<bool> step() override {
-    bool moved = false;
-    const size_t es = dtypeSize(dtype_);
-    for (size_t c = 0; c < C_; ++c) {
-      if (stage_[c] % 2 == 0) continue;
-      HSDP_ASSIGN_OR_RETURN(bool ok, finished(works_[c]));
-      if (!ok) continue;
-      moved = true;
-      if (++stage_[c] == kAllDone) {
-        const Chunk k = chunk(c);
-        if (k.staged) std::memcpy(buf_ + k.off * es, P_, (count_ - k.off) * es);
-        ++done_chunks_;
-      }
-    }
-    if (done_chunks_ == C_) {
-      complete(Status());
-      return true;
-    }
-    if (!h_.mayIssue(this)) return moved;
-    for (bool again = true; again;) {
-      again = false;
-      if (next_intra_ < order_.size()) {
-        HSDP_ASSIGN_OR_RETURN(bool issued, issueIntra());
-        again = again || issued;
-      }
-      if (next_inter_ < order_.size()) {
-        HSDP_ASSIGN_OR_RETURN(bool issued, issueInter());
-        again = again || issued;
-      }
-      moved = moved || again;
-    }
-    if (next_intra_ == order_.size() && next_inter_ == order_.size()) h_.doneIssuing(this);
-    return moved;
-  }
-
-  // Next intra operation in the fixed order, if its inputs are ready.
-  StatusOr<bool> issueIntra() {
-    const size_t es = dtypeSize(dtype_);
-    auto [c, rs] = order_[next_intra_];
-    const size_t b = c % kSlots;
+  StatusOr<WorkHandle> issue(size_t c, int stage) override {
+    const size_t es = dtypeSize(dtype_), b = slotOf(c);
     const Chunk k = chunk(c);
     const size_t piece = J_ * k.m;
-    if (rs) {
-      if (c >= kSlots && stage_[c - kSlots] != kAllDone) return false;  // slot still in use
-      if (k.staged) {
-        const size_t n = count_ - k.off;
-        std::memcpy(P_, buf_ + k.off * es, n * es);
-        std::memset(P_ + n * es, 0, (G_ * k.m - n) * es);
+    switch (stage) {
+      case kIntraRs:
+        if (k.staged) {
+          const size_t n = count_ - k.off;
+          std::memcpy(P_, buf_ + k.off * es, n * es);
+          std::memset(P_ + n * es, 0, (G_ * k.m - n) * es);
+        }
+        return h_.intra_.ireduceScatter(k.data, Q_[b], piece, dtype_, op_);
+      case kInterRs:
+        // With avg the intra phase divides by I and this one by J: 1/(I*J) in all.
+        return h_.inter_.ireduceScatter(Q_[b], R_[b], k.m, dtype_, op_);
+      case kInterAg: {
+        char* mine = Q_[b] + static_cast<size_t>(h_.inter_.rank()) * k.m * es;
+        std::memcpy(mine, R_[b], k.m * es);
+        return h_.inter_.iallGather(mine, Q_[b], k.m, dtype_);
       }
-      HSDP_ASSIGN_OR_RETURN(works_[c], h_.intra_.ireduceScatter(k.data, Q_[b], piece, dtype_, op_));
-      stage_[c] = kIntraRs;
-    } else {
-      if (stage_[c] != kInterAg + 1) return false;
-      // Our all-reduced J*m block goes to our place in the chunk; the collective fills the rest.
-      char* mine = k.data + static_cast<size_t>(h_.intra_.rank()) * piece * es;
-      std::memcpy(mine, Q_[b], piece * es);
-      HSDP_ASSIGN_OR_RETURN(works_[c], h_.intra_.iallGather(mine, k.data, piece, dtype_));
-      stage_[c] = kIntraAg;
+      default: {
+        // Our all-reduced J*m block goes to our place in the chunk; the collective fills the rest.
+        char* mine = k.data + static_cast<size_t>(h_.intra_.rank()) * piece * es;
+        std::memcpy(mine, Q_[b], piece * es);
+        return h_.intra_.iallGather(mine, k.data, piece, dtype_);
+      }
     }
-    ++next_intra_;
-    return true;
   }
-
-  // Next inter operation in the fixed order, if its inputs are ready.
-  StatusOr<bool> issueInter() {
-    const size_t es = dtypeSize(dtype_);
-    auto [c, rs] = order_[next_inter_];
-    const size_t b = c % kSlots, m = chunk(c).m;
-    if (rs) {
-      if (stage_[c] != kIntraRs + 1) return false;
-      // With avg the intra phase divides by I and this one by J: 1/(I*J) in all.
-      HSDP_ASSIGN_OR_RETURN(works_[c], h_.inter_.ireduceScatter(Q_[b], R_[b], m, dtype_, op_));
-      stage_[c] = kInterRs;
-    } else {
-      if (stage_[c] != kInterRs + 1) return false;
-      char* mine = Q_[b] + static_cast<size_t>(h_.inter_.rank()) * m * es;
-      std::memcpy(mine, R_[b], m * es);
-      HSDP_ASSIGN_OR_RETURN(works_[c], h_.inter_.iallGather(mine, Q_[b], m, dtype_));
-      stage_[c] = kInterAg;
-    }
-    ++next_inter_;
-    return true;
+  void landed(size_t c, int stage) override {
+    if (stage != kIntraAg) return;
+    const Chunk k = chunk(c);
+    if (k.staged) std::memcpy(buf_ + k.off * dtypeSize(dtype_), P_, (count_ - k.off) * dtypeSize(dtype_));
   }
 
   char* buf_;
   size_t count_;
   DType dtype_;
   RedOp op_;
-  size_t I_, J_, G_, units_, C_, m_;
-  std::vector<std::pair<size_t, bool>> order_;  // (chunk, is reduce-scatter), same on every rank
-  std::vector<int> stage_;
-  std::vector<WorkHandle> works_;
+  size_t I_, J_, G_, units_, m_;
   char* P_;
   char* Q_[kSlots];
   char* R_[kSlots];
-  size_t next_intra_ = 0, next_inter_ = 0, done_chunks_ = 0;
 };
 
 HierarchicalCollectives::HierarchicalCollectives(Comm& intra, Comm& inter, HierOptions options)
@@ -579,7 +543,7 @@ size_t HierarchicalCollectives::stagingBytes(size_t count, DType dtype) const {
   if (!pipelined(count, dtype)) return J * count * es;  // two-phase reduce-scatter's middle
   const size_t nmax = (count + chunkCount(count, dtype) - 1) / chunkCount(count, dtype);
   const size_t wire = wireType(dtype) != dtype ? (J + 1) * nmax * 2 : 0;
-  return 2 * ((I * J + J) * nmax * es + wire);
+  return ChunkPipeline::slotsFor(chunkCount(count, dtype)) * ((I * J + J) * nmax * es + wire);
 }
 
 size_t HierarchicalCollectives::allReduceBytes(size_t count, DType dtype) const {

@@ -8,10 +8,11 @@
 // collective over the shard group: shard k sits at offset k*count.
 //
 // Pipelining: with chunks = C > 1 (both levels larger than one rank) each shard is cut into C
-// chunks (C need not divide the count) and chunk c's intra phase runs while chunk c+1's inter
-// phase is on the wire. The chunks travel through double-buffered staging areas preallocated by
-// reserve(); unpacking them into the strided full buffer is one memcpy per piece. The inter phase
-// may use its own wire type (bf16 across nodes, fp32 inside).
+// chunks (C need not divide the count) and chunk c's intra phase runs while later chunks' inter
+// phases are on the wire; up to two operations per level are in flight, so a link always has the
+// next chunk queued when one finishes. The chunks travel through up to four staging slots
+// preallocated by reserve(); unpacking them into the strided full buffer is one memcpy per piece.
+// The inter phase may use its own wire type (bf16 across nodes, fp32 inside).
 //
 // Operations started on one object are issued to the sub-communicators in start order (a later
 // operation issues nothing until every earlier one has issued its last step), so all ranks issue
@@ -68,6 +69,7 @@ class HierarchicalCollectives {
 
  private:
   friend class ScheduleWork;
+  friend class ChunkPipeline;
   friend class PipelinedAllGather;
   friend class PipelinedReduceScatter;
   friend class PipelinedAllReduce;
