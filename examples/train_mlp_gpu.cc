@@ -52,13 +52,13 @@ struct Workspace {
   // The step's input: accum micro-batches of x (dims[0] x n each, micro-step k at column k*n)
   // followed by their labels (n ints each), in one buffer so one copy moves the whole step.
   gpu::DeviceBuffer batch;
-  gpu::PinnedBuffer batch_host;  // its staging twin: async H2D needs page-locked memory
-  size_t x_floats = 0;           // floats of x in `batch` (labels start right after)
+  gpu::PinnedBuffer batch_host;         // its staging twin: async H2D needs page-locked memory
+  size_t x_floats = 0;                  // floats of x in `batch` (labels start right after)
   std::vector<gpu::DeviceBuffer> acts;  // acts[l], l = 1..L: dims[l] x n (acts[L]: the logits)
-  gpu::DeviceBuffer dz, dx;  // gradients w.r.t. a layer's output and input: max dims x n each
-  gpu::DeviceBuffer col_loss;      // n: crossEntropy's per-column scratch
-  gpu::DeviceBuffer losses;        // accum floats: micro-step k's mean loss
-  gpu::PinnedBuffer losses_host;   // their once-per-step readback
+  gpu::DeviceBuffer dz, dx;       // gradients w.r.t. a layer's output and input: max dims x n each
+  gpu::DeviceBuffer col_loss;     // n: crossEntropy's per-column scratch
+  gpu::DeviceBuffer losses;       // accum floats: micro-step k's mean loss
+  gpu::PinnedBuffer losses_host;  // their once-per-step readback
   // Why: batch_host is rewritten by the host for the next step only after the device has read
   // it; this event, recorded after the H2D copy, says when.
   gpu::Event h2d_done;
@@ -85,8 +85,7 @@ struct Workspace {
     for (int l = 0; l <= spec.layers(); ++l) {
       widest = std::max(widest, spec.dims[l]);
       if (l > 0) {  // (braces: the macro is several statements)
-        HSDP_ASSIGN_OR_RETURN(w.acts[l],
-                              gpu::DeviceBuffer::allocate(size_t(spec.dims[l]) * n * 4));
+        HSDP_ASSIGN_OR_RETURN(w.acts[l], gpu::DeviceBuffer::allocate(size_t(spec.dims[l]) * n * 4));
       }
     }
     HSDP_ASSIGN_OR_RETURN(w.dz, gpu::DeviceBuffer::allocate(size_t(widest) * n * 4));
@@ -155,7 +154,8 @@ hsdp::Status microStep(Run& run, int micro, bool last) {
     HSDP_ASSIGN_OR_RETURN(hsdp::ParamView b, model.param(l, "bias"));
     const int in = spec.dims[l], out = spec.dims[l + 1];
     float* z = ws.acts[l + 1].as<float>();
-    HSDP_RETURN_IF_ERROR(mlp::cuda::linearForward(run.blas, w.data, b.data, out, in, input(l), n, z));
+    HSDP_RETURN_IF_ERROR(
+        mlp::cuda::linearForward(run.blas, w.data, b.data, out, in, input(l), n, z));
     if (l + 1 < L)
       HSDP_RETURN_IF_ERROR(mlp::cuda::tanhForward(z, z, size_t(out) * n, run.stream()));
     HSDP_RETURN_IF_ERROR(model.reshard(l));  // buffer reused only after the kernels above
@@ -266,8 +266,7 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
     mlp::initLayer(spec, l, &w, &b);
     if (hsdp::Status s = model.setParameter(l, "weight", w.data(), w.size()); !s.ok())
       return fail(s);
-    if (hsdp::Status s = model.setParameter(l, "bias", b.data(), b.size()); !s.ok())
-      return fail(s);
+    if (hsdp::Status s = model.setParameter(l, "bias", b.data(), b.size()); !s.ok()) return fail(s);
   }
   const int per_rank = opt.batch / opt.accum / world.size();
   auto ws = Workspace::create(spec, per_rank, opt.accum);
@@ -332,10 +331,10 @@ int main(int argc, char** argv) {
   }
   if (missing > 0) {
     if (world.rank() == 0)
-      std::printf("%s: no CUDA device visible on %d of %d ranks (rank 0: %s): skipping, exit "
-                  "code %d\n",
-                  kProgram, missing, world.size(), why.empty() ? "has one" : why.c_str(),
-                  kExitNoDevice);
+      std::printf(
+          "%s: no CUDA device visible on %d of %d ranks (rank 0: %s): skipping, exit "
+          "code %d\n",
+          kProgram, missing, world.size(), why.empty() ? "has one" : why.c_str(), kExitNoDevice);
     return kExitNoDevice;
   }
   return runMain(opt, world);

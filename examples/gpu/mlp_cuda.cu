@@ -3,13 +3,12 @@
 // operation for operation (correctly rounded __f*_rn intrinsics, and the target is compiled with
 // --fmad=false so plain expressions are not contracted either), so that the only differences
 // from Eigen are summation orders and the last bits of tanh/exp/log.
-#include "gpu/mlp_cuda.h"
-
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
 #include "cuda/cuda_check.h"
+#include "gpu/mlp_cuda.h"
 #include "hsdp/log.h"
 
 namespace mlp::cuda {
@@ -94,7 +93,8 @@ __global__ void crossEntropyKernel(const float* __restrict__ logits, const int* 
 
 // *loss = mean of col_loss, summed in double in column order as mlp::crossEntropy does. One
 // thread: n is a per-rank batch (tens to thousands), and one fixed order keeps it deterministic.
-__global__ void meanLossKernel(const float* __restrict__ col_loss, int n, float* __restrict__ loss) {
+__global__ void meanLossKernel(const float* __restrict__ col_loss, int n,
+                               float* __restrict__ loss) {
   double s = 0.0;
   for (int i = 0; i < n; ++i) s += static_cast<double>(col_loss[i]);
   *loss = static_cast<float>(s / n);

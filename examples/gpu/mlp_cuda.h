@@ -35,11 +35,11 @@ hsdp::Status cublasFailure(cublasStatus_t status, const char* call, const char* 
 }  // namespace mlp::cuda
 
 // For calls that return cublasStatus_t.
-#define HSDP_CUBLAS_CHECK(call)                                                         \
-  do {                                                                                  \
-    cublasStatus_t hsdp_cublas_st_ = (call);                                            \
-    if (hsdp_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                       \
-      return ::mlp::cuda::cublasFailure(hsdp_cublas_st_, #call, __FILE__, __LINE__);    \
+#define HSDP_CUBLAS_CHECK(call)                                                      \
+  do {                                                                               \
+    cublasStatus_t hsdp_cublas_st_ = (call);                                         \
+    if (hsdp_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                    \
+      return ::mlp::cuda::cublasFailure(hsdp_cublas_st_, #call, __FILE__, __LINE__); \
   } while (0)
 
 namespace mlp::cuda {

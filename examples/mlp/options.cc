@@ -28,8 +28,10 @@ hsdp::StatusOr<std::vector<int>> parseDims(const std::string& text) {
 
 std::string bytesStr(size_t b) {
   char buf[32];
-  if (b >= (1u << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / 1048576.0);
-  else std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  if (b >= (1u << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", b / 1048576.0);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
   return buf;
 }
 
@@ -142,11 +144,12 @@ void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh&
   for (int n = 0; n < nl.num_nodes; ++n)
     std::printf("%s%s", n ? ", " : "", nl.node_names[n].c_str());
   std::printf(")\nmesh: %s\n", mesh.describe().c_str());
-  std::printf("mode %s, %s lr %g wd %g; model %zu params in %d units (dims %s); global batch "
-              "%d (%d per rank)\n",
-              hsdp::shardModeName(cfg.mode), hsdp::optimizerName(cfg.adam.kind), cfg.adam.lr,
-              cfg.adam.weight_decay, spec.paramCount(), spec.layers(), opt.dims.c_str(),
-              opt.batch, opt.batch / world.size());
+  std::printf(
+      "mode %s, %s lr %g wd %g; model %zu params in %d units (dims %s); global batch "
+      "%d (%d per rank)\n",
+      hsdp::shardModeName(cfg.mode), hsdp::optimizerName(cfg.adam.kind), cfg.adam.lr,
+      cfg.adam.weight_decay, spec.paramCount(), spec.layers(), opt.dims.c_str(), opt.batch,
+      opt.batch / world.size());
   if (!extra_line.empty()) std::printf("%s\n", extra_line.c_str());
   std::printf("\n%6s %10s %10s %10s %12s %14s\n", "step", "loss", "grad_norm", "time_ms",
               "samples/s", "exposed_comm_ms");
@@ -165,25 +168,28 @@ hsdp::Status printStepRow(hsdp::Comm& world, const hsdp::ShardedModel& model, co
     max_ms = std::max<double>(max_ms, all[3 * q + 1]);
     max_exposed = std::max<double>(max_exposed, all[3 * q + 2]);
   }
-  std::printf("%6d %10.5f %10.4f %10.2f %12.0f %14.2f\n", step + 1, mean_loss,
-              model.lastGradNorm(), max_ms, opt.batch / (max_ms / 1e3), max_exposed);
+  std::printf("%6d %10.5f %10.4f %10.2f %12.0f %14.2f\n", step + 1, mean_loss, model.lastGradNorm(),
+              max_ms, opt.batch / (max_ms / 1e3), max_exposed);
   std::fflush(stdout);
   return hsdp::okStatus();
 }
 
-hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh,
-                         const hsdp::ShardedModel& model, const Spec& spec,
-                         const hsdp::EngineConfig& cfg) {
+hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::ShardedModel& model,
+                         const Spec& spec, const hsdp::EngineConfig& cfg) {
   const hsdp::MemoryReport r = model.memoryReport();
-  int64_t mine[7] = {int64_t(r.param_bytes + r.hpz_bytes), int64_t(r.grad_bytes), int64_t(r.optim_bytes),
-                     int64_t(r.gathered_peak_bytes), int64_t(r.comm_bytes), int64_t(r.total()),
+  int64_t mine[7] = {int64_t(r.param_bytes + r.hpz_bytes),
+                     int64_t(r.grad_bytes),
+                     int64_t(r.optim_bytes),
+                     int64_t(r.gathered_peak_bytes),
+                     int64_t(r.comm_bytes),
+                     int64_t(r.total()),
                      mesh.coords().node};
   std::vector<int64_t> all(7 * world.size());
   HSDP_RETURN_IF_ERROR(world.allGather(mine, all.data(), 7, hsdp::DType::kInt64));
   if (world.rank() != 0) return hsdp::okStatus();
   std::printf("\nper-rank memory held by model state (engine allocations):\n");
-  std::printf("%5s %5s %12s %12s %12s %14s %12s %12s\n", "rank", "node", "params", "grads",
-              "optim", "gathered_peak", "comm", "total");
+  std::printf("%5s %5s %12s %12s %12s %14s %12s %12s\n", "rank", "node", "params", "grads", "optim",
+              "gathered_peak", "comm", "total");
   for (int q = 0; q < world.size(); ++q) {
     const int64_t* v = &all[7 * q];
     std::printf("%5d %5lld %12s %12s %12s %14s %12s %12s\n", q, (long long)v[6],
@@ -206,20 +212,20 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh,
   if (auto plan = hsdp::makePlan(in); plan.ok() && cfg.param_dtype == hsdp::DType::kFloat32) {
     const hsdp::PlanMemory& g = plan->gpu;
     const int64_t* v = &all[0];
-    std::printf("hsdp-plan prediction (rank 0): params%s %s (measured %s), grads %s (%s), optim "
-                "%s (%s), gathered %s (%s), comm %s estimate (%s)\n",
-                cfg.hpz ? "+hpz" : "", bytesStr(g.params + g.hpz_secondary).c_str(),
-                bytesStr(v[0]).c_str(), bytesStr(g.grads).c_str(),
-                bytesStr(v[1]).c_str(), bytesStr(g.optimizer).c_str(), bytesStr(v[2]).c_str(),
-                bytesStr(g.gathered_peak).c_str(), bytesStr(v[3]).c_str(),
-                bytesStr(g.comm_estimate).c_str(), bytesStr(v[4]).c_str());
+    std::printf(
+        "hsdp-plan prediction (rank 0): params%s %s (measured %s), grads %s (%s), optim "
+        "%s (%s), gathered %s (%s), comm %s estimate (%s)\n",
+        cfg.hpz ? "+hpz" : "", bytesStr(g.params + g.hpz_secondary).c_str(), bytesStr(v[0]).c_str(),
+        bytesStr(g.grads).c_str(), bytesStr(v[1]).c_str(), bytesStr(g.optimizer).c_str(),
+        bytesStr(v[2]).c_str(), bytesStr(g.gathered_peak).c_str(), bytesStr(v[3]).c_str(),
+        bytesStr(g.comm_estimate).c_str(), bytesStr(v[4]).c_str());
   }
   // Unsharded data parallel holds fp32 params + grads + two Adam moments on every rank.
   const size_t replicated = spec.paramCount() * 4 * sizeof(float);
-  std::printf("model state per rank: %s sharded vs %s replicated (params+grads+optim: %.2fx less)\n",
-              bytesStr(r.param_bytes + r.grad_bytes + r.optim_bytes).c_str(),
-              bytesStr(replicated).c_str(),
-              double(replicated) / double(r.param_bytes + r.grad_bytes + r.optim_bytes));
+  std::printf(
+      "model state per rank: %s sharded vs %s replicated (params+grads+optim: %.2fx less)\n",
+      bytesStr(r.param_bytes + r.grad_bytes + r.optim_bytes).c_str(), bytesStr(replicated).c_str(),
+      double(replicated) / double(r.param_bytes + r.grad_bytes + r.optim_bytes));
   return hsdp::okStatus();
 }
 
@@ -241,10 +247,9 @@ int checkParity(const char* program, hsdp::Comm& world, const hsdp::Mesh& mesh,
     GradReduction tree;
     if (sharded && cfg.reduce_dtype == hsdp::DType::kBFloat16)
       tree = meshGradReduction(mesh.layout(), mesh.shape(), model.hierarchical());
-    ReferenceResult ref = trainReference(
-        spec, cfg.adam, opt.steps, opt.batch, opt.clip_norm,
-        sharded && cfg.param_dtype == hsdp::DType::kBFloat16,
-        tree.levels.empty() ? nullptr : &tree, opt.accum);
+    ReferenceResult ref = trainReference(spec, cfg.adam, opt.steps, opt.batch, opt.clip_norm,
+                                         sharded && cfg.param_dtype == hsdp::DType::kBFloat16,
+                                         tree.levels.empty() ? nullptr : &tree, opt.accum);
     const double err = maxRelativeError(mine, ref.params);
     verdict[0] = static_cast<float>(err);
     verdict[1] = err <= opt.tolerance ? 1.0f : 0.0f;

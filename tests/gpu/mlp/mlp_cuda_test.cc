@@ -2,13 +2,14 @@
 // mirror (examples/mlp/mlp.h), on random data at odd sizes (1, 7, 333 in every role: rows,
 // inner dimension, batch), within 1e-5 of each tensor's scale (max|gpu - eigen| / max|eigen|).
 // Argument validation runs without a device; everything else skips without one.
+#include "gpu/mlp_cuda.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "cuda/cuda_resources.h"
-#include "gpu/mlp_cuda.h"
 #include "mlp/mlp.h"
 #include "tests/gpu/gpu_test.h"
 
@@ -120,8 +121,8 @@ TEST_F(MlpCudaTest, LinearBackwardMatchesEigenAndAccumulates) {
     for (int in : kSizes)
       for (int n : kSizes)
         for (bool want_dx : {true, false}) {
-          SCOPED_TRACE(testing::Message() << "out=" << out << " in=" << in << " n=" << n
-                                          << " dx=" << want_dx);
+          SCOPED_TRACE(testing::Message()
+                       << "out=" << out << " in=" << in << " n=" << n << " dx=" << want_dx);
           auto W = randomVec(size_t(out) * in, rng), x = randomVec(size_t(in) * n, rng),
                dy = randomVec(size_t(out) * n, rng);
           // Gradient buffers already hold a micro-step's gradient: the call adds to them.
@@ -155,7 +156,8 @@ TEST_F(MlpCudaTest, TanhForwardAndBackwardMatchEigen) {
       const size_t count = size_t(rows) * n;
       auto z = randomVec(count, rng, 2.0f), dx = randomVec(count, rng);
       mlp::Matrix a_ref = toMatrix(z, rows, n).array().tanh();
-      mlp::Matrix dz_ref = (toMatrix(dx, rows, n).array() * (1.0f - a_ref.array().square())).matrix();
+      mlp::Matrix dz_ref =
+          (toMatrix(dx, rows, n).array() * (1.0f - a_ref.array().square())).matrix();
       // In place, as the training loop does it (z's buffer becomes a).
       Dev dzA = upload(z), dDx = upload(dx), dDz = zeros(count);
       ASSERT_OK(mlp::cuda::tanhForward(dzA.f(), dzA.f(), count, stream_.get()));
@@ -175,8 +177,8 @@ TEST_F(MlpCudaTest, CrossEntropyMatchesEigen) {
   for (int classes : kSizes)
     for (int n : kSizes)
       for (float divisor : {1.0f, 3.0f}) {
-        SCOPED_TRACE(testing::Message() << "classes=" << classes << " n=" << n
-                                        << " divisor=" << divisor);
+        SCOPED_TRACE(testing::Message()
+                     << "classes=" << classes << " n=" << n << " divisor=" << divisor);
         auto logits = randomVec(size_t(classes) * n, rng, 3.0f);
         std::vector<int> labels(n);
         std::uniform_int_distribution<int> pick(0, classes - 1);
@@ -186,8 +188,8 @@ TEST_F(MlpCudaTest, CrossEntropyMatchesEigen) {
         dref /= divisor;  // the training loop's `dz /= accum`
         Dev dl = upload(logits), dlab = upload(labels), dd = zeros(dref.size()), col = zeros(n),
             loss = zeros(1);
-        ASSERT_OK(mlp::cuda::crossEntropy(dl.f(), dlab.i(), classes, n, dd.f(), col.f(),
-                                          loss.f(), stream_.get(), divisor));
+        ASSERT_OK(mlp::cuda::crossEntropy(dl.f(), dlab.i(), classes, n, dd.f(), col.f(), loss.f(),
+                                          stream_.get(), divisor));
         sync();
         auto d = download(dd, dref.size()), l = download(loss, 1);
         EXPECT_LE(relErr(d.data(), dref.data(), d.size()), kTolerance);
@@ -227,7 +229,8 @@ TEST(MlpCudaArgs, BadArgumentsAreInvalidArgumentWithoutEnqueueing) {
   expectInvalid(mlp::cuda::linearBackward(none, &f, 1, -3, &f, &f, 1, &f, &f, nullptr), "in = -3");
   expectInvalid(mlp::cuda::tanhForward(nullptr, &f, 5, nullptr), "z is null");
   expectInvalid(mlp::cuda::tanhBackward(&f, nullptr, &f, 5, nullptr), "a is null");
-  expectInvalid(mlp::cuda::crossEntropy(&f, &label, 1, 1, &f, &f, nullptr, nullptr), "loss is null");
+  expectInvalid(mlp::cuda::crossEntropy(&f, &label, 1, 1, &f, &f, nullptr, nullptr),
+                "loss is null");
   expectInvalid(mlp::cuda::crossEntropy(&f, &label, 1, 1, &f, &f, &f, nullptr, 0.0f),
                 "grad_divisor");
   expectInvalid(mlp::cuda::crossEntropy(&f, &label, 0, 1, &f, &f, &f, nullptr), "classes = 0");
