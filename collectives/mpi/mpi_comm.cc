@@ -20,16 +20,11 @@ Status checkCount(size_t count, const char* what) {
   return okStatus();
 }
 
-void accumulate(void* dst, const void* src, size_t n, DType t) {
-  if (t == DType::kFloat32) {
-    auto* d = static_cast<float*>(dst);
-    auto* s = static_cast<const float*>(src);
-    for (size_t i = 0; i < n; ++i) d[i] += s[i];
-  } else {  // bf16: add in float, round once per hop, as a bf16 wire format does
-    auto* d = static_cast<bf16*>(dst);
-    auto* s = static_cast<const bf16*>(src);
-    for (size_t i = 0; i < n; ++i) d[i] = toBf16(toFloat(d[i]) + toFloat(s[i]));
-  }
+// dst += src, float32 (the ring's data type; bf16 reduce-scatters take the exchange instead).
+void accumulate(void* dst, const void* src, size_t n) {
+  auto* d = static_cast<float*>(dst);
+  auto* s = static_cast<const float*>(src);
+  for (size_t i = 0; i < n; ++i) d[i] += s[i];
 }
 
 void scale(void* buf, size_t n, DType t, float factor) {
@@ -87,7 +82,8 @@ StatusOr<WorkHandle> MpiComm::iallGather(const void* send, void* recv, size_t co
 // Ring reduce-scatter over point-to-point messages, as a state machine. Step s sends our partial
 // sum of chunk (r-s-1) to the right and receives the left neighbour's partial of chunk (r-s-2),
 // adding our own contribution; after n-1 steps we hold the full sum of chunk r. Our own ring (not
-// MPI_Ireduce_scatter_block): Open MPI's allocates temporaries on every call and has no bf16 sum.
+// MPI_Ireduce_scatter_block): Open MPI's allocates temporaries on every call. float32 only: a
+// bf16 ring would round the partial sum at every hop (bf16 uses ExchangeReduceScatterWork).
 class RingReduceScatterWork final : public ProgressiveWork {
  public:
   RingReduceScatterWork(MpiComm& c, const void* send, void* recv, size_t count, DType dtype,
@@ -129,7 +125,7 @@ class RingReduceScatterWork final : public ProgressiveWork {
     const int n = c_.size_, r = c_.rank_;
     const int c_recv = ((r - step_ - 2) % n + n) % n;
     void* got = recvBuffer();
-    accumulate(got, in_ + static_cast<size_t>(c_recv) * chunk_, count_, dtype_);
+    accumulate(got, in_ + static_cast<size_t>(c_recv) * chunk_, count_);
     sendp_ = got;
     if (++step_ < n - 1) return post();
     if (op_ == RedOp::kAvg) scale(recv_, count_, dtype_, 1.0f / static_cast<float>(n));
