@@ -72,6 +72,8 @@ class MlpCudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
     HSDP_REQUIRE_GPU();
+    // Why a stream of its own: the functions take the caller's stream, and a non-blocking one
+    // (not the legacy default stream) is what train_mlp_gpu gives them.
     auto s = gpu::Stream::create("mlp-cuda-test");
     ASSERT_TRUE(s.ok()) << s.status().toString();
     stream_ = std::move(*s);
@@ -196,6 +198,88 @@ TEST_F(MlpCudaTest, CrossEntropyMatchesEigen) {
         EXPECT_LE(std::fabs(l[0] - loss_ref), kTolerance * std::max(1.0f, std::fabs(loss_ref)))
             << "loss " << l[0] << " vs " << loss_ref;
       }
+}
+
+// The functions composed as train_mlp_gpu composes them (in-place tanh, the dz/dx ping-pong
+// through the tanh derivative, accumulation over two micro-batches with the 1/accum divisor)
+// against train_mlp's Eigen loop: the full gradient of a small odd-sized MLP and the losses.
+TEST_F(MlpCudaTest, TwoMicroStepGradientMatchesEigenLoop) {
+  mlp::Spec spec;
+  spec.dims = {7, 333, 1, 7, 5};
+  const int L = spec.layers(), n = 7, accum = 2;
+  std::vector<std::vector<float>> W(L), b(L);
+  for (int l = 0; l < L; ++l) mlp::initLayer(spec, l, &W[l], &b[l]);
+  // Eigen: train_mlp's microStep, twice, gradients accumulating.
+  std::vector<std::vector<float>> gW(L), gb(L);
+  for (int l = 0; l < L; ++l) {
+    gW[l].assign(W[l].size(), 0.0f);
+    gb[l].assign(b[l].size(), 0.0f);
+  }
+  float loss_ref[accum];
+  std::vector<mlp::Batch> batches;
+  for (int k = 0; k < accum; ++k) {
+    batches.push_back(mlp::makeBatch(spec, 3, k * n, n));
+    std::vector<mlp::Matrix> acts(L + 1);
+    acts[0] = batches[k].x;
+    for (int l = 0; l < L; ++l) {
+      mlp::Matrix z;
+      mlp::linearForward(W[l].data(), b[l].data(), spec.dims[l + 1], spec.dims[l], acts[l], &z);
+      acts[l + 1] = l + 1 < L ? mlp::Matrix(z.array().tanh()) : z;
+    }
+    mlp::Matrix dz;
+    loss_ref[k] = mlp::crossEntropy(acts[L], batches[k].labels, &dz);
+    dz /= static_cast<float>(accum);
+    for (int l = L - 1; l >= 0; --l) {
+      mlp::Matrix dx;
+      mlp::linearBackward(W[l].data(), spec.dims[l + 1], spec.dims[l], acts[l], dz, gW[l].data(),
+                          gb[l].data(), l > 0 ? &dx : nullptr);
+      if (l > 0) dz = (dx.array() * (1.0f - acts[l].array().square())).matrix();
+    }
+  }
+  // Device: the same loop with train_mlp_gpu's buffers.
+  std::vector<Dev> dW, db, dgW, dgb, acts(L + 1);
+  for (int l = 0; l < L; ++l) {
+    dW.push_back(upload(W[l]));
+    db.push_back(upload(b[l]));
+    dgW.push_back(zeros(W[l].size()));
+    dgb.push_back(zeros(b[l].size()));
+    acts[l + 1] = zeros(size_t(spec.dims[l + 1]) * n);
+  }
+  Dev dz = zeros(size_t(333) * n), dx = zeros(size_t(333) * n), col = zeros(n),
+      losses = zeros(accum);
+  for (int k = 0; k < accum; ++k) {
+    Dev x = upload(std::vector<float>(batches[k].x.data(), batches[k].x.data() + 7 * n));
+    Dev labels = upload(batches[k].labels);
+    auto input = [&](int l) { return l == 0 ? x.f() : acts[l].f(); };
+    for (int l = 0; l < L; ++l) {
+      const int in = spec.dims[l], out = spec.dims[l + 1];
+      ASSERT_OK(mlp::cuda::linearForward(blas_, dW[l].f(), db[l].f(), out, in, input(l), n,
+                                         acts[l + 1].f()));
+      if (l + 1 < L)
+        ASSERT_OK(mlp::cuda::tanhForward(acts[l + 1].f(), acts[l + 1].f(), size_t(out) * n,
+                                         stream_.get()));
+    }
+    ASSERT_OK(mlp::cuda::crossEntropy(acts[L].f(), labels.i(), spec.dims[L], n, dz.f(), col.f(),
+                                      losses.f() + k, stream_.get(), float(accum)));
+    for (int l = L - 1; l >= 0; --l) {
+      const int in = spec.dims[l], out = spec.dims[l + 1];
+      ASSERT_OK(mlp::cuda::linearBackward(blas_, dW[l].f(), out, in, input(l), dz.f(), n,
+                                          dgW[l].f(), dgb[l].f(), l > 0 ? dx.f() : nullptr));
+      if (l > 0)
+        ASSERT_OK(
+            mlp::cuda::tanhBackward(dx.f(), acts[l].f(), dz.f(), size_t(in) * n, stream_.get()));
+    }
+    sync();  // x and labels are freed at the end of this iteration
+  }
+  auto l = download(losses, accum);
+  for (int k = 0; k < accum; ++k)
+    EXPECT_NEAR(l[k], loss_ref[k], kTolerance * std::max(1.0f, std::fabs(loss_ref[k])));
+  for (int li = 0; li < L; ++li) {
+    SCOPED_TRACE(testing::Message() << "layer " << li);
+    auto w = download(dgW[li], gW[li].size()), bb = download(dgb[li], gb[li].size());
+    EXPECT_LE(relErr(w.data(), gW[li].data(), w.size()), kTolerance);
+    EXPECT_LE(relErr(bb.data(), gb[li].data(), bb.size()), kTolerance);
+  }
 }
 
 TEST_F(MlpCudaTest, CrossEntropyBadLabelPoisonsLossOnly) {
