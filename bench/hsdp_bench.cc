@@ -219,35 +219,46 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   for (double bytes = double(*lo); bytes <= double(*hi) * 1.0001; bytes *= o.factor) {
     const size_t count = std::max<size_t>(n, size_t(bytes) / es / n * n);
     std::map<std::string, double> median_us;
-    for (const std::string& algo : algos) {
-      std::vector<double> times;
-      hsdp::Status st;
-      const bool leader = layout->local_rank_of_rank[rank] == 0;
-      MPI_Barrier(raw);
-      const uint64_t tx0 = leader ? txBytes() : 0;
-      for (int it = 0; it < o.warmup + o.iters && st.ok(); ++it) {
+    // The algorithms take turns iteration by iteration (warm-ups first), so a noisy spell on
+    // this shared machine hits all of them alike and the ratios compare like with like.
+    const bool leader = layout->local_rank_of_rank[rank] == 0;
+    std::map<std::string, std::vector<double>> times;
+    std::map<std::string, double> tx_sum;
+    std::map<std::string, hsdp::Status> status;
+    std::map<std::string, long> wrong;  // checked right after the algorithm's last run
+    for (int it = 0; it < o.warmup + o.iters; ++it) {
+      for (const std::string& algo : algos) {
+        if (!status[algo].ok()) continue;
         MPI_Barrier(raw);
+        const uint64_t tx0 = leader ? txBytes() : 0;
         double t0 = MPI_Wtime();
-        st = b.run(o.op, algo, count);
+        status[algo] = b.run(o.op, algo, count);
         double dt_local = MPI_Wtime() - t0, dt_max = 0;
         MPI_Allreduce(&dt_local, &dt_max, 1, MPI_DOUBLE, MPI_MAX, raw);
-        if (it >= o.warmup) times.push_back(dt_max);
+        if (leader) tx_sum[algo] += double(txBytes() - tx0);
+        if (it >= o.warmup) times[algo].push_back(dt_max);
+        if (it == o.warmup + o.iters - 1 && o.check && status[algo].ok())
+          wrong[algo] = b.wrong(o.op, algo, count);
       }
+    }
+    for (const std::string& algo : algos) {
+      const hsdp::Status& st = status[algo];
       if (!st.ok()) {
         if (rank == 0) std::printf("# %s: %s\n", algo.c_str(), st.message().c_str());
         continue;
       }
       MPI_Barrier(raw);
-      double tx = leader ? double(txBytes() - tx0) / (o.warmup + o.iters) : 0, tx_all = 0;
+      double tx = tx_sum[algo] / (o.warmup + o.iters), tx_all = 0;
       MPI_Allreduce(&tx, &tx_all, 1, MPI_DOUBLE, MPI_SUM, raw);
       // Least traffic between N nodes: every node must receive the (N-1)/N of the result it
       // does not hold (all-gather, reduce-scatter), twice over for all-reduce.
       const double N = layout->num_nodes;
       const double tx_min = (o.op == "allreduce" ? 2.0 : 1.0) * (N - 1) * count * es;
-      long bad = o.check ? b.wrong(o.op, algo, count) : 0, total_bad = 0;
+      long bad = wrong[algo], total_bad = 0;
       MPI_Allreduce(&bad, &total_bad, 1, MPI_LONG, MPI_SUM, raw);
-      std::sort(times.begin(), times.end());
-      const double t = times[times.size() / 2];
+      std::vector<double>& ts = times[algo];
+      std::sort(ts.begin(), ts.end());
+      const double t = ts[ts.size() / 2];
       const size_t size = count * es;
       const double algbw = size / t / 1e9;
       median_us[algo] = t * 1e6;
