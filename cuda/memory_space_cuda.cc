@@ -56,6 +56,26 @@ class DeviceWork final : public Work {
   gpu::Event done_;
 };
 
+// CPU offload of one unit: its host buffers, registered (pinned) for asynchronous copies, and
+// the events of its trip.
+struct CudaOffloadSlot final : MemorySpace::OffloadSlot {
+  ~CudaOffloadSlot() override {
+    // A copy may still read or write the host memory: let it finish before unpinning.
+    if (downloaded.get() != nullptr) (void)cudaEventSynchronize(downloaded.get());
+    if (uploaded.get() != nullptr) (void)cudaEventSynchronize(uploaded.get());
+    for (void* p : registered) {
+      cudaError_t err = cudaHostUnregister(p);
+      if (err != cudaSuccess)
+        HSDP_WARN(kOffload, "cudaHostUnregister(", p, "): ", cudaGetErrorString(err));
+    }
+  }
+  std::vector<void*> registered;
+  // Why: the worker thread waits for the gradient shard's D2H before the CPU Adam reads it.
+  gpu::Event downloaded;
+  // Why: the compute stream waits for the updated parameters' H2D before anything reads them.
+  gpu::Event uploaded;
+};
+
 class CudaMemorySpace final : public MemorySpace {
  public:
   ~CudaMemorySpace() override {
@@ -82,6 +102,11 @@ class CudaMemorySpace final : public MemorySpace {
     HSDP_ASSIGN_OR_RETURN(s->staging_done_, gpu::Event::create());
     // Why: normResult() waits for the norm's read-back into pinned memory, nothing later.
     HSDP_ASSIGN_OR_RETURN(s->norm_ready_, gpu::Event::create());
+    // Why two copy streams (CPU offload): a gradient shard goes down as soon as its reduction
+    // lands and updated parameters come up as soon as the CPU Adam is done, neither queued
+    // behind compute nor behind each other.
+    HSDP_ASSIGN_OR_RETURN(s->d2h_, gpu::Stream::create("hsdp-offload-d2h"));
+    HSDP_ASSIGN_OR_RETURN(s->h2d_, gpu::Stream::create("hsdp-offload-h2d"));
     HSDP_ASSIGN_OR_RETURN(s->staging_, gpu::PinnedBuffer::allocate(kStagingBytes));
     HSDP_ASSIGN_OR_RETURN(s->norm_acc_, gpu::DeviceBuffer::allocate(sizeof(double)));
     HSDP_ASSIGN_OR_RETURN(s->norm_scratch_,
@@ -319,6 +344,57 @@ class CudaMemorySpace final : public MemorySpace {
     return okStatus();
   }
 
+  StatusOr<std::unique_ptr<OffloadSlot>> offloadSlot(
+      const std::vector<std::pair<void*, size_t>>& host_buffers) override {
+    HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard g, gpu::DeviceGuard::set(device_));
+    auto slot = std::make_unique<CudaOffloadSlot>();
+    HSDP_ASSIGN_OR_RETURN(slot->downloaded, gpu::Event::create());
+    HSDP_ASSIGN_OR_RETURN(slot->uploaded, gpu::Event::create());
+    for (auto [p, bytes] : host_buffers) {
+      if (p == nullptr || bytes == 0) continue;
+      // After the NUMA binding and pre-faulting (HostBuffer::allocateNuma), so the pinned pages
+      // are the NUMA-local ones.
+      HSDP_CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterPortable));
+      slot->registered.push_back(p);
+    }
+    return std::unique_ptr<OffloadSlot>(std::move(slot));
+  }
+
+  Status startDownload(OffloadSlot& slot, void* host, const void* src, size_t bytes) override {
+    auto& s = static_cast<CudaOffloadSlot&>(slot);
+    HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard g, gpu::DeviceGuard::set(device_));
+    // The shard is final once the reduce lane has it (scatter, upcast, replica all-reduce).
+    HSDP_CUDA_CHECK(cudaEventRecord(lane_mark_.get(), reduce_.get()));
+    HSDP_CUDA_CHECK(cudaStreamWaitEvent(d2h_.get(), lane_mark_.get(), 0));
+    HSDP_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, d2h_.get()));
+    HSDP_CUDA_CHECK(cudaEventRecord(s.downloaded.get(), d2h_.get()));
+    return okStatus();
+  }
+
+  Status finishDownload(OffloadSlot& slot, void*, const void*, size_t) override {
+    auto& s = static_cast<CudaOffloadSlot&>(slot);
+    HSDP_CUDA_CHECK(cudaEventSynchronize(s.downloaded.get()));  // the CPU reads it next
+    return okStatus();
+  }
+
+  // Runs on the offload worker thread: touches only h2d_ and the slot (the training thread
+  // waits for this job before it reads the slot's event).
+  Status upload(OffloadSlot& slot, void* dst, const void* host, size_t bytes) override {
+    auto& s = static_cast<CudaOffloadSlot&>(slot);
+    HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard g, gpu::DeviceGuard::set(device_));
+    HSDP_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, h2d_.get()));
+    HSDP_CUDA_CHECK(cudaEventRecord(s.uploaded.get(), h2d_.get()));
+    return okStatus();
+  }
+
+  Status awaitUpload(OffloadSlot& slot) override {
+    auto& s = static_cast<CudaOffloadSlot&>(slot);
+    HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard g, gpu::DeviceGuard::set(device_));
+    // Never recorded (no step yet): no effect.
+    HSDP_CUDA_CHECK(cudaStreamWaitEvent(compute_, s.uploaded.get(), 0));
+    return okStatus();
+  }
+
   Status allGatherHost(Comm& world, const void* send, void* recv, size_t count,
                        DType dtype) override {
     if (auto* nccl = dynamic_cast<nccl::NcclComm*>(&world))
@@ -365,6 +441,7 @@ class CudaMemorySpace final : public MemorySpace {
   int device_ = 0;
   cudaStream_t compute_ = nullptr;  // the user's; not owned
   gpu::Stream reduce_;
+  gpu::Stream d2h_, h2d_;
   gpu::Event lane_mark_;
   gpu::PinnedBuffer staging_;
   gpu::Event staging_done_;

@@ -17,6 +17,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "hsdp/config.h"
 #include "hsdp/cpu_adam.h"
@@ -111,6 +113,26 @@ class MemorySpace {
   virtual Status markReleased(const SpaceBuffer& block, Lane lane) = 0;
   // Work enqueued on kCompute from now on comes after that last use.
   virtual Status awaitReuse(const SpaceBuffer& block) = 0;
+
+  // ---- CPU offload: a shard's trip to the CPU Adam in host memory and back ----
+  // Per unit: the host buffers the shard visits (CUDA: registered with cudaHostRegister, so the
+  // copies are asynchronous DMA, unregistered when the slot dies, which must be before the
+  // buffers are freed) and the events of its copies. The host space needs none of it.
+  struct OffloadSlot {
+    virtual ~OffloadSlot() = default;
+  };
+  virtual StatusOr<std::unique_ptr<OffloadSlot>> offloadSlot(
+      const std::vector<std::pair<void*, size_t>>& host_buffers) = 0;
+  // Training thread: starts copying `src` (this space) to `host` after the reductions enqueued
+  // on kReduce so far. Worker thread: finishDownload returns once `host` holds it.
+  virtual Status startDownload(OffloadSlot& slot, void* host, const void* src, size_t bytes) = 0;
+  virtual Status finishDownload(OffloadSlot& slot, void* host, const void* src,
+                                size_t bytes) = 0;
+  // Worker thread: starts copying `host` back into `dst` (this space); the host buffer may be
+  // written again only after awaitUpload. Training thread, after the worker's job: kCompute
+  // waits for the uploads of the slot.
+  virtual Status upload(OffloadSlot& slot, void* dst, const void* host, size_t bytes) = 0;
+  virtual Status awaitUpload(OffloadSlot& slot) = 0;
 
   // Collective over `world` on HOST memory (the engine's set-up checks): CUDA spaces run it on
   // the NCCL communicator's MPI bootstrap.

@@ -107,6 +107,22 @@ class HostMemorySpace final : public MemorySpace {
   Status markReleased(const SpaceBuffer&, Lane) override { return okStatus(); }
   Status awaitReuse(const SpaceBuffer&) override { return okStatus(); }
 
+  // Host offload: the shard is already host memory; the worker copies it in and out itself.
+  StatusOr<std::unique_ptr<OffloadSlot>> offloadSlot(
+      const std::vector<std::pair<void*, size_t>>&) override {
+    return std::make_unique<OffloadSlot>();
+  }
+  Status startDownload(OffloadSlot&, void*, const void*, size_t) override { return okStatus(); }
+  Status finishDownload(OffloadSlot&, void* host, const void* src, size_t bytes) override {
+    std::memcpy(host, src, bytes);
+    return okStatus();
+  }
+  Status upload(OffloadSlot&, void* dst, const void* host, size_t bytes) override {
+    std::memcpy(dst, host, bytes);
+    return okStatus();
+  }
+  Status awaitUpload(OffloadSlot&) override { return okStatus(); }
+
   Status allGatherHost(Comm& world, const void* send, void* recv, size_t count,
                        DType dtype) override {
     return world.allGather(send, recv, count, dtype);

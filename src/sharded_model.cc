@@ -34,6 +34,12 @@ struct Unit {
   // With CPU offload: the fp32 master shard and a host copy of the gradient shard (the moments
   // above are host memory too); the step's job copies grad in, steps, copies the master back.
   HostBuffer host_master, host_grad;
+  // With offload on a device and bf16 parameters: the bf16 copy the CPU Adam writes, uploaded
+  // into shard16 (on the host the CPU Adam writes shard16 itself).
+  HostBuffer host16;
+  // The space's per-unit offload state (pinned registrations, copy events); declared after the
+  // host buffers so that it goes first (unpins before they are freed).
+  std::unique_ptr<MemorySpace::OffloadSlot> offload;
   int64_t step_ticket = 0;  // StepQueue ticket of this unit's pending offloaded step; 0: none
   int64_t launched_step = 0;  // the optimizer step whose job was last submitted
   // Mixed precision: the bf16 rounding of the master shard (what the all-gather sends), the
@@ -169,31 +175,48 @@ struct ShardedModel::Impl {
   NumaTopology numa;
   std::unique_ptr<StepQueue> queue;  // offload: steps run here, off the training thread
 
-  // Offload: queue unit u's step t (gradient scaled by `scale`) on the worker thread.
-  void launchStep(Unit& u, int64_t t, float scale) {
-    float* device_master = master(u);
+  // Offload: queue unit u's step t (gradient scaled by `scale`) on the worker thread. The
+  // gradient shard goes to host memory (on a device: a D2H copy started here), the CPU Adam
+  // steps the host master, and the master comes back (on a device: an H2D copy).
+  Status launchStep(Unit& u, int64_t t, float scale) {
+    float* space_master = master(u);
     const size_t n = u.layout.shardNumel();
     const AdamConfig adam = cfg.adam;
     CpuAdam* opt = cpu_adam.get();
+    MemorySpace* sp = space.get();
     u.launched_step = t;
-    bf16* out16 = bf16Params() ? u.shard16.as<bf16>() : nullptr;
-    u.step_ticket = queue->submit([&u, device_master, n, adam, opt, t, scale, out16]() -> Status {
-      std::memcpy(u.host_grad.data(), u.grad_shard.data(), n * sizeof(float));
-      HSDP_RETURN_IF_ERROR(opt->step(adam, t,
-                                     {u.host_master.as<float>(), u.host_grad.as<float>(),
-                                      u.exp_avg.as<float>(), u.exp_avg_sq.as<float>(), n, out16},
-                                     scale));
-      std::memcpy(device_master, u.host_master.data(), n * sizeof(float));
-      return okStatus();
-    });
+    // The bf16 copy: straight into shard16 on the host; on a device into host16, then uploaded.
+    bf16* out16 = !bf16Params() ? nullptr
+                  : onDevice()  ? u.host16.as<bf16>()
+                                : u.shard16.as<bf16>();
+    bf16* up16 = bf16Params() && onDevice() ? u.shard16.as<bf16>() : nullptr;
+    HSDP_RETURN_IF_ERROR(
+        sp->startDownload(*u.offload, u.host_grad.data(), u.grad_shard.data(), n * sizeof(float)));
+    u.step_ticket = queue->submit(
+        [&u, space_master, n, adam, opt, sp, t, scale, out16, up16]() -> Status {
+          HSDP_RETURN_IF_ERROR(sp->finishDownload(*u.offload, u.host_grad.data(),
+                                                  u.grad_shard.data(), n * sizeof(float)));
+          HSDP_RETURN_IF_ERROR(opt->step(adam, t,
+                                         {u.host_master.as<float>(), u.host_grad.as<float>(),
+                                          u.exp_avg.as<float>(), u.exp_avg_sq.as<float>(), n,
+                                          out16},
+                                         scale));
+          HSDP_RETURN_IF_ERROR(
+              sp->upload(*u.offload, space_master, u.host_master.data(), n * sizeof(float)));
+          if (up16 != nullptr)
+            HSDP_RETURN_IF_ERROR(sp->upload(*u.offload, up16, out16, n * sizeof(bf16)));
+          return okStatus();
+        });
+    return okStatus();
   }
 
-  // The unit's parameters are about to be read: its offloaded step must have landed.
+  // The unit's parameters are about to be read: its offloaded step must have landed (on a
+  // device: the compute stream waits for the upload).
   Status waitForStep(Unit& u) {
     if (u.step_ticket == 0) return okStatus();
     HSDP_RETURN_IF_ERROR(queue->waitFor(u.step_ticket));
     u.step_ticket = 0;
-    return okStatus();
+    return space->awaitUpload(*u.offload);
   }
 
   Status checkUnit(int u, const char* verb) const {
@@ -251,7 +274,7 @@ struct ShardedModel::Impl {
       u.grad_reduced = true;
       // Offload without clipping: step this unit now, while backward goes on. (Clipping needs
       // the global norm of every gradient first, so then step() launches them all.)
-      if (queue && cfg.clip_norm <= 0) launchStep(u, step + 1, 1.0f);
+      if (queue && cfg.clip_norm <= 0) HSDP_RETURN_IF_ERROR(launchStep(u, step + 1, 1.0f));
       pending.pop_front();
     }
     return okStatus();
@@ -279,11 +302,6 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
                                "'; build the mesh over an NCCL world "
                                "(hsdp::nccl::createNcclComm, collectives/nccl/nccl_comm.h)");
   }
-  if (cfg.device == Device::kCuda && cfg.offload_cpu)
-    return Status(StatusCode::kUnimplemented,
-                  "CPU offload with Device::kCuda is not implemented (the optimizer state would "
-                  "move to pinned host memory on copy streams); use Device::kHost with "
-                  "offload_cpu, or Device::kCuda without it");
   if (cfg.mode == ShardMode::kNone && s.shardGroupSize() != 1)
     return invalidArgument("mode none replicates everything and needs intra_shard=1 and "
                            "inter_shard=1 (got intra_shard=", s.intra_shard, ", inter_shard=",
@@ -304,14 +322,16 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
       return invalidArgument("mixed precision dtype ", dtypeName(t), " is not float or bf16");
   auto impl = std::make_unique<Impl>();
   impl->mesh = &mesh;
-  if (cfg.device == Device::kCuda) {
-    HSDP_ASSIGN_OR_RETURN(impl->space, cudaMemorySpace(/*compute_stream=*/nullptr));
-  } else {
+  if (cfg.device == Device::kHost || cfg.offload_cpu) {  // the CPU Adam steps host shards
     CpuAdamOptions adam_opts;
     // One thread per rank unless HSDP_CPU_ADAM_THREADS says otherwise: ranks share the node's
     // cores, and the pool does not know about the other ranks.
     if (env::getString("HSDP_CPU_ADAM_THREADS").empty()) adam_opts.threads = 1;
     HSDP_ASSIGN_OR_RETURN(impl->cpu_adam, CpuAdam::create(adam_opts));
+  }
+  if (cfg.device == Device::kCuda) {
+    HSDP_ASSIGN_OR_RETURN(impl->space, cudaMemorySpace(/*compute_stream=*/nullptr));
+  } else {
     impl->space = hostMemorySpace(impl->cpu_adam.get());
   }
   if (cfg.offload_cpu) {
@@ -425,6 +445,12 @@ Status ShardedModel::finalize() {
       u.exp_avg_sq = SpaceBuffer::wrap(std::move(eas));
       HSDP_ASSIGN_OR_RETURN(u.host_master, HostBuffer::allocateNuma(bytes, m.numa));
       HSDP_ASSIGN_OR_RETURN(u.host_grad, HostBuffer::allocateNuma(bytes, m.numa));
+      if (m.bf16Params() && m.onDevice()) {
+        HSDP_ASSIGN_OR_RETURN(u.host16, HostBuffer::allocateNuma(u.layout.shardNumel() * 2, m.numa));
+      }
+      HSDP_ASSIGN_OR_RETURN(u.offload, sp.offloadSlot({{u.host_grad.data(), u.host_grad.size()},
+                                                       {u.host_master.data(), u.host_master.size()},
+                                                       {u.host16.data(), u.host16.size()}}));
     } else {
       HSDP_ASSIGN_OR_RETURN(u.exp_avg, sp.allocate(bytes));
       HSDP_ASSIGN_OR_RETURN(u.exp_avg_sq, sp.allocate(bytes));
@@ -514,8 +540,9 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
   } else {
     HSDP_RETURN_IF_ERROR(copySlice());
   }
-  if (impl_->queue)  // the host master mirrors the shard (offload: host space only)
-    std::memcpy(u.host_master.data(), impl_->master(u), u.layout.shardNumel() * sizeof(float));
+  if (impl_->queue)  // the host master mirrors the shard
+    HSDP_RETURN_IF_ERROR(sp.copyToHost(u.host_master.data(), impl_->master(u),
+                                       u.layout.shardNumel() * sizeof(float)));
   return impl_->refresh16(u);
 }
 
@@ -723,7 +750,8 @@ Status ShardedModel::step() {
   if (m.cfg.clip_norm > 0) coef = std::min(1.0f, m.cfg.clip_norm / (m.last_grad_norm + 1e-6f));
   for (Unit& u : m.units) {
     if (m.queue) {
-      if (u.launched_step != m.step) m.launchStep(u, m.step, coef);  // not launched early
+      if (u.launched_step != m.step)  // not launched early
+        HSDP_RETURN_IF_ERROR(m.launchStep(u, m.step, coef));
     } else {
       HSDP_RETURN_IF_ERROR(m.space->adamStep(
           m.cfg.adam, m.step,
@@ -736,7 +764,10 @@ Status ShardedModel::step() {
   if (m.queue) {
     // What backward did not hide of the offloaded steps is waited for here.
     HSDP_RETURN_IF_ERROR(m.queue->waitAll());
-    for (Unit& u : m.units) u.step_ticket = 0;
+    for (Unit& u : m.units) {
+      u.step_ticket = 0;
+      HSDP_RETURN_IF_ERROR(m.space->awaitUpload(*u.offload));
+    }
   }
   if (m.replicatedParams()) {
     // zero1/zero2: every rank stepped its slice of the whole parameters; gather them back, in
@@ -801,7 +832,7 @@ MemoryReport ShardedModel::memoryReport() const {
     r.grad_bytes += u.grad_shard.size() + u.full_grad_buf.size();
     r.optim_bytes += u.exp_avg.size() + u.exp_avg_sq.size();
     r.offload_host_bytes += u.exp_avg.size() + u.exp_avg_sq.size() + u.host_master.size() +
-                            u.host_grad.size();
+                            u.host_grad.size() + u.host16.size();
     r.hpz_bytes += u.hpz_block.size();
   }
   r.gathered_peak_bytes = m.pool.peakBytes();

@@ -52,8 +52,11 @@
 //  * step(): returns when the update is enqueued and ordered before later work on the compute
 //    stream. With clipping, the host reads the gradient norm back once per step (it waits for
 //    the reductions and the norm kernel, not for the compute stream).
-// Device mode does not support CPU offload or hpZ yet: create() returns Unimplemented naming the
-// combination.
+// hpZ works on a device as on the host (the intra-shard communicator must be NCCL too). CPU
+// offload on a device: each reduced gradient shard goes down to pinned (registered, NUMA-bound)
+// host memory on a copy stream, the CPU Adam steps it on the offload worker, and the updated
+// master (and bf16 copy) comes back on another copy stream; the compute stream waits for that
+// upload before the unit's parameters are read again, and the worker waits for the download.
 #pragma once
 
 #include <memory>

@@ -2,8 +2,8 @@
 // same small model (units of odd sizes that do not divide the shard count) trained for a few
 // steps on the host engine over an MPI mesh and on the device engine over an NCCL mesh with
 // identical synthetic gradients, in every mode (none, zero1, zero2, zero3), fp32 and bf16
-// policies, gradient accumulation, clipping, the rate limiter and hpZ; the parameters seen in
-// forward and the final gathered parameters must agree.
+// policies, gradient accumulation, clipping, the rate limiter, CPU offload and hpZ; the
+// parameters seen in forward and the final gathered parameters must agree.
 //
 // Why agreement is expected, and how close: gathers are copies (exact); the GPU Adam equals the
 // CPU Adam bit for bit (cuda/kernels.h); the synthetic gradients are positive multiples of 1/4
@@ -79,7 +79,9 @@ struct Case {
   bool legacy_stream = false;  // run the device engine on the legacy default stream
 };
 
-std::vector<Case> cases(const MeshShape& s) {
+// Every case on the meshes that matter most (`full`); a few on the other factor pairs, which
+// keeps the whole binary well inside its ctest timeout with 4 ranks time-sharing one GPU.
+std::vector<Case> cases(const MeshShape& s, bool full) {
   std::vector<Case> out;
   auto add = [&](std::string name, ShardMode mode, auto tweak, int accum = 1) {
     Case c;
@@ -104,6 +106,12 @@ std::vector<Case> cases(const MeshShape& s) {
     add("none", ShardMode::kNone, [](Case& c) { c.legacy_stream = true; });
     add("none.accum2.clip", ShardMode::kNone, clip, 2);
   }
+  if (!full) {
+    add("zero3", ShardMode::kZero3, none);
+    add("zero1.accum2.clip", ShardMode::kZero1, clip, 2);
+    add("zero2.bf16both", ShardMode::kZero2, bf16both);
+    return out;
+  }
   for (ShardMode mode : {ShardMode::kZero1, ShardMode::kZero2, ShardMode::kZero3}) {
     const std::string m = shardModeName(mode);
     add(m, mode, none);
@@ -112,6 +120,10 @@ std::vector<Case> cases(const MeshShape& s) {
     add(m + ".bf16grads", mode, bf16r);
     add(m + ".bf16both.accum2.clip", mode, [&](Case& c) { bf16both(c); clip(c); }, 2);
   }
+  auto offload = [](Case& c) { c.cfg.offload_cpu = true; };
+  add("zero1.offload", ShardMode::kZero1, offload);
+  add("zero3.offload.accum2.clip", ShardMode::kZero3, [&](Case& c) { offload(c); clip(c); }, 2);
+  add("zero2.bf16both.offload", ShardMode::kZero2, [&](Case& c) { offload(c); bf16both(c); });
   add("zero3.maxgathered1", ShardMode::kZero3, [](Case& c) { c.cfg.max_gathered_units = 1; });
   add("zero3.adam.legacy_stream", ShardMode::kZero3, [](Case& c) {
     c.cfg.adam.kind = OptimizerKind::kAdam;
@@ -254,7 +266,8 @@ void runParity(int ranks_per_node) {
       auto dev_mesh = Mesh::create(*nccl_world, *layout, {I, J});
       ASSERT_TRUE(dev_mesh.ok()) << dev_mesh.status().toString();
       const MeshShape& s = (*dev_mesh)->shape();
-      for (const Case& c : cases(s)) {
+      const bool full = (J == 1 && I == layout->ranks_per_node) || (I > 1 && J > 1);
+      for (const Case& c : cases(s, full)) {
         SCOPED_TRACE((*dev_mesh)->describe() + ", case " + c.name);
         Outcome host_out, dev_out;
         {
@@ -306,8 +319,8 @@ TEST(EngineOnDevice, MatchesHostEngineTwoNodes) {
   runParity(world().size() / 2);
 }
 
-// Bad input on a device: an MPI mesh, CPU offload; and nothing collective happens first.
-TEST(EngineOnDevice, RejectsMpiMeshAndOffload) {
+// Bad input on a device: an MPI mesh, named in the error; nothing collective happens first.
+TEST(EngineOnDevice, RejectsMpiMesh) {
   HSDP_REQUIRE_GPU();
   Comm* nccl_world = ncclWorld();
   ASSERT_NE(nccl_world, nullptr);
@@ -320,12 +333,7 @@ TEST(EngineOnDevice, RejectsMpiMeshAndOffload) {
   auto m = ShardedModel::create(**mpi_mesh, cfg);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << m.status().toString();
-  auto dev_mesh = Mesh::create(*nccl_world, *layout, {});
-  ASSERT_TRUE(dev_mesh.ok()) << dev_mesh.status().toString();
-  cfg.offload_cpu = true;
-  m = ShardedModel::create(**dev_mesh, cfg);
-  ASSERT_FALSE(m.ok());
-  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented) << m.status().toString();
+  EXPECT_NE(m.status().message().find("'mpi'"), std::string::npos) << m.status().message();
 }
 
 }  // namespace
