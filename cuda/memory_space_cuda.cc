@@ -45,7 +45,8 @@ struct DeviceOwner final : SpaceBuffer::Owner {
 // after the enqueue: what a lane waits on to consume the result.
 class DeviceWork final : public Work {
  public:
-  DeviceWork(WorkHandle inner, gpu::Event done) : inner_(std::move(inner)), done_(std::move(done)) {}
+  DeviceWork(WorkHandle inner, gpu::Event done)
+      : inner_(std::move(inner)), done_(std::move(done)) {}
   Status wait() override { return inner_->wait(); }
   StatusOr<bool> test() override { return inner_->test(); }
   cudaEvent_t event() const { return done_.get(); }
@@ -82,6 +83,9 @@ class CudaMemorySpace final : public MemorySpace {
     // The communicators outlive the engine (the mesh does); their caller streams must not point
     // at reduce_, which dies with us.
     for (const Bound& b : bound_) b.comm->setCallerStream(nullptr);
+    // The pinned staging and norm buffers are freed next: their last copies must be done.
+    if (staging_done_.get() != nullptr) (void)cudaEventSynchronize(staging_done_.get());
+    if (norm_ready_.get() != nullptr) (void)cudaEventSynchronize(norm_ready_.get());
   }
 
   static StatusOr<std::unique_ptr<MemorySpace>> create(void* compute) {
@@ -217,8 +221,7 @@ class CudaMemorySpace final : public MemorySpace {
     return okStatus();
   }
 
-  Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& s,
-                  float grad_scale) override {
+  Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& s, float grad_scale) override {
     HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard g, gpu::DeviceGuard::set(device_));
     return gpu::adamStep(cfg, t, {s.param, s.grad, s.exp_avg, s.exp_avg_sq, s.n, s.param_bf16},
                          compute_, grad_scale);
@@ -241,9 +244,10 @@ class CudaMemorySpace final : public MemorySpace {
     if (norm_reduced_) {  // as the host: the float rounding of the sum, summed over the group
       HSDP_RETURN_IF_ERROR(
           gpu::castDoubleToFloat(norm_acc_.as<double>(), norm_partial_.as<float>(), 1, compute_));
-      HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallReduce(*group, norm_partial_.data(), 1,
-                                                     DType::kFloat32, RedOp::kSum));
-      HSDP_ASSIGN_OR_RETURN(bool done, reached(w, Lane::kCompute, /*block=*/true, /*exposed=*/false));
+      HSDP_ASSIGN_OR_RETURN(
+          WorkHandle w, iallReduce(*group, norm_partial_.data(), 1, DType::kFloat32, RedOp::kSum));
+      HSDP_ASSIGN_OR_RETURN(bool done,
+                            reached(w, Lane::kCompute, /*block=*/true, /*exposed=*/false));
       (void)done;
       HSDP_CUDA_CHECK(cudaMemcpyAsync(norm_host_.as<double>() + 1, norm_partial_.data(),
                                       sizeof(float), cudaMemcpyDeviceToHost, compute_));

@@ -45,7 +45,9 @@ class SpaceBuffer {
 
   void* data() const { return data_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t size() const { return size_; }
   Owner* owner() const { return owner_.get(); }
 
@@ -126,8 +128,7 @@ class MemorySpace {
   // Training thread: starts copying `src` (this space) to `host` after the reductions enqueued
   // on kReduce so far. Worker thread: finishDownload returns once `host` holds it.
   virtual Status startDownload(OffloadSlot& slot, void* host, const void* src, size_t bytes) = 0;
-  virtual Status finishDownload(OffloadSlot& slot, void* host, const void* src,
-                                size_t bytes) = 0;
+  virtual Status finishDownload(OffloadSlot& slot, void* host, const void* src, size_t bytes) = 0;
   // Worker thread: starts copying `host` back into `dst` (this space); the host buffer may be
   // written again only after awaitUpload. Training thread, after the worker's job: kCompute
   // waits for the uploads of the slot.

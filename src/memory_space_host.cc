@@ -147,9 +147,10 @@ std::unique_ptr<MemorySpace> hostMemorySpace(CpuAdam* adam) {
 
 #if !defined(HSDP_HAVE_CUDA)
 StatusOr<std::unique_ptr<MemorySpace>> cudaMemorySpace(void*) {
-  return failedPrecondition("Device::kCuda: this hsdp was built without CUDA (configured with "
-                            "HSDP_WITH_CUDA=OFF, or no CUDA toolkit and NCCL were found); "
-                            "reconfigure with -DHSDP_WITH_CUDA=ON");
+  return failedPrecondition(
+      "Device::kCuda: this hsdp was built without CUDA (configured with "
+      "HSDP_WITH_CUDA=OFF, or no CUDA toolkit and NCCL were found); "
+      "reconfigure with -DHSDP_WITH_CUDA=ON");
 }
 #endif
 

@@ -54,11 +54,9 @@ TEST(DeviceConfig, CudaOverAnMpiMeshIsRejected) {
     EXPECT_EQ(model.status().code(), StatusCode::kInvalidArgument) << model.status().toString();
     EXPECT_NE(model.status().message().find("'mpi'"), std::string::npos)
         << model.status().message();
-    EXPECT_NE(model.status().message().find("nccl"), std::string::npos)
-        << model.status().message();
+    EXPECT_NE(model.status().message().find("nccl"), std::string::npos) << model.status().message();
 #else
-    EXPECT_EQ(model.status().code(), StatusCode::kFailedPrecondition)
-        << model.status().toString();
+    EXPECT_EQ(model.status().code(), StatusCode::kFailedPrecondition) << model.status().toString();
     EXPECT_NE(model.status().message().find("built without CUDA"), std::string::npos)
         << model.status().message();
 #endif

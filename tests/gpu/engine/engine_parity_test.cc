@@ -118,12 +118,27 @@ std::vector<Case> cases(const MeshShape& s, bool full) {
     add(m + ".accum3.clip", mode, clip, 3);
     add(m + ".bf16params", mode, bf16p);
     add(m + ".bf16grads", mode, bf16r);
-    add(m + ".bf16both.accum2.clip", mode, [&](Case& c) { bf16both(c); clip(c); }, 2);
+    add(
+        m + ".bf16both.accum2.clip", mode,
+        [&](Case& c) {
+          bf16both(c);
+          clip(c);
+        },
+        2);
   }
   auto offload = [](Case& c) { c.cfg.offload_cpu = true; };
   add("zero1.offload", ShardMode::kZero1, offload);
-  add("zero3.offload.accum2.clip", ShardMode::kZero3, [&](Case& c) { offload(c); clip(c); }, 2);
-  add("zero2.bf16both.offload", ShardMode::kZero2, [&](Case& c) { offload(c); bf16both(c); });
+  add(
+      "zero3.offload.accum2.clip", ShardMode::kZero3,
+      [&](Case& c) {
+        offload(c);
+        clip(c);
+      },
+      2);
+  add("zero2.bf16both.offload", ShardMode::kZero2, [&](Case& c) {
+    offload(c);
+    bf16both(c);
+  });
   add("zero3.maxgathered1", ShardMode::kZero3, [](Case& c) { c.cfg.max_gathered_units = 1; });
   add("zero3.adam.legacy_stream", ShardMode::kZero3, [](Case& c) {
     c.cfg.adam.kind = OptimizerKind::kAdam;
@@ -131,11 +146,14 @@ std::vector<Case> cases(const MeshShape& s, bool full) {
   });
   if (s.intra_shard > 1 && s.inter_shard > 1) {
     add("zero3.hpz", ShardMode::kZero3, [](Case& c) { c.cfg.hpz = true; });
-    add("zero3.hpz.bf16both.accum2.clip", ShardMode::kZero3, [&](Case& c) {
-      c.cfg.hpz = true;
-      bf16both(c);
-      clip(c);
-    }, 2);
+    add(
+        "zero3.hpz.bf16both.accum2.clip", ShardMode::kZero3,
+        [&](Case& c) {
+          c.cfg.hpz = true;
+          bf16both(c);
+          clip(c);
+        },
+        2);
   }
   return out;
 }
@@ -158,9 +176,9 @@ std::vector<float> readView(const ParamView& v, bool device, cudaStream_t stream
     std::copy(v.data, v.data + v.numel, out.begin());
     return out;
   }
-  EXPECT_EQ(cudaMemcpyAsync(out.data(), v.data, v.numel * sizeof(float), cudaMemcpyDeviceToHost,
-                            stream),
-            cudaSuccess);
+  EXPECT_EQ(
+      cudaMemcpyAsync(out.data(), v.data, v.numel * sizeof(float), cudaMemcpyDeviceToHost, stream),
+      cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);  // test code: read it now
   return out;
 }
