@@ -3,6 +3,10 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <thread>
 #include <vector>
 
 namespace hsdp {
@@ -16,11 +20,62 @@ std::vector<ProgressiveWork*>& active() {
 
 bool g_in_progress = false;
 
+std::recursive_mutex& stateMutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
+// The progress thread: it sleeps on `wake` while nothing is in flight (a new work notifies it),
+// and otherwise takes a pass every `interval` under the state lock.
+struct Thread {
+  std::thread t;
+  std::atomic<bool> stop{false};
+  std::mutex m;  // only for `wake`: never held together with the state lock
+  std::condition_variable wake;
+  std::chrono::microseconds interval{100};
+
+  void run() {
+    while (!stop.load()) {
+      bool pending = false;
+      {
+        auto lock = progressLock();
+        pending = !active().empty();
+        if (pending) ProgressiveWork::progressAll();
+      }
+      if (pending) {
+        std::this_thread::sleep_for(interval);
+      } else {
+        std::unique_lock<std::mutex> l(m);
+        // Timed, so a notification that raced with the check above costs at most this.
+        wake.wait_for(l, std::chrono::milliseconds(2));
+      }
+    }
+  }
+};
+
+Thread& thread() {
+  static Thread t;
+  return t;
+}
+
+std::atomic<bool> g_thread_running{false};
+
 }  // namespace
 
-ProgressiveWork::ProgressiveWork() { active().push_back(this); }
+std::unique_lock<std::recursive_mutex> progressLock() {
+  return std::unique_lock<std::recursive_mutex>(stateMutex());
+}
+
+ProgressiveWork::ProgressiveWork() {
+  {
+    auto lock = progressLock();
+    active().push_back(this);
+  }
+  if (g_thread_running.load()) thread().wake.notify_one();
+}
 
 ProgressiveWork::~ProgressiveWork() {
+  auto lock = progressLock();
   auto& a = active();
   a.erase(std::remove(a.begin(), a.end(), this), a.end());
 }
@@ -31,6 +86,7 @@ void ProgressiveWork::finish(Status s) {
 }
 
 bool ProgressiveWork::progressAll() {
+  auto lock = progressLock();
   if (g_in_progress) return false;
   g_in_progress = true;
   bool any = false;
@@ -51,6 +107,7 @@ bool ProgressiveWork::progressAll() {
 
 StatusOr<bool> ProgressiveWork::isComplete(Work& w) {
   if (auto* p = dynamic_cast<ProgressiveWork*>(&w)) {
+    auto lock = progressLock();
     if (p->done_ && !p->status_.ok()) return p->status_;
     return p->done_;
   }
@@ -58,21 +115,49 @@ StatusOr<bool> ProgressiveWork::isComplete(Work& w) {
 }
 
 Status ProgressiveWork::wait() {
-  while (!done_) {
-    if (g_in_progress) {
-      advance();  // nested inside a pass: only this work can move here
-    } else if (!progressAll() && !done_) {
-      // Ranks may outnumber cores (virtual nodes): let the peers we wait for run.
-      sched_yield();
+  for (;;) {
+    {
+      auto lock = progressLock();
+      if (done_) return status_;
+      if (g_in_progress) {
+        advance();  // nested inside a pass: only this work can move here
+        continue;
+      }
+      if (progressAll() || done_) continue;
     }
+    // Ranks may outnumber cores (virtual nodes): let the peers we wait for run (and, between
+    // passes, the progress thread take the lock).
+    sched_yield();
   }
-  return status_;
 }
 
 StatusOr<bool> ProgressiveWork::test() {
+  auto lock = progressLock();
   if (!done_) progressAll();
   if (done_ && !status_.ok()) return status_;
   return done_;
 }
+
+namespace progress_thread {
+
+void start(int interval_us) {
+  if (g_thread_running.exchange(true)) return;
+  Thread& t = thread();
+  t.interval = std::chrono::microseconds(std::max(1, interval_us));
+  t.stop = false;
+  t.t = std::thread([&t] { t.run(); });
+}
+
+void stop() {
+  if (!g_thread_running.exchange(false)) return;
+  Thread& t = thread();
+  t.stop = true;
+  t.wake.notify_one();
+  t.t.join();
+}
+
+bool running() { return g_thread_running.load(); }
+
+}  // namespace progress_thread
 
 }  // namespace hsdp

@@ -2,12 +2,25 @@
 // ProgressiveWork of the process is on one list, and test() or wait() on any of them advances all
 // (as MPI progresses every request inside any MPI call). So waiting on one handle never starves
 // another, and a schedule whose next step this rank must issue is never stuck behind a wait on a
-// different handle. Only one thread drives progress (the one that runs the collectives).
+// different handle.
+//
+// Between hsdp calls nothing advances, unless the progress thread runs (HSDP_PROGRESS_THREAD=1,
+// started by mpi::Session): it advances the list every HSDP_PROGRESS_INTERVAL_US while anything
+// is in flight, so a gather prefetched before a layer's compute moves during that compute. Two
+// threads then touch the communication state, so every entry point of a transport (MpiComm,
+// UcxComm and their works) and of the hierarchical schedules holds progressLock(), and MPI runs
+// at MPI_THREAD_MULTIPLE (the user's own MPI calls may overlap the thread's).
 #pragma once
+
+#include <mutex>
 
 #include "hsdp/transport.h"
 
 namespace hsdp {
+
+// Serialises hsdp's communication state between the caller's threads and the progress thread.
+// Recursive: entry points call each other (a schedule's advance() starts sub-collectives).
+std::unique_lock<std::recursive_mutex> progressLock();
 
 class ProgressiveWork : public Work {
  public:
@@ -16,6 +29,7 @@ class ProgressiveWork : public Work {
   ~ProgressiveWork() override;
   Status wait() final;
   StatusOr<bool> test() final;
+  // Complete, without advancing anything (read it under progressLock() while the thread runs).
   bool done() const { return done_; }
 
   // Advances every in-flight operation of the process once; true if any completed. A call made
@@ -39,5 +53,13 @@ class ProgressiveWork : public Work {
   Status status_;
   bool done_ = false;
 };
+
+// The progress thread. start() is idempotent; stop() joins it (mpi::Session calls it before
+// MPI_Finalize). interval_us: pause between passes while works are in flight.
+namespace progress_thread {
+void start(int interval_us);
+void stop();
+bool running();
+}  // namespace progress_thread
 
 }  // namespace hsdp

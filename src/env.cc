@@ -35,6 +35,13 @@ const std::vector<Param>& registry() {
        "rate-limited link (emulated 1gbit, 4 rank pairs exchanging 8 MiB each with "
        "MPI_Sendrecv: ~450 ms with 1, ~305 ms with 4, floor 280 ms). hsdp's own pipelined "
        "schedules measured the same with 1 or 4, and 8 once hung Open MPI 4.1, so it is opt-in."},
+      {"HSDP_PROGRESS_THREAD", "bool", "0",
+       "Start a progress thread (MPI_THREAD_MULTIPLE): it advances in-flight collectives "
+       "(rings, pipelined schedules, MPI requests) while the caller computes, so a prefetched "
+       "gather moves during a layer's compute instead of only inside hsdp calls."},
+      {"HSDP_PROGRESS_INTERVAL_US", "int", "100",
+       "Progress thread: microseconds between its passes while collectives are in flight (it "
+       "sleeps while none are)."},
       {"HSDP_TRANSPORT_INTRA", "enum", "mpi",
        "Transport of the intra-node level (intra-shard group): mpi, ucx (UCP over UCX's "
        "shared-memory transports; see docs/ucx.md), or nccl in CUDA builds (device buffers; "

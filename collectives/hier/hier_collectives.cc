@@ -41,7 +41,10 @@ class ScheduleWork : public ProgressiveWork {
   ScheduleWork(HierarchicalCollectives& h, HostBuffer* slot) : h_(h), slot_(slot) {
     h_.issuing_.push_back(this);
   }
-  ~ScheduleWork() override { h_.doneIssuing(this); }
+  ~ScheduleWork() override {
+    auto lock = progressLock();
+    h_.doneIssuing(this);
+  }
 
  protected:
   // Runs step() until it makes no more progress; converts failures into the Work's status.
@@ -511,6 +514,7 @@ HierarchicalCollectives::~HierarchicalCollectives() = default;
 size_t HierarchicalCollectives::scratchBytes() const { return pool_->totalBytes(); }
 
 Status HierarchicalCollectives::setOptions(HierOptions options) {
+  auto lock = progressLock();
   if (options.chunks < 1) return invalidArgument("pipeline chunks ", options.chunks, " must be >= 1");
   if (options.inter_dtype != DType::kFloat32 && options.inter_dtype != DType::kBFloat16)
     return invalidArgument("inter-node dtype ", dtypeName(options.inter_dtype),
@@ -555,6 +559,7 @@ void HierarchicalCollectives::doneIssuing(const void* w) {
 }
 
 Status HierarchicalCollectives::reserve(size_t max_count, DType dtype) {
+  auto lock = progressLock();
   const size_t es = dtypeSize(dtype);
   HSDP_RETURN_IF_ERROR(pool_->reserve(stagingBytes(max_count, dtype)));
   const size_t chunk =
@@ -566,6 +571,7 @@ Status HierarchicalCollectives::reserve(size_t max_count, DType dtype) {
 
 StatusOr<WorkHandle> HierarchicalCollectives::iallGather(const void* shard, void* full,
                                                          size_t count, DType dtype) {
+  auto lock = progressLock();
   const size_t es = dtypeSize(dtype);
   const bool same_wire = options_.inter_dtype == dtype || dtype != DType::kFloat32 ||
                          inter_.size() == 1;
@@ -583,6 +589,7 @@ StatusOr<WorkHandle> HierarchicalCollectives::iallGather(const void* shard, void
 
 StatusOr<WorkHandle> HierarchicalCollectives::ireduceScatter(const void* full, void* shard,
                                                              size_t count, DType dtype, RedOp op) {
+  auto lock = progressLock();
   const bool same_wire = options_.inter_dtype == dtype || dtype != DType::kFloat32 ||
                          inter_.size() == 1;
   if (issuing_.empty() && same_wire && (intra_.size() == 1 || inter_.size() == 1)) {
@@ -599,6 +606,7 @@ StatusOr<WorkHandle> HierarchicalCollectives::ireduceScatter(const void* full, v
 
 StatusOr<WorkHandle> HierarchicalCollectives::iallReduce(void* buf, size_t count, DType dtype,
                                                          RedOp op) {
+  auto lock = progressLock();
   if (Comm* level = singleLevelAllReduce(count, dtype))
     return level->iallReduce(buf, count, dtype, op);
   HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, pool_->acquire(allReduceBytes(count, dtype)));
@@ -607,12 +615,14 @@ StatusOr<WorkHandle> HierarchicalCollectives::iallReduce(void* buf, size_t count
 
 Status HierarchicalCollectives::allGather(const void* shard, void* full, size_t count,
                                           DType dtype) {
+  auto lock = progressLock();
   HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallGather(shard, full, count, dtype));
   return w->wait();
 }
 
 Status HierarchicalCollectives::reduceScatter(const void* full, void* shard, size_t count,
                                               DType dtype, RedOp op) {
+  auto lock = progressLock();
   HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(full, shard, count, dtype, op));
   return w->wait();
 }
@@ -629,6 +639,7 @@ Comm* HierarchicalCollectives::singleLevelAllReduce(size_t count, DType dtype) {
 }
 
 Status HierarchicalCollectives::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  auto lock = progressLock();
   // Blocking: the transport's blocking call (MPI's tuned MPI_Allreduce, not libnbc's schedule).
   if (Comm* level = singleLevelAllReduce(count, dtype)) return level->allReduce(buf, count, dtype, op);
   HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallReduce(buf, count, dtype, op));

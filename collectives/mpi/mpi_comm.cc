@@ -56,6 +56,7 @@ MpiComm::~MpiComm() {
 }
 
 Status MpiComm::allGather(const void* send, void* recv, size_t count, DType dtype) {
+  auto lock = progressLock();
   HSDP_RETURN_IF_ERROR(checkCount(count * size_, "allGather"));
   const size_t es = dtypeSize(dtype);
   const void* src = send;
@@ -68,6 +69,7 @@ Status MpiComm::allGather(const void* send, void* recv, size_t count, DType dtyp
 
 StatusOr<WorkHandle> MpiComm::iallGather(const void* send, void* recv, size_t count,
                                          DType dtype) {
+  auto lock = progressLock();
   HSDP_RETURN_IF_ERROR(checkCount(count * size_, "iallGather"));
   const size_t es = dtypeSize(dtype);
   const void* src = send;
@@ -221,6 +223,7 @@ class ExchangeReduceScatterWork final : public ProgressiveWork {
 
 StatusOr<WorkHandle> MpiComm::ireduceScatter(const void* send, void* recv, size_t count,
                                              DType dtype, RedOp op) {
+  auto lock = progressLock();
   HSDP_RETURN_IF_ERROR(checkCount(count * size_, "ireduceScatter"));
   if (size_ == 1 || count == 0) {
     std::memcpy(recv, send, count * dtypeSize(dtype));
@@ -246,11 +249,13 @@ StatusOr<WorkHandle> MpiComm::ireduceScatter(const void* send, void* recv, size_
 }
 
 Status MpiComm::reduceScatter(const void* send, void* recv, size_t count, DType dtype, RedOp op) {
+  auto lock = progressLock();
   HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(send, recv, count, dtype, op));
   return w->wait();
 }
 
 Status MpiComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  auto lock = progressLock();
   HSDP_RETURN_IF_ERROR(checkCount(count, "allReduce"));
   if (size_ == 1) return okStatus();
   if (op == RedOp::kAvg && !isFloating(dtype))
@@ -263,6 +268,7 @@ Status MpiComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
 }
 
 StatusOr<WorkHandle> MpiComm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  auto lock = progressLock();
   HSDP_RETURN_IF_ERROR(checkCount(count, "iallReduce"));
   if (size_ == 1) return completedWork();
   if (op == RedOp::kAvg && !isFloating(dtype))
@@ -280,6 +286,7 @@ StatusOr<WorkHandle> MpiComm::iallReduce(void* buf, size_t count, DType dtype, R
 }
 
 Status MpiComm::broadcast(void* buf, size_t count, DType dtype, int root) {
+  auto lock = progressLock();
   HSDP_RETURN_IF_ERROR(checkCount(count, "broadcast"));
   if (root < 0 || root >= size_)
     return invalidArgument("broadcast: root ", root, " outside communicator of size ", size_);
@@ -288,11 +295,13 @@ Status MpiComm::broadcast(void* buf, size_t count, DType dtype, int root) {
 }
 
 Status MpiComm::barrier() {
+  auto lock = progressLock();
   HSDP_MPI_CHECK(MPI_Barrier(comm_));
   return okStatus();
 }
 
 StatusOr<std::unique_ptr<Comm>> MpiComm::split(int color, int key) {
+  auto lock = progressLock();
   if (color < 0) return invalidArgument("split: color ", color, " must be >= 0");
   MPI_Comm out;
   HSDP_MPI_CHECK(MPI_Comm_split(comm_, color, key, &out));
@@ -300,12 +309,14 @@ StatusOr<std::unique_ptr<Comm>> MpiComm::split(int color, int key) {
 }
 
 StatusOr<std::unique_ptr<Comm>> MpiComm::splitByHost() {
+  auto lock = progressLock();
   MPI_Comm out;
   HSDP_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out));
   return adopt(out);
 }
 
 Status MpiComm::reserveScratch(size_t bytes) {
+  auto lock = progressLock();
   if (size_ == 1) return okStatus();  // a group of one never uses the ring
   // The float ring needs two blocks; the bf16 exchange n-1 blocks of half the bytes.
   HSDP_RETURN_IF_ERROR(scratch_.reserve(std::max<size_t>(2 * bytes, (size_ - 1) * bytes / 2)));

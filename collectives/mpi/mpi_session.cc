@@ -7,6 +7,7 @@
 
 #include "collectives/mpi/mpi_check.h"
 #include "collectives/mpi/mpi_comm.h"
+#include "collectives/progress.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
 #include "hsdp/mpi.h"
@@ -61,21 +62,36 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
   // Open MPI reads OMPI_MCA_* from the environment in MPI_Init; a value the user set wins.
   if (tcp_links > 0 && std::getenv("OMPI_MCA_btl_tcp_links") == nullptr)
     setenv("OMPI_MCA_btl_tcp_links", std::to_string(tcp_links).c_str(), /*overwrite=*/0);
+  HSDP_ASSIGN_OR_RETURN(bool progress_thread, env::getBool("HSDP_PROGRESS_THREAD"));
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
+                        env::getInt("HSDP_PROGRESS_INTERVAL_US", 1));
   int provided = 0;
-  // FUNNELED: only the thread that called init talks to MPI; progress is driven by that thread.
-  HSDP_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  // FUNNELED: only the thread that called init talks to MPI. With the progress thread, MULTIPLE:
+  // hsdp serialises its own calls (progressLock()), but the user's MPI calls may overlap the
+  // thread's.
+  HSDP_MPI_CHECK(MPI_Init_thread(argc, argv,
+                                 progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED,
+                                 &provided));
   HSDP_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   int rank = 0;
   HSDP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   log::setRank(rank);
   HSDP_MPI_CHECK(MPI_Op_create(&bf16Sum, /*commute=*/1, &g_bf16_sum));
+  if (progress_thread && provided < MPI_THREAD_MULTIPLE) {
+    HSDP_WARN(kInit, "HSDP_PROGRESS_THREAD=1 but MPI provides thread level ", provided,
+              " < MPI_THREAD_MULTIPLE: no progress thread");
+  } else if (progress_thread) {
+    progress_thread::start(static_cast<int>(interval.value_or(100)));
+  }
   const char* links_used = std::getenv("OMPI_MCA_btl_tcp_links");
-  HSDP_INFO(kInit, "MPI initialized, thread level ", provided, ", malloc tuning ",
+  HSDP_INFO(kInit, "MPI initialized, thread level ", provided, ", progress thread ",
+            progress_thread::running() ? "on" : "off", ", malloc tuning ",
             tune_malloc ? "on" : "off", ", btl_tcp_links ", links_used ? links_used : "default");
   return std::unique_ptr<Session>(new Session());
 }
 
 Session::~Session() {
+  progress_thread::stop();  // before MPI_Finalize: the thread may be inside MPI
   if (g_bf16_sum != MPI_OP_NULL) MPI_Op_free(&g_bf16_sum);
   MPI_Finalize();
 }

@@ -1,5 +1,7 @@
 #include "collectives/ucx/ucx_comm.h"
 
+#include "collectives/progress.h"
+
 #include <ucp/api/ucp.h>
 #include <ucs/memory/memory_type.h>
 
@@ -339,11 +341,13 @@ class UcxWork final : public Work {
       : engine_(std::move(engine)), op_(std::move(op)) {}
 
   Status wait() override {
+    auto lock = progressLock();
     engine_->progressUntil([this] { return op_->done(); });
     return op_->status();
   }
 
   StatusOr<bool> test() override {
+    auto lock = progressLock();
     if (!op_->done()) engine_->progress();
     if (!op_->done()) return false;
     if (!op_->status().ok()) return op_->status();
@@ -506,6 +510,7 @@ uint32_t UcxComm::id() const { return s_->id; }
 
 StatusOr<WorkHandle> UcxComm::iallGather(const void* send, void* recv, size_t count,
                                          DType dtype) {
+  auto lock = progressLock();
   State& s = *s_;
   const Algorithm a = chooseAllGather(s.size, count, dtype, s.options.small_bytes);
   HSDP_ASSIGN_OR_RETURN(
@@ -519,6 +524,7 @@ StatusOr<WorkHandle> UcxComm::iallGather(const void* send, void* recv, size_t co
 
 StatusOr<WorkHandle> UcxComm::ireduceScatter(const void* send, void* recv, size_t count,
                                              DType dtype, RedOp op) {
+  auto lock = progressLock();
   State& s = *s_;
   if (op == RedOp::kAvg && !isFloating(dtype))
     return invalidArgument("reduceScatter: avg of ", dtypeName(dtype));
@@ -533,6 +539,7 @@ StatusOr<WorkHandle> UcxComm::ireduceScatter(const void* send, void* recv, size_
 }
 
 StatusOr<WorkHandle> UcxComm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  auto lock = progressLock();
   State& s = *s_;
   if (op == RedOp::kAvg && !isFloating(dtype))
     return invalidArgument("allReduce: avg of ", dtypeName(dtype));
@@ -546,22 +553,26 @@ StatusOr<WorkHandle> UcxComm::iallReduce(void* buf, size_t count, DType dtype, R
 }
 
 Status UcxComm::allGather(const void* send, void* recv, size_t count, DType dtype) {
+  auto lock = progressLock();
   HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallGather(send, recv, count, dtype));
   return w->wait();
 }
 
 Status UcxComm::reduceScatter(const void* send, void* recv, size_t count, DType dtype,
                               RedOp op) {
+  auto lock = progressLock();
   HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(send, recv, count, dtype, op));
   return w->wait();
 }
 
 Status UcxComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  auto lock = progressLock();
   HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallReduce(buf, count, dtype, op));
   return w->wait();
 }
 
 Status UcxComm::broadcast(void* buf, size_t count, DType dtype, int root) {
+  auto lock = progressLock();
   State& s = *s_;
   if (root < 0 || root >= s.size)
     return invalidArgument("broadcast: root ", root, " outside communicator of size ", s.size);
@@ -574,6 +585,7 @@ Status UcxComm::broadcast(void* buf, size_t count, DType dtype, int root) {
 }
 
 Status UcxComm::barrier() {
+  auto lock = progressLock();
   State& s = *s_;
   HSDP_ASSIGN_OR_RETURN(auto op, s.start("barrier", Algorithm::kDissemination, 0,
                                          [&](Schedule& sched, void*) {
@@ -585,16 +597,19 @@ Status UcxComm::barrier() {
 // ---- communicators, memory ---------------------------------------------------------------------
 
 StatusOr<std::unique_ptr<Comm>> UcxComm::split(int color, int key) {
+  auto lock = progressLock();
   HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> sub, s_->bootstrap->split(color, key));
   return createUcxComm(std::move(sub), s_->options);
 }
 
 StatusOr<std::unique_ptr<Comm>> UcxComm::splitByHost() {
+  auto lock = progressLock();
   HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> sub, s_->bootstrap->splitByHost());
   return createUcxComm(std::move(sub), s_->options);
 }
 
 Status UcxComm::reserveScratch(size_t bytes) {
+  auto lock = progressLock();
   State& s = *s_;
   if (s.size == 1) return okStatus();  // one rank: every collective is a local copy
   // Ring: two blocks in flight. Recursive doubling (n*bytes within the small-message limit):
@@ -631,6 +646,7 @@ void UcxComm::abortJob(int code) {
 }
 
 Status UcxComm::registerMemory(const void* p, size_t bytes) {
+  auto lock = progressLock();
   if (p == nullptr || bytes == 0)
     return invalidArgument("registerMemory: empty region (", p, ", ", bytes, " bytes)");
   // UNKNOWN: let UCX detect the memory type, so GPU memory is recognised rather than
@@ -648,6 +664,7 @@ Status UcxComm::registerMemory(const void* p, size_t bytes) {
 }
 
 Status UcxComm::deregisterMemory(const void* p) {
+  auto lock = progressLock();
   auto& regs = s_->registered;
   auto it = std::find_if(regs.begin(), regs.end(),
                          [p](const UcpMemRegion& r) { return r.address() == p; });

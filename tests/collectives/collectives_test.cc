@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <random>
+#include <thread>
 
 #include "collectives/mpi/mpi_comm.h"
+#include "collectives/progress.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/mesh.h"
 #include "tests/common/mpi_test_main.h"
@@ -300,6 +303,46 @@ TEST(Hierarchical, PipelinedChunksAndInterDtype) {
         }
       }
     }
+  }
+}
+
+// The progress thread (ctest runs this binary again with HSDP_PROGRESS_THREAD=1): a pipelined
+// all-gather, started and then left alone, completes while the caller sleeps. Without the thread
+// it cannot: only advance() issues its later chunks, and nothing calls it.
+TEST(Progress, ThreadAdvancesBetweenCalls) {
+  const bool threaded = progress_thread::running();
+  for (auto& mesh : fixture().meshes) {
+    if (mesh->intraShard().size() < 2 || mesh->interShard().size() < 2) continue;
+    SCOPED_TRACE(strCat(mesh->describe(), threaded ? " (progress thread)" : " (no thread)"));
+    Comm& group = mesh->shardGroup();
+    const size_t count = 10007;
+    HierarchicalCollectives hier(mesh->intraShard(), mesh->interShard());
+    ASSERT_TRUE(hier.setOptions({7, DType::kFloat32}).ok());
+    ASSERT_TRUE(hier.reserve(count, DType::kFloat32).ok());
+    std::vector<float> shard(count), full(group.size() * count);
+    for (size_t i = 0; i < count; ++i) shard[i] = exactValue(world().rank(), i);
+    auto w = hier.iallGather(shard.data(), full.data(), count, DType::kFloat32);
+    ASSERT_TRUE(w.ok()) << w.status().toString();
+    auto* pw = dynamic_cast<ProgressiveWork*>(w->get());
+    ASSERT_NE(pw, nullptr);
+    auto done = [&] {
+      auto lock = progressLock();  // reads the state; advances nothing
+      return pw->done();
+    };
+    if (threaded) {
+      bool finished = false;
+      for (int i = 0; i < 400 && !(finished = done()); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      EXPECT_TRUE(finished) << "not complete after 10 s of the progress thread alone";
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      EXPECT_FALSE(done()) << "completed with nobody advancing it";
+    }
+    ASSERT_TRUE((*w)->wait().ok());
+    std::vector<float> want(full.size());
+    MPI_Allgather(shard.data(), int(count), MPI_FLOAT, want.data(), int(count), MPI_FLOAT,
+                  raw(group));
+    EXPECT_EQ(full, want);
   }
 }
 
