@@ -145,12 +145,7 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
     if (!mlp::printStepRow(world, model, opt, step, *loss, ms, exposed_ms).ok())
       world.abortJob(mlp::kExitRuntime);
   }
-  if (cfg.offload_cpu && rank == 0)
-    std::printf("\noffloaded optimizer (rank 0): %.2f ms of CPU Adam per step, %.2f ms of it "
-                "waited for in step() -> %.0f%% hidden behind backward\n",
-                opt.steps ? optim_total * 1e3 / opt.steps : 0.0,
-                opt.steps ? optim_exposed * 1e3 / opt.steps : 0.0,
-                optim_total > 0 ? 100.0 * (1.0 - std::min(1.0, optim_exposed / optim_total)) : 0.0);
+  mlp::printOffloadSummary(world, cfg, opt, optim_total, optim_exposed);
   if (!mlp::printMemory(world, **mesh, model, spec, cfg).ok()) world.abortJob(mlp::kExitRuntime);
   if (!opt.check) return 0;
   return mlp::checkParity(kProgram, world, **mesh, model, spec, cfg, opt);

@@ -277,6 +277,7 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
   mlp::printHeader(kProgram, world, **mesh, cfg, spec, opt, *device_line);
 
   Run run{world, model, spec, opt, *blas, *ws};
+  double optim_total = 0, optim_exposed = 0;  // offload: worker time, and what step() waited
   for (int step = 0; step < opt.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     auto loss = trainStep(run, step);
@@ -289,9 +290,14 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
     }
     const float ms = std::chrono::duration<float, std::milli>(t1 - t0).count();
     const float exposed_ms = static_cast<float>(model.takeExposedCommSeconds() * 1e3);
+    double ot = 0, oe = 0;
+    model.takeOptimizerSeconds(&ot, &oe);
+    optim_total += ot;
+    optim_exposed += oe;
     if (!mlp::printStepRow(world, model, opt, step, *loss, ms, exposed_ms).ok())
       (*nccl_world)->abortJob(mlp::kExitRuntime);
   }
+  mlp::printOffloadSummary(world, cfg, opt, optim_total, optim_exposed);
   if (!mlp::printMemory(world, **mesh, model, spec, cfg).ok())
     (*nccl_world)->abortJob(mlp::kExitRuntime);
   if (!opt.check) return 0;

@@ -174,6 +174,17 @@ hsdp::Status printStepRow(hsdp::Comm& world, const hsdp::ShardedModel& model, co
   return hsdp::okStatus();
 }
 
+void printOffloadSummary(const hsdp::Comm& world, const hsdp::EngineConfig& cfg, const Options& opt,
+                         double optim_total, double optim_exposed) {
+  if (!cfg.offload_cpu || world.rank() != 0) return;
+  std::printf(
+      "\noffloaded optimizer (rank 0): %.2f ms of CPU Adam per step, %.2f ms of it "
+      "waited for in step() -> %.0f%% hidden behind backward\n",
+      opt.steps ? optim_total * 1e3 / opt.steps : 0.0,
+      opt.steps ? optim_exposed * 1e3 / opt.steps : 0.0,
+      optim_total > 0 ? 100.0 * (1.0 - std::min(1.0, optim_exposed / optim_total)) : 0.0);
+}
+
 hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::ShardedModel& model,
                          const Spec& spec, const hsdp::EngineConfig& cfg) {
   const hsdp::MemoryReport r = model.memoryReport();

@@ -83,6 +83,11 @@ void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh&
                                         const Options& opt, int step, float loss, float time_ms,
                                         float exposed_comm_ms);
 
+// With CPU offload, rank 0 prints how much CPU Adam time per step the run spent and how much of
+// it step() waited for (the totals of ShardedModel::takeOptimizerSeconds over the run).
+void printOffloadSummary(const hsdp::Comm& world, const hsdp::EngineConfig& cfg, const Options& opt,
+                         double optim_total_s, double optim_exposed_s);
+
 // Collective over `world`: the per-rank memory table, hsdp-plan's prediction beside rank 0's
 // measurement (fp32 policy), and the saving against replicated data parallel.
 [[nodiscard]] hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh,
