@@ -1,6 +1,7 @@
 // train_mlp: hybrid-sharded data-parallel training of an MLP across MPI ranks, checked against a
 // single-process Eigen reference. One readable training loop: for each unit, unshard -> compute
-// -> reshard forward; unshard -> backward -> reduceGrad -> reshard backward; then step.
+// -> reshard forward; unshard -> backward -> reduceGrad -> reshard backward; then step. The
+// flags, the printed report and --check live in mlp/options.h, shared with train_mlp_gpu.
 //
 //   mpirun -np 8 -x HSDP_RANKS_PER_NODE=4 build/examples/train_mlp --mode zero3 \
 //       --intra-shard 4 --inter-shard 1 --steps 10 --check
