@@ -13,7 +13,9 @@
 // in double in a different order, then rounded to float), which feeds the clipping factor. Each
 // moves an Adam update by about one float ulp of lr, far below the 1e-6 relative tolerance. With
 // bf16 reduction over 3 ranks the 1/3 rounding is a bf16 ulp of the gradient (2^-8 relative),
-// which moves an update by up to ~0.4% of lr: those cases use a tolerance of 1e-4 (lr = 1e-2).
+// which moves an update by up to ~0.4% of lr per step: those cases use a tolerance of 1e-3
+// (lr = 1e-2, 3 steps). With bf16 parameters and inexact averaging, a master one float ulp apart
+// can round to the neighbouring bf16 in the compute copy: forward views then get 1e-2.
 //
 // Without a device every test skips (exit 77 via gpu_test_main.cc).
 #include <cuda_runtime.h>
@@ -313,13 +315,16 @@ void runParity(int ranks_per_node) {
           EXPECT_EQ(dev_out.memory.optim_bytes, host_out.memory.optim_bytes);
         }
         if (::testing::Test::HasFatalFailure()) return;
-        const bool loose = c.cfg.reduce_dtype == DType::kBFloat16 &&
-                           ((s.shardGroupSize() & (s.shardGroupSize() - 1)) != 0 ||
-                            (s.replicas() & (s.replicas() - 1)) != 0);
-        const double tol = loose ? 1e-4 : 1e-6;
+        auto pow2 = [](int n) { return (n & (n - 1)) == 0; };
+        const bool exact_avg = pow2(s.shardGroupSize()) && pow2(s.replicas());
+        const bool loose = c.cfg.reduce_dtype == DType::kBFloat16 && !exact_avg;
+        const double tol = loose ? 1e-3 : 1e-6;
+        // bf16 compute copies: a master one float ulp apart may round to the neighbouring bf16
+        // (2^-8 relative) when averaging was not exact.
+        const double view_tol = c.cfg.param_dtype == DType::kBFloat16 && !exact_avg ? 1e-2 : tol;
         for (size_t u = 0; u < host_out.full.size(); ++u) {
           expectClose(host_out.full[u], dev_out.full[u], tol, "unit " + std::to_string(u));
-          expectClose(host_out.forward_view[u], dev_out.forward_view[u], tol,
+          expectClose(host_out.forward_view[u], dev_out.forward_view[u], view_tol,
                       "forward view of unit " + std::to_string(u));
         }
         EXPECT_NEAR(host_out.norm, dev_out.norm, 1e-5 * std::max(1.0f, host_out.norm));
