@@ -50,8 +50,9 @@
 //  * reshard(unit): the gathered buffer is reused only after the compute stream's work enqueued
 //    so far (an event recorded on the compute stream).
 //  * step(): returns when the update is enqueued and ordered before later work on the compute
-//    stream. With clipping, the host reads the gradient norm back once per step (it waits for
-//    the reductions and the norm kernel, not for the compute stream).
+//    stream. With clipping the host needs the norm first: it waits once per step for the compute
+//    stream up to the norm kernel (the backward, the reductions, the norm). Without clipping it
+//    does not wait; lastGradNorm() then waits for that norm when first called after the step.
 // hpZ works on a device as on the host (the intra-shard communicator must be NCCL too). CPU
 // offload on a device: each reduced gradient shard goes down to pinned (registered, NUMA-bound)
 // host memory on a copy stream, the CPU Adam steps it on the offload worker, and the updated
