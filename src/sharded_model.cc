@@ -608,7 +608,7 @@ Status ShardedModel::reshard(int unit) {
     HSDP_RETURN_IF_ERROR(m.pool16.release(u.gathered16));
     u.gathered16 = nullptr;
   }
-  if (m.cfg.hpz && !u.hpz_valid) {
+  if (m.cfg.hpz && !u.hpz_valid && !u.deferred) {  // a deferred gather never landed
     // Keep our intra-node block (shards intra_idx*J .. intra_idx*J + J-1) until step().
     const size_t n = m.mesh->shape().inter_shard * u.layout.shardNumel();
     HSDP_RETURN_IF_ERROR(m.space->copy(u.hpz_block.data(), u.gathered + m.mesh->coords().intra_idx * n,
