@@ -108,21 +108,7 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
   if (!model_or.ok()) return fail(model_or.status());
   hsdp::ShardedModel& model = **model_or;
 
-  // Register one unit per linear layer and load the same deterministic init on every rank.
-  for (int l = 0; l < spec.layers(); ++l) {
-    const int64_t in = spec.dims[l], out = spec.dims[l + 1];
-    auto u = model.addUnit("fc" + std::to_string(l), {{"weight", {out, in}}, {"bias", {out}}});
-    if (!u.ok()) return fail(u.status());
-  }
-  if (hsdp::Status s = model.finalize(); !s.ok()) return fail(s);
-  for (int l = 0; l < spec.layers(); ++l) {
-    std::vector<float> w, b;
-    mlp::initLayer(spec, l, &w, &b);
-    if (hsdp::Status s = model.setParameter(l, "weight", w.data(), w.size()); !s.ok())
-      return fail(s);
-    if (hsdp::Status s = model.setParameter(l, "bias", b.data(), b.size()); !s.ok())
-      return fail(s);
-  }
+  if (hsdp::Status s = mlp::buildModel(model, spec); !s.ok()) return fail(s);
 
   mlp::printHeader(kProgram, world, **mesh, cfg, spec, opt);
 

@@ -254,20 +254,7 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
   auto blas = mlp::cuda::Cublas::create(stream->get());
   if (!blas.ok()) return fail(blas.status());
 
-  // One unit per linear layer, the same deterministic init (host values) on every rank.
-  for (int l = 0; l < spec.layers(); ++l) {
-    const int64_t in = spec.dims[l], out = spec.dims[l + 1];
-    auto u = model.addUnit("fc" + std::to_string(l), {{"weight", {out, in}}, {"bias", {out}}});
-    if (!u.ok()) return fail(u.status());
-  }
-  if (hsdp::Status s = model.finalize(); !s.ok()) return fail(s);
-  for (int l = 0; l < spec.layers(); ++l) {
-    std::vector<float> w, b;
-    mlp::initLayer(spec, l, &w, &b);
-    if (hsdp::Status s = model.setParameter(l, "weight", w.data(), w.size()); !s.ok())
-      return fail(s);
-    if (hsdp::Status s = model.setParameter(l, "bias", b.data(), b.size()); !s.ok()) return fail(s);
-  }
+  if (hsdp::Status s = mlp::buildModel(model, spec); !s.ok()) return fail(s);
   const int per_rank = opt.batch / opt.accum / world.size();
   auto ws = Workspace::create(spec, per_rank, opt.accum);
   if (!ws.ok()) return fail(ws.status());

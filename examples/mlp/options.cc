@@ -134,6 +134,22 @@ hsdp::Status configure(const Options& opt, int world_size, Spec* spec, hsdp::Eng
   return hsdp::okStatus();
 }
 
+hsdp::Status buildModel(hsdp::ShardedModel& model, const Spec& spec) {
+  for (int l = 0; l < spec.layers(); ++l) {
+    const int64_t in = spec.dims[l], out = spec.dims[l + 1];
+    HSDP_RETURN_IF_ERROR(
+        model.addUnit("fc" + std::to_string(l), {{"weight", {out, in}}, {"bias", {out}}}).status());
+  }
+  HSDP_RETURN_IF_ERROR(model.finalize());
+  for (int l = 0; l < spec.layers(); ++l) {
+    std::vector<float> w, b;
+    initLayer(spec, l, &w, &b);
+    HSDP_RETURN_IF_ERROR(model.setParameter(l, "weight", w.data(), w.size()));
+    HSDP_RETURN_IF_ERROR(model.setParameter(l, "bias", b.data(), b.size()));
+  }
+  return hsdp::okStatus();
+}
+
 void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh,
                  const hsdp::EngineConfig& cfg, const Spec& spec, const Options& opt,
                  const std::string& extra_line) {

@@ -70,6 +70,10 @@ std::optional<int> parseCommandLine(const char* program, const char* description
 hsdp::Status configure(const Options& opt, int world_size, Spec* spec, hsdp::EngineConfig* cfg,
                        hsdp::MeshSpec* mesh_spec);
 
+// Registers one unit per linear layer ("fc<l>": weight out x in, bias out), finalizes the model
+// (collective) and loads the same deterministic initial values (mlp::initLayer) on every rank.
+[[nodiscard]] hsdp::Status buildModel(hsdp::ShardedModel& model, const Spec& spec);
+
 // Rank 0 prints the run's header (program, ranks and nodes, mesh, mode and model, then
 // `extra_line` when not empty) and the per-step table's column titles.
 void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh,
