@@ -35,7 +35,7 @@ struct Options {
   double factor = 2;
   int iters = 10, warmup = 3, check = 1;
   std::string op = "allgather", algo = "hier,mpi", dtype = "float", inter_dtype = "";
-  int chunks = 4;
+  int chunks = 32;
   std::string min_chunk = "1M";  // below ~1 MiB per chunk, per-chunk latency dominates here
   bool json = false;
 };

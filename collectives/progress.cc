@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <thread>
 #include <vector>
@@ -25,17 +26,25 @@ std::recursive_mutex& stateMutex() {
   return m;
 }
 
-// The progress thread: it sleeps on `wake` while nothing is in flight (a new work notifies it),
-// and otherwise takes a pass every `interval` under the state lock.
+// The progress thread: it sleeps on `wake` while nothing is in flight (a new work bumps
+// `generation` and notifies it), and otherwise takes a pass every `interval` under the state lock.
 struct Thread {
   std::thread t;
-  std::atomic<bool> stop{false};
-  std::mutex m;  // only for `wake`: never held together with the state lock
+  std::mutex m;  // guards `generation` and `stop` for `wake`; never taken inside the state lock
   std::condition_variable wake;
+  uint64_t generation = 0;  // works started so far (while the thread runs)
+  bool stop = false;
   std::chrono::microseconds interval{100};
 
   void run() {
-    while (!stop.load()) {
+    for (;;) {
+      uint64_t seen;
+      {
+        std::lock_guard<std::mutex> g(m);
+        if (stop) return;
+        seen = generation;  // read before looking at the list: a work started after the look
+                            // has bumped it, so the wait below does not sleep through it
+      }
       bool pending = false;
       {
         auto lock = progressLock();
@@ -46,8 +55,7 @@ struct Thread {
         std::this_thread::sleep_for(interval);
       } else {
         std::unique_lock<std::mutex> l(m);
-        // Timed, so a notification that raced with the check above costs at most this.
-        wake.wait_for(l, std::chrono::milliseconds(2));
+        wake.wait(l, [&] { return stop || generation != seen; });
       }
     }
   }
@@ -71,7 +79,14 @@ ProgressiveWork::ProgressiveWork() {
     auto lock = progressLock();
     active().push_back(this);
   }
-  if (g_thread_running.load()) thread().wake.notify_one();
+  if (g_thread_running.load()) {
+    Thread& t = thread();
+    {
+      std::lock_guard<std::mutex> g(t.m);
+      ++t.generation;
+    }
+    t.wake.notify_one();
+  }
 }
 
 ProgressiveWork::~ProgressiveWork() {
@@ -144,14 +159,20 @@ void start(int interval_us) {
   if (g_thread_running.exchange(true)) return;
   Thread& t = thread();
   t.interval = std::chrono::microseconds(std::max(1, interval_us));
-  t.stop = false;
+  {
+    std::lock_guard<std::mutex> g(t.m);
+    t.stop = false;
+  }
   t.t = std::thread([&t] { t.run(); });
 }
 
 void stop() {
   if (!g_thread_running.exchange(false)) return;
   Thread& t = thread();
-  t.stop = true;
+  {
+    std::lock_guard<std::mutex> g(t.m);
+    t.stop = true;
+  }
   t.wake.notify_one();
   t.t.join();
 }

@@ -616,6 +616,16 @@ StatusOr<WorkHandle> HierarchicalCollectives::iallReduce(void* buf, size_t count
 Status HierarchicalCollectives::allGather(const void* shard, void* full, size_t count,
                                           DType dtype) {
   auto lock = progressLock();
+  // One level, small, nothing queued before it: the transport's blocking call (MPI's tuned
+  // MPI_Allgather). libnbc's MPI_Iallgather, which the nonblocking path hands to, is slower there
+  // (8 ranks on one node, 1 MiB: 0.65 ms against 0.51 ms) and faster from 4 MiB on (2.6 ms
+  // against 3.1 ms).
+  constexpr size_t kBlockingBytes = size_t(2) << 20;
+  const size_t total = count * static_cast<size_t>(groupSize()) * dtypeSize(dtype);
+  if (issuing_.empty() && total < kBlockingBytes && wireType(dtype) == dtype) {
+    if (inter_.size() == 1) return intra_.allGather(shard, full, count, dtype);
+    if (intra_.size() == 1) return inter_.allGather(shard, full, count, dtype);
+  }
   HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallGather(shard, full, count, dtype));
   return w->wait();
 }
