@@ -21,6 +21,10 @@ std::vector<ProgressiveWork*>& active() {
 
 bool g_in_progress = false;
 
+// Threads inside ProgressiveWork::wait(): they advance every work themselves, so the progress
+// thread stands back meanwhile instead of competing with them for the lock and the cores.
+std::atomic<int> g_waiters{0};
+
 std::recursive_mutex& stateMutex() {
   static std::recursive_mutex m;
   return m;
@@ -46,7 +50,9 @@ struct Thread {
                             // has bumped it, so the wait below does not sleep through it
       }
       bool pending = false;
-      {
+      if (g_waiters.load() > 0) {
+        pending = true;  // a waiter is advancing everything; look again after the interval
+      } else {
         auto lock = progressLock();
         pending = !active().empty();
         if (pending) ProgressiveWork::progressAll();
@@ -130,6 +136,10 @@ StatusOr<bool> ProgressiveWork::isComplete(Work& w) {
 }
 
 Status ProgressiveWork::wait() {
+  g_waiters.fetch_add(1);
+  struct Leave {
+    ~Leave() { g_waiters.fetch_sub(1); }
+  } leave;
   for (;;) {
     {
       auto lock = progressLock();

@@ -35,12 +35,12 @@ const std::vector<Param>& registry() {
        "rate-limited link (emulated 1gbit, 4 rank pairs exchanging 8 MiB each with "
        "MPI_Sendrecv: ~450 ms with 1, ~305 ms with 4, floor 280 ms). hsdp's own pipelined "
        "schedules measured the same with 1 or 4, and 8 once hung Open MPI 4.1, so it is opt-in."},
-      {"HSDP_PROGRESS_THREAD", "bool", "1",
+      {"HSDP_PROGRESS_THREAD", "bool", "0",
        "Run a progress thread (MPI_THREAD_MULTIPLE): it advances in-flight collectives "
        "(rings, pipelined schedules, MPI requests) while the caller computes, so a prefetched "
-       "gather moves during a layer's compute instead of only inside hsdp calls (emulated 2x4 "
-       "cluster at 1gbit, zero3 4x2: 94-101 ms steps against 147-161 ms without). 0: progress "
-       "only inside hsdp calls, MPI_THREAD_FUNNELED."},
+       "gather moves during a layer's compute instead of only inside hsdp calls. For nodes with "
+       "a spare core per rank; with 8 ranks on 2 cores (this project's VM) it cost 10-40% of "
+       "the step time, so it is opt-in."},
       {"HSDP_PROGRESS_INTERVAL_US", "int", "100",
        "Progress thread: microseconds between its passes while collectives are in flight (it "
        "sleeps while none are)."},
