@@ -8,6 +8,7 @@
 // size / time; busbw = algbw * (n-1)/n for all-gather and reduce-scatter, 2(n-1)/n for
 // all-reduce (docs/collectives.md).
 #include <dirent.h>
+#include <unistd.h>
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -223,23 +224,36 @@ int benchMain(const Options& o, hsdp::Comm& world) {
     // this shared machine hits all of them alike and the ratios compare like with like.
     const bool leader = layout->local_rank_of_rank[rank] == 0;
     std::map<std::string, std::vector<double>> times;
-    std::map<std::string, double> tx_sum;
+    std::map<std::string, double> tx_bytes;
     std::map<std::string, hsdp::Status> status;
     std::map<std::string, long> wrong;  // checked right after the algorithm's last run
     for (int it = 0; it < o.warmup + o.iters; ++it) {
       for (const std::string& algo : algos) {
         if (!status[algo].ok()) continue;
         MPI_Barrier(raw);
-        const uint64_t tx0 = leader ? txBytes() : 0;
         double t0 = MPI_Wtime();
         status[algo] = b.run(o.op, algo, count);
         double dt_local = MPI_Wtime() - t0, dt_max = 0;
         MPI_Allreduce(&dt_local, &dt_max, 1, MPI_DOUBLE, MPI_MAX, raw);
-        if (leader) tx_sum[algo] += double(txBytes() - tx0);
         if (it >= o.warmup) times[algo].push_back(dt_max);
         if (it == o.warmup + o.iters - 1 && o.check && status[algo].ok())
           wrong[algo] = b.wrong(o.op, algo, count);
       }
+    }
+    // Cross-node bytes: one more run of each algorithm alone, between pauses that let the
+    // previous traffic leave the link's queue (the emulated link queues up to 50 ms). The counter
+    // is read before the barrier that releases the run: read after it, the node's other ranks
+    // would already be sending (reading sysfs takes about a millisecond).
+    for (const std::string& algo : algos) {
+      if (!status[algo].ok()) continue;
+      MPI_Barrier(raw);
+      usleep(150000);
+      const uint64_t tx0 = leader ? txBytes() : 0;
+      MPI_Barrier(raw);
+      status[algo] = b.run(o.op, algo, count);
+      MPI_Barrier(raw);
+      usleep(150000);
+      if (leader) tx_bytes[algo] = double(txBytes() - tx0);
     }
     for (const std::string& algo : algos) {
       const hsdp::Status& st = status[algo];
@@ -248,7 +262,7 @@ int benchMain(const Options& o, hsdp::Comm& world) {
         continue;
       }
       MPI_Barrier(raw);
-      double tx = tx_sum[algo] / (o.warmup + o.iters), tx_all = 0;
+      double tx = tx_bytes[algo], tx_all = 0;
       MPI_Allreduce(&tx, &tx_all, 1, MPI_DOUBLE, MPI_SUM, raw);
       // Least traffic between N nodes: every node must receive the (N-1)/N of the result it
       // does not hold (all-gather, reduce-scatter), twice over for all-reduce.
