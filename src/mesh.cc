@@ -65,6 +65,7 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::create(Comm& world, const NodeLayout& layo
   HSDP_ASSIGN_OR_RETURN(m->intra_reduce_, world.split(intra_color, c.intra_idx));
   HSDP_ASSIGN_OR_RETURN(m->inter_reduce_, world.split(inter_color, c.inter_idx));
   HSDP_ASSIGN_OR_RETURN(m->shard_group_, world.split(c.replica_rank, c.shard_rank));
+  HSDP_ASSIGN_OR_RETURN(m->shard_group_reduce_, world.split(c.replica_rank, c.shard_rank));
   HSDP_ASSIGN_OR_RETURN(m->replica_, world.split(c.shard_rank, c.replica_rank));
 
   // Each level may run on its own transport (HSDP_TRANSPORT_INTRA / _INTER).
@@ -81,6 +82,8 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::create(Comm& world, const NodeLayout& layo
   if (m->intra_->size() != s.intra_shard || m->intra_->rank() != c.intra_idx ||
       m->inter_->size() != s.inter_shard || m->inter_->rank() != c.inter_idx ||
       m->shard_group_->size() != s.shardGroupSize() || m->shard_group_->rank() != c.shard_rank ||
+      m->shard_group_reduce_->size() != s.shardGroupSize() ||
+      m->shard_group_reduce_->rank() != c.shard_rank ||
       m->replica_->size() != s.replicas() || m->replica_->rank() != c.replica_rank ||
       m->node_->size() != s.ranks_per_node)
     return internalError("mesh communicators disagree with the layout on world rank ",

@@ -232,7 +232,7 @@ struct ShardedModel::Impl {
 
   StatusOr<WorkHandle> reduceScatter(const void* full, void* shard, size_t count, DType t) {
     if (hierarchical) return hier_reduce->ireduceScatter(full, shard, count, t, RedOp::kAvg);
-    return space->ireduceScatter(mesh->shardGroup(), full, shard, count, t, RedOp::kAvg);
+    return space->ireduceScatter(mesh->shardGroupReduce(), full, shard, count, t, RedOp::kAvg);
   }
 
   // Moves pending gradient reductions along without blocking (or, with `block`, to the end):
@@ -292,8 +292,10 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
     return cudaMemorySpace(nullptr).status();  // FailedPrecondition: built without CUDA
 #endif
     // Device buffers move only over NCCL: the communicators the engine uses must be NCCL.
-    std::vector<std::pair<const char*, Comm*>> comms = {{"shard-group", &mesh.shardGroup()},
-                                                        {"replica", &mesh.replica()}};
+    std::vector<std::pair<const char*, Comm*>> comms = {
+        {"shard-group", &mesh.shardGroup()},
+        {"shard-group-reduce", &mesh.shardGroupReduce()},
+        {"replica", &mesh.replica()}};
     if (cfg.hpz) comms.push_back({"intra-shard", &mesh.intraShard()});
     for (auto [role, comm] : comms)
       if (std::string_view(comm->transportName()) != "nccl")
@@ -355,6 +357,9 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
     // gradients, and a step updated the shards, there); the replica all-reduce of a reduced
     // shard waits for the engine's reduce lane.
     HSDP_RETURN_IF_ERROR(impl->space->bindComm(mesh.shardGroup(), Lane::kCompute, "shard-group"));
+    // Reduce-scatters follow the backward kernels that wrote the gradient: the compute lane too.
+    HSDP_RETURN_IF_ERROR(
+        impl->space->bindComm(mesh.shardGroupReduce(), Lane::kCompute, "shard-group-reduce"));
     HSDP_RETURN_IF_ERROR(impl->space->bindComm(mesh.replica(), Lane::kReduce, "replica"));
     if (cfg.hpz)
       HSDP_RETURN_IF_ERROR(impl->space->bindComm(mesh.intraShard(), Lane::kCompute, "intra-shard"));
@@ -484,7 +489,8 @@ Status ShardedModel::finalize() {
       HSDP_RETURN_IF_ERROR(m.hier->reserve(max_shard, DType::kFloat32));
       HSDP_RETURN_IF_ERROR(m.hier_reduce->reserve(max_shard, DType::kFloat32));
     } else {
-      HSDP_RETURN_IF_ERROR(m.mesh->shardGroup().reserveScratch(max_shard * sizeof(float)));
+      // The reduce-scatter's ring scratch; the gathers need none.
+      HSDP_RETURN_IF_ERROR(m.mesh->shardGroupReduce().reserveScratch(max_shard * sizeof(float)));
     }
   }
   m.finalized = true;
@@ -841,7 +847,7 @@ MemoryReport ShardedModel::memoryReport() const {
   r.comm_bytes = m.hier->scratchBytes() + m.hier_reduce->scratchBytes() +
                  mesh.intraShard().scratchBytes() + mesh.interShard().scratchBytes() +
                  mesh.intraShardReduce().scratchBytes() + mesh.interShardReduce().scratchBytes() +
-                 mesh.shardGroup().scratchBytes() +
+                 mesh.shardGroup().scratchBytes() + mesh.shardGroupReduce().scratchBytes() +
                  mesh.replica().scratchBytes() + mesh.world().scratchBytes();
   return r;
 }

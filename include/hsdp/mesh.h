@@ -73,6 +73,10 @@ class Mesh {
   Comm& intraShardReduce() const { return *intra_reduce_; }
   Comm& interShardReduce() const { return *inter_reduce_; }
   Comm& shardGroup() const { return *shard_group_; }  // I*J ranks, rank == shard index k
+  // The shard group again, for the flat (one-level) gradient reduce-scatter: NCCL runs one
+  // communicator's collectives in issue order, so on the same communicator a reduce-scatter would
+  // wait for the next unit's prefetched gather (and the other way round).
+  Comm& shardGroupReduce() const { return *shard_group_reduce_; }
   Comm& replica() const { return *replica_; }         // the owners of the same shard k
 
   // One line: "8 ranks = 2 nodes x 4; intra_shard 4 x inter_shard 1 = shard group 4; replicas 2"
@@ -85,7 +89,7 @@ class Mesh {
   NodeLayout layout_;
   Comm* world_ = nullptr;
   std::unique_ptr<Comm> node_, intra_, inter_, intra_reduce_, inter_reduce_, shard_group_,
-      replica_;
+      shard_group_reduce_, replica_;
 };
 
 }  // namespace hsdp
