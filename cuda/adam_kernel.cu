@@ -128,19 +128,18 @@ Status adamStep(const AdamConfig& cfg, int64_t t, const DeviceAdamShard& shard,
     return invalidArgument("GPU Adam shard of ", shard.n, " elements has a null ", missing,
                            " array");
 
-  // Exactly as hsdp::adamStep: bias corrections in double, rounded to float once.
-  const double bc1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), static_cast<double>(t));
+  // Exactly as hsdp::adamStep takes them (bias corrections in double, rounded to float once).
+  const AdamStepConstants k = adamStepConstants(cfg, t);
   Coeffs c;
   c.beta1 = cfg.beta1;
   c.beta2 = cfg.beta2;
   c.omb1 = 1.0f - cfg.beta1;
   c.omb2 = 1.0f - cfg.beta2;
-  c.step_size = static_cast<float>(cfg.lr / bc1);
-  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  c.step_size = k.step_size;
+  c.inv_sqrt_bc2 = k.inv_sqrt_bc2;
   c.eps = cfg.eps;
   c.weight_decay = cfg.weight_decay;
-  c.decay = 1.0f - cfg.lr * cfg.weight_decay;
+  c.decay = k.decay;
   c.grad_scale = grad_scale;
 
   const bool adamw = cfg.kind == OptimizerKind::kAdamW;

@@ -200,20 +200,19 @@ Status CpuAdam::step(const AdamConfig& cfg, int64_t t, const AdamShard& shard, f
   }
   if (shard.n == 0) return okStatus();
 
-  // The constants exactly as hsdp::adamStep computes them (bias corrections in double, then
-  // rounded to float once), so that the kernels reproduce it bit for bit.
-  const double bc1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), static_cast<double>(t));
+  // The constants exactly as hsdp::adamStep takes them, so that the kernels reproduce it bit
+  // for bit.
+  const AdamStepConstants k = adamStepConstants(cfg, t);
   AdamCoeffs c;
   c.beta1 = cfg.beta1;
   c.beta2 = cfg.beta2;
   c.one_minus_beta1 = 1.0f - cfg.beta1;
   c.one_minus_beta2 = 1.0f - cfg.beta2;
-  c.step_size = static_cast<float>(cfg.lr / bc1);
-  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  c.step_size = k.step_size;
+  c.inv_sqrt_bc2 = k.inv_sqrt_bc2;
   c.eps = cfg.eps;
   c.weight_decay = cfg.weight_decay;
-  c.decay = 1.0f - cfg.lr * cfg.weight_decay;
+  c.decay = k.decay;
   c.grad_scale = grad_scale;
   c.adamw = cfg.kind == OptimizerKind::kAdamW;
   c.stream_bf16 = impl_->stream_bf16 && shard.param_bf16 != nullptr &&

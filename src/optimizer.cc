@@ -26,16 +26,20 @@ Status validate(const AdamConfig& c) {
   return okStatus();
 }
 
-void adamStep(const AdamConfig& c, int64_t t, float* p, const float* g, float* m, float* v,
-              size_t n) {
+AdamStepConstants adamStepConstants(const AdamConfig& c, int64_t t) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), static_cast<double>(t));
-  const float step_size = static_cast<float>(c.lr / bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  return {static_cast<float>(c.lr / bc1), static_cast<float>(1.0 / std::sqrt(bc2)),
+          1.0f - c.lr * c.weight_decay};
+}
+
+void adamStep(const AdamConfig& c, int64_t t, float* p, const float* g, float* m, float* v,
+              size_t n) {
+  const AdamStepConstants k = adamStepConstants(c, t);
+  const float step_size = k.step_size, inv_sqrt_bc2 = k.inv_sqrt_bc2, decay = k.decay;
   const float b1 = c.beta1, b2 = c.beta2, omb1 = 1.0f - c.beta1, omb2 = 1.0f - c.beta2;
   const bool adamw = c.kind == OptimizerKind::kAdamW;
   const float wd = c.weight_decay;
-  const float decay = 1.0f - c.lr * wd;
   for (size_t i = 0; i < n; ++i) {
     float gi = g[i];
     float pi = p[i];

@@ -29,6 +29,16 @@ const char* optimizerName(OptimizerKind kind);
 // Errors name the value: lr <= 0, betas outside [0, 1), eps <= 0, weight_decay < 0.
 Status validate(const AdamConfig& cfg);
 
+// The per-step constants of the update: the bias corrections computed in double and each rounded
+// to float once. adamStep, the SIMD CPU Adam and the CUDA kernel all take them from here, which is
+// half of why they agree bit for bit (the other half: the same float operations per element).
+struct AdamStepConstants {
+  float step_size;     // lr / (1 - beta1^t)
+  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
+  float decay;         // AdamW: 1 - lr * weight_decay
+};
+AdamStepConstants adamStepConstants(const AdamConfig& cfg, int64_t t);
+
 // One step (t counts from 1) over n elements of a shard.
 void adamStep(const AdamConfig& cfg, int64_t t, float* param, const float* grad, float* exp_avg,
               float* exp_avg_sq, size_t n);
