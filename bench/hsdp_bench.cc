@@ -305,7 +305,7 @@ int benchMain(const Options& o, hsdp::Comm& world) {
 
 int main(int argc, char** argv) {
   auto session = hsdp::mpi::Session::init(&argc, &argv);
-  if (!session.ok()) return fail(-1, session.status().toString());
+  if (!session.ok()) return fail(hsdp::mpi::Session::worldRank(), session.status().toString());
   auto world = (*session)->world();
   if (!world.ok()) return fail(-1, world.status().toString());
   Options o;

@@ -143,8 +143,9 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
 int main(int argc, char** argv) {
   auto session = hsdp::mpi::Session::init(&argc, &argv);
   if (!session.ok()) {
-    std::fprintf(stderr, "train_mlp: error: %s\n", session.status().toString().c_str());
-    return mlp::kExitRuntime;
+    mlp::printError(kProgram, hsdp::mpi::Session::worldRank(), session.status().toString());
+    return session.status().code() == hsdp::StatusCode::kInvalidArgument ? mlp::kExitUsage
+                                                                           : mlp::kExitRuntime;
   }
   auto world_or = (*session)->world();
   if (!world_or.ok()) {

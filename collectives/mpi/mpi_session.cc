@@ -45,11 +45,50 @@ MPI_Datatype mpiType(DType t) {
 
 MPI_Op bf16SumOp() { return g_bf16_sum; }
 
+namespace {
+
+// The session's settings from the environment, read before MPI_Init (they choose MPI's thread
+// level and Open MPI's parameters).
+struct SessionEnv {
+  bool tune_malloc = true;
+  int64_t tcp_links = 0;
+  bool progress_thread = false;
+  int64_t interval_us = 100;
+};
+
+StatusOr<SessionEnv> readSessionEnv() {
+  SessionEnv e;
+  HSDP_ASSIGN_OR_RETURN(e.tune_malloc, env::getBool("HSDP_MALLOC_TUNE"));
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> links, env::getInt("HSDP_MPI_TCP_LINKS", 0));
+  e.tcp_links = links.value_or(0);
+  HSDP_ASSIGN_OR_RETURN(e.progress_thread, env::getBool("HSDP_PROGRESS_THREAD"));
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
+                        env::getInt("HSDP_PROGRESS_INTERVAL_US", 1));
+  e.interval_us = interval.value_or(100);
+  return e;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
   int initialized = 0;
   HSDP_MPI_CHECK(MPI_Initialized(&initialized));
   if (initialized) return failedPrecondition("MPI is already initialized; create one Session");
-  HSDP_ASSIGN_OR_RETURN(bool tune_malloc, env::getBool("HSDP_MALLOC_TUNE"));
+  StatusOr<SessionEnv> env_or = readSessionEnv();
+  if (!env_or.ok()) {
+    // Every rank has the same bad value and reports it. The first rank to exit non-zero makes
+    // mpirun kill the others, perhaps before they have printed; so MPI starts anyway and the
+    // ranks leave together, after a barrier at exit (by then each has printed the error).
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) == MPI_SUCCESS)
+      std::atexit([] {
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Finalize();
+      });
+    return env_or.status();
+  }
+  const SessionEnv& e = *env_or;
+  const bool tune_malloc = e.tune_malloc, progress_thread = e.progress_thread;
   if (tune_malloc) {
     // Open MPI allocates temporaries per collective call (e.g. MPI_Reduce_scatter_block). With
     // glibc's defaults large ones are fresh mmaps, faulted in page by page every call (~2 s for
@@ -57,14 +96,9 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
     mallopt(M_MMAP_THRESHOLD, 1 << 30);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
   }
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> links, env::getInt("HSDP_MPI_TCP_LINKS", 0));
-  const int64_t tcp_links = links.value_or(0);
   // Open MPI reads OMPI_MCA_* from the environment in MPI_Init; a value the user set wins.
-  if (tcp_links > 0 && std::getenv("OMPI_MCA_btl_tcp_links") == nullptr)
-    setenv("OMPI_MCA_btl_tcp_links", std::to_string(tcp_links).c_str(), /*overwrite=*/0);
-  HSDP_ASSIGN_OR_RETURN(bool progress_thread, env::getBool("HSDP_PROGRESS_THREAD"));
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
-                        env::getInt("HSDP_PROGRESS_INTERVAL_US", 1));
+  if (e.tcp_links > 0 && std::getenv("OMPI_MCA_btl_tcp_links") == nullptr)
+    setenv("OMPI_MCA_btl_tcp_links", std::to_string(e.tcp_links).c_str(), /*overwrite=*/0);
   int provided = 0;
   // FUNNELED: only the thread that called init talks to MPI. With the progress thread, MULTIPLE:
   // hsdp serialises its own calls (progressLock()), but the user's MPI calls may overlap the
@@ -81,13 +115,21 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
     HSDP_WARN(kInit, "HSDP_PROGRESS_THREAD=1 but MPI provides thread level ", provided,
               " < MPI_THREAD_MULTIPLE: no progress thread");
   } else if (progress_thread) {
-    progress_thread::start(static_cast<int>(interval.value_or(100)));
+    progress_thread::start(static_cast<int>(e.interval_us));
   }
   const char* links_used = std::getenv("OMPI_MCA_btl_tcp_links");
   HSDP_INFO(kInit, "MPI initialized, thread level ", provided, ", progress thread ",
             progress_thread::running() ? "on" : "off", ", malloc tuning ",
             tune_malloc ? "on" : "off", ", btl_tcp_links ", links_used ? links_used : "default");
   return std::unique_ptr<Session>(new Session());
+}
+
+int Session::worldRank() {
+  int initialized = 0, finalized = 0, rank = -1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
 }
 
 Session::~Session() {

@@ -11,8 +11,12 @@ namespace hsdp::mpi {
 class Session {
  public:
   // Initialises MPI (once per process). Errors on the communicators are returned as Status
-  // (MPI_ERRORS_RETURN), never as MPI's default abort.
+  // (MPI_ERRORS_RETURN), never as MPI's default abort. A bad HSDP_* setting read here
+  // (InvalidArgument) still leaves MPI running until exit, so every rank can report it
+  // (worldRank() names the rank) before the job ends.
   static StatusOr<std::unique_ptr<Session>> init(int* argc, char*** argv);
+  // This process's rank in MPI_COMM_WORLD, or -1 when MPI is not running.
+  static int worldRank();
   ~Session();  // MPI_Finalize
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
