@@ -365,8 +365,13 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
       HSDP_RETURN_IF_ERROR(impl->space->bindComm(mesh.intraShard(), Lane::kCompute, "intra-shard"));
   }
   HierOptions hopts;
+  // Unset: deep pipelines for large units, one piece for small ones (each chunk pays both levels'
+  // latency). Set: exactly that many chunks, unless a minimum is set too.
   HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> chunks, env::getInt("HSDP_PIPELINE_CHUNKS", 1));
-  if (chunks) hopts.chunks = static_cast<int>(*chunks);
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> min_chunk,
+                        env::getInt("HSDP_PIPELINE_MIN_CHUNK_BYTES", 0));
+  hopts.chunks = chunks ? static_cast<int>(*chunks) : 32;
+  hopts.min_chunk_bytes = static_cast<size_t>(min_chunk ? *min_chunk : (chunks ? 0 : 1 << 20));
   const std::string wire = env::getString("HSDP_INTER_DTYPE");
   if (!wire.empty()) {
     auto t = parseDType(wire);

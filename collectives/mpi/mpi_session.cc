@@ -52,6 +52,7 @@ namespace {
 struct SessionEnv {
   bool tune_malloc = true;
   int64_t tcp_links = 0;
+  int64_t tcp_eager = 0;
   bool progress_thread = false;
   int64_t interval_us = 100;
 };
@@ -61,6 +62,8 @@ StatusOr<SessionEnv> readSessionEnv() {
   HSDP_ASSIGN_OR_RETURN(e.tune_malloc, env::getBool("HSDP_MALLOC_TUNE"));
   HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> links, env::getInt("HSDP_MPI_TCP_LINKS", 0));
   e.tcp_links = links.value_or(0);
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> eager, env::getInt("HSDP_MPI_TCP_EAGER", 0));
+  e.tcp_eager = eager.value_or(4 << 20);
   HSDP_ASSIGN_OR_RETURN(e.progress_thread, env::getBool("HSDP_PROGRESS_THREAD"));
   HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
                         env::getInt("HSDP_PROGRESS_INTERVAL_US", 1));
@@ -99,6 +102,17 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
   // Open MPI reads OMPI_MCA_* from the environment in MPI_Init; a value the user set wins.
   if (e.tcp_links > 0 && std::getenv("OMPI_MCA_btl_tcp_links") == nullptr)
     setenv("OMPI_MCA_btl_tcp_links", std::to_string(e.tcp_links).c_str(), /*overwrite=*/0);
+  if (e.tcp_eager > 0 && std::getenv("OMPI_MCA_btl_tcp_eager_limit") == nullptr &&
+      std::getenv("OMPI_MCA_btl_tcp_rndv_eager_limit") == nullptr &&
+      std::getenv("OMPI_MCA_btl_tcp_max_send_size") == nullptr) {
+    // Eager up to the schedules' chunk messages: a rendezvous (request, clear-to-send, data)
+    // costs a round trip per message, and across a busy link that round trip waits behind the
+    // queued data of both directions, leaving the link idle between chunks.
+    const std::string v = std::to_string(e.tcp_eager);
+    setenv("OMPI_MCA_btl_tcp_eager_limit", v.c_str(), 0);
+    setenv("OMPI_MCA_btl_tcp_rndv_eager_limit", v.c_str(), 0);
+    setenv("OMPI_MCA_btl_tcp_max_send_size", v.c_str(), 0);
+  }
   int provided = 0;
   // FUNNELED: only the thread that called init talks to MPI. With the progress thread, MULTIPLE:
   // hsdp serialises its own calls (progressLock()), but the user's MPI calls may overlap the
@@ -118,9 +132,11 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
     progress_thread::start(static_cast<int>(e.interval_us));
   }
   const char* links_used = std::getenv("OMPI_MCA_btl_tcp_links");
+  const char* eager_used = std::getenv("OMPI_MCA_btl_tcp_eager_limit");
   HSDP_INFO(kInit, "MPI initialized, thread level ", provided, ", progress thread ",
             progress_thread::running() ? "on" : "off", ", malloc tuning ",
-            tune_malloc ? "on" : "off", ", btl_tcp_links ", links_used ? links_used : "default");
+            tune_malloc ? "on" : "off", ", btl_tcp_links ", links_used ? links_used : "default",
+            ", btl_tcp_eager_limit ", eager_used ? eager_used : "default");
   return std::unique_ptr<Session>(new Session());
 }
 

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <memory>
 #include <random>
 #include <thread>
@@ -304,6 +306,43 @@ TEST(Hierarchical, PipelinedChunksAndInterDtype) {
       }
     }
   }
+}
+
+// mpi::Session sets Open MPI's TCP eager limits (HSDP_MPI_TCP_EAGER, default 4 MiB) before
+// MPI_Init: the values Open MPI itself reports through MPI_T are the ones asked for.
+TEST(Session, TcpEagerLimitsReachOpenMpi) {
+  const char* asked = std::getenv("HSDP_MPI_TCP_EAGER");
+  const unsigned long want = asked ? std::strtoul(asked, nullptr, 10) : 4ul << 20;
+  if (want == 0) GTEST_SKIP() << "HSDP_MPI_TCP_EAGER=0 leaves Open MPI's defaults";
+  int provided = 0;
+  ASSERT_EQ(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided), MPI_SUCCESS);
+  int n = 0;
+  ASSERT_EQ(MPI_T_cvar_get_num(&n), MPI_SUCCESS);
+  int found = 0;
+  for (int i = 0; i < n; ++i) {
+    char name[256];
+    int len = sizeof name, verbosity = 0, bind = 0, scope = 0;
+    MPI_Datatype type;
+    MPI_T_enum enumtype;
+    if (MPI_T_cvar_get_info(i, name, &len, &verbosity, &type, &enumtype, nullptr, nullptr, &bind,
+                            &scope) != MPI_SUCCESS)
+      continue;
+    const std::string s = name;
+    if (s != "btl_tcp_eager_limit" && s != "btl_tcp_rndv_eager_limit" &&
+        s != "btl_tcp_max_send_size")
+      continue;
+    ASSERT_EQ(type, MPI_UNSIGNED_LONG) << s;
+    MPI_T_cvar_handle h;
+    int count = 0;
+    ASSERT_EQ(MPI_T_cvar_handle_alloc(i, nullptr, &h, &count), MPI_SUCCESS);
+    unsigned long v = 0;
+    ASSERT_EQ(MPI_T_cvar_read(h, &v), MPI_SUCCESS);
+    MPI_T_cvar_handle_free(&h);
+    EXPECT_EQ(v, want) << s;
+    ++found;
+  }
+  MPI_T_finalize();
+  EXPECT_EQ(found, 3) << "Open MPI's TCP transport parameters not found";
 }
 
 // The progress thread (ctest runs this binary again with HSDP_PROGRESS_THREAD=1): a pipelined
