@@ -141,23 +141,10 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto session = hsdp::mpi::Session::init(&argc, &argv);
-  if (!session.ok()) {
-    mlp::printError(kProgram, hsdp::mpi::Session::worldRank(), session.status().toString());
-    return session.status().code() == hsdp::StatusCode::kInvalidArgument ? mlp::kExitUsage
-                                                                           : mlp::kExitRuntime;
-  }
-  auto world_or = (*session)->world();
-  if (!world_or.ok()) {
-    std::fprintf(stderr, "train_mlp: error: %s\n", world_or.status().toString().c_str());
-    return mlp::kExitRuntime;
-  }
-  hsdp::Comm& world = **world_or;
-
-  mlp::Options opt;
-  if (auto rc = mlp::parseCommandLine(
+  mlp::Started run;
+  if (auto rc = mlp::start(
           kProgram, "hsdp example: hybrid-sharded MLP training checked against an Eigen reference",
-          argc, argv, world.rank(), &opt))
+          &argc, &argv, &run))
     return *rc;
-  return runMain(opt, world);
+  return runMain(run.opt, *run.world);
 }

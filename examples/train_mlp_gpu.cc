@@ -294,26 +294,14 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto session = hsdp::mpi::Session::init(&argc, &argv);
-  if (!session.ok()) {
-    mlp::printError(kProgram, hsdp::mpi::Session::worldRank(), session.status().toString());
-    return session.status().code() == hsdp::StatusCode::kInvalidArgument ? mlp::kExitUsage
-                                                                           : mlp::kExitRuntime;
-  }
-  auto world_or = (*session)->world();
-  if (!world_or.ok()) {
-    std::fprintf(stderr, "%s: error: %s\n", kProgram, world_or.status().toString().c_str());
-    return mlp::kExitRuntime;
-  }
-  hsdp::Comm& world = **world_or;
-
-  mlp::Options opt;
-  if (auto rc = mlp::parseCommandLine(
-          kProgram,
-          "hsdp example on CUDA: hybrid-sharded MLP training (device memory, NCCL, cuBLAS) "
-          "checked against an Eigen reference",
-          argc, argv, world.rank(), &opt))
+  mlp::Started run;
+  if (auto rc = mlp::start(kProgram,
+                           "hsdp example on CUDA: hybrid-sharded MLP training (device memory, "
+                           "NCCL, cuBLAS) checked against an Eigen reference",
+                           &argc, &argv, &run))
     return *rc;
+  hsdp::Comm& world = *run.world;
+  const mlp::Options& opt = run.opt;
   // No device: skip. The ranks agree first (one host-side MPI all-reduce of "I have none"), so
   // either every rank skips or none does; nothing of NCCL or the engine has started yet.
   std::string why;

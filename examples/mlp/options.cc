@@ -42,6 +42,24 @@ void printError(const char* program, int rank, const std::string& what) {
   std::fflush(stderr);
 }
 
+std::optional<int> start(const char* program, const char* description, int* argc, char*** argv,
+                         Started* out) {
+  auto session = hsdp::mpi::Session::init(argc, argv);
+  if (!session.ok()) {
+    printError(program, hsdp::mpi::Session::worldRank(), session.status().toString());
+    return session.status().code() == hsdp::StatusCode::kInvalidArgument ? kExitUsage
+                                                                           : kExitRuntime;
+  }
+  out->session = std::move(*session);
+  auto world = out->session->world();
+  if (!world.ok()) {
+    printError(program, hsdp::mpi::Session::worldRank(), world.status().toString());
+    return kExitRuntime;
+  }
+  out->world = std::move(*world);
+  return parseCommandLine(program, description, *argc, *argv, out->world->rank(), &out->opt);
+}
+
 std::optional<int> parseCommandLine(const char* program, const char* description, int argc,
                                     char** argv, int rank, Options* opt_out) {
   Options& opt = *opt_out;

@@ -11,12 +11,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "hsdp/config.h"
 #include "hsdp/mesh.h"
+#include "hsdp/mpi.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/status.h"
 #include "hsdp/transport.h"
@@ -63,6 +65,19 @@ void printError(const char* program, int rank, const std::string& what);
 // every rank); nullopt to go on.
 std::optional<int> parseCommandLine(const char* program, const char* description, int argc,
                                     char** argv, int rank, Options* opt);
+
+// What both examples hold once started: the MPI session, its world, the parsed options.
+struct Started {
+  std::unique_ptr<hsdp::mpi::Session> session;  // declared first: finalizes MPI last
+  std::unique_ptr<hsdp::Comm> world;
+  Options opt;
+};
+
+// Starts MPI (hsdp::mpi::Session) and parses argv on every rank. Returns the exit code when the
+// program must end now (a bad HSDP_* setting: kExitUsage; --help: 0; a bad flag: kExitUsage; MPI
+// failing: kExitRuntime), each reported by every rank; nullopt to go on with *out filled.
+std::optional<int> start(const char* program, const char* description, int* argc, char*** argv,
+                         Started* out);
 
 // The options checked and turned into the model spec, the engine configuration and the mesh
 // factors. A non-OK Status is bad input that every rank sees alike. cfg->device is left as it is
