@@ -842,8 +842,9 @@ MemoryReport ShardedModel::memoryReport() const {
     r.param_bytes += u.param_shard.size() + u.full_params.size();
     r.grad_bytes += u.grad_shard.size() + u.full_grad_buf.size();
     r.optim_bytes += u.exp_avg.size() + u.exp_avg_sq.size();
-    r.offload_host_bytes += u.exp_avg.size() + u.exp_avg_sq.size() + u.host_master.size() +
-                            u.host_grad.size() + u.host16.size();
+    if (m.cfg.offload_cpu)  // the moments are host memory only then
+      r.offload_host_bytes += u.exp_avg.size() + u.exp_avg_sq.size() + u.host_master.size() +
+                              u.host_grad.size() + u.host16.size();
     r.hpz_bytes += u.hpz_block.size();
   }
   r.gathered_peak_bytes = m.pool.peakBytes();

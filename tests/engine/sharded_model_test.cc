@@ -87,6 +87,7 @@ TEST(ShardedModel, SetAndGatherRoundTrip) {
     EXPECT_EQ(r.param_bytes, 4 * (shard0 + shard1));
     EXPECT_EQ(r.grad_bytes, r.param_bytes);
     EXPECT_EQ(r.optim_bytes, 2 * r.param_bytes);
+    EXPECT_EQ(r.offload_host_bytes, 0u);  // no offload: the moments are counted in optim only
     if (S > 1) EXPECT_EQ(r.gathered_peak_bytes, 4 * shard0 * S);  // one unit gathered at a time
   });
 }
