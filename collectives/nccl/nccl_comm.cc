@@ -280,6 +280,11 @@ class NcclWork final : public Work {
       return;
     }
     cudaError_t err = cudaEventQuery(done_event_.get());
+    // Why: cudaErrorNotReady is recorded as this thread's last runtime error like any other, so
+    // the next kernel launcher's HSDP_CUDA_CHECK(cudaGetLastError()) (cuda/kernels.h, the GPU
+    // example's kernels) would report "device not ready" and fail the step. Clear it here (it
+    // is not sticky; a real fault still surfaces from the calls that follow).
+    if (err == cudaErrorNotReady) (void)cudaGetLastError();
     if (err != cudaSuccess && err != cudaErrorNotReady) {
       finish(s.fail(op_, seq_,
                     strCat("CUDA error while waiting: ", cudaGetErrorName(err), " (",
