@@ -113,29 +113,8 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
   mlp::printHeader(kProgram, world, **mesh, cfg, spec, opt);
 
   Run run{world, model, spec, opt};
-  double optim_total = 0, optim_exposed = 0;  // offload: worker time, and what step() waited
-  for (int step = 0; step < opt.steps; ++step) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto loss = trainStep(run, step);
-    auto t1 = std::chrono::steady_clock::now();
-    if (!loss.ok()) {
-      // Ranks may now disagree about which collective comes next: end the job, do not hang.
-      mlp::printError(kProgram, rank, loss.status().toString());
-      world.abortJob(mlp::kExitRuntime);
-    }
-    const float ms = std::chrono::duration<float, std::milli>(t1 - t0).count();
-    const float exposed_ms = static_cast<float>(model.takeExposedCommSeconds() * 1e3);
-    double ot = 0, oe = 0;
-    model.takeOptimizerSeconds(&ot, &oe);
-    optim_total += ot;
-    optim_exposed += oe;
-    if (!mlp::printStepRow(world, model, opt, step, *loss, ms, exposed_ms).ok())
-      world.abortJob(mlp::kExitRuntime);
-  }
-  mlp::printOffloadSummary(world, cfg, opt, optim_total, optim_exposed);
-  if (!mlp::printMemory(world, **mesh, model, spec, cfg).ok()) world.abortJob(mlp::kExitRuntime);
-  if (!opt.check) return 0;
-  return mlp::checkParity(kProgram, world, **mesh, model, spec, cfg, opt);
+  return mlp::trainAndReport(kProgram, world, world, **mesh, model, spec, cfg, opt,
+                             [&](int step) { return trainStep(run, step); });
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -306,6 +307,34 @@ int checkParity(const char* program, hsdp::Comm& world, const hsdp::Mesh& mesh,
     std::fflush(stdout);
   }
   return verdict[1] == 1.0f ? 0 : 1;
+}
+
+int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_comm,
+                   const hsdp::Mesh& mesh, hsdp::ShardedModel& model, const Spec& spec,
+                   const hsdp::EngineConfig& cfg, const Options& opt,
+                   const std::function<hsdp::StatusOr<float>(int step)>& train_step) {
+  double optim_total = 0, optim_exposed = 0;  // offload: worker time, and what step() waited
+  for (int step = 0; step < opt.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto loss = train_step(step);
+    auto t1 = std::chrono::steady_clock::now();
+    if (!loss.ok()) {
+      printError(program, world.rank(), loss.status().toString());
+      abort_comm.abortJob(kExitRuntime);
+    }
+    const float ms = std::chrono::duration<float, std::milli>(t1 - t0).count();
+    const float exposed_ms = static_cast<float>(model.takeExposedCommSeconds() * 1e3);
+    double ot = 0, oe = 0;
+    model.takeOptimizerSeconds(&ot, &oe);
+    optim_total += ot;
+    optim_exposed += oe;
+    if (!printStepRow(world, model, opt, step, *loss, ms, exposed_ms).ok())
+      abort_comm.abortJob(kExitRuntime);
+  }
+  printOffloadSummary(world, cfg, opt, optim_total, optim_exposed);
+  if (!printMemory(world, mesh, model, spec, cfg).ok()) abort_comm.abortJob(kExitRuntime);
+  if (!opt.check) return 0;
+  return checkParity(program, world, mesh, model, spec, cfg, opt);
 }
 
 }  // namespace mlp

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -122,5 +123,16 @@ void printOffloadSummary(const hsdp::Comm& world, const hsdp::EngineConfig& cfg,
 int checkParity(const char* program, hsdp::Comm& world, const hsdp::Mesh& mesh,
                 hsdp::ShardedModel& model, const Spec& spec, const hsdp::EngineConfig& cfg,
                 const Options& opt);
+
+// The training loop both examples share: opt.steps calls of train_step(step) (the step's mean
+// loss), each timed and printed as a table row (printStepRow), then the offload summary, the
+// memory table and, with --check, the parity check. A failing step ends the job through
+// abort_comm.abortJob(kExitRuntime) (ranks may disagree about the next collective: never hang);
+// abort_comm is `world` or, on a device, the NCCL world whose abort stops in-flight kernels.
+// Returns the program's exit code.
+int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_comm,
+                   const hsdp::Mesh& mesh, hsdp::ShardedModel& model, const Spec& spec,
+                   const hsdp::EngineConfig& cfg, const Options& opt,
+                   const std::function<hsdp::StatusOr<float>(int step)>& train_step);
 
 }  // namespace mlp
