@@ -43,7 +43,8 @@ const std::vector<Param>& registry() {
       {"HSDP_MPI_TCP_EAGER", "int", "4194304",
        "Bytes up to which Open MPI's TCP transport sends a message eagerly (its "
        "btl_tcp_eager_limit, btl_tcp_rndv_eager_limit and btl_tcp_max_send_size), set before "
-       "MPI_Init unless the user set any of them; 0 leaves Open MPI's defaults (64 KiB). Above "
+       "MPI_Init unless the user set any of them; 0 leaves Open MPI's defaults (64 KiB); at most "
+       "1 GiB. Above "
        "the limit each message waits for a rendezvous round trip, and behind a loaded link that "
        "round trip queues behind data in both directions: emulated 2 nodes x 4 ranks at 1gbit, "
        "64 MiB hierarchical reduce-scatter in 32 chunks took 1.17x the link floor with 64 KiB "
