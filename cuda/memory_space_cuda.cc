@@ -293,6 +293,16 @@ class CudaMemorySpace final : public MemorySpace {
     return track(std::move(w), nccl->stream(nccl::StreamRole::kAllReduce));
   }
 
+  StatusOr<WorkHandle> igroup(Comm& comm, std::span<const CollectiveOp> ops) override {
+    HSDP_ASSIGN_OR_RETURN(nccl::NcclComm * nccl, boundComm(comm, "group"));
+    HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard g, gpu::DeviceGuard::set(device_));
+    HSDP_ASSIGN_OR_RETURN(WorkHandle w, comm.igroup(ops));
+    // The group ran on its first operation's role stream (NcclComm::igroup).
+    const nccl::StreamRole role = ops.empty() ? nccl::StreamRole::kAllGather
+                                              : nccl::streamRoleOf(ops.front().kind);
+    return track(std::move(w), nccl->stream(role));
+  }
+
   StatusOr<bool> reached(WorkHandle& w, Lane lane, bool block, bool exposed) override {
     if (w == nullptr) return true;
     auto* dw = dynamic_cast<DeviceWork*>(w.get());

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -99,6 +100,8 @@ class MemorySpace {
                                               size_t count, DType dtype, RedOp op) = 0;
   virtual StatusOr<WorkHandle> iallReduce(Comm& comm, void* buf, size_t count, DType dtype,
                                           RedOp op) = 0;
+  // Comm::igroup on buffers of this space: several collectives that move together, one Work.
+  virtual StatusOr<WorkHandle> igroup(Comm& comm, std::span<const CollectiveOp> ops) = 0;
   // Whether work on `lane` may now use the result of `w`. Host: with `block`, waits for it (the
   // time counts as exposed communication when `exposed`) and returns true; without, w->test().
   // CUDA: `lane` waits for w's completion event and this returns true at once; the handle is

@@ -85,6 +85,9 @@ class HostMemorySpace final : public MemorySpace {
                                   RedOp op) override {
     return comm.iallReduce(buf, count, dtype, op);
   }
+  StatusOr<WorkHandle> igroup(Comm& comm, std::span<const CollectiveOp> ops) override {
+    return comm.igroup(ops);
+  }
 
   StatusOr<bool> reached(WorkHandle& w, Lane, bool block, bool exposed) override {
     if (w == nullptr) return true;

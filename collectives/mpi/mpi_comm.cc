@@ -225,12 +225,14 @@ StatusOr<WorkHandle> MpiComm::ireduceScatter(const void* send, void* recv, size_
                                              DType dtype, RedOp op) {
   auto lock = progressLock();
   HSDP_RETURN_IF_ERROR(checkCount(count * size_, "ireduceScatter"));
+  // Bad input on any communicator, also where there is nothing to reduce.
+  if (op == RedOp::kAvg && !isFloating(dtype))
+    return invalidArgument("reduceScatter: avg of ", dtypeName(dtype));
   if (size_ == 1 || count == 0) {
     std::memcpy(recv, send, count * dtypeSize(dtype));
     return completedWork();
   }
   if (!isFloating(dtype)) {
-    if (op == RedOp::kAvg) return invalidArgument("reduceScatter: avg of ", dtypeName(dtype));
     MPI_Request req;
     HSDP_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), mpiType(dtype),
                                              MPI_SUM, comm_, &req));
@@ -257,9 +259,9 @@ Status MpiComm::reduceScatter(const void* send, void* recv, size_t count, DType 
 Status MpiComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
   auto lock = progressLock();
   HSDP_RETURN_IF_ERROR(checkCount(count, "allReduce"));
-  if (size_ == 1) return okStatus();
   if (op == RedOp::kAvg && !isFloating(dtype))
     return invalidArgument("allReduce: avg of ", dtypeName(dtype));
+  if (size_ == 1) return okStatus();
   MPI_Op mop = dtype == DType::kBFloat16 ? bf16SumOp() : MPI_SUM;
   HSDP_MPI_CHECK(
       MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpiType(dtype), mop, comm_));
@@ -270,9 +272,9 @@ Status MpiComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
 StatusOr<WorkHandle> MpiComm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
   auto lock = progressLock();
   HSDP_RETURN_IF_ERROR(checkCount(count, "iallReduce"));
-  if (size_ == 1) return completedWork();
   if (op == RedOp::kAvg && !isFloating(dtype))
     return invalidArgument("allReduce: avg of ", dtypeName(dtype));
+  if (size_ == 1) return completedWork();
   MPI_Op mop = dtype == DType::kBFloat16 ? bf16SumOp() : MPI_SUM;
   MPI_Request req;
   HSDP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpiType(dtype), mop,

@@ -2,6 +2,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -63,6 +64,15 @@ const char* streamRoleName(StreamRole role) {
     case StreamRole::kControl: return "control";
   }
   return "?";
+}
+
+StreamRole streamRoleOf(CollectiveOp::Kind kind) {
+  switch (kind) {
+    case CollectiveOp::Kind::kAllGather: return StreamRole::kAllGather;
+    case CollectiveOp::Kind::kReduceScatter: return StreamRole::kReduceScatter;
+    case CollectiveOp::Kind::kAllReduce: return StreamRole::kAllReduce;
+  }
+  return StreamRole::kControl;
 }
 
 StatusOr<NcclOptions> NcclOptions::fromEnv() {
@@ -195,6 +205,18 @@ struct NcclComm::State {
     return invalidArgument("nccl ", op, " on ", describe(), ": ", which, " buffer ", p,
                            " is host memory; the NCCL transport moves device buffers only "
                            "(the engine does not keep its buffers on the GPU yet: docs/gpu.md)");
+  }
+
+  // Everything NCCL would reject about one collective, checked before it is launched (inside a
+  // group a rejected call would fail the whole group at ncclGroupEnd).
+  Status checkOp(const CollectiveOp& o) const {
+    const char* name = collectiveKindName(o.kind);
+    if (o.kind != CollectiveOp::Kind::kAllGather && o.op == RedOp::kAvg && !isFloating(o.dtype))
+      return invalidArgument(name, ": avg of ", dtypeName(o.dtype));
+    if (o.count == 0) return okStatus();
+    if (o.kind == CollectiveOp::Kind::kAllReduce) return checkBuffer(o.recv, "in-place", name);
+    HSDP_RETURN_IF_ERROR(checkBuffer(o.send, "send", name));
+    return checkBuffer(o.recv, "recv", name);
   }
 
   StatusOr<gpu::Event> takeEvent() {
@@ -505,44 +527,107 @@ StatusOr<WorkHandle> startCollective(const std::shared_ptr<NcclComm::State>& sp,
 
 }  // namespace
 
+namespace {
+
+ncclRedOp_t ncclOp(RedOp op) { return op == RedOp::kAvg ? ncclAvg : ncclSum; }
+
+// One collective onto `stream` (arguments already checked by State::checkOp).
+ncclResult_t launch(const CollectiveOp& o, ncclComm_t comm, cudaStream_t stream) {
+  switch (o.kind) {
+    case CollectiveOp::Kind::kAllGather:
+      return ncclAllGather(o.send, o.recv, o.count, ncclType(o.dtype), comm, stream);
+    case CollectiveOp::Kind::kReduceScatter:
+      return ncclReduceScatter(o.send, o.recv, o.count, ncclType(o.dtype), ncclOp(o.op), comm,
+                               stream);
+    case CollectiveOp::Kind::kAllReduce:
+      return ncclAllReduce(o.recv, o.recv, o.count, ncclType(o.dtype), ncclOp(o.op), comm, stream);
+  }
+  return ncclInvalidArgument;
+}
+
+StatusOr<WorkHandle> startOne(const std::shared_ptr<NcclComm::State>& sp, const CollectiveOp& o) {
+  NcclComm::State& s = *sp;
+  const char* name = collectiveKindName(o.kind);
+  HSDP_RETURN_IF_ERROR(s.usable(name));
+  HSDP_RETURN_IF_ERROR(s.checkOp(o));
+  if (o.count == 0) return completedWork();
+  return startCollective(sp, name, streamRoleOf(o.kind),
+                         [&](cudaStream_t st) { return launch(o, s.comm, st); });
+}
+
+// NCCL's limit on the operations between one ncclGroupStart and its ncclGroupEnd.
+constexpr size_t kMaxGroupOps = 2048;
+
+}  // namespace
+
 StatusOr<WorkHandle> NcclComm::iallGather(const void* send, void* recv, size_t count,
                                           DType dtype) {
-  State& s = *s_;
-  HSDP_RETURN_IF_ERROR(s.usable("allGather"));
-  if (count == 0) return completedWork();
-  HSDP_RETURN_IF_ERROR(s.checkBuffer(send, "send", "allGather"));
-  HSDP_RETURN_IF_ERROR(s.checkBuffer(recv, "recv", "allGather"));
-  return startCollective(s_, "allGather", StreamRole::kAllGather, [&](cudaStream_t st) {
-    return ncclAllGather(send, recv, count, ncclType(dtype), s.comm, st);
-  });
+  return startOne(s_, CollectiveOp::allGather(send, recv, count, dtype));
 }
 
 StatusOr<WorkHandle> NcclComm::ireduceScatter(const void* send, void* recv, size_t count,
                                               DType dtype, RedOp op) {
-  State& s = *s_;
-  HSDP_RETURN_IF_ERROR(s.usable("reduceScatter"));
-  if (op == RedOp::kAvg && !isFloating(dtype))
-    return invalidArgument("reduceScatter: avg of ", dtypeName(dtype));
-  if (count == 0) return completedWork();
-  HSDP_RETURN_IF_ERROR(s.checkBuffer(send, "send", "reduceScatter"));
-  HSDP_RETURN_IF_ERROR(s.checkBuffer(recv, "recv", "reduceScatter"));
-  return startCollective(s_, "reduceScatter", StreamRole::kReduceScatter, [&](cudaStream_t st) {
-    return ncclReduceScatter(send, recv, count, ncclType(dtype),
-                             op == RedOp::kAvg ? ncclAvg : ncclSum, s.comm, st);
-  });
+  return startOne(s_, CollectiveOp::reduceScatter(send, recv, count, dtype, op));
 }
 
 StatusOr<WorkHandle> NcclComm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  return startOne(s_, CollectiveOp::allReduce(buf, count, dtype, op));
+}
+
+StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {
   State& s = *s_;
-  HSDP_RETURN_IF_ERROR(s.usable("allReduce"));
-  if (op == RedOp::kAvg && !isFloating(dtype))
-    return invalidArgument("allReduce: avg of ", dtypeName(dtype));
-  if (count == 0) return completedWork();
-  HSDP_RETURN_IF_ERROR(s.checkBuffer(buf, "in-place", "allReduce"));
-  return startCollective(s_, "allReduce", StreamRole::kAllReduce, [&](cudaStream_t st) {
-    return ncclAllReduce(buf, buf, count, ncclType(dtype), op == RedOp::kAvg ? ncclAvg : ncclSum,
-                         s.comm, st);
-  });
+  HSDP_RETURN_IF_ERROR(s.usable("group"));
+  size_t live = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Status checked = s.checkOp(ops[i]);
+    if (!checked.ok())
+      return checked.withContext(strCat("group operation ", i, " of ", ops.size()));
+    if (ops[i].count > 0) ++live;
+  }
+  if (live == 0) return completedWork();
+
+  HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard guard, gpu::DeviceGuard::set(s.device));
+  const StreamRole role = streamRoleOf(ops.front().kind);
+  const cudaStream_t stream = s.stream(role);
+  HSDP_ASSIGN_OR_RETURN(gpu::Event done, s.takeEvent());
+  HSDP_RETURN_IF_ERROR(s.orderAfterCaller(stream));
+  const auto start = Clock::now();
+  const uint64_t seq_no = s.seq++;
+  for (size_t b = 0; b < ops.size(); b += kMaxGroupOps) {
+    const size_t e = std::min(ops.size(), b + kMaxGroupOps);
+    ncclResult_t rc = ncclGroupStart();
+    if (rc != ncclSuccess) return s.fail("group", seq_no, strCat("ncclGroupStart: ", ncclMessage(rc, s.comm)));
+    ncclResult_t first = ncclSuccess;
+    size_t first_at = 0;
+    for (size_t i = b; i < e; ++i) {
+      if (ops[i].count == 0) continue;
+      ncclResult_t r = launch(ops[i], s.comm, stream);
+      if (r != ncclSuccess && r != ncclInProgress && first == ncclSuccess) {
+        first = r;
+        first_at = i;
+      }
+    }
+    // Closed even after a failed call: the group depth is per thread, and an open group would
+    // hold back every later NCCL call of this thread (other communicators' included).
+    ncclResult_t end = ncclGroupEnd();
+    // The arguments were checked, so a rejection now means NCCL and this rank disagree on the
+    // state of the communicator, and part of the group may be on the stream already: abort.
+    if (first != ncclSuccess)
+      return s.fail("group", seq_no,
+                    strCat("operation ", first_at, " of ", ops.size(), " (",
+                           collectiveKindName(ops[first_at].kind), "): ", ncclMessage(first, s.comm)));
+    if (end != ncclSuccess && end != ncclInProgress)
+      return s.fail("group", seq_no, strCat("ncclGroupEnd: ", ncclMessage(end, s.comm)));
+    // Nonblocking: the group may still be in progress; the next group (and the event below)
+    // must come after it is on the stream.
+    if (end == ncclInProgress) HSDP_RETURN_IF_ERROR(s.waitReady(s.comm, "group", seq_no, start));
+  }
+  // Why the event is recorded only now: inside a group NCCL enqueues nothing until
+  // ncclGroupEnd, so an event recorded after each call would fire before the collectives ran.
+  HSDP_CUDA_CHECK(cudaEventRecord(done.get(), stream));
+  HSDP_TRACE(kColl, s.describe(), ": group #", seq_no, " of ", live, " operations on stream ",
+             s.streams[static_cast<int>(role)].name());
+  return WorkHandle(std::make_unique<NcclWork>(s_, "group", seq_no, std::move(done), start));
 }
 
 Status NcclComm::allGather(const void* send, void* recv, size_t count, DType dtype) {

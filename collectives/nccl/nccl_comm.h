@@ -62,6 +62,8 @@ enum class StreamRole {
   kControl,        // broadcast and barrier: setup-time traffic, never behind a large transfer
 };
 const char* streamRoleName(StreamRole role);
+// The stream a collective of `kind` runs on; a group (igroup) runs on its first operation's.
+StreamRole streamRoleOf(CollectiveOp::Kind kind);
 
 class NcclComm final : public Comm {
  public:
@@ -85,6 +87,12 @@ class NcclComm final : public Comm {
   StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
                                       RedOp op) override;
   StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override;
+  // One fused launch: ncclGroupStart, the operations in order, ncclGroupEnd, all on the stream
+  // of the first operation's role (streamRoleOf), and one completion event recorded after the
+  // group ended (NCCL enqueues nothing before). Every argument is checked before the group
+  // opens, so a bad one is an InvalidArgument naming its index and nothing is started. Groups
+  // longer than NCCL's limit of 2048 operations go out as consecutive groups on that stream.
+  StatusOr<WorkHandle> igroup(std::span<const CollectiveOp> ops) override;
   // In place on `buf`, on the control stream; returns once complete.
   Status broadcast(void* buf, size_t count, DType dtype, int root) override;
   // NCCL has no barrier: a one-element all-reduce on the control stream, waited for.

@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "hsdp/dtype.h"
 #include "hsdp/status.h"
@@ -28,6 +30,35 @@ using WorkHandle = std::unique_ptr<Work>;
 
 // A Work that finished when it was created (eager transports, size-1 groups).
 WorkHandle completedWork(Status status = Status());
+
+// A Work that completes when every one of `works` has: wait() waits for all of them (also after
+// a failure, so no buffer is still in use when it returns) and returns the first failure in
+// order; test() is true once all are done, or returns the first failure seen.
+WorkHandle allOf(std::vector<WorkHandle> works);
+
+// One collective of a group (Comm::igroup), with the arguments and contract of the matching
+// nonblocking call. For an all-reduce `recv` is the in-place buffer and `send` is unused.
+struct CollectiveOp {
+  enum class Kind { kAllGather, kReduceScatter, kAllReduce };
+  Kind kind = Kind::kAllGather;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DType dtype = DType::kFloat32;
+  RedOp op = RedOp::kSum;  // reductions only
+
+  static CollectiveOp allGather(const void* send, void* recv, size_t count, DType dtype) {
+    return {Kind::kAllGather, send, recv, count, dtype, RedOp::kSum};
+  }
+  static CollectiveOp reduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                                    RedOp op) {
+    return {Kind::kReduceScatter, send, recv, count, dtype, op};
+  }
+  static CollectiveOp allReduce(void* buf, size_t count, DType dtype, RedOp op) {
+    return {Kind::kAllReduce, nullptr, buf, count, dtype, op};
+  }
+};
+const char* collectiveKindName(CollectiveOp::Kind kind);
 
 class Comm {
  public:
@@ -60,6 +91,14 @@ class Comm {
                                                             size_t count, DType dtype, RedOp op);
   [[nodiscard]] virtual StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype,
                                                         RedOp op);
+
+  // Several collectives started together, where several buffers move at once (the zero1/zero2
+  // parameter gathers after a step): one Work that completes when all of them have. The same
+  // contract as starting them one by one in this order, which is what the default does (and
+  // all a host transport can do); NCCL fuses the group into one launch (ncclGroupStart/End).
+  // An empty group is a completed Work. Every rank passes the same kinds, counts and types in
+  // the same order, as for single calls.
+  [[nodiscard]] virtual StatusOr<WorkHandle> igroup(std::span<const CollectiveOp> ops);
 
   [[nodiscard]] virtual Status broadcast(void* buf, size_t count, DType dtype, int root) = 0;
   [[nodiscard]] virtual Status barrier() = 0;

@@ -259,6 +259,91 @@ TEST(Nonblocking, ManyOutstandingCompletedOutOfOrder) {
   }
 }
 
+// A group of mixed collectives (uneven counts, an empty one, an in-place gather, bf16 and int32)
+// equals each collective done by the MPI library, and leaves its neighbours' bytes alone.
+TEST(Group, MixedOperationsEqualMpiCollectives) {
+  for (auto& [name, comm] : fixture().comms) {
+    SCOPED_TRACE(name);
+    const int n = comm->size(), r = comm->rank(), w = world().rank();
+    const size_t c1 = 7, c2 = 1003, c3 = 0, c4 = 100003;
+    std::vector<float> ag_in = randomValues(w, c1), ag_out(n * c1, -1.0f);
+    std::vector<float> rs_in(n * c2), rs_out(c2 + 1, -1.0f);  // +1: a guard element
+    for (size_t i = 0; i < rs_in.size(); ++i) rs_in[i] = exactValue(w, i);
+    std::vector<float> empty_out(1, -1.0f);
+    std::vector<float> inplace(n * c4, 0.0f);
+    std::vector<float> mine = randomValues(w + 100, c4);
+    std::copy(mine.begin(), mine.end(), inplace.begin() + r * c4);
+    std::vector<int32_t> ar(c2);
+    for (size_t i = 0; i < c2; ++i) ar[i] = static_cast<int32_t>(exactValue(w, i)) - 4;
+    const std::vector<int32_t> ar_in = ar;
+    std::vector<float> avg_in = randomValues(w + 7, c1), avg = avg_in;
+    std::vector<bf16> ag16 = toBf16(ag_in), ag16_out(n * c1);
+
+    std::vector<CollectiveOp> ops = {
+        CollectiveOp::allGather(ag_in.data(), ag_out.data(), c1, DType::kFloat32),
+        CollectiveOp::reduceScatter(rs_in.data(), rs_out.data(), c2, DType::kFloat32, RedOp::kSum),
+        CollectiveOp::allGather(ag_in.data(), empty_out.data(), c3, DType::kFloat32),
+        CollectiveOp::allGather(inplace.data() + r * c4, inplace.data(), c4, DType::kFloat32),
+        CollectiveOp::allReduce(ar.data(), c2, DType::kInt32, RedOp::kSum),
+        CollectiveOp::allReduce(avg.data(), c1, DType::kFloat32, RedOp::kAvg),
+        CollectiveOp::allGather(ag16.data(), ag16_out.data(), c1, DType::kBFloat16),
+    };
+    auto work = comm->igroup(ops);
+    ASSERT_TRUE(work.ok()) << work.status().toString();
+    // test() until done, so the group's own progress path runs, not only wait().
+    for (;;) {
+      auto done = (*work)->test();
+      ASSERT_TRUE(done.ok()) << done.status().toString();
+      if (*done) break;
+    }
+    ASSERT_TRUE((*work)->wait().ok());
+
+    std::vector<float> want_ag(n * c1), want_rs(c2), want_in(n * c4), want_avg(c1);
+    std::vector<int32_t> want_ar(c2);
+    MPI_Allgather(ag_in.data(), int(c1), MPI_FLOAT, want_ag.data(), int(c1), MPI_FLOAT, raw(*comm));
+    MPI_Reduce_scatter_block(rs_in.data(), want_rs.data(), int(c2), MPI_FLOAT, MPI_SUM, raw(*comm));
+    MPI_Allgather(mine.data(), int(c4), MPI_FLOAT, want_in.data(), int(c4), MPI_FLOAT, raw(*comm));
+    MPI_Allreduce(ar_in.data(), want_ar.data(), int(c2), MPI_INT32_T, MPI_SUM, raw(*comm));
+    MPI_Allreduce(avg_in.data(), want_avg.data(), int(c1), MPI_FLOAT, MPI_SUM, raw(*comm));
+    EXPECT_EQ(ag_out, want_ag);
+    EXPECT_EQ(std::vector<float>(rs_out.begin(), rs_out.begin() + c2), want_rs);
+    EXPECT_EQ(rs_out[c2], -1.0f) << "wrote past its block";
+    EXPECT_EQ(empty_out[0], -1.0f) << "an empty operation wrote";
+    EXPECT_EQ(inplace, want_in);
+    EXPECT_EQ(ar, want_ar);
+    for (size_t i = 0; i < c1; ++i) EXPECT_NEAR(avg[i], want_avg[i] / n, 1e-6f) << i;
+    for (size_t i = 0; i < ag16_out.size(); ++i)
+      ASSERT_EQ(ag16_out[i].bits, hsdp::toBf16(want_ag[i]).bits) << i;
+  }
+}
+
+// An empty group completes at once; a bad operation (the same on every rank) fails the group
+// with its index and kind named, after the operations before it completed everywhere.
+TEST(Group, EmptyGroupAndBadOperationNamed) {
+  for (auto& [name, comm] : fixture().comms) {
+    SCOPED_TRACE(name);
+    auto empty = comm->igroup({});
+    ASSERT_TRUE(empty.ok());
+    auto done = (*empty)->test();
+    ASSERT_TRUE(done.ok() && *done);
+    const int n = comm->size();
+    std::vector<float> a(3), out(n * 3);
+    std::vector<int32_t> b(5, 1);
+    std::vector<CollectiveOp> ops = {
+        CollectiveOp::allGather(a.data(), out.data(), 3, DType::kFloat32),
+        CollectiveOp::allReduce(b.data(), 5, DType::kInt32, RedOp::kAvg),
+    };
+    auto w = comm->igroup(ops);
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(w.status().message().find("group operation 1 of 2"), std::string::npos)
+        << w.status().message();
+    EXPECT_NE(w.status().message().find("avg of int32"), std::string::npos)
+        << w.status().message();
+    EXPECT_TRUE(comm->barrier().ok());  // nothing left half-issued
+  }
+}
+
 // Pipelined schedules: chunk counts that do not divide the size, several operations in flight,
 // and the bf16 inter-node wire type.
 TEST(Hierarchical, PipelinedChunksAndInterDtype) {

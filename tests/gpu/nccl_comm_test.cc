@@ -239,6 +239,111 @@ TEST(NcclComm, NonblockingHandlesCompleteInAnyOrder) {
   EXPECT_TRUE(sameBits(toHost<float>(ag->data(), count * n), want_ag));
 }
 
+// A group (ncclGroupStart/End, one completion event recorded after the group ended) of mixed
+// operations, one of them empty and one in place, equals MPI's collectives. The results are read
+// as soon as test() says done, with a copy that does not wait for NCCL's non-blocking streams:
+// an event recorded before the group was enqueued would let it read stale bytes.
+TEST(NcclComm, GroupOfMixedOperationsMatchesMpi) {
+  HSDP_REQUIRE_GPU();
+  nccl::NcclComm* nc = ncclWorld();
+  ASSERT_NE(nc, nullptr);
+  const int n = nc->size(), r = nc->rank();
+  const size_t c1 = 7, c2 = 65537, c3 = 1000;
+  std::vector<float> ag_in = inputs<float>(r, c1), want_ag(c1 * n);
+  std::vector<float> rs_in = inputs<float>(r + 5, c2 * n), want_rs(c2);
+  std::vector<int32_t> ar_in = inputs<int32_t>(r + 9, c3), want_ar(c3);
+  std::vector<bf16> ip_in = inputs<bf16>(r + 2, c2), want_ip(c2 * n);
+  ASSERT_EQ(MPI_Allgather(ag_in.data(), int(c1), MPI_FLOAT, want_ag.data(), int(c1), MPI_FLOAT,
+                          raw(world())), MPI_SUCCESS);
+  ASSERT_EQ(MPI_Reduce_scatter_block(rs_in.data(), want_rs.data(), int(c2), MPI_FLOAT, MPI_SUM,
+                                     raw(world())), MPI_SUCCESS);
+  ASSERT_EQ(MPI_Allreduce(ar_in.data(), want_ar.data(), int(c3), MPI_INT32_T, MPI_SUM,
+                          raw(world())), MPI_SUCCESS);
+  ASSERT_EQ(MPI_Allgather(ip_in.data(), int(c2), MPI_UINT16_T, want_ip.data(), int(c2),
+                          MPI_UINT16_T, raw(world())), MPI_SUCCESS);
+  gpu::DeviceBuffer ag_send = toDevice(ag_in), rs_send = toDevice(rs_in), ar = toDevice(ar_in);
+  std::vector<bf16> staged(c2 * n);
+  std::copy(ip_in.begin(), ip_in.end(), staged.begin() + r * c2);
+  gpu::DeviceBuffer ip = toDevice(staged);
+  auto ag_out = gpu::DeviceBuffer::allocate(c1 * n * 4);
+  auto rs_out = gpu::DeviceBuffer::allocate(c2 * 4);
+  ASSERT_TRUE(ag_out.ok() && rs_out.ok());
+  std::vector<CollectiveOp> ops = {
+      CollectiveOp::allGather(ag_send.data(), ag_out->data(), c1, DType::kFloat32),
+      CollectiveOp::reduceScatter(rs_send.data(), rs_out->data(), c2, DType::kFloat32,
+                                  RedOp::kSum),
+      CollectiveOp::allGather(nullptr, nullptr, 0, DType::kFloat32),  // empty: skipped
+      CollectiveOp::allReduce(ar.data(), c3, DType::kInt32, RedOp::kSum),
+      CollectiveOp::allGather(ip.as<bf16>() + r * c2, ip.data(), c2, DType::kBFloat16),
+  };
+  auto w = nc->igroup(ops);
+  ASSERT_TRUE(w.ok()) << w.status().toString();
+  for (bool done = false; !done;) {
+    auto t = (*w)->test();
+    ASSERT_TRUE(t.ok()) << t.status().toString();
+    done = *t;
+  }
+  auto peek = [](const void* d, size_t bytes) {  // an async copy on a stream of its own
+    std::vector<uint8_t> h(bytes);
+    cudaStream_t st;
+    EXPECT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(h.data(), d, bytes, cudaMemcpyDeviceToHost, st), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    EXPECT_EQ(cudaStreamDestroy(st), cudaSuccess);
+    return h;
+  };
+  auto bytesOf = [](const auto& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+    return std::vector<uint8_t>(p, p + v.size() * sizeof(v[0]));
+  };
+  EXPECT_EQ(peek(ag_out->data(), c1 * n * 4), bytesOf(want_ag));
+  EXPECT_EQ(peek(rs_out->data(), c2 * 4), bytesOf(want_rs));
+  EXPECT_EQ(peek(ar.data(), c3 * 4), bytesOf(want_ar));
+  EXPECT_EQ(peek(ip.data(), c2 * n * 2), bytesOf(want_ip));
+}
+
+// More operations than NCCL takes in one group (2048) go out as consecutive groups under one
+// Work; a bad operation is named by index before anything starts, and the communicator stays
+// usable.
+TEST(NcclComm, LongGroupSplitsAndBadOperationIsNamed) {
+  HSDP_REQUIRE_GPU();
+  nccl::NcclComm* nc = ncclWorld();
+  ASSERT_NE(nc, nullptr);
+  const int n = nc->size(), r = nc->rank();
+  const size_t kOps = 2050, count = 3;
+  std::vector<float> in(kOps * count), want(kOps * count * n);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = value(r, i);
+  gpu::DeviceBuffer send = toDevice(in);
+  auto out = gpu::DeviceBuffer::allocate(want.size() * 4);
+  ASSERT_TRUE(out.ok());
+  std::vector<CollectiveOp> ops;
+  for (size_t o = 0; o < kOps; ++o)
+    ops.push_back(CollectiveOp::allGather(send.as<float>() + o * count,
+                                          out->as<float>() + o * count * n, count,
+                                          DType::kFloat32));
+  auto w = nc->igroup(ops);
+  ASSERT_TRUE(w.ok()) << w.status().toString();
+  ASSERT_OK((*w)->wait());
+  for (size_t o = 0; o < kOps; ++o)
+    ASSERT_EQ(MPI_Allgather(in.data() + o * count, int(count), MPI_FLOAT,
+                            want.data() + o * count * n, int(count), MPI_FLOAT, raw(world())),
+              MPI_SUCCESS);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_TRUE(sameBits(toHost<float>(out->data(), want.size()), want));
+
+  std::vector<float> host(16, 1.0f);
+  std::vector<CollectiveOp> bad = {ops[0], CollectiveOp::allReduce(host.data(), host.size(),
+                                                                   DType::kFloat32, RedOp::kSum)};
+  auto b = nc->igroup(bad);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("group operation 1 of 2"), std::string::npos)
+      << b.status().message();
+  EXPECT_NE(b.status().message().find("host memory"), std::string::npos) << b.status().message();
+  EXPECT_FALSE(nc->aborted());
+  ASSERT_OK(nc->barrier());
+}
+
 TEST(NcclComm, CallerStreamOrdersTheCollectiveAfterQueuedWork) {
   HSDP_REQUIRE_GPU();
   nccl::NcclComm* nc = ncclWorld();

@@ -385,6 +385,41 @@ TEST(UcxCollectives, ManyOutstandingHandlesCompletedOutOfOrder) {
   }
 }
 
+// A group (Comm::igroup's default: every operation started in order, one Work for all) on UCX,
+// completed through test() only, so the group's Work must progress every UCX operation in it.
+TEST(UcxCollectives, GroupOfMixedOperationsMatchesMpi) {
+  for (auto& [name, mpi_comm, comm] : fixture().pairs) {
+    SCOPED_TRACE(name);
+    const int n = comm->size(), w = world().rank();
+    const size_t c1 = 5, c2 = 70001;
+    std::vector<float> ag_in = randomValues(w, c2), ag_out(n * c2);
+    std::vector<float> rs_in = exactValues(w, n * c1), rs_out(c1);
+    std::vector<float> ar = exactValues(w + 3, c2);
+    const std::vector<float> ar_in = ar;
+    std::vector<CollectiveOp> ops = {
+        CollectiveOp::allGather(ag_in.data(), ag_out.data(), c2, DType::kFloat32),
+        CollectiveOp::reduceScatter(rs_in.data(), rs_out.data(), c1, DType::kFloat32, RedOp::kSum),
+        CollectiveOp::allReduce(ar.data(), c2, DType::kFloat32, RedOp::kSum),
+    };
+    auto work = comm->igroup(ops);
+    ASSERT_OK(work.status());
+    for (bool done = false; !done;) {
+      auto t = (*work)->test();
+      ASSERT_OK(t.status());
+      done = *t;
+    }
+    std::vector<float> want_ag(n * c2), want_rs(c1), want_ar(c2);
+    MPI_Allgather(ag_in.data(), int(c2), MPI_FLOAT, want_ag.data(), int(c2), MPI_FLOAT,
+                  raw(*mpi_comm));
+    MPI_Reduce_scatter_block(rs_in.data(), want_rs.data(), int(c1), MPI_FLOAT, MPI_SUM,
+                             raw(*mpi_comm));
+    MPI_Allreduce(ar_in.data(), want_ar.data(), int(c2), MPI_FLOAT, MPI_SUM, raw(*mpi_comm));
+    EXPECT_EQ(ag_out, want_ag);
+    EXPECT_EQ(rs_out, want_rs);
+    EXPECT_EQ(ar, want_ar);
+  }
+}
+
 // Two communicators with handles in flight at once, waited for in opposite orders on even and
 // odd ranks: one shared worker advances both.
 TEST(UcxCollectives, OutstandingHandlesOnTwoCommunicatorsCompleteInAnyOrder) {
