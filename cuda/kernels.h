@@ -56,6 +56,19 @@ Status scale(void* x, size_t n, DType dtype, float factor, cudaStream_t stream);
 constexpr size_t kSumSquaresScratch = 1024;
 Status sumSquares(const float* x, size_t n, double* acc, double* scratch, cudaStream_t stream);
 
+// FSDP2's copy-in / copy-out between per-parameter tensors and a unit's flat buffer: for every
+// piece dst[i] = src[i], or with `accumulate` dst[i] += src[i] (one correctly rounded add, as the
+// host's +=). One launch per kMaxCopyPieces pieces, whatever their sizes; nothing allocated.
+// Pieces must not overlap one another's dst (they run concurrently). Errors: a null array with
+// n > 0 (InvalidArgument naming the piece, nothing enqueued).
+struct CopyPiece {
+  const float* src = nullptr;
+  float* dst = nullptr;
+  size_t n = 0;
+};
+constexpr size_t kMaxCopyPieces = 64;
+Status batchedCopy(const CopyPiece* pieces, size_t count, bool accumulate, cudaStream_t stream);
+
 // out[i] = float(in[i]) (round to nearest).
 Status castDoubleToFloat(const double* in, float* out, size_t n, cudaStream_t stream);
 

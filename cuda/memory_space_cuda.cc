@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <deque>
 #include <vector>
@@ -179,6 +180,19 @@ class CudaMemorySpace final : public MemorySpace {
     if (bytes == 0) return okStatus();
     HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard g, gpu::DeviceGuard::set(device_));
     HSDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream(lane)));
+    return okStatus();
+  }
+
+  Status batchedCopy(std::span<const CopyPiece> pieces, bool accumulate, Lane lane) override {
+    HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard g, gpu::DeviceGuard::set(device_));
+    // Through a fixed table of the kernel's batch size: nothing allocated per call.
+    std::array<gpu::CopyPiece, gpu::kMaxCopyPieces> table;
+    for (size_t b = 0; b < pieces.size(); b += table.size()) {
+      const size_t k = std::min(table.size(), pieces.size() - b);
+      for (size_t i = 0; i < k; ++i)
+        table[i] = {pieces[b + i].src, pieces[b + i].dst, pieces[b + i].n};
+      HSDP_RETURN_IF_ERROR(gpu::batchedCopy(table.data(), k, accumulate, stream(lane)));
+    }
     return okStatus();
   }
 

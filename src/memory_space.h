@@ -58,6 +58,13 @@ class SpaceBuffer {
   std::unique_ptr<Owner> owner_;
 };
 
+// One piece of a batched copy between a unit's flat buffer and a tensor of the user's: n floats.
+struct CopyPiece {
+  const float* src = nullptr;
+  float* dst = nullptr;
+  size_t n = 0;
+};
+
 class MemorySpace {
  public:
   virtual ~MemorySpace() = default;
@@ -74,6 +81,9 @@ class MemorySpace {
   // ---- local operations, enqueued on `lane` ----
   virtual Status zero(void* p, size_t bytes, Lane lane) = 0;
   virtual Status copy(void* dst, const void* src, size_t bytes, Lane lane) = 0;
+  // For every piece dst = src, or dst += src with `accumulate` (copy-in / copy-out; CUDA: one
+  // kernel launch for up to 64 pieces). Pieces do not overlap one another's dst.
+  virtual Status batchedCopy(std::span<const CopyPiece> pieces, bool accumulate, Lane lane) = 0;
   virtual Status castToBf16(const float* in, bf16* out, size_t n, Lane lane) = 0;
   virtual Status castToFloat(const bf16* in, float* out, size_t n, Lane lane) = 0;
   // Host memory in and out (kCompute). copyFromHost: `src` may be reused on return.

@@ -35,6 +35,16 @@ class HostMemorySpace final : public MemorySpace {
     std::memcpy(dst, src, bytes);
     return okStatus();
   }
+  Status batchedCopy(std::span<const CopyPiece> pieces, bool accumulate, Lane) override {
+    for (const CopyPiece& p : pieces) {
+      if (!accumulate) {
+        if (p.n > 0) std::memcpy(p.dst, p.src, p.n * sizeof(float));
+        continue;
+      }
+      for (size_t i = 0; i < p.n; ++i) p.dst[i] += p.src[i];
+    }
+    return okStatus();
+  }
   Status castToBf16(const float* in, bf16* out, size_t n, Lane) override {
     for (size_t i = 0; i < n; ++i) out[i] = toBf16(in[i]);
     return okStatus();

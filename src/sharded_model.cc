@@ -234,6 +234,59 @@ struct ShardedModel::Impl {
     return space->awaitUpload(*u.offload);
   }
 
+  // The unit's full gradient for this step: zero-filled at its first use (grad(), copyInGrads()).
+  Status ensureGrad(Unit& u, const std::string& what) {
+    if (u.grad_pending)
+      return failedPrecondition(what, ": the unit's gradient is being reduced; step() first");
+    if (u.full_grad != nullptr) return okStatus();
+    // On a device the zero-fill is enqueued on the compute stream, after the step that read
+    // the previous gradient (step() orders the compute stream after the reductions).
+    if (shards == 1) {
+      u.full_grad = u.grad_shard.as<float>();
+      return space->zero(u.full_grad, u.grad_shard.size(), Lane::kCompute);
+    }
+    if (!pooledGrads()) {  // zero1: the whole gradient lives on
+      u.full_grad = u.full_grad_buf.as<float>();
+      return space->zero(u.full_grad, u.full_grad_buf.size(), Lane::kCompute);
+    }
+    HSDP_ASSIGN_OR_RETURN(void* block, pool.acquire(/*zero=*/true));
+    u.full_grad = static_cast<float*>(block);
+    return okStatus();
+  }
+
+  // copyOutParams / copyInGrads: checks every tensor against unit u's layout, then (unless
+  // `flat` is null: check only) copies between them and the flat buffer `flat` in one batch;
+  // into the flat buffer it adds.
+  Status copyTensors(Unit& u, std::span<const TensorRef> tensors, const char* verb, float* flat,
+                     bool into_flat) {
+    copy_pieces.clear();
+    copy_seen.assign(u.layout.params().size(), 0);
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      const TensorRef& t = tensors[k];
+      StatusOr<size_t> i = u.layout.indexOf(t.name);
+      if (!i.ok())
+        return i.status().withContext(strCat(verb, "('", u.name, "'): tensor ", k));
+      const ParamSpec& p = u.layout.params()[*i];
+      if (t.numel != p.numel())
+        return invalidArgument(verb, "('", u.name, "'): tensor ", k, " '", t.name, "' holds ",
+                               t.numel, " elements, the parameter ", p.numel());
+      if (t.data == nullptr && t.numel > 0)
+        return invalidArgument(verb, "('", u.name, "'): tensor ", k, " '", t.name,
+                               "' is a null pointer");
+      if (copy_seen[*i]++)
+        return invalidArgument(verb, "('", u.name, "'): parameter '", t.name,
+                               "' is given twice (tensor ", k, ")");
+      if (flat == nullptr) continue;
+      float* f = flat + u.layout.offset(*i);
+      copy_pieces.push_back(into_flat ? CopyPiece{t.data, f, p.numel()}
+                                      : CopyPiece{f, t.data, p.numel()});
+    }
+    if (flat == nullptr) return okStatus();
+    return space->batchedCopy(copy_pieces, /*accumulate=*/into_flat, Lane::kCompute);
+  }
+  std::vector<CopyPiece> copy_pieces;  // reused: no allocation once grown
+  std::vector<char> copy_seen;
+
   Status checkUnit(int u, const char* verb) const {
     if (!finalized) return failedPrecondition(verb, ": call finalize() first");
     if (u < 0 || u >= static_cast<int>(units.size()))
@@ -677,25 +730,31 @@ StatusOr<ParamView> ShardedModel::grad(int unit, std::string_view name) {
   HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "grad"));
   Unit& u = m.units[unit];
   HSDP_ASSIGN_OR_RETURN(size_t i, u.layout.indexOf(name));
-  if (u.grad_pending)
-    return failedPrecondition("grad('", u.name, ".", name,
-                              "'): the unit's gradient is being reduced; step() first");
-  if (u.full_grad == nullptr) {
-    // On a device the zero-fill is enqueued on the compute stream, after the step that read
-    // the previous gradient (step() orders the compute stream after the reductions).
-    if (m.shards == 1) {
-      u.full_grad = u.grad_shard.as<float>();
-      HSDP_RETURN_IF_ERROR(m.space->zero(u.full_grad, u.grad_shard.size(), Lane::kCompute));
-    } else if (!m.pooledGrads()) {  // zero1: the whole gradient lives on
-      u.full_grad = u.full_grad_buf.as<float>();
-      HSDP_RETURN_IF_ERROR(m.space->zero(u.full_grad, u.full_grad_buf.size(), Lane::kCompute));
-    } else {
-      HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/true));
-      u.full_grad = static_cast<float*>(block);
-    }
-  }
+  HSDP_RETURN_IF_ERROR(m.ensureGrad(u, strCat("grad('", u.name, ".", name, "')")));
   const ParamSpec& p = u.layout.params()[i];
   return ParamView{u.full_grad + u.layout.offset(i), p.shape, p.numel()};
+}
+
+Status ShardedModel::copyOutParams(int unit, std::span<const TensorRef> tensors) {
+  Impl& m = *impl_;
+  HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "copyOutParams"));
+  Unit& u = m.units[unit];
+  if (!u.unsharded)
+    return failedPrecondition("copyOutParams('", u.name, "'): unit is sharded; unshard first");
+  if (u.gather || u.deferred)
+    return failedPrecondition("copyOutParams('", u.name,
+                              "'): the unit's all-gather is in flight; waitForUnshard first");
+  return m.copyTensors(u, tensors, "copyOutParams", u.gathered, /*into_flat=*/false);
+}
+
+Status ShardedModel::copyInGrads(int unit, std::span<const TensorRef> tensors) {
+  Impl& m = *impl_;
+  HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "copyInGrads"));
+  Unit& u = m.units[unit];
+  // Checked before the gradient buffer is taken (and zeroed), so a bad call changes nothing.
+  HSDP_RETURN_IF_ERROR(m.copyTensors(u, tensors, "copyInGrads", nullptr, /*into_flat=*/true));
+  HSDP_RETURN_IF_ERROR(m.ensureGrad(u, strCat("copyInGrads('", u.name, "')")));
+  return m.copyTensors(u, tensors, "copyInGrads", u.full_grad, /*into_flat=*/true);
 }
 
 Status ShardedModel::reduceGrad(int unit) {

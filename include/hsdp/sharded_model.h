@@ -61,6 +61,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,6 +75,14 @@ namespace hsdp {
 struct ParamView {
   float* data = nullptr;
   std::vector<int64_t> shape;
+  size_t numel = 0;
+};
+
+// A tensor of the caller's own holding one registered parameter (or its gradient): numel floats
+// in the engine's memory space (device memory with Device::kCuda). For copyOutParams/copyInGrads.
+struct TensorRef {
+  std::string_view name;
+  float* data = nullptr;
   size_t numel = 0;
 };
 
@@ -136,6 +145,19 @@ class ShardedModel {
   // Full parameter (after waitForUnshard) and full gradient (zeroed on first use in a step).
   StatusOr<ParamView> param(int unit, std::string_view name);
   StatusOr<ParamView> grad(int unit, std::string_view name);
+
+  // FSDP2's copy-out and copy-in, for a model whose parameters and gradients live in tensors of
+  // its own rather than in the views param() and grad() return. Each TensorRef names one
+  // registered parameter of the unit; any subset of the unit's parameters, in any order, each
+  // once. One batched copy on the compute stream (CUDA: one kernel launch per 64 tensors), no
+  // host wait. Every tensor is checked before anything is copied; errors name the unit and the
+  // tensor: an unknown name (NotFound), a wrong numel, a null pointer, a name given twice
+  // (InvalidArgument), and param()'s / grad()'s lifecycle errors (FailedPrecondition).
+  // After waitForUnshard(unit): the unit's full parameters into the tensors.
+  [[nodiscard]] Status copyOutParams(int unit, std::span<const TensorRef> tensors);
+  // Adds the tensors into the unit's full gradient, the buffer grad() returns (zeroed at its
+  // first use in a step, so micro-steps accumulate); reduceGrad(unit) follows as usual.
+  [[nodiscard]] Status copyInGrads(int unit, std::span<const TensorRef> tensors);
 
   // Collective: starts reducing the unit's full gradient to this rank's shard, averaged over all
   // data-parallel ranks (reduce-scatter over the shard group, then all-reduce over replicas);

@@ -235,6 +235,54 @@ TEST(GpuScale, MatchesHostMultiplication) {
   EXPECT_EQ(firstDifference(gotb, wantb), -1);
 }
 
+// Copy-in/copy-out: 150 pieces (three launches of 64), sizes 0 to ~20000, packed into and out of
+// one flat buffer, plain and accumulating, against the host's memcpy and +=, bitwise.
+TEST(GpuBatchedCopy, MatchesHostCopyAndAdd) {
+  EXPECT_EQ(gpu::batchedCopy(std::vector<gpu::CopyPiece>{{nullptr, nullptr, 3}}.data(), 1, false,
+                             nullptr)
+                .code(),
+            StatusCode::kInvalidArgument);  // validated before any device work
+  HSDP_REQUIRE_GPU();
+  std::mt19937 gen(7);
+  std::uniform_int_distribution<size_t> len(0, 20000);
+  const size_t pieces = 150;
+  std::vector<size_t> n(pieces), off(pieces);
+  size_t total = 0;
+  for (size_t k = 0; k < pieces; ++k) {
+    n[k] = k % 17 == 0 ? 0 : len(gen);
+    off[k] = total;
+    total += n[k] + 1;  // a gap element between pieces: must stay untouched
+  }
+  // Finite values of all magnitudes (NaN payloads of a GPU and a CPU add may differ).
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> expo(-40, 40);
+  auto values = [&](size_t count) {
+    std::vector<float> v(count);
+    for (float& x : v) x = std::ldexp(mant(gen), expo(gen));
+    return v;
+  };
+  std::vector<float> user = values(total), flat0 = values(total);
+  auto du = gpu::DeviceBuffer::allocate(total * 4);
+  auto df = gpu::DeviceBuffer::allocate(total * 4);
+  ASSERT_TRUE(du.ok() && df.ok());
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "accumulate" : "copy");
+    ASSERT_EQ(cudaMemcpy(du->data(), user.data(), total * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(df->data(), flat0.data(), total * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    std::vector<gpu::CopyPiece> in(pieces);
+    std::vector<float> want = flat0;
+    for (size_t k = 0; k < pieces; ++k) {
+      in[k] = {du->as<float>() + off[k], df->as<float>() + off[k], n[k]};
+      for (size_t i = 0; i < n[k]; ++i)
+        want[off[k] + i] = accumulate ? want[off[k] + i] + user[off[k] + i] : user[off[k] + i];
+    }
+    ASSERT_OK(gpu::batchedCopy(in.data(), in.size(), accumulate, nullptr));
+    std::vector<float> got(total);
+    ASSERT_EQ(cudaMemcpy(got.data(), df->data(), total * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(firstDifference(got, want), -1);
+  }
+}
+
 TEST(GpuResources, OwnersReleaseAndMove) {
   HSDP_REQUIRE_GPU();
   auto a = gpu::DeviceBuffer::allocate(1 << 20);

@@ -79,6 +79,9 @@ struct Case {
   EngineConfig cfg;
   int accum = 1;
   bool legacy_stream = false;  // run the device engine on the legacy default stream
+  // The device engine's model keeps its own tensors: copyOutParams in forward, copyInGrads
+  // (batched copy kernels) in backward; the host engine uses the views.
+  bool copy_io = false;
 };
 
 // Every case on the meshes that matter most (`full`); a few on the other factor pairs, which
@@ -141,6 +144,14 @@ std::vector<Case> cases(const MeshShape& s, bool full) {
     offload(c);
     bf16both(c);
   });
+  auto copy_io = [](Case& c) { c.copy_io = true; };
+  add("zero3.copyio", ShardMode::kZero3, copy_io);
+  add("zero1.copyio.accum2", ShardMode::kZero1, copy_io, 2);
+  add("zero2.copyio.bf16params.accum3.clip", ShardMode::kZero2, [&](Case& c) {
+    copy_io(c);
+    bf16p(c);
+    clip(c);
+  }, 3);
   add("zero3.maxgathered1", ShardMode::kZero3, [](Case& c) { c.cfg.max_gathered_units = 1; });
   add("zero3.adam.legacy_stream", ShardMode::kZero3, [](Case& c) {
     c.cfg.adam.kind = OptimizerKind::kAdam;
@@ -198,6 +209,24 @@ void train(ShardedModel& m, bool device, cudaStream_t stream, const Case& c, int
     }
   }
   out->forward_view.assign(U, {});
+  // copy_io: the model's own device tensors (first parameter of each unit; every gradient) and
+  // the host staging of one micro-step's gradients.
+  std::vector<gpu::DeviceBuffer> own_params;
+  std::vector<std::vector<gpu::DeviceBuffer>> own_grads(U);
+  std::vector<std::vector<std::vector<float>>> staged(U);
+  if (device && c.copy_io) {
+    for (int u = 0; u < U; ++u) {
+      auto b = gpu::DeviceBuffer::allocate(units[u].second[0].numel() * 4);
+      ASSERT_TRUE(b.ok()) << b.status().toString();
+      own_params.push_back(std::move(*b));
+      for (const ParamSpec& spec : units[u].second) {
+        auto g = gpu::DeviceBuffer::allocate(spec.numel() * 4);
+        ASSERT_TRUE(g.ok()) << g.status().toString();
+        own_grads[u].push_back(std::move(*g));
+        staged[u].emplace_back(spec.numel(), 0.0f);
+      }
+    }
+  }
   for (int64_t step = 0; step < kSteps; ++step) {
     // Forward, prefetching the next unit.
     ASSERT_OK(m.unshard(0));
@@ -206,7 +235,14 @@ void train(ShardedModel& m, bool device, cudaStream_t stream, const Case& c, int
       ASSERT_OK(m.waitForUnshard(u));
       auto view = m.param(u, units[u].second[0].name);
       ASSERT_TRUE(view.ok()) << view.status().toString();
-      out->forward_view[u] = readView(*view, device, stream);
+      if (device && c.copy_io) {  // the model's own tensor, filled by the copy-out kernel
+        const ParamSpec& spec = units[u].second[0];
+        const TensorRef t{spec.name, own_params[u].as<float>(), spec.numel()};
+        ASSERT_OK(m.copyOutParams(u, std::span<const TensorRef>(&t, 1)));
+        out->forward_view[u] = readView(ParamView{t.data, spec.shape, t.numel}, device, stream);
+      } else {
+        out->forward_view[u] = readView(*view, device, stream);
+      }
       ASSERT_OK(m.reshard(u));
     }
     // Backward, micro-steps accumulating; the host mirror `acc` is what the device gets.
@@ -219,6 +255,25 @@ void train(ShardedModel& m, bool device, cudaStream_t stream, const Case& c, int
       for (int u = U - 1; u >= 0; --u) {
         if (u > 0) ASSERT_OK(m.unshard(u - 1));
         ASSERT_OK(m.waitForUnshard(u));
+        if (device && c.copy_io) {
+          // This micro-step's gradient in the model's own tensors, added in by the copy-in
+          // kernel (one rounding per add, as the host engine's +=).
+          std::vector<TensorRef> refs;
+          for (size_t p = 0; p < units[u].second.size(); ++p) {
+            const ParamSpec& spec = units[u].second[p];
+            std::vector<float>& inc = staged[u][p];
+            for (size_t i = 0; i < inc.size(); ++i)
+              inc[i] = gradValue(rank, step, micro, u, static_cast<int>(p), i);
+            ASSERT_EQ(cudaMemcpyAsync(own_grads[u][p].data(), inc.data(), inc.size() * 4,
+                                      cudaMemcpyHostToDevice, stream),
+                      cudaSuccess);
+            refs.push_back({spec.name, own_grads[u][p].as<float>(), spec.numel()});
+          }
+          ASSERT_OK(m.copyInGrads(u, refs));
+          ASSERT_OK(m.reshard(u));
+          if (last) ASSERT_OK(m.reduceGrad(u));
+          continue;
+        }
         for (size_t p = 0; p < units[u].second.size(); ++p) {
           auto g = m.grad(u, units[u].second[p].name);
           ASSERT_TRUE(g.ok()) << g.status().toString();
