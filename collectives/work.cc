@@ -1,5 +1,7 @@
 #include "hsdp/transport.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <utility>
 
 namespace hsdp {
@@ -60,12 +62,65 @@ const char* collectiveKindName(CollectiveOp::Kind kind) {
   return "?";
 }
 
+Status checkIndependent(std::span<const CollectiveOp> ops, int comm_size) {
+  struct Range {
+    uintptr_t begin, end;
+    size_t op;
+  };
+  std::vector<Range> writes, reads;
+  const size_t n = static_cast<size_t>(comm_size);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CollectiveOp& o = ops[i];
+    if (o.count == 0) continue;
+    const size_t bytes = o.count * dtypeSize(o.dtype);
+    auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+    switch (o.kind) {
+      case CollectiveOp::Kind::kAllGather:
+        writes.push_back({at(o.recv), at(o.recv) + n * bytes, i});
+        reads.push_back({at(o.send), at(o.send) + bytes, i});
+        break;
+      case CollectiveOp::Kind::kReduceScatter:
+        writes.push_back({at(o.recv), at(o.recv) + bytes, i});
+        reads.push_back({at(o.send), at(o.send) + n * bytes, i});
+        break;
+      case CollectiveOp::Kind::kAllReduce:
+        writes.push_back({at(o.recv), at(o.recv) + bytes, i});
+        break;
+    }
+  }
+  auto clash = [&](size_t a, size_t b, const char* how) {
+    if (a > b) std::swap(a, b);
+    return invalidArgument("group operations ", a, " (", collectiveKindName(ops[a].kind),
+                           ") and ", b, " (", collectiveKindName(ops[b].kind), ") ", how,
+                           ": the operations of a group are in flight at once and must be "
+                           "independent");
+  };
+  std::sort(writes.begin(), writes.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  for (size_t k = 1; k < writes.size(); ++k)
+    if (writes[k].begin < writes[k - 1].end)
+      return clash(writes[k - 1].op, writes[k].op, "write overlapping buffers");
+  // The writes are disjoint and sorted: a read can overlap only the last write starting before
+  // its end and the ones before it that reach past its begin; walk back while they do.
+  for (const Range& r : reads) {
+    auto it = std::lower_bound(writes.begin(), writes.end(), r.end,
+                               [](const Range& w, uintptr_t e) { return w.begin < e; });
+    while (it != writes.begin()) {
+      --it;
+      if (it->end <= r.begin) break;
+      if (it->op != r.op) return clash(r.op, it->op, "read and write overlapping buffers");
+    }
+  }
+  return okStatus();
+}
+
 WorkHandle allOf(std::vector<WorkHandle> works) {
   if (works.size() == 1) return std::move(works.front());
   return std::make_unique<AllOfWork>(std::move(works));
 }
 
 StatusOr<WorkHandle> Comm::igroup(std::span<const CollectiveOp> ops) {
+  HSDP_RETURN_IF_ERROR(checkIndependent(ops, size()));
   std::vector<WorkHandle> works;
   works.reserve(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {

@@ -31,6 +31,20 @@ int deviceCount(std::string* why) {
   return n;
 }
 
+Status checkDevicePointer(const void* p, int device) {
+  cudaPointerAttributes attr{};
+  cudaError_t err = cudaPointerGetAttributes(&attr, p);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return invalidArgument(p, " is not memory CUDA knows (", cudaGetErrorString(err), ")");
+  }
+  if (attr.type == cudaMemoryTypeManaged) return okStatus();
+  if (attr.type == cudaMemoryTypeDevice && attr.device == device) return okStatus();
+  if (attr.type == cudaMemoryTypeDevice)
+    return invalidArgument(p, " is on device ", attr.device, ", not device ", device);
+  return invalidArgument(p, " is host memory, not device memory");
+}
+
 StatusOr<DeviceGuard> DeviceGuard::set(int device) {
   int previous = -1;
   HSDP_CUDA_CHECK(cudaGetDevice(&previous));

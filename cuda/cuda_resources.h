@@ -21,6 +21,11 @@ namespace hsdp::gpu {
 // not null, *why receives CUDA's reason.
 int deviceCount(std::string* why = nullptr);
 
+// OK when `p` is device memory of `device` or managed memory; otherwise an InvalidArgument that
+// says what it is ("<p> is host memory", "... is on device 1, not device 0", "... is not memory
+// CUDA knows"). Kernels and NCCL would fault on such a pointer, and a fault poisons the context.
+Status checkDevicePointer(const void* p, int device);
+
 // Makes `device` current for the guard's lifetime and restores the previous one afterwards.
 class DeviceGuard {
  public:

@@ -183,7 +183,14 @@ class CudaMemorySpace final : public MemorySpace {
     return okStatus();
   }
 
+  Status checkPointer(const void* p) const override { return gpu::checkDevicePointer(p, device_); }
+
   Status batchedCopy(std::span<const CopyPiece> pieces, bool accumulate, Lane lane) override {
+    // All pieces checked before the first launch: a bad one copies nothing.
+    for (size_t k = 0; k < pieces.size(); ++k)
+      if (pieces[k].n > 0 && (pieces[k].src == nullptr || pieces[k].dst == nullptr))
+        return invalidArgument("batchedCopy: piece ", k, " of ", pieces.size(),
+                               " has a null array with ", pieces[k].n, " elements");
     HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard g, gpu::DeviceGuard::set(device_));
     // Through a fixed table of the kernel's batch size: nothing allocated per call.
     std::array<gpu::CopyPiece, gpu::kMaxCopyPieces> table;

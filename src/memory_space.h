@@ -78,6 +78,10 @@ class MemorySpace {
   // Errors name the communicator's role and its transport.
   virtual Status bindComm(Comm& comm, Lane lane, const char* role) = 0;
 
+  // OK when `p` may be used as memory of this space (CUDA: device memory of its device, or
+  // managed; host: anything, nothing to check); otherwise an InvalidArgument saying what it is.
+  virtual Status checkPointer(const void* p) const = 0;
+
   // ---- local operations, enqueued on `lane` ----
   virtual Status zero(void* p, size_t bytes, Lane lane) = 0;
   virtual Status copy(void* dst, const void* src, size_t bytes, Lane lane) = 0;

@@ -235,9 +235,11 @@ struct ShardedModel::Impl {
   }
 
   // The unit's full gradient for this step: zero-filled at its first use (grad(), copyInGrads()).
-  Status ensureGrad(Unit& u, const std::string& what) {
+  // `verb` and `param` name the caller in the error ("grad('u.w')", "copyInGrads('u')").
+  Status ensureGrad(Unit& u, const char* verb, std::string_view param) {
     if (u.grad_pending)
-      return failedPrecondition(what, ": the unit's gradient is being reduced; step() first");
+      return failedPrecondition(verb, "('", u.name, param.empty() ? "" : ".", param,
+                                "'): the unit's gradient is being reduced; step() first");
     if (u.full_grad != nullptr) return okStatus();
     // On a device the zero-fill is enqueued on the compute stream, after the step that read
     // the previous gradient (step() orders the compute stream after the reductions).
@@ -254,36 +256,62 @@ struct ShardedModel::Impl {
     return okStatus();
   }
 
-  // copyOutParams / copyInGrads: checks every tensor against unit u's layout, then (unless
-  // `flat` is null: check only) copies between them and the flat buffer `flat` in one batch;
-  // into the flat buffer it adds.
+  // copyOutParams / copyInGrads: checks every tensor against unit u's layout and the memory
+  // space, then (unless `flat` is null: check only) copies between them and the flat buffer
+  // `flat` in one batch; into the flat buffer it adds. The copies of a batch run concurrently on
+  // a device, so destinations must not overlap, and a source must not alias the flat buffer.
   Status copyTensors(Unit& u, std::span<const TensorRef> tensors, const char* verb, float* flat,
                      bool into_flat) {
     copy_pieces.clear();
     copy_seen.assign(u.layout.params().size(), 0);
+    copy_ranges.clear();
     for (size_t k = 0; k < tensors.size(); ++k) {
       const TensorRef& t = tensors[k];
+      auto bad = [&](auto&&... what) {
+        return invalidArgument(verb, "('", u.name, "'): tensor ", k, " '", t.name, "' ", what...);
+      };
       StatusOr<size_t> i = u.layout.indexOf(t.name);
       if (!i.ok())
         return i.status().withContext(strCat(verb, "('", u.name, "'): tensor ", k));
       const ParamSpec& p = u.layout.params()[*i];
       if (t.numel != p.numel())
-        return invalidArgument(verb, "('", u.name, "'): tensor ", k, " '", t.name, "' holds ",
-                               t.numel, " elements, the parameter ", p.numel());
-      if (t.data == nullptr && t.numel > 0)
-        return invalidArgument(verb, "('", u.name, "'): tensor ", k, " '", t.name,
-                               "' is a null pointer");
-      if (copy_seen[*i]++)
-        return invalidArgument(verb, "('", u.name, "'): parameter '", t.name,
-                               "' is given twice (tensor ", k, ")");
+        return bad("holds ", t.numel, " elements, the parameter ", p.numel());
+      if (copy_seen[*i]++) return bad("is given twice");
+      if (t.numel == 0) continue;
+      if (t.data == nullptr) return bad("is a null pointer");
+      Status where = space->checkPointer(t.data);
+      if (!where.ok()) return bad(where.message());
+      copy_ranges.push_back({t.data, t.data + t.numel, k});
       if (flat == nullptr) continue;
       float* f = flat + u.layout.offset(*i);
       copy_pieces.push_back(into_flat ? CopyPiece{t.data, f, p.numel()}
                                       : CopyPiece{f, t.data, p.numel()});
     }
+    // Copy-out writes every tensor at once: they must not overlap one another. (Copy-in only
+    // reads them, into disjoint parameter slices; a tensor shared by tied parameters is fine.)
+    // Neither may lie inside the unit's flat buffer.
+    std::sort(copy_ranges.begin(), copy_ranges.end(),
+              [](const TensorRange& a, const TensorRange& b) { return a.begin < b.begin; });
+    for (size_t r = 1; r < copy_ranges.size() && !into_flat; ++r)
+      if (copy_ranges[r].begin < copy_ranges[r - 1].end)
+        return invalidArgument(verb, "('", u.name, "'): tensors ",
+                               std::min(copy_ranges[r - 1].k, copy_ranges[r].k), " and ",
+                               std::max(copy_ranges[r - 1].k, copy_ranges[r].k), " overlap");
     if (flat == nullptr) return okStatus();
+    const float* flat_end = flat + u.layout.paddedNumel();
+    for (const TensorRange& r : copy_ranges)
+      if (r.begin < flat_end && flat < r.end)
+        return invalidArgument(verb, "('", u.name, "'): tensor ", r.k, " '", tensors[r.k].name,
+                               "' lies inside the unit's own flat buffer (a view from param() "
+                               "or grad()): use the view, or a tensor of your own");
     return space->batchedCopy(copy_pieces, /*accumulate=*/into_flat, Lane::kCompute);
   }
+  struct TensorRange {
+    const float* begin;
+    const float* end;
+    size_t k;
+  };
+  std::vector<TensorRange> copy_ranges;
   std::vector<CopyPiece> copy_pieces;  // reused: no allocation once grown
   std::vector<char> copy_seen;
 
@@ -730,7 +758,7 @@ StatusOr<ParamView> ShardedModel::grad(int unit, std::string_view name) {
   HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "grad"));
   Unit& u = m.units[unit];
   HSDP_ASSIGN_OR_RETURN(size_t i, u.layout.indexOf(name));
-  HSDP_RETURN_IF_ERROR(m.ensureGrad(u, strCat("grad('", u.name, ".", name, "')")));
+  HSDP_RETURN_IF_ERROR(m.ensureGrad(u, "grad", name));
   const ParamSpec& p = u.layout.params()[i];
   return ParamView{u.full_grad + u.layout.offset(i), p.shape, p.numel()};
 }
@@ -753,7 +781,7 @@ Status ShardedModel::copyInGrads(int unit, std::span<const TensorRef> tensors) {
   Unit& u = m.units[unit];
   // Checked before the gradient buffer is taken (and zeroed), so a bad call changes nothing.
   HSDP_RETURN_IF_ERROR(m.copyTensors(u, tensors, "copyInGrads", nullptr, /*into_flat=*/true));
-  HSDP_RETURN_IF_ERROR(m.ensureGrad(u, strCat("copyInGrads('", u.name, "')")));
+  HSDP_RETURN_IF_ERROR(m.ensureGrad(u, "copyInGrads", {}));
   return m.copyTensors(u, tensors, "copyInGrads", u.full_grad, /*into_flat=*/true);
 }
 

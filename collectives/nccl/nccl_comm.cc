@@ -175,36 +175,23 @@ struct NcclComm::State {
     }
   }
 
-  // The result of launching a collective on the nonblocking communicator: invalid arguments
-  // leave the communicator usable (NCCL did nothing); other errors abort it; ncclInProgress
-  // waits until the work is on the stream (recording the completion event earlier would record
-  // it before the collective).
+  // The result of launching a collective on the nonblocking communicator: ncclInProgress waits
+  // until the work is on the stream (recording the completion event earlier would record it
+  // before the collective); any error aborts. Even an invalid argument does: on a nonblocking
+  // communicator NCCL records it as the communicator's asynchronous error, so every later call
+  // would fail too. (checkOp rejects what NCCL would, first, and leaves the communicator usable.)
   Status enqueued(ncclResult_t rc, const char* op, uint64_t seq_no, Clock::time_point start) {
     if (rc == ncclSuccess) return okStatus();
     if (rc == ncclInProgress) return waitReady(comm, op, seq_no, start);
-    if (rc == ncclInvalidArgument || rc == ncclInvalidUsage)
-      return invalidArgument("nccl ", op, " on ", describe(), ": ", ncclMessage(rc, comm));
     return fail(op, seq_no, ncclMessage(rc, comm));
   }
 
   // Collective buffers must be device (or managed) memory of our device.
   Status checkBuffer(const void* p, const char* which, const char* op) const {
-    cudaPointerAttributes attr{};
-    cudaError_t err = cudaPointerGetAttributes(&attr, p);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      return invalidArgument("nccl ", op, " on ", describe(), ": ", which, " buffer ", p,
-                             " is not memory CUDA knows (", cudaGetErrorString(err), ")");
-    }
-    if (attr.type == cudaMemoryTypeManaged) return okStatus();
-    if (attr.type == cudaMemoryTypeDevice && attr.device == device) return okStatus();
-    if (attr.type == cudaMemoryTypeDevice)
-      return invalidArgument("nccl ", op, " on ", describe(), ": ", which, " buffer ", p,
-                             " is on device ", attr.device, ", not this communicator's device ",
-                             device);
-    return invalidArgument("nccl ", op, " on ", describe(), ": ", which, " buffer ", p,
-                           " is host memory; the NCCL transport moves device buffers only "
-                           "(the engine does not keep its buffers on the GPU yet: docs/gpu.md)");
+    Status s = gpu::checkDevicePointer(p, device);
+    if (s.ok()) return s;
+    return invalidArgument("nccl ", op, " on ", describe(), ": ", which, " buffer ", s.message(),
+                           "; the NCCL transport moves device buffers of its device only");
   }
 
   // Everything NCCL would reject about one collective, checked before it is launched (inside a
@@ -584,6 +571,7 @@ StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {
       return checked.withContext(strCat("group operation ", i, " of ", ops.size()));
     if (ops[i].count > 0) ++live;
   }
+  HSDP_RETURN_IF_ERROR(checkIndependent(ops, s.size));
   if (live == 0) return completedWork();
 
   HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard guard, gpu::DeviceGuard::set(s.device));
@@ -610,8 +598,9 @@ StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {
     // Closed even after a failed call: the group depth is per thread, and an open group would
     // hold back every later NCCL call of this thread (other communicators' included).
     ncclResult_t end = ncclGroupEnd();
-    // The arguments were checked, so a rejection now means NCCL and this rank disagree on the
-    // state of the communicator, and part of the group may be on the stream already: abort.
+    // The arguments were checked, so a rejection now is unexpected; NCCL has recorded it as the
+    // communicator's error (nothing of this group is launched) and the communicator is unusable
+    // from now on, and earlier sub-groups may be in flight: abort.
     if (first != ncclSuccess)
       return s.fail("group", seq_no,
                     strCat("operation ", first_at, " of ", ops.size(), " (",
@@ -622,8 +611,9 @@ StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {
     // must come after it is on the stream.
     if (end == ncclInProgress) HSDP_RETURN_IF_ERROR(s.waitReady(s.comm, "group", seq_no, start));
   }
-  // Why the event is recorded only now: inside a group NCCL enqueues nothing until
-  // ncclGroupEnd, so an event recorded after each call would fire before the collectives ran.
+  // Why the event is recorded only now: inside a group NCCL enqueues nothing until ncclGroupEnd
+  // (on more than one rank), so an event recorded after each call would fire before the
+  // collectives ran.
   HSDP_CUDA_CHECK(cudaEventRecord(done.get(), stream));
   HSDP_TRACE(kColl, s.describe(), ": group #", seq_no, " of ", live, " operations on stream ",
              s.streams[static_cast<int>(role)].name());

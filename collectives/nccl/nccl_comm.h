@@ -89,9 +89,10 @@ class NcclComm final : public Comm {
   StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override;
   // One fused launch: ncclGroupStart, the operations in order, ncclGroupEnd, all on the stream
   // of the first operation's role (streamRoleOf), and one completion event recorded after the
-  // group ended (NCCL enqueues nothing before). Every argument is checked before the group
-  // opens, so a bad one is an InvalidArgument naming its index and nothing is started. Groups
-  // longer than NCCL's limit of 2048 operations go out as consecutive groups on that stream.
+  // group ended (NCCL enqueues nothing before). Every argument, and the group's independence
+  // (checkIndependent), is checked before the group opens, so a bad one is an InvalidArgument
+  // naming the operation and nothing is started. Groups longer than 2048 operations (the limit
+  // NCCL documented up to 2.11) go out as consecutive groups on that stream.
   StatusOr<WorkHandle> igroup(std::span<const CollectiveOp> ops) override;
   // In place on `buf`, on the control stream; returns once complete.
   Status broadcast(void* buf, size_t count, DType dtype, int root) override;

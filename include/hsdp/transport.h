@@ -60,6 +60,10 @@ struct CollectiveOp {
 };
 const char* collectiveKindName(CollectiveOp::Kind kind);
 
+// igroup's independence rule for a group on `comm_size` ranks: OK, or an InvalidArgument naming
+// two operations whose buffers overlap where one of them writes.
+[[nodiscard]] Status checkIndependent(std::span<const CollectiveOp> ops, int comm_size);
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -92,12 +96,15 @@ class Comm {
   [[nodiscard]] virtual StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype,
                                                         RedOp op);
 
-  // Several collectives started together, where several buffers move at once (the zero1/zero2
-  // parameter gathers after a step): one Work that completes when all of them have. The same
-  // contract as starting them one by one in this order, which is what the default does (and
-  // all a host transport can do); NCCL fuses the group into one launch (ncclGroupStart/End).
-  // An empty group is a completed Work. Every rank passes the same kinds, counts and types in
-  // the same order, as for single calls.
+  // Several independent collectives started together, where several buffers move at once (the
+  // zero1/zero2 parameter gathers after a step): one Work that completes when all of them have.
+  // Each operation has its single call's contract, and they are all in flight at once, in no
+  // particular order (NCCL fuses the group into one launch with ncclGroupStart/End and may run
+  // its operations concurrently, largest first; the default starts each in turn): so no
+  // operation may write bytes another one reads or writes (an operation's own in-place use is
+  // fine). Such a group, like any bad argument, is an InvalidArgument naming the operation, and
+  // nothing is started. An empty group is a completed Work. Every rank passes the same kinds,
+  // counts and types in the same order, as for single calls.
   [[nodiscard]] virtual StatusOr<WorkHandle> igroup(std::span<const CollectiveOp> ops);
 
   [[nodiscard]] virtual Status broadcast(void* buf, size_t count, DType dtype, int root) = 0;

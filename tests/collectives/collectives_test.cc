@@ -341,6 +341,38 @@ TEST(Group, EmptyGroupAndBadOperationNamed) {
     EXPECT_NE(w.status().message().find("avg of int32"), std::string::npos)
         << w.status().message();
     EXPECT_TRUE(comm->barrier().ok());  // nothing left half-issued
+
+    // Dependent operations (one writes what another reads or writes) are rejected, both named,
+    // before anything starts; an in-place gather beside an independent one is fine.
+    std::vector<float> x(n * 8), y(n * 8);
+    std::vector<CollectiveOp> rs_then_ag = {
+        CollectiveOp::reduceScatter(x.data(), y.data(), 8, DType::kFloat32, RedOp::kSum),
+        CollectiveOp::allGather(y.data(), x.data(), 8, DType::kFloat32)};
+    auto dep = comm->igroup(rs_then_ag);
+    ASSERT_FALSE(dep.ok());
+    EXPECT_EQ(dep.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(dep.status().message().find("group operations 0 (reduceScatter) and 1 (allGather)"),
+              std::string::npos) << dep.status().message();
+    std::vector<CollectiveOp> two_writers = {
+        CollectiveOp::allReduce(y.data() + 4, 4, DType::kFloat32, RedOp::kSum),
+        CollectiveOp::allReduce(x.data(), 1, DType::kFloat32, RedOp::kSum),
+        CollectiveOp::allReduce(y.data(), 5, DType::kFloat32, RedOp::kSum)};
+    dep = comm->igroup(two_writers);
+    ASSERT_FALSE(dep.ok());
+    EXPECT_NE(dep.status().message().find("operations 0 (allReduce) and 2 (allReduce) write "
+                                          "overlapping"),
+              std::string::npos) << dep.status().message();
+    // Two operations reading the same bytes are independent.
+    std::vector<float> src = randomValues(world().rank(), 8), out1(n * 8), out2(n * 8), want(n * 8);
+    std::vector<CollectiveOp> shared_read = {
+        CollectiveOp::allGather(src.data(), out1.data(), 8, DType::kFloat32),
+        CollectiveOp::allGather(src.data(), out2.data(), 8, DType::kFloat32)};
+    auto ok = comm->igroup(shared_read);
+    ASSERT_TRUE(ok.ok()) << ok.status().toString();
+    ASSERT_TRUE((*ok)->wait().ok());
+    MPI_Allgather(src.data(), 8, MPI_FLOAT, want.data(), 8, MPI_FLOAT, raw(*comm));
+    EXPECT_EQ(out1, want);
+    EXPECT_EQ(out2, want);
   }
 }
 

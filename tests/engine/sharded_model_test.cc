@@ -198,6 +198,17 @@ TEST(ShardedModel, CopyOutParamsAndCopyInGradsClosedForms) {
       std::vector<TensorRef> null = {{"bias", nullptr, 333}};
       st = m.copyOutParams(0, null);
       EXPECT_NE(st.message().find("null pointer"), std::string::npos) << st.message();
+      std::vector<float> big(w.size() + 100);
+      std::vector<TensorRef> overlap = {{"bias", big.data(), 333},
+                                        {"weight", big.data() + 100, w.size()}};
+      st = m.copyOutParams(0, overlap);
+      EXPECT_NE(st.message().find("tensors 0 and 1 overlap"), std::string::npos) << st.message();
+      auto view = m.param(0, "bias");
+      ASSERT_TRUE(view.ok());
+      std::vector<TensorRef> inside = {{"bias", view->data, 333}};
+      st = m.copyOutParams(0, inside);
+      EXPECT_NE(st.message().find("inside the unit's own flat buffer"), std::string::npos)
+          << st.message();
       ASSERT_TRUE(m.reshard(0).ok());
 
       // Copy-in, on a fresh model (zero parameters, so the probe step reads the gradient).
