@@ -1,8 +1,8 @@
-#include "hsdp/transport.h"
-
 #include <algorithm>
 #include <cstdint>
 #include <utility>
+
+#include "hsdp/transport.h"
 
 namespace hsdp {
 namespace {
@@ -40,8 +40,10 @@ class AllOfWork final : public Work {
     bool all = true;
     for (size_t k = done_; k < works_.size(); ++k) {
       HSDP_ASSIGN_OR_RETURN(bool d, works_[k]->test());
-      if (!d) all = false;
-      else if (all) done_ = k + 1;  // a completed prefix is not tested again
+      if (!d)
+        all = false;
+      else if (all)
+        done_ = k + 1;  // a completed prefix is not tested again
     }
     return all;
   }
@@ -55,9 +57,12 @@ class AllOfWork final : public Work {
 
 const char* collectiveKindName(CollectiveOp::Kind kind) {
   switch (kind) {
-    case CollectiveOp::Kind::kAllGather: return "allGather";
-    case CollectiveOp::Kind::kReduceScatter: return "reduceScatter";
-    case CollectiveOp::Kind::kAllReduce: return "allReduce";
+    case CollectiveOp::Kind::kAllGather:
+      return "allGather";
+    case CollectiveOp::Kind::kReduceScatter:
+      return "reduceScatter";
+    case CollectiveOp::Kind::kAllReduce:
+      return "allReduce";
   }
   return "?";
 }
@@ -90,8 +95,8 @@ Status checkIndependent(std::span<const CollectiveOp> ops, int comm_size) {
   }
   auto clash = [&](size_t a, size_t b, const char* how) {
     if (a > b) std::swap(a, b);
-    return invalidArgument("group operations ", a, " (", collectiveKindName(ops[a].kind),
-                           ") and ", b, " (", collectiveKindName(ops[b].kind), ") ", how,
+    return invalidArgument("group operations ", a, " (", collectiveKindName(ops[a].kind), ") and ",
+                           b, " (", collectiveKindName(ops[b].kind), ") ", how,
                            ": the operations of a group are in flight at once and must be "
                            "independent");
   };

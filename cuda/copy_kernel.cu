@@ -25,17 +25,21 @@ __global__ void batchedCopyKernel(const CopyTable table) {
   unsigned lo = 0, hi = table.count;
   while (hi - lo > 1) {
     const unsigned mid = (lo + hi) / 2;
-    if (table.first_block[mid] <= blockIdx.x) lo = mid;
-    else hi = mid;
+    if (table.first_block[mid] <= blockIdx.x)
+      lo = mid;
+    else
+      hi = mid;
   }
   const CopyPiece p = table.piece[lo];
   const unsigned blocks = table.first_block[lo + 1] - table.first_block[lo];
   const size_t stride = static_cast<size_t>(blocks) * blockDim.x;
-  for (size_t i = static_cast<size_t>(blockIdx.x - table.first_block[lo]) * blockDim.x +
-                  threadIdx.x;
+  for (size_t i =
+           static_cast<size_t>(blockIdx.x - table.first_block[lo]) * blockDim.x + threadIdx.x;
        i < p.n; i += stride) {
-    if constexpr (kAccumulate) p.dst[i] = __fadd_rn(p.dst[i], p.src[i]);
-    else p.dst[i] = p.src[i];
+    if constexpr (kAccumulate)
+      p.dst[i] = __fadd_rn(p.dst[i], p.src[i]);
+    else
+      p.dst[i] = p.src[i];
   }
 }
 

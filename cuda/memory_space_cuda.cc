@@ -319,8 +319,8 @@ class CudaMemorySpace final : public MemorySpace {
     HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard g, gpu::DeviceGuard::set(device_));
     HSDP_ASSIGN_OR_RETURN(WorkHandle w, comm.igroup(ops));
     // The group ran on its first operation's role stream (NcclComm::igroup).
-    const nccl::StreamRole role = ops.empty() ? nccl::StreamRole::kAllGather
-                                              : nccl::streamRoleOf(ops.front().kind);
+    const nccl::StreamRole role =
+        ops.empty() ? nccl::StreamRole::kAllGather : nccl::streamRoleOf(ops.front().kind);
     return track(std::move(w), nccl->stream(role));
   }
 

@@ -271,8 +271,7 @@ struct ShardedModel::Impl {
         return invalidArgument(verb, "('", u.name, "'): tensor ", k, " '", t.name, "' ", what...);
       };
       StatusOr<size_t> i = u.layout.indexOf(t.name);
-      if (!i.ok())
-        return i.status().withContext(strCat(verb, "('", u.name, "'): tensor ", k));
+      if (!i.ok()) return i.status().withContext(strCat(verb, "('", u.name, "'): tensor ", k));
       const ParamSpec& p = u.layout.params()[*i];
       if (t.numel != p.numel())
         return bad("holds ", t.numel, " elements, the parameter ", p.numel());

@@ -68,9 +68,12 @@ const char* streamRoleName(StreamRole role) {
 
 StreamRole streamRoleOf(CollectiveOp::Kind kind) {
   switch (kind) {
-    case CollectiveOp::Kind::kAllGather: return StreamRole::kAllGather;
-    case CollectiveOp::Kind::kReduceScatter: return StreamRole::kReduceScatter;
-    case CollectiveOp::Kind::kAllReduce: return StreamRole::kAllReduce;
+    case CollectiveOp::Kind::kAllGather:
+      return StreamRole::kAllGather;
+    case CollectiveOp::Kind::kReduceScatter:
+      return StreamRole::kReduceScatter;
+    case CollectiveOp::Kind::kAllReduce:
+      return StreamRole::kAllReduce;
   }
   return StreamRole::kControl;
 }
@@ -584,7 +587,8 @@ StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {
   for (size_t b = 0; b < ops.size(); b += kMaxGroupOps) {
     const size_t e = std::min(ops.size(), b + kMaxGroupOps);
     ncclResult_t rc = ncclGroupStart();
-    if (rc != ncclSuccess) return s.fail("group", seq_no, strCat("ncclGroupStart: ", ncclMessage(rc, s.comm)));
+    if (rc != ncclSuccess)
+      return s.fail("group", seq_no, strCat("ncclGroupStart: ", ncclMessage(rc, s.comm)));
     ncclResult_t first = ncclSuccess;
     size_t first_at = 0;
     for (size_t i = b; i < e; ++i) {
@@ -602,9 +606,10 @@ StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {
     // communicator's error (nothing of this group is launched) and the communicator is unusable
     // from now on, and earlier sub-groups may be in flight: abort.
     if (first != ncclSuccess)
-      return s.fail("group", seq_no,
-                    strCat("operation ", first_at, " of ", ops.size(), " (",
-                           collectiveKindName(ops[first_at].kind), "): ", ncclMessage(first, s.comm)));
+      return s.fail(
+          "group", seq_no,
+          strCat("operation ", first_at, " of ", ops.size(), " (",
+                 collectiveKindName(ops[first_at].kind), "): ", ncclMessage(first, s.comm)));
     if (end != ncclSuccess && end != ncclInProgress)
       return s.fail("group", seq_no, strCat("ncclGroupEnd: ", ncclMessage(end, s.comm)));
     // Nonblocking: the group may still be in progress; the next group (and the event below)

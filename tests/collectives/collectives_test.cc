@@ -338,8 +338,7 @@ TEST(Group, EmptyGroupAndBadOperationNamed) {
     EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(w.status().message().find("group operation 1 of 2"), std::string::npos)
         << w.status().message();
-    EXPECT_NE(w.status().message().find("avg of int32"), std::string::npos)
-        << w.status().message();
+    EXPECT_NE(w.status().message().find("avg of int32"), std::string::npos) << w.status().message();
     EXPECT_TRUE(comm->barrier().ok());  // nothing left half-issued
 
     // Dependent operations (one writes what another reads or writes) are rejected, both named,
@@ -352,7 +351,8 @@ TEST(Group, EmptyGroupAndBadOperationNamed) {
     ASSERT_FALSE(dep.ok());
     EXPECT_EQ(dep.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(dep.status().message().find("group operations 0 (reduceScatter) and 1 (allGather)"),
-              std::string::npos) << dep.status().message();
+              std::string::npos)
+        << dep.status().message();
     std::vector<CollectiveOp> two_writers = {
         CollectiveOp::allReduce(y.data() + 4, 4, DType::kFloat32, RedOp::kSum),
         CollectiveOp::allReduce(x.data(), 1, DType::kFloat32, RedOp::kSum),
@@ -361,7 +361,8 @@ TEST(Group, EmptyGroupAndBadOperationNamed) {
     ASSERT_FALSE(dep.ok());
     EXPECT_NE(dep.status().message().find("operations 0 (allReduce) and 2 (allReduce) write "
                                           "overlapping"),
-              std::string::npos) << dep.status().message();
+              std::string::npos)
+        << dep.status().message();
     // Two operations reading the same bytes are independent.
     std::vector<float> src = randomValues(world().rank(), 8), out1(n * 8), out2(n * 8), want(n * 8);
     std::vector<CollectiveOp> shared_read = {

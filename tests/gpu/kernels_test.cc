@@ -238,10 +238,10 @@ TEST(GpuScale, MatchesHostMultiplication) {
 // Copy-in/copy-out: 150 pieces (three launches of 64), sizes 0 to ~20000, packed into and out of
 // one flat buffer, plain and accumulating, against the host's memcpy and +=, bitwise.
 TEST(GpuBatchedCopy, MatchesHostCopyAndAdd) {
-  EXPECT_EQ(gpu::batchedCopy(std::vector<gpu::CopyPiece>{{nullptr, nullptr, 3}}.data(), 1, false,
-                             nullptr)
-                .code(),
-            StatusCode::kInvalidArgument);  // validated before any device work
+  EXPECT_EQ(
+      gpu::batchedCopy(std::vector<gpu::CopyPiece>{{nullptr, nullptr, 3}}.data(), 1, false, nullptr)
+          .code(),
+      StatusCode::kInvalidArgument);  // validated before any device work
   HSDP_REQUIRE_GPU();
   std::mt19937 gen(7);
   std::uniform_int_distribution<size_t> len(0, 20000);

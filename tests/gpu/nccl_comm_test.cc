@@ -254,13 +254,17 @@ TEST(NcclComm, GroupOfMixedOperationsMatchesMpi) {
   std::vector<int32_t> ar_in = inputs<int32_t>(r + 9, c3), want_ar(c3);
   std::vector<bf16> ip_in = inputs<bf16>(r + 2, c2), want_ip(c2 * n);
   ASSERT_EQ(MPI_Allgather(ag_in.data(), int(c1), MPI_FLOAT, want_ag.data(), int(c1), MPI_FLOAT,
-                          raw(world())), MPI_SUCCESS);
+                          raw(world())),
+            MPI_SUCCESS);
   ASSERT_EQ(MPI_Reduce_scatter_block(rs_in.data(), want_rs.data(), int(c2), MPI_FLOAT, MPI_SUM,
-                                     raw(world())), MPI_SUCCESS);
-  ASSERT_EQ(MPI_Allreduce(ar_in.data(), want_ar.data(), int(c3), MPI_INT32_T, MPI_SUM,
-                          raw(world())), MPI_SUCCESS);
+                                     raw(world())),
+            MPI_SUCCESS);
+  ASSERT_EQ(
+      MPI_Allreduce(ar_in.data(), want_ar.data(), int(c3), MPI_INT32_T, MPI_SUM, raw(world())),
+      MPI_SUCCESS);
   ASSERT_EQ(MPI_Allgather(ip_in.data(), int(c2), MPI_UINT16_T, want_ip.data(), int(c2),
-                          MPI_UINT16_T, raw(world())), MPI_SUCCESS);
+                          MPI_UINT16_T, raw(world())),
+            MPI_SUCCESS);
   gpu::DeviceBuffer ag_send = toDevice(ag_in), rs_send = toDevice(rs_in), ar = toDevice(ar_in);
   std::vector<bf16> staged(c2 * n);
   std::copy(ip_in.begin(), ip_in.end(), staged.begin() + r * c2);
@@ -270,8 +274,7 @@ TEST(NcclComm, GroupOfMixedOperationsMatchesMpi) {
   ASSERT_TRUE(ag_out.ok() && rs_out.ok());
   std::vector<CollectiveOp> ops = {
       CollectiveOp::allGather(ag_send.data(), ag_out->data(), c1, DType::kFloat32),
-      CollectiveOp::reduceScatter(rs_send.data(), rs_out->data(), c2, DType::kFloat32,
-                                  RedOp::kSum),
+      CollectiveOp::reduceScatter(rs_send.data(), rs_out->data(), c2, DType::kFloat32, RedOp::kSum),
       CollectiveOp::allGather(nullptr, nullptr, 0, DType::kFloat32),  // empty: skipped
       CollectiveOp::allReduce(ar.data(), c3, DType::kInt32, RedOp::kSum),
       CollectiveOp::allGather(ip.as<bf16>() + r * c2, ip.data(), c2, DType::kBFloat16),
@@ -319,9 +322,8 @@ TEST(NcclComm, LongGroupSplitsAndBadOperationIsNamed) {
   ASSERT_TRUE(out.ok());
   std::vector<CollectiveOp> ops;
   for (size_t o = 0; o < kOps; ++o)
-    ops.push_back(CollectiveOp::allGather(send.as<float>() + o * count,
-                                          out->as<float>() + o * count * n, count,
-                                          DType::kFloat32));
+    ops.push_back(CollectiveOp::allGather(
+        send.as<float>() + o * count, out->as<float>() + o * count * n, count, DType::kFloat32));
   auto w = nc->igroup(ops);
   ASSERT_TRUE(w.ok()) << w.status().toString();
   ASSERT_OK((*w)->wait());
@@ -333,8 +335,8 @@ TEST(NcclComm, LongGroupSplitsAndBadOperationIsNamed) {
   EXPECT_TRUE(sameBits(toHost<float>(out->data(), want.size()), want));
 
   std::vector<float> host(16, 1.0f);
-  std::vector<CollectiveOp> bad = {ops[0], CollectiveOp::allReduce(host.data(), host.size(),
-                                                                   DType::kFloat32, RedOp::kSum)};
+  std::vector<CollectiveOp> bad = {
+      ops[0], CollectiveOp::allReduce(host.data(), host.size(), DType::kFloat32, RedOp::kSum)};
   auto b = nc->igroup(bad);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);

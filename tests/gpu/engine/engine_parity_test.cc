@@ -147,11 +147,14 @@ std::vector<Case> cases(const MeshShape& s, bool full) {
   auto copy_io = [](Case& c) { c.copy_io = true; };
   add("zero3.copyio", ShardMode::kZero3, copy_io);
   add("zero1.copyio.accum2", ShardMode::kZero1, copy_io, 2);
-  add("zero2.copyio.bf16params.accum3.clip", ShardMode::kZero2, [&](Case& c) {
-    copy_io(c);
-    bf16p(c);
-    clip(c);
-  }, 3);
+  add(
+      "zero2.copyio.bf16params.accum3.clip", ShardMode::kZero2,
+      [&](Case& c) {
+        copy_io(c);
+        bf16p(c);
+        clip(c);
+      },
+      3);
   add("zero3.maxgathered1", ShardMode::kZero3, [](Case& c) { c.cfg.max_gathered_units = 1; });
   add("zero3.adam.legacy_stream", ShardMode::kZero3, [](Case& c) {
     c.cfg.adam.kind = OptimizerKind::kAdam;
