@@ -12,7 +12,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <deque>
 #include <vector>
@@ -186,21 +185,12 @@ class CudaMemorySpace final : public MemorySpace {
   Status checkPointer(const void* p) const override { return gpu::checkDevicePointer(p, device_); }
 
   Status batchedCopy(std::span<const CopyPiece> pieces, bool accumulate, Lane lane) override {
-    // All pieces checked before the first launch: a bad one copies nothing.
-    for (size_t k = 0; k < pieces.size(); ++k)
-      if (pieces[k].n > 0 && (pieces[k].src == nullptr || pieces[k].dst == nullptr))
-        return invalidArgument("batchedCopy: piece ", k, " of ", pieces.size(),
-                               " has a null array with ", pieces[k].n, " elements");
     HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard g, gpu::DeviceGuard::set(device_));
-    // Through a fixed table of the kernel's batch size: nothing allocated per call.
-    std::array<gpu::CopyPiece, gpu::kMaxCopyPieces> table;
-    for (size_t b = 0; b < pieces.size(); b += table.size()) {
-      const size_t k = std::min(table.size(), pieces.size() - b);
-      for (size_t i = 0; i < k; ++i)
-        table[i] = {pieces[b + i].src, pieces[b + i].dst, pieces[b + i].n};
-      HSDP_RETURN_IF_ERROR(gpu::batchedCopy(table.data(), k, accumulate, stream(lane)));
-    }
-    return okStatus();
+    // The kernel's own piece type; the vector is reused, so nothing is allocated once grown.
+    // gpu::batchedCopy checks every piece before its first launch.
+    copy_pieces_.clear();
+    for (const CopyPiece& p : pieces) copy_pieces_.push_back({p.src, p.dst, p.n});
+    return gpu::batchedCopy(copy_pieces_.data(), copy_pieces_.size(), accumulate, stream(lane));
   }
 
   Status castToBf16(const float* in, bf16* out, size_t n, Lane lane) override {
@@ -490,6 +480,7 @@ class CudaMemorySpace final : public MemorySpace {
   std::vector<Bound> bound_;
   std::deque<WorkHandle> inflight_;
   std::vector<gpu::Event> free_events_;
+  std::vector<gpu::CopyPiece> copy_pieces_;  // batchedCopy's table, reused
 };
 
 }  // namespace

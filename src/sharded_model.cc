@@ -256,15 +256,15 @@ struct ShardedModel::Impl {
     return okStatus();
   }
 
-  // copyOutParams / copyInGrads: checks every tensor against unit u's layout and the memory
-  // space, then (unless `flat` is null: check only) copies between them and the flat buffer
-  // `flat` in one batch; into the flat buffer it adds. The copies of a batch run concurrently on
-  // a device, so destinations must not overlap, and a source must not alias the flat buffer.
-  Status copyTensors(Unit& u, std::span<const TensorRef> tensors, const char* verb, float* flat,
-                     bool into_flat) {
-    copy_pieces.clear();
+  // copyOutParams / copyInGrads, in two steps so that copy-in can check everything before it
+  // takes (and zeroes) the gradient buffer. checkTensors: every tensor against unit u's layout
+  // and the memory space, into copy_plan; copy-out writes all of them at once, so they must not
+  // overlap one another (copy-in only reads them, into disjoint parameter slices; a tensor
+  // shared by tied parameters is fine).
+  Status checkTensors(Unit& u, std::span<const TensorRef> tensors, const char* verb,
+                      bool into_flat) {
+    copy_plan.clear();
     copy_seen.assign(u.layout.params().size(), 0);
-    copy_ranges.clear();
     for (size_t k = 0; k < tensors.size(); ++k) {
       const TensorRef& t = tensors[k];
       auto bad = [&](auto&&... what) {
@@ -280,38 +280,43 @@ struct ShardedModel::Impl {
       if (t.data == nullptr) return bad("is a null pointer");
       Status where = space->checkPointer(t.data);
       if (!where.ok()) return bad(where.message());
-      copy_ranges.push_back({t.data, t.data + t.numel, k});
-      if (flat == nullptr) continue;
-      float* f = flat + u.layout.offset(*i);
-      copy_pieces.push_back(into_flat ? CopyPiece{t.data, f, p.numel()}
-                                      : CopyPiece{f, t.data, p.numel()});
+      copy_plan.push_back({t.data, u.layout.offset(*i), t.numel, k});
     }
-    // Copy-out writes every tensor at once: they must not overlap one another. (Copy-in only
-    // reads them, into disjoint parameter slices; a tensor shared by tied parameters is fine.)
-    // Neither may lie inside the unit's flat buffer.
-    std::sort(copy_ranges.begin(), copy_ranges.end(),
-              [](const TensorRange& a, const TensorRange& b) { return a.begin < b.begin; });
-    for (size_t r = 1; r < copy_ranges.size() && !into_flat; ++r)
-      if (copy_ranges[r].begin < copy_ranges[r - 1].end)
+    std::sort(copy_plan.begin(), copy_plan.end(),
+              [](const PlannedCopy& a, const PlannedCopy& b) { return a.user < b.user; });
+    for (size_t r = 1; r < copy_plan.size() && !into_flat; ++r)
+      if (copy_plan[r].user < copy_plan[r - 1].user + copy_plan[r - 1].n)
         return invalidArgument(verb, "('", u.name, "'): tensors ",
-                               std::min(copy_ranges[r - 1].k, copy_ranges[r].k), " and ",
-                               std::max(copy_ranges[r - 1].k, copy_ranges[r].k), " overlap");
-    if (flat == nullptr) return okStatus();
+                               std::min(copy_plan[r - 1].k, copy_plan[r].k), " and ",
+                               std::max(copy_plan[r - 1].k, copy_plan[r].k), " overlap");
+    return okStatus();
+  }
+
+  // The copies checkTensors planned, between the tensors and the flat buffer `flat` (which no
+  // tensor may lie inside), in one batch; into the flat buffer it adds.
+  Status runCopies(Unit& u, std::span<const TensorRef> tensors, const char* verb, float* flat,
+                   bool into_flat) {
     const float* flat_end = flat + u.layout.paddedNumel();
-    for (const TensorRange& r : copy_ranges)
-      if (r.begin < flat_end && flat < r.end)
-        return invalidArgument(verb, "('", u.name, "'): tensor ", r.k, " '", tensors[r.k].name,
+    copy_pieces.clear();
+    for (const PlannedCopy& c : copy_plan) {
+      if (c.user < flat_end && flat < c.user + c.n)
+        return invalidArgument(verb, "('", u.name, "'): tensor ", c.k, " '", tensors[c.k].name,
                                "' lies inside the unit's own flat buffer (a view from param() "
                                "or grad()): use the view, or a tensor of your own");
+      float* f = flat + c.offset;
+      copy_pieces.push_back(into_flat ? CopyPiece{c.user, f, c.n} : CopyPiece{f, c.user, c.n});
+    }
     return space->batchedCopy(copy_pieces, /*accumulate=*/into_flat, Lane::kCompute);
   }
-  struct TensorRange {
-    const float* begin;
-    const float* end;
-    size_t k;
+  struct PlannedCopy {
+    float* user;    // the caller's tensor
+    size_t offset;  // of its parameter in the flat buffer
+    size_t n;
+    size_t k;  // index in the caller's list, for messages
   };
-  std::vector<TensorRange> copy_ranges;
-  std::vector<CopyPiece> copy_pieces;  // reused: no allocation once grown
+  // Reused: no allocation once grown.
+  std::vector<PlannedCopy> copy_plan;
+  std::vector<CopyPiece> copy_pieces;
   std::vector<char> copy_seen;
 
   Status checkUnit(int u, const char* verb) const {
@@ -771,7 +776,8 @@ Status ShardedModel::copyOutParams(int unit, std::span<const TensorRef> tensors)
   if (u.gather || u.deferred)
     return failedPrecondition("copyOutParams('", u.name,
                               "'): the unit's all-gather is in flight; waitForUnshard first");
-  return m.copyTensors(u, tensors, "copyOutParams", u.gathered, /*into_flat=*/false);
+  HSDP_RETURN_IF_ERROR(m.checkTensors(u, tensors, "copyOutParams", /*into_flat=*/false));
+  return m.runCopies(u, tensors, "copyOutParams", u.gathered, /*into_flat=*/false);
 }
 
 Status ShardedModel::copyInGrads(int unit, std::span<const TensorRef> tensors) {
@@ -779,9 +785,9 @@ Status ShardedModel::copyInGrads(int unit, std::span<const TensorRef> tensors) {
   HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "copyInGrads"));
   Unit& u = m.units[unit];
   // Checked before the gradient buffer is taken (and zeroed), so a bad call changes nothing.
-  HSDP_RETURN_IF_ERROR(m.copyTensors(u, tensors, "copyInGrads", nullptr, /*into_flat=*/true));
+  HSDP_RETURN_IF_ERROR(m.checkTensors(u, tensors, "copyInGrads", /*into_flat=*/true));
   HSDP_RETURN_IF_ERROR(m.ensureGrad(u, "copyInGrads", {}));
-  return m.copyTensors(u, tensors, "copyInGrads", u.full_grad, /*into_flat=*/true);
+  return m.runCopies(u, tensors, "copyInGrads", u.full_grad, /*into_flat=*/true);
 }
 
 Status ShardedModel::reduceGrad(int unit) {
