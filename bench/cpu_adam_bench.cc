@@ -9,7 +9,7 @@
 //    this machine's memory gives that pattern; "of ceiling" divides by it. The "+bf16" ceiling
 //    also writes the 2-byte copy.
 //  - cpu adam <isa>: CpuAdam::step, without and with the bf16 copy-out.
-//  - hsdp::adamStep: the engine's plain loop (src/optimizer.cc), one thread.
+//  - hsdp::adamStep: the engine's plain loop (core/optimizer.cc), one thread.
 //  - stream triad a = b + s*c (12 B/element by STREAM's convention) for comparison with other
 //    machines' published figures.
 // Bytes per element: param r/w 8 + grad r 4 + m r/w 8 + v r/w 8 = 28; +2 with the bf16 copy.
@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
                     }});
   }
   if (!no_reference)
-    rows.push_back({"hsdp::adamStep (src/optimizer.cc)", 1, 28, ceiling_1,
+    rows.push_back({"hsdp::adamStep (core/optimizer.cc)", 1, 28, ceiling_1,
                     [=, &t] { hsdp::adamStep(cfg, ++t, p, g, m, v, n); }});
 
   for (Row& r : rows) r.run();  // warm-up: first-use costs (thread wake-up, code paths)

@@ -4,7 +4,7 @@
 // vector loads and stores, and its speed is judged against a device-to-device copy).
 //
 // Bitwise contract (kernels.h): each element goes through the loop body of hsdp::adamStep
-// (src/optimizer.cc) with the gradient scale applied first, written with the correctly rounded
+// (core/optimizer.cc) with the gradient scale applied first, written with the correctly rounded
 // intrinsics (__fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn, __fsqrt_rn). Those are never contracted
 // into FMAs, whatever the compiler flags; the file is also compiled with --fmad=false
 // --prec-div=true --prec-sqrt=true --ftz=false (cuda/CMakeLists.txt) so nothing else rounds

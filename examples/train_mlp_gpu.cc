@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/nccl/nccl_comm.h"
+#include "hsdp/nccl.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_resources.h"
 #include "gpu/mlp_cuda.h"

@@ -13,7 +13,7 @@
 //  - the test cpu_adam_isa_symbols checks the object files for stray weak symbols.
 //
 // Bitwise contract: every path computes each element with the same IEEE-754 single-precision
-// operations in the same order as hsdp::adamStep (src/optimizer.cc), all correctly rounded
+// operations in the same order as hsdp::adamStep (core/optimizer.cc), all correctly rounded
 // (+, -, *, / and sqrt are, in scalar SSE and in AVX/AVX-512 alike), with no FMA contraction
 // (-ffp-contract=off, and no FMA intrinsics). So the ISAs and any thread count give bitwise
 // identical results, and a training run does not depend on which machine ran the optimizer.

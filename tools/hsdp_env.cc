@@ -1,5 +1,5 @@
 // hsdp-env: prints every HSDP_* environment parameter with its type, default, current value and
-// documentation (the registry in src/env.cc is the single source).
+// documentation (the registry in core/env.cc is the single source).
 #include <cstdio>
 #include <cstdlib>
 

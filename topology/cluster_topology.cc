@@ -11,6 +11,7 @@
 #include <set>
 
 #include "hsdp/env.h"
+#include "hsdp/host.h"
 #include "hsdp/log.h"
 
 namespace hsdp {
@@ -189,14 +190,6 @@ StatusOr<ClusterTopology> buildClusterTopology(std::vector<RankView> views) {
   return c;
 }
 
-namespace {
-std::string localHostName() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return host;
-}
-}  // namespace
-
 StatusOr<ClusterTopology> discoverClusterTopology(Comm& world, const ClusterOptions& options,
                                                   NodeTopology* local) {
   // Host grouping first: a collective every rank reaches whatever its environment says.
@@ -211,7 +204,7 @@ StatusOr<ClusterTopology> discoverClusterTopology(Comm& world, const ClusterOpti
   mine.host_key = key;
   mine.local_rank = host->rank();
   mine.local_size = host->size();
-  mine.host = localHostName();
+  mine.host = hostName();
   NodeTopology topo;
   auto fill = [&]() -> Status {
     HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> rpn, env::getInt("HSDP_RANKS_PER_NODE"));

@@ -6,17 +6,12 @@
 
 #include "hsdp/cluster_topology.h"
 #include "hsdp/env.h"
+#include "hsdp/host.h"
 #include "hsdp/log.h"
 #include "hsdp/topology.h"
 
 namespace hsdp {
 namespace {
-
-std::string localHostName() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return host;
-}
 
 }  // namespace
 
@@ -88,7 +83,7 @@ StatusOr<NodeLayout> groupRanksIntoNodes(Comm& world) {
                         !env::getString("HSDP_BIND").empty();
   if (rpn.has_value() && !topo_env) {
     HSDP_ASSIGN_OR_RETURN(NodeLayout l,
-                          virtualNodeLayout(world.size(), static_cast<int>(*rpn), localHostName()));
+                          virtualNodeLayout(world.size(), static_cast<int>(*rpn), hostName()));
     HSDP_INFO(kTopo, "virtual nodes: ", l.num_nodes, " x ", l.ranks_per_node,
               " ranks (HSDP_RANKS_PER_NODE)");
     return l;

@@ -20,6 +20,8 @@
 
 #include "hsdp/node_topology.h"
 
+#include "hsdp/host.h"
+
 namespace hsdp {
 namespace {
 
@@ -299,12 +301,6 @@ StatusOr<NodeTopology> extract(hwloc_topology_t t, const std::string& source) {
   return n;
 }
 
-std::string localHostName() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return host;
-}
-
 }  // namespace
 
 std::string PciAddress::toString() const {
@@ -434,7 +430,7 @@ StatusOr<NodeTopology> nodeTopologyFromLiveMachine() {
   if (hwloc_topology_load(t.get()) != 0)
     return internalError("hwloc failed to load this machine's topology: ", std::strerror(errno));
   HSDP_ASSIGN_OR_RETURN(NodeTopology n, extract(t.get(), "live"));
-  if (n.host.empty()) n.host = localHostName();
+  if (n.host.empty()) n.host = hostName();
   return n;
 }
 

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/progress.h"
-#include "collectives/scratch_pool.h"
+#include "core/progress.h"
+#include "core/scratch_pool.h"
 #include "hsdp/log.h"
 
 namespace hsdp {

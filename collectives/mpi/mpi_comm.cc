@@ -250,12 +250,6 @@ StatusOr<WorkHandle> MpiComm::ireduceScatter(const void* send, void* recv, size_
       std::make_unique<RingReduceScatterWork>(*this, send, recv, count, dtype, op, slot, tag));
 }
 
-Status MpiComm::reduceScatter(const void* send, void* recv, size_t count, DType dtype, RedOp op) {
-  auto lock = progressLock();
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(send, recv, count, dtype, op));
-  return w->wait();
-}
-
 Status MpiComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
   auto lock = progressLock();
   HSDP_RETURN_IF_ERROR(checkCount(count, "allReduce"));

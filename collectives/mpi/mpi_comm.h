@@ -19,9 +19,9 @@ class MpiComm final : public Comm {
   int size() const override { return size_; }
   const char* transportName() const override { return "mpi"; }
 
+  // Blocking all-gather and all-reduce go to MPI's own blocking collectives (no request to
+  // track); the reduce-scatter has one implementation, the nonblocking ring, waited for.
   Status allGather(const void* send, void* recv, size_t count, DType dtype) override;
-  Status reduceScatter(const void* send, void* recv, size_t count, DType dtype,
-                       RedOp op) override;
   Status allReduce(void* buf, size_t count, DType dtype, RedOp op) override;
   StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
                                   DType dtype) override;

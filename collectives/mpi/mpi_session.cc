@@ -7,9 +7,10 @@
 
 #include "collectives/mpi/mpi_check.h"
 #include "collectives/mpi/mpi_comm.h"
-#include "collectives/progress.h"
+#include "core/progress.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
+#include "hsdp/transport_registry.h"
 #include "hsdp/mpi.h"
 
 namespace hsdp::mpi {
@@ -165,3 +166,16 @@ StatusOr<std::unique_ptr<Comm>> Session::world() {
 }
 
 }  // namespace hsdp::mpi
+
+namespace hsdp::modules {
+// Called once by the generated module list (cmake/HsdpModules.cmake). MPI is every other
+// transport's bootstrap, so "mpi" is what a mesh level runs when it names no other transport;
+// a bootstrap of another transport cannot become MPI.
+void registerMpiTransport() {
+  registerTransport("mpi", [](std::unique_ptr<Comm> bootstrap) -> StatusOr<std::unique_ptr<Comm>> {
+    if (std::string_view(bootstrap->transportName()) == "mpi") return bootstrap;
+    return failedPrecondition("the mpi transport is built over an MPI bootstrap, not '",
+                              bootstrap->transportName(), "'");
+  });
+}
+}  // namespace hsdp::modules

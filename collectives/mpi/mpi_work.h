@@ -1,5 +1,5 @@
 // Nonblocking operations of the MPI transport, progressed through the process-wide progress list
-// (collectives/progress.h) by the thread that initialised MPI (MPI_THREAD_FUNNELED).
+// (core/progress.h) by the thread that initialised MPI (MPI_THREAD_FUNNELED).
 #pragma once
 
 #include <mpi.h>
@@ -7,8 +7,8 @@
 #include <functional>
 #include <vector>
 
-#include "collectives/progress.h"
-#include "collectives/scratch_pool.h"
+#include "core/progress.h"
+#include "core/scratch_pool.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/transport.h"
 

@@ -1,4 +1,4 @@
-#include "collectives/nccl/nccl_comm.h"
+#include "hsdp/nccl.h"
 
 #include <nccl.h>
 
@@ -16,6 +16,7 @@
 #include "cuda/cuda_resources.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
+#include "hsdp/transport_registry.h"
 
 namespace hsdp::nccl {
 namespace {
@@ -625,22 +626,6 @@ StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {
   return WorkHandle(std::make_unique<NcclWork>(s_, "group", seq_no, std::move(done), start));
 }
 
-Status NcclComm::allGather(const void* send, void* recv, size_t count, DType dtype) {
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallGather(send, recv, count, dtype));
-  return w->wait();
-}
-
-Status NcclComm::reduceScatter(const void* send, void* recv, size_t count, DType dtype,
-                               RedOp op) {
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(send, recv, count, dtype, op));
-  return w->wait();
-}
-
-Status NcclComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallReduce(buf, count, dtype, op));
-  return w->wait();
-}
-
 Status NcclComm::broadcast(void* buf, size_t count, DType dtype, int root) {
   State& s = *s_;
   HSDP_RETURN_IF_ERROR(s.usable("broadcast"));
@@ -691,3 +676,12 @@ void NcclComm::abortJob(int code) {
 }
 
 }  // namespace hsdp::nccl
+
+namespace hsdp::modules {
+// Called once by the generated module list (cmake/HsdpModules.cmake).
+void registerNcclTransport() {
+  registerTransport("nccl", [](std::unique_ptr<Comm> bootstrap) {
+    return nccl::createNcclComm(std::move(bootstrap));
+  });
+}
+}  // namespace hsdp::modules

@@ -1,6 +1,6 @@
 #include "collectives/ucx/ucx_comm.h"
 
-#include "collectives/progress.h"
+#include "core/progress.h"
 
 #include <ucp/api/ucp.h>
 #include <ucs/memory/memory_type.h>
@@ -17,6 +17,7 @@
 #include "hsdp/env.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/log.h"
+#include "hsdp/transport_registry.h"
 
 namespace hsdp::ucx {
 namespace {
@@ -552,25 +553,6 @@ StatusOr<WorkHandle> UcxComm::iallReduce(void* buf, size_t count, DType dtype, R
   return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o)));
 }
 
-Status UcxComm::allGather(const void* send, void* recv, size_t count, DType dtype) {
-  auto lock = progressLock();
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallGather(send, recv, count, dtype));
-  return w->wait();
-}
-
-Status UcxComm::reduceScatter(const void* send, void* recv, size_t count, DType dtype,
-                              RedOp op) {
-  auto lock = progressLock();
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(send, recv, count, dtype, op));
-  return w->wait();
-}
-
-Status UcxComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
-  auto lock = progressLock();
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallReduce(buf, count, dtype, op));
-  return w->wait();
-}
-
 Status UcxComm::broadcast(void* buf, size_t count, DType dtype, int root) {
   auto lock = progressLock();
   State& s = *s_;
@@ -676,3 +658,12 @@ Status UcxComm::deregisterMemory(const void* p) {
 }
 
 }  // namespace hsdp::ucx
+
+namespace hsdp::modules {
+// Called once by the generated module list (cmake/HsdpModules.cmake).
+void registerUcxTransport() {
+  registerTransport("ucx", [](std::unique_ptr<Comm> bootstrap) {
+    return ucx::createUcxComm(std::move(bootstrap));
+  });
+}
+}  // namespace hsdp::modules

@@ -55,10 +55,6 @@ class UcxComm final : public Comm {
   int size() const override;
   const char* transportName() const override { return "ucx"; }
 
-  Status allGather(const void* send, void* recv, size_t count, DType dtype) override;
-  Status reduceScatter(const void* send, void* recv, size_t count, DType dtype,
-                       RedOp op) override;
-  Status allReduce(void* buf, size_t count, DType dtype, RedOp op) override;
   StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
                                   DType dtype) override;
   StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,

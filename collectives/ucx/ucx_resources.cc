@@ -87,7 +87,7 @@ std::string UcpContext::memoryTypeNames() const {
 StatusOr<UcpWorker> UcpWorker::create(ucp_context_h context) {
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  // SERIALIZED, not SINGLE: with the progress thread (collectives/progress.h) the worker is used
+  // SERIALIZED, not SINGLE: with the progress thread (core/progress.h) the worker is used
   // from two threads, never at once (every hsdp entry point holds progressLock()).
   params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   UcpWorker w;

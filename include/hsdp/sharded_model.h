@@ -26,7 +26,7 @@
 // current when create() is called, allocated once (finalize(), and the gather pool when it grows
 // to a new peak) and reused every step. The mesh's communicators must be NCCL: build the mesh
 // over an NCCL world, e.g.
-//     auto nccl_world = hsdp::nccl::createNcclComm(mpi_world);   // collectives/nccl/nccl_comm.h
+//     auto nccl_world = hsdp::nccl::createNcclComm(mpi_world);   // hsdp/nccl.h
 //     auto layout = hsdp::groupRanksIntoNodes(mpi_world);
 //     auto mesh = hsdp::Mesh::create(**nccl_world, *layout, spec);
 // (create() returns InvalidArgument naming the transport when a communicator is not "nccl").

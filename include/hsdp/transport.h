@@ -1,7 +1,15 @@
 // The transport interface: a communicator over some group of ranks and the collectives the engine
-// needs on it. The engine and the hierarchical schedules only ever talk to this interface; MPI on
-// host memory is one implementation (collectives/mpi/), NCCL and UCX are others to come. A new
-// backend is a new folder under collectives/, not an #ifdef in the engine.
+// needs on it. The engine and the hierarchical schedules only ever talk to this interface. MPI on
+// host memory (collectives/mpi/), UCX (collectives/ucx/) and NCCL on device memory
+// (collectives/nccl/) implement it, each registering a factory by name in the transport registry
+// (hsdp/transport_registry.h). A new backend is a new folder under collectives/ and a registry
+// entry, not an #if in the engine.
+//
+// What a transport implements: the nonblocking collectives (iallGather, ireduceScatter,
+// iallReduce), broadcast, barrier, split, splitByHost, scratch and abortJob. The blocking
+// collectives default to the nonblocking call and wait(), and igroup to starting each operation
+// in turn; a transport overrides only what it does differently (MPI's blocking calls go to MPI's
+// own blocking collectives, NCCL fuses a group into one launch).
 #pragma once
 
 #include <cstddef>
@@ -72,29 +80,30 @@ class Comm {
   virtual int size() const = 0;
   virtual const char* transportName() const = 0;
 
-  // Every rank contributes `count` elements; `recv` receives size()*count elements in rank order.
-  // In place when send == recv + rank()*count*dtypeSize(dtype).
-  [[nodiscard]] virtual Status allGather(const void* send, void* recv, size_t count,
-                                         DType dtype) = 0;
-
-  // `send` holds size()*count elements; `recv` (count elements, not overlapping `send`) receives
-  // the reduction over all ranks of block rank(). kAvg divides the sum by size().
-  [[nodiscard]] virtual Status reduceScatter(const void* send, void* recv, size_t count,
-                                             DType dtype, RedOp op) = 0;
-
-  // In-place all-reduce of `count` elements.
-  [[nodiscard]] virtual Status allReduce(void* buf, size_t count, DType dtype, RedOp op) = 0;
-
-  // Nonblocking forms of the three collectives the engine overlaps with compute; same contracts
-  // as the blocking ones. The defaults run the blocking call and return a completed Work, so a
-  // transport may start eager and become asynchronous operation by operation. Operations on one
-  // Comm must be started in the same order on every rank; they may complete in any order.
+  // The three collectives the engine overlaps with compute, started and returned as a Work.
+  // Operations on one Comm must be started in the same order on every rank; they may complete
+  // in any order. A transport that cannot overlap may finish the work inside the call and return
+  // completedWork().
+  //
+  // iallGather: every rank contributes `count` elements; `recv` receives size()*count elements
+  // in rank order. In place when send == recv + rank()*count*dtypeSize(dtype).
   [[nodiscard]] virtual StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
-                                                        DType dtype);
+                                                        DType dtype) = 0;
+  // ireduceScatter: `send` holds size()*count elements; `recv` (count elements, not overlapping
+  // `send`) receives the reduction over all ranks of block rank(). kAvg divides the sum by
+  // size().
   [[nodiscard]] virtual StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv,
-                                                            size_t count, DType dtype, RedOp op);
+                                                            size_t count, DType dtype,
+                                                            RedOp op) = 0;
+  // iallReduce: in-place all-reduce of `count` elements.
   [[nodiscard]] virtual StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype,
-                                                        RedOp op);
+                                                        RedOp op) = 0;
+
+  // Blocking forms, same contracts: by default the nonblocking call, then wait().
+  [[nodiscard]] virtual Status allGather(const void* send, void* recv, size_t count, DType dtype);
+  [[nodiscard]] virtual Status reduceScatter(const void* send, void* recv, size_t count,
+                                             DType dtype, RedOp op);
+  [[nodiscard]] virtual Status allReduce(void* buf, size_t count, DType dtype, RedOp op);
 
   // Several independent collectives started together, where several buffers move at once (the
   // zero1/zero2 parameter gathers after a step): one Work that completes when all of them have.

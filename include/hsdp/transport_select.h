@@ -1,14 +1,15 @@
 // Per-level transport selection. The Mesh builds every group with the bootstrap transport (MPI)
 // and then asks for the transport the user chose for that level:
-//   HSDP_TRANSPORT_INTRA = mpi | ucx      (the intra-node shard phase)
-//   HSDP_TRANSPORT_INTER = mpi | ucx      (the inter-node shard phase and replica all-reduce)
-// Default (unset or empty): mpi, i.e. the bootstrap itself. ucx builds a UCX communicator over the
-// bootstrap's members (collectives/ucx/ucx_comm.h). Further names (nccl) become valid as their
-// transports land. An unknown name is an error naming the variable, the value and the available
-// names.
+//   HSDP_TRANSPORT_INTRA = mpi | ucx | nccl   (the intra-node shard phase)
+//   HSDP_TRANSPORT_INTER = mpi | ucx | nccl   (the inter-node shard phase and replica all-reduce)
+// Default (unset or empty): mpi, i.e. the bootstrap itself. Other names come from the transport
+// registry (hsdp/transport_registry.h): what this build has, plus any transport the application
+// registered. An unknown name is an error naming the variable, the value and the available names;
+// a transport this build lacks (ucx without UCX, nccl without CUDA) says how to get it.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "hsdp/transport.h"
 
@@ -19,7 +20,7 @@ enum class MeshLevel { kIntra, kInter };
 const char* meshLevelName(MeshLevel level);
 
 // The names HSDP_TRANSPORT_INTRA / _INTER accept, for messages and docs: "mpi, ucx".
-const char* availableTransports();
+std::string availableTransports();
 
 // Collective over `bootstrap`'s members. Returns `bootstrap` itself when the level's transport is
 // the bootstrap's (mpi), else a new communicator of the chosen transport over the same members,

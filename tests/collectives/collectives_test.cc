@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "collectives/mpi/mpi_comm.h"
-#include "collectives/progress.h"
+#include "core/progress.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/mesh.h"
 #include "tests/common/mpi_test_main.h"

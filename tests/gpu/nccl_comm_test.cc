@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "collectives/mpi/mpi_comm.h"
-#include "collectives/nccl/nccl_comm.h"
+#include "hsdp/nccl.h"
 #include "cuda/cuda_resources.h"
 #include "hsdp/transport_select.h"
 #include "tests/gpu/gpu_test.h"

@@ -1,5 +1,5 @@
 // CPU Adam (include/hsdp/cpu_adam.h) against independent truths:
-//  - hsdp::adamStep (src/optimizer.cc), the engine's reference step, for the scalar path;
+//  - hsdp::adamStep (core/optimizer.cc), the engine's reference step, for the scalar path;
 //  - the scalar path, element by element, for every vector ISA this CPU runs, at every thread
 //    count, on random data with odd lengths and unaligned, mutually misaligned pointers;
 //  - hsdp::toBf16 (include/hsdp/dtype.h) for the bf16 copy-out, special values included;

@@ -1,4 +1,4 @@
-#include "src/buffer_pool.h"
+#include "engine/buffer_pool.h"
 
 #include <algorithm>
 

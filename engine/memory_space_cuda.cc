@@ -1,4 +1,4 @@
-// The engine's CUDA memory space (src/memory_space.h): device buffers, the kernels of
+// The engine's CUDA memory space (engine/memory_space.h): device buffers, the kernels of
 // cuda/kernels.h and NCCL collectives, ordered with events on two lanes:
 //   kCompute  the user's compute stream (ShardedModel::setComputeStream; default the legacy
 //             default stream): gathered parameters are consumed there, gradients zeroed and
@@ -16,12 +16,12 @@
 #include <deque>
 #include <vector>
 
-#include "collectives/nccl/nccl_comm.h"
+#include "hsdp/nccl.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_resources.h"
 #include "cuda/kernels.h"
 #include "hsdp/log.h"
-#include "src/memory_space.h"
+#include "engine/memory_space.h"
 
 namespace hsdp {
 namespace {
@@ -141,7 +141,7 @@ class CudaMemorySpace final : public MemorySpace {
       return invalidArgument("Device::kCuda: the mesh's ", role, " communicator runs on '",
                              comm.transportName(),
                              "', not nccl; build the mesh over an NCCL world "
-                             "(hsdp::nccl::createNcclComm, collectives/nccl/nccl_comm.h)");
+                             "(hsdp::nccl::createNcclComm, hsdp/nccl.h)");
     if (nccl->device() != device_)
       return invalidArgument("Device::kCuda: the mesh's ", role, " communicator is on CUDA device ",
                              nccl->device(), " but the engine was created on device ", device_,
@@ -485,8 +485,13 @@ class CudaMemorySpace final : public MemorySpace {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<MemorySpace>> cudaMemorySpace(void* compute_stream) {
-  return CudaMemorySpace::create(compute_stream);
+namespace modules {
+// Called once by the generated module list (cmake/HsdpModules.cmake).
+void registerCudaMemorySpace() {
+  registerMemorySpace(Device::kCuda, [](void* compute_stream) {
+    return CudaMemorySpace::create(compute_stream);
+  });
 }
+}  // namespace modules
 
 }  // namespace hsdp

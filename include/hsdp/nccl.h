@@ -78,10 +78,6 @@ class NcclComm final : public Comm {
   int size() const override;
   const char* transportName() const override { return "nccl"; }
 
-  Status allGather(const void* send, void* recv, size_t count, DType dtype) override;
-  Status reduceScatter(const void* send, void* recv, size_t count, DType dtype,
-                       RedOp op) override;
-  Status allReduce(void* buf, size_t count, DType dtype, RedOp op) override;
   StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
                                   DType dtype) override;
   StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,

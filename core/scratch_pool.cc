@@ -1,4 +1,4 @@
-#include "collectives/scratch_pool.h"
+#include "core/scratch_pool.h"
 
 #include "hsdp/log.h"
 

@@ -15,8 +15,8 @@
 #include "hsdp/host_buffer.h"
 #include "hsdp/log.h"
 #include "offload/step_queue.h"
-#include "src/buffer_pool.h"
-#include "src/memory_space.h"
+#include "engine/buffer_pool.h"
+#include "engine/memory_space.h"
 
 namespace hsdp {
 
@@ -28,7 +28,7 @@ struct Unit {
   // This rank's shard of the flat buffer: fp32 master parameters, gradient and Adam moments.
   // zero1/zero2 keep the parameters whole instead (full_params; the master shard is its slice
   // k), and zero1 keeps the whole gradient too (full_grad_buf). All in the engine's memory
-  // space (host or device, src/memory_space.h); with CPU offload the moments are host memory.
+  // space (host or device, engine/memory_space.h); with CPU offload the moments are host memory.
   SpaceBuffer param_shard, grad_shard, exp_avg, exp_avg_sq;
   SpaceBuffer full_params, full_grad_buf;
   // With CPU offload: the fp32 master shard and a host copy of the gradient shard (the moments
@@ -388,9 +388,7 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
   HSDP_RETURN_IF_ERROR(validate(cfg.adam));
   const MeshShape& s = mesh.shape();
   if (cfg.device == Device::kCuda) {
-#if !defined(HSDP_HAVE_CUDA)
-    return cudaMemorySpace(nullptr).status();  // FailedPrecondition: built without CUDA
-#endif
+    HSDP_RETURN_IF_ERROR(memorySpaceAvailable(Device::kCuda));  // e.g. built without CUDA
     // Device buffers move only over NCCL: the communicators the engine uses must be NCCL.
     std::vector<std::pair<const char*, Comm*>> comms = {
         {"shard-group", &mesh.shardGroup()},
@@ -402,7 +400,7 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
         return invalidArgument("Device::kCuda needs NCCL communicators, but the mesh's ", role,
                                " communicator runs on '", comm->transportName(),
                                "'; build the mesh over an NCCL world "
-                               "(hsdp::nccl::createNcclComm, collectives/nccl/nccl_comm.h)");
+                               "(hsdp::nccl::createNcclComm, hsdp/nccl.h)");
   }
   if (cfg.mode == ShardMode::kNone && s.shardGroupSize() != 1)
     return invalidArgument("mode none replicates everything and needs intra_shard=1 and "
@@ -432,7 +430,7 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh, E
     HSDP_ASSIGN_OR_RETURN(impl->cpu_adam, CpuAdam::create(adam_opts));
   }
   if (cfg.device == Device::kCuda) {
-    HSDP_ASSIGN_OR_RETURN(impl->space, cudaMemorySpace(/*compute_stream=*/nullptr));
+    HSDP_ASSIGN_OR_RETURN(impl->space, createMemorySpace(Device::kCuda, /*compute_stream=*/nullptr));
   } else {
     impl->space = hostMemorySpace(impl->cpu_adam.get());
   }

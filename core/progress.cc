@@ -1,4 +1,4 @@
-#include "collectives/progress.h"
+#include "core/progress.h"
 
 #include <sched.h>
 

@@ -1,10 +1,10 @@
 // Internal to the engine: the memory space ShardedModel keeps its buffers in, and the handful of
-// buffer operations it needs on them. One engine (src/sharded_model.cc) runs on either space:
+// buffer operations it needs on them. One engine (engine/sharded_model.cc) runs on either space:
 //
-//  - host (hostMemorySpace below, src/memory_space_host.cc): HostBuffer, memcpy, loops and the
+//  - host (hostMemorySpace below, engine/memory_space.host.cc): HostBuffer, memcpy, loops and the
 //    CPU Adam; collectives are waited for on the host. This is the engine as it was before the
 //    seam, operation for operation, so host results are bit for bit unchanged.
-//  - CUDA (cudaMemorySpace, cuda/memory_space_cuda.cc, CUDA builds only): device buffers, kernels
+//  - CUDA (engine/memory_space_cuda.cc, CUDA builds only, registered as Device::kCuda): device buffers, kernels
 //    from cuda/kernels.h, NCCL collectives; "waiting" for a collective is a stream waiting on an
 //    event, so the host runs ahead and only waits where the public contract needs a host value.
 //
@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <utility>
@@ -175,8 +176,17 @@ class MemorySpace {
 // The host space; steps shards with `adam` (not owned, outlives the space).
 std::unique_ptr<MemorySpace> hostMemorySpace(CpuAdam* adam);
 
-// The CUDA space on the device current now; `compute` is a cudaStream_t (nullptr: the legacy
-// default stream). Builds without CUDA: FailedPrecondition saying so.
-StatusOr<std::unique_ptr<MemorySpace>> cudaMemorySpace(void* compute_stream);
+// Device memory spaces register themselves (engine/memory_space_cuda.cc, in CUDA builds) so that
+// the engine finds them by Device and never names a backend. A factory builds the space on the
+// device current now; `compute_stream` is the device's stream handle (cudaStream_t; nullptr: the
+// default stream).
+using MemorySpaceFactory =
+    std::function<StatusOr<std::unique_ptr<MemorySpace>>(void* compute_stream)>;
+void registerMemorySpace(Device device, MemorySpaceFactory factory);
+// The registered space for `device` (kHost: not registered, use hostMemorySpace). A device this
+// build has no space for is a FailedPrecondition saying how to get it.
+StatusOr<std::unique_ptr<MemorySpace>> createMemorySpace(Device device, void* compute_stream);
+// OK when createMemorySpace(device, ...) has a factory to call, else its FailedPrecondition.
+Status memorySpaceAvailable(Device device);
 
 }  // namespace hsdp

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "src/memory_space.h"
+#include "engine/memory_space.h"
 
 namespace hsdp {
 namespace {
@@ -159,13 +159,5 @@ std::unique_ptr<MemorySpace> hostMemorySpace(CpuAdam* adam) {
   return std::make_unique<HostMemorySpace>(adam);
 }
 
-#if !defined(HSDP_HAVE_CUDA)
-StatusOr<std::unique_ptr<MemorySpace>> cudaMemorySpace(void*) {
-  return failedPrecondition(
-      "Device::kCuda: this hsdp was built without CUDA (configured with "
-      "HSDP_WITH_CUDA=OFF, or no CUDA toolkit and NCCL were found); "
-      "reconfigure with -DHSDP_WITH_CUDA=ON");
-}
-#endif
 
 }  // namespace hsdp

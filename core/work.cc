@@ -124,24 +124,28 @@ WorkHandle allOf(std::vector<WorkHandle> works) {
   return std::make_unique<AllOfWork>(std::move(works));
 }
 
+namespace {
+// One operation of a group, started as its single call.
+StatusOr<WorkHandle> startOp(Comm& comm, const CollectiveOp& o) {
+  switch (o.kind) {
+    case CollectiveOp::Kind::kAllGather:
+      return comm.iallGather(o.send, o.recv, o.count, o.dtype);
+    case CollectiveOp::Kind::kReduceScatter:
+      return comm.ireduceScatter(o.send, o.recv, o.count, o.dtype, o.op);
+    case CollectiveOp::Kind::kAllReduce:
+      return comm.iallReduce(o.recv, o.count, o.dtype, o.op);
+  }
+  return invalidArgument("unknown collective kind ", static_cast<int>(o.kind));
+}
+}  // namespace
+
 StatusOr<WorkHandle> Comm::igroup(std::span<const CollectiveOp> ops) {
   HSDP_RETURN_IF_ERROR(checkIndependent(ops, size()));
   std::vector<WorkHandle> works;
   works.reserve(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
     const CollectiveOp& o = ops[i];
-    StatusOr<WorkHandle> w = Status(StatusCode::kInternal, "unset");
-    switch (o.kind) {
-      case CollectiveOp::Kind::kAllGather:
-        w = iallGather(o.send, o.recv, o.count, o.dtype);
-        break;
-      case CollectiveOp::Kind::kReduceScatter:
-        w = ireduceScatter(o.send, o.recv, o.count, o.dtype, o.op);
-        break;
-      case CollectiveOp::Kind::kAllReduce:
-        w = iallReduce(o.recv, o.count, o.dtype, o.op);
-        break;
-    }
+    StatusOr<WorkHandle> w = startOp(*this, o);
     if (!w.ok()) {
       // The ones already started are in flight on their buffers: let them finish first. (A
       // failure here is this rank's bad argument; the peers' matching calls may then wait.)
@@ -159,20 +163,19 @@ WorkHandle completedWork(Status status) {
   return std::make_unique<CompletedWork>(std::move(status));
 }
 
-StatusOr<WorkHandle> Comm::iallGather(const void* send, void* recv, size_t count, DType dtype) {
-  HSDP_RETURN_IF_ERROR(allGather(send, recv, count, dtype));
-  return completedWork();
+Status Comm::allGather(const void* send, void* recv, size_t count, DType dtype) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallGather(send, recv, count, dtype));
+  return w->wait();
 }
 
-StatusOr<WorkHandle> Comm::ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
-                                          RedOp op) {
-  HSDP_RETURN_IF_ERROR(reduceScatter(send, recv, count, dtype, op));
-  return completedWork();
+Status Comm::reduceScatter(const void* send, void* recv, size_t count, DType dtype, RedOp op) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(send, recv, count, dtype, op));
+  return w->wait();
 }
 
-StatusOr<WorkHandle> Comm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
-  HSDP_RETURN_IF_ERROR(allReduce(buf, count, dtype, op));
-  return completedWork();
+Status Comm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallReduce(buf, count, dtype, op));
+  return w->wait();
 }
 
 }  // namespace hsdp

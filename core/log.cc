@@ -1,5 +1,7 @@
 #include "hsdp/log.h"
 
+#include "hsdp/host.h"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -48,9 +50,7 @@ const Settings& settings() {
       for (std::string item; std::getline(ss, item, ',');) mask |= subsysBit(item);
       out.mask = exclude ? ~mask : mask;
     }
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    out.host = host;
+    out.host = hostName();
     return out;
   }();
   return s;

@@ -1,0 +1,41 @@
+#include "hsdp/transport_select.h"
+
+#include "hsdp/env.h"
+#include "hsdp/log.h"
+#include "hsdp/transport_registry.h"
+
+namespace hsdp {
+
+const char* meshLevelName(MeshLevel level) {
+  return level == MeshLevel::kIntra ? "intra" : "inter";
+}
+
+std::string availableTransports() { return transportNamesJoined(); }
+
+StatusOr<std::unique_ptr<Comm>> selectLevelTransport(MeshLevel level,
+                                                     std::unique_ptr<Comm> bootstrap) {
+  const char* var = level == MeshLevel::kIntra ? "HSDP_TRANSPORT_INTRA" : "HSDP_TRANSPORT_INTER";
+  std::string name = env::getString(var);
+  if (name.empty() || name == bootstrap->transportName()) return bootstrap;
+  if (!hasTransport(name)) {
+    // Unknown, or known but not built in: the registry's reason (and how to get it) either way.
+    StatusOr<std::unique_ptr<Comm>> none = createTransport(name, std::move(bootstrap));
+    if (none.status().code() == StatusCode::kFailedPrecondition)
+      return failedPrecondition(var, "=", name, ": ", none.status().message(), " (available: ",
+                                availableTransports(), ")");
+    return invalidArgument(var, "='", name, "' is not an available transport for the ",
+                           meshLevelName(level), " level (available: ", availableTransports(),
+                           ")");
+  }
+  // Every rank reads the same variable, so every member of the group takes this branch and the
+  // factory's collective creation matches up.
+  const int size = bootstrap->size();
+  StatusOr<std::unique_ptr<Comm>> comm = createTransport(name, std::move(bootstrap));
+  if (!comm.ok())
+    return comm.status().withContext(strCat(var, "=", name, ": building the ",
+                                            meshLevelName(level), " level's communicator"));
+  HSDP_INFO(kMesh, meshLevelName(level), " level group of ", size, " ranks on ", name);
+  return comm;
+}
+
+}  // namespace hsdp
