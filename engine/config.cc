@@ -1,6 +1,68 @@
 #include "hsdp/config.h"
 
+#include "hsdp/env.h"
+
 namespace hsdp {
+
+namespace {
+// Every chunk pays each level's latency and a staging copy: beyond a few thousand chunks a
+// collective is all latency (a 1 GiB unit in 4096 chunks moves 256 KiB per chunk).
+constexpr int kMaxPipelineChunks = 4096;
+}  // namespace
+
+StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
+  if (!cfg.hierarchical) {
+    HSDP_ASSIGN_OR_RETURN(cfg.hierarchical, env::getBool("HSDP_HIER"));
+  }
+  // Pipelining: unset, deep pipelines for large units and one piece for small ones (each chunk
+  // pays both levels' latency); set, exactly that many chunks unless a minimum is set too.
+  const bool chunks_given = cfg.pipeline_chunks.has_value();
+  if (!cfg.pipeline_chunks) {
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> c, env::getInt("HSDP_PIPELINE_CHUNKS", 1));
+    if (c && *c > kMaxPipelineChunks)
+      return invalidArgument("HSDP_PIPELINE_CHUNKS=", *c, " exceeds ", kMaxPipelineChunks);
+    if (c) cfg.pipeline_chunks = static_cast<int>(*c);
+  }
+  const bool chunks_set = chunks_given || cfg.pipeline_chunks.has_value();
+  if (!cfg.pipeline_min_chunk_bytes) {
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> m,
+                          env::getInt("HSDP_PIPELINE_MIN_CHUNK_BYTES", 0));
+    cfg.pipeline_min_chunk_bytes = m ? static_cast<size_t>(*m) : (chunks_set ? 0 : size_t{1} << 20);
+  }
+  if (!cfg.pipeline_chunks) cfg.pipeline_chunks = 32;
+  if (*cfg.pipeline_chunks < 1 || *cfg.pipeline_chunks > kMaxPipelineChunks)
+    return invalidArgument("EngineConfig::pipeline_chunks=", *cfg.pipeline_chunks,
+                           " must be in [1, ", kMaxPipelineChunks, "]");
+  if (!cfg.inter_dtype) {
+    const std::string wire = env::getString("HSDP_INTER_DTYPE");
+    cfg.inter_dtype = DType::kFloat32;
+    if (!wire.empty()) {
+      StatusOr<DType> t = parseDType(wire);
+      if (!t.ok()) return invalidArgument("HSDP_INTER_DTYPE='", wire, "': ", t.status().message());
+      cfg.inter_dtype = *t;
+    }
+  }
+  if (*cfg.inter_dtype != DType::kFloat32 && *cfg.inter_dtype != DType::kBFloat16)
+    return invalidArgument("inter-node wire dtype ", dtypeName(*cfg.inter_dtype),
+                           " is not float or bf16");
+  if (!cfg.cpu_adam_threads) {
+    // One thread per rank unless HSDP_CPU_ADAM_THREADS says otherwise: ranks share the node's
+    // cores, and the CPU Adam's pool does not know about the other ranks.
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> t, env::getInt("HSDP_CPU_ADAM_THREADS", 1));
+    if (t && *t > 4096) return invalidArgument("HSDP_CPU_ADAM_THREADS=", *t, " exceeds 4096");
+    cfg.cpu_adam_threads = t ? static_cast<int>(*t) : 1;
+  }
+  if (*cfg.cpu_adam_threads < 1)
+    return invalidArgument("EngineConfig::cpu_adam_threads=", *cfg.cpu_adam_threads,
+                           " must be >= 1");
+  if (!cfg.cpu_adam_isa) {
+    HSDP_ASSIGN_OR_RETURN(cfg.cpu_adam_isa, cpuAdamIsaFromEnv());
+  } else if (!cpuIsaSupported(*cfg.cpu_adam_isa)) {
+    return failedPrecondition("EngineConfig::cpu_adam_isa=", cpuIsaName(*cfg.cpu_adam_isa),
+                              " is not supported by this CPU or build");
+  }
+  return cfg;
+}
 
 StatusOr<ShardMode> parseShardMode(std::string_view name) {
   if (name == "none") return ShardMode::kNone;

@@ -1,6 +1,7 @@
 // train_mlp: hybrid-sharded data-parallel training of an MLP across MPI ranks, checked against a
-// single-process Eigen reference. One readable training loop: for each unit, unshard -> compute
-// -> reshard forward; unshard -> backward -> reduceGrad -> reshard backward; then step. The
+// single-process Eigen reference. One readable training loop: forward over the units (each
+// gathered just in time, the next one prefetched), backward in reverse (each unit's gradient
+// reduced as soon as it is written), then the optimizer step on the shards. The
 // flags, the printed report and --check live in mlp/options.h, shared with train_mlp_gpu.
 //
 //   mpirun -np 8 -x HSDP_RANKS_PER_NODE=4 build/examples/train_mlp --mode zero3 \
@@ -13,6 +14,7 @@
 #include "hsdp/config.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
+#include "hsdp/schedule.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/topology.h"
 #include "mlp/mlp.h"
@@ -27,6 +29,7 @@ struct Run {
   hsdp::ShardedModel& model;
   const mlp::Spec& spec;
   const mlp::Options& opt;
+  std::vector<int> order;  // the units in forward order: fc0, fc1, ...
 };
 
 // One micro-step: forward and backward of this rank's slice of micro-batch `micro`; the
@@ -40,39 +43,36 @@ hsdp::StatusOr<float> microStep(Run& run, int64_t step, int micro, bool last) {
   mlp::Batch batch = mlp::makeBatch(spec, step, micro * micro_batch + run.world.rank() * per_rank,
                                     per_rank);
 
-  // Forward: unit l+1's all-gather is in flight while unit l computes (explicit prefetch).
+  // Forward: unit l+1's all-gather is in flight while unit l computes (the schedule helper
+  // prefetches one unit ahead).
   std::vector<mlp::Matrix> acts(L + 1);
   acts[0] = batch.x;
-  HSDP_RETURN_IF_ERROR(model.unshard(0));
-  for (int l = 0; l < L; ++l) {
-    HSDP_RETURN_IF_ERROR(model.waitForUnshard(l));
-    if (l + 1 < L) HSDP_RETURN_IF_ERROR(model.unshard(l + 1));
+  HSDP_RETURN_IF_ERROR(hsdp::forwardUnits(model, run.order, [&](int l) -> hsdp::Status {
     HSDP_ASSIGN_OR_RETURN(hsdp::ParamView w, model.param(l, "weight"));
     HSDP_ASSIGN_OR_RETURN(hsdp::ParamView b, model.param(l, "bias"));
     mlp::Matrix z;
     mlp::linearForward(w.data, b.data, spec.dims[l + 1], spec.dims[l], acts[l], &z);
     acts[l + 1] = l + 1 < L ? mlp::Matrix(z.array().tanh()) : z;
-    HSDP_RETURN_IF_ERROR(model.reshard(l));
-  }
+    return hsdp::okStatus();
+  }));
   mlp::Matrix dz;
   const float loss = mlp::crossEntropy(acts[L], batch.labels, &dz);
   dz /= static_cast<float>(run.opt.accum);  // the step's gradient is the mean over micro-steps
-  // Backward: unit l-1's gather is prefetched; unit l's gradient reduction runs in the
-  // background while earlier units compute, and step() waits for what is left.
-  HSDP_RETURN_IF_ERROR(model.unshard(L - 1));
-  for (int l = L - 1; l >= 0; --l) {
-    HSDP_RETURN_IF_ERROR(model.waitForUnshard(l));
-    if (l > 0) HSDP_RETURN_IF_ERROR(model.unshard(l - 1));
-    HSDP_ASSIGN_OR_RETURN(hsdp::ParamView w, model.param(l, "weight"));
-    HSDP_ASSIGN_OR_RETURN(hsdp::ParamView dw, model.grad(l, "weight"));
-    HSDP_ASSIGN_OR_RETURN(hsdp::ParamView db, model.grad(l, "bias"));
-    mlp::Matrix dx;
-    mlp::linearBackward(w.data, spec.dims[l + 1], spec.dims[l], acts[l], dz, dw.data, db.data,
-                        l > 0 ? &dx : nullptr);
-    if (last) HSDP_RETURN_IF_ERROR(model.reduceGrad(l));
-    HSDP_RETURN_IF_ERROR(model.reshard(l));
-    if (l > 0) dz = (dx.array() * (1.0f - acts[l].array().square())).matrix();
-  }
+  // Backward: unit l-1's gather is prefetched; unit l's gradient reduction (last micro-step
+  // only) runs in the background while earlier units compute, and step() waits for what is left.
+  HSDP_RETURN_IF_ERROR(hsdp::backwardUnits(
+      model, run.order,
+      [&](int l) -> hsdp::Status {
+        HSDP_ASSIGN_OR_RETURN(hsdp::ParamView w, model.param(l, "weight"));
+        HSDP_ASSIGN_OR_RETURN(hsdp::ParamView dw, model.grad(l, "weight"));
+        HSDP_ASSIGN_OR_RETURN(hsdp::ParamView db, model.grad(l, "bias"));
+        mlp::Matrix dx;
+        mlp::linearBackward(w.data, spec.dims[l + 1], spec.dims[l], acts[l], dz, dw.data, db.data,
+                            l > 0 ? &dx : nullptr);
+        if (l > 0) dz = (dx.array() * (1.0f - acts[l].array().square())).matrix();
+        return hsdp::okStatus();
+      },
+      /*reduce_grads=*/last));
   return loss;
 }
 
@@ -112,7 +112,8 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
 
   mlp::printHeader(kProgram, world, **mesh, cfg, spec, opt);
 
-  Run run{world, model, spec, opt};
+  Run run{world, model, spec, opt, {}};
+  for (int l = 0; l < spec.layers(); ++l) run.order.push_back(l);
   return mlp::trainAndReport(kProgram, world, world, **mesh, model, spec, cfg, opt,
                              [&](int step) { return trainStep(run, step); });
 }

@@ -26,13 +26,14 @@
 #include <string>
 #include <vector>
 
-#include "hsdp/nccl.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_resources.h"
 #include "gpu/mlp_cuda.h"
 #include "hsdp/config.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
+#include "hsdp/nccl.h"
+#include "hsdp/schedule.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/topology.h"
 #include "mlp/mlp.h"
@@ -106,6 +107,7 @@ struct Run {
   const mlp::Options& opt;
   const mlp::cuda::Cublas& blas;  // bound to the compute stream
   Workspace& ws;
+  std::vector<int> order;  // the units in forward order: fc0, fc1, ...
   cudaStream_t stream() const { return blas.stream(); }
 };
 
@@ -145,11 +147,10 @@ hsdp::Status microStep(Run& run, int micro, bool last) {
   const int L = spec.layers(), n = ws.n;
   auto input = [&](int l) { return l == 0 ? ws.x(micro) : ws.acts[l].as<float>(); };
 
-  // Forward: unit l+1's all-gather is in flight while unit l computes (explicit prefetch).
-  HSDP_RETURN_IF_ERROR(model.unshard(0));
-  for (int l = 0; l < L; ++l) {
-    HSDP_RETURN_IF_ERROR(model.waitForUnshard(l));  // compute stream now waits for the gather
-    if (l + 1 < L) HSDP_RETURN_IF_ERROR(model.unshard(l + 1));
+  // Forward: unit l+1's all-gather is in flight while unit l computes (the schedule helper
+  // prefetches one unit ahead; waitForUnshard makes the compute stream wait for the gather, and
+  // reshard reuses the buffer only after the kernels enqueued here).
+  HSDP_RETURN_IF_ERROR(hsdp::forwardUnits(model, run.order, [&](int l) -> hsdp::Status {
     HSDP_ASSIGN_OR_RETURN(hsdp::ParamView w, model.param(l, "weight"));
     HSDP_ASSIGN_OR_RETURN(hsdp::ParamView b, model.param(l, "bias"));
     const int in = spec.dims[l], out = spec.dims[l + 1];
@@ -158,8 +159,8 @@ hsdp::Status microStep(Run& run, int micro, bool last) {
         mlp::cuda::linearForward(run.blas, w.data, b.data, out, in, input(l), n, z));
     if (l + 1 < L)
       HSDP_RETURN_IF_ERROR(mlp::cuda::tanhForward(z, z, size_t(out) * n, run.stream()));
-    HSDP_RETURN_IF_ERROR(model.reshard(l));  // buffer reused only after the kernels above
-  }
+    return hsdp::okStatus();
+  }));
   // dz = dL/dlogits / accum: the step's gradient is the mean over micro-steps.
   HSDP_RETURN_IF_ERROR(mlp::cuda::crossEntropy(
       ws.acts[L].as<float>(), ws.labels(micro), spec.dims[L], n, ws.dz.as<float>(),
@@ -167,27 +168,25 @@ hsdp::Status microStep(Run& run, int micro, bool last) {
       static_cast<float>(run.opt.accum)));
   // Backward: unit l-1's gather is prefetched; unit l's reduction is ordered after the kernels
   // that wrote its gradient and runs while earlier units compute.
-  HSDP_RETURN_IF_ERROR(model.unshard(L - 1));
-  for (int l = L - 1; l >= 0; --l) {
-    HSDP_RETURN_IF_ERROR(model.waitForUnshard(l));
-    if (l > 0) HSDP_RETURN_IF_ERROR(model.unshard(l - 1));
-    HSDP_ASSIGN_OR_RETURN(hsdp::ParamView w, model.param(l, "weight"));
-    HSDP_ASSIGN_OR_RETURN(hsdp::ParamView dw, model.grad(l, "weight"));
-    HSDP_ASSIGN_OR_RETURN(hsdp::ParamView db, model.grad(l, "bias"));
-    const int in = spec.dims[l], out = spec.dims[l + 1];
-    HSDP_RETURN_IF_ERROR(mlp::cuda::linearBackward(run.blas, w.data, out, in, input(l),
-                                                   ws.dz.as<float>(), n, dw.data, db.data,
-                                                   l > 0 ? ws.dx.as<float>() : nullptr));
-    if (last) HSDP_RETURN_IF_ERROR(model.reduceGrad(l));
-    HSDP_RETURN_IF_ERROR(model.reshard(l));
-    // Through the tanh of layer l's input: dz (for layer l-1's output) = dx * (1 - a^2). Stream
-    // order puts this after linearBackward read the old dz.
-    if (l > 0)
-      HSDP_RETURN_IF_ERROR(mlp::cuda::tanhBackward(ws.dx.as<float>(), ws.acts[l].as<float>(),
-                                                   ws.dz.as<float>(), size_t(in) * n,
-                                                   run.stream()));
-  }
-  return hsdp::okStatus();
+  return hsdp::backwardUnits(
+      model, run.order,
+      [&](int l) -> hsdp::Status {
+        HSDP_ASSIGN_OR_RETURN(hsdp::ParamView w, model.param(l, "weight"));
+        HSDP_ASSIGN_OR_RETURN(hsdp::ParamView dw, model.grad(l, "weight"));
+        HSDP_ASSIGN_OR_RETURN(hsdp::ParamView db, model.grad(l, "bias"));
+        const int in = spec.dims[l], out = spec.dims[l + 1];
+        HSDP_RETURN_IF_ERROR(mlp::cuda::linearBackward(run.blas, w.data, out, in, input(l),
+                                                       ws.dz.as<float>(), n, dw.data, db.data,
+                                                       l > 0 ? ws.dx.as<float>() : nullptr));
+        // Through the tanh of layer l's input: dz (for layer l-1's output) = dx * (1 - a^2).
+        // Stream order puts this after linearBackward read the old dz.
+        if (l > 0)
+          HSDP_RETURN_IF_ERROR(mlp::cuda::tanhBackward(ws.dx.as<float>(), ws.acts[l].as<float>(),
+                                                       ws.dz.as<float>(), size_t(in) * n,
+                                                       run.stream()));
+        return hsdp::okStatus();
+      },
+      /*reduce_grads=*/last);
 }
 
 // One optimizer step: the batch up, `accum` micro-steps, the step on the shards, then the one
@@ -263,7 +262,8 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
 
   mlp::printHeader(kProgram, world, **mesh, cfg, spec, opt, *device_line);
 
-  Run run{world, model, spec, opt, *blas, *ws};
+  Run run{world, model, spec, opt, *blas, *ws, {}};
+  for (int l = 0; l < spec.layers(); ++l) run.order.push_back(l);
   // A failing step aborts through the NCCL world: its abort stops in-flight collectives first.
   return mlp::trainAndReport(kProgram, world, **nccl_world, **mesh, model, spec, cfg, opt,
                              [&](int step) { return trainStep(run, step); });

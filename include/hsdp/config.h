@@ -1,8 +1,14 @@
-// Engine configuration: sharding mode and optimizer.
+// Engine configuration: sharding mode, optimizer, precision, offload and the collectives'
+// settings. Every setting the engine has is a field here; the fields that also have an HSDP_*
+// environment variable are optionals: left unset, ShardedModel::create() fills them from the
+// environment, else from the default (resolveEngineConfig). docs/api.md lists every field.
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <string_view>
 
+#include "hsdp/cpu_adam.h"
 #include "hsdp/dtype.h"
 #include "hsdp/optimizer.h"
 #include "hsdp/status.h"
@@ -54,6 +60,35 @@ struct EngineConfig {
   // Where parameters, gradients and optimizer state live. kCuda needs a build with CUDA and a
   // mesh whose communicators are NCCL (ShardedModel::create says which is missing).
   Device device = Device::kHost;
+
+  // ---- collectives: unset fields come from the environment, then the default ----
+  // Gathers and reductions as two-level schedules over the intra and inter levels (true), or as
+  // one collective over the shard group (false). HSDP_HIER; default true. Ignored on a device
+  // (NCCL runs its own hierarchy inside one communicator).
+  std::optional<bool> hierarchical;
+  // Chunks per hierarchical collective, pipelined (chunk c's intra phase overlaps chunk c+1's
+  // inter phase); >= 1. HSDP_PIPELINE_CHUNKS. Unset: up to 32 chunks of at least
+  // pipeline_min_chunk_bytes each; set: exactly this many, unless a minimum is set too.
+  std::optional<int> pipeline_chunks;
+  // Smallest chunk (bytes of the gathered unit) when pipelining; 0: always pipeline_chunks.
+  // HSDP_PIPELINE_MIN_CHUNK_BYTES; default 1 MiB when pipeline_chunks is unset, else 0.
+  std::optional<size_t> pipeline_min_chunk_bytes;
+  // Wire type of the inter-node phase for float32 data: kFloat32 or kBFloat16 (half the bytes
+  // across nodes; the reduction across nodes rounds to bf16). HSDP_INTER_DTYPE; default float32.
+  std::optional<DType> inter_dtype;
+
+  // ---- CPU Adam (host shards and CPU offload) ----
+  // Threads of the CPU Adam step, the caller included; >= 1. HSDP_CPU_ADAM_THREADS; default 1
+  // (ranks share a node's cores, and the pool does not know about the other ranks).
+  std::optional<int> cpu_adam_threads;
+  // The kernel: avx512, avx2 or scalar. HSDP_CPU_ADAM_ISA; default the best this CPU runs.
+  std::optional<CpuIsa> cpu_adam_isa;
 };
+
+// `cfg` with every unset optional filled from its HSDP_* variable, else its default, so that every
+// field has a value. A malformed variable is an InvalidArgument naming it and its value; a field
+// out of range (pipeline_chunks < 1, an inter dtype other than float32/bf16, cpu_adam_threads < 1)
+// names the field. ShardedModel::create() calls it; call it yourself to see what a run will use.
+StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg);
 
 }  // namespace hsdp

@@ -17,6 +17,9 @@ namespace hsdp {
 struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;
+  // AdamW's decoupled weight decay (and Adam's L2 term) applies to this parameter. GPT-style
+  // training decays matrices only: false for biases, norms and embeddings.
+  bool weight_decay = true;
   size_t numel() const;
 };
 

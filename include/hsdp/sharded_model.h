@@ -104,6 +104,16 @@ struct MemoryReport {
   }
 };
 
+// How a unit takes part in training.
+struct UnitOptions {
+  // A frozen unit's parameters are sharded and gathered like any other (forward and backward
+  // read them), but it has no gradient and no optimizer state, is never reduced and never
+  // stepped: grad(), copyInGrads() and reduceGrad() on it are FailedPrecondition, step() skips
+  // it, and the memory report counts its parameters only (fine-tuning with a frozen backbone,
+  // embeddings loaded from elsewhere).
+  bool frozen = false;
+};
+
 class ShardedModel {
  public:
   // `mesh` must outlive the model. Errors: invalid optimizer settings; kNone with a shard group
@@ -119,7 +129,7 @@ class ShardedModel {
   Device device() const;
 
   // Registers a unit; returns its index. Only before finalize().
-  StatusOr<int> addUnit(std::string name, std::vector<ParamSpec> params);
+  StatusOr<int> addUnit(std::string name, std::vector<ParamSpec> params, UnitOptions options = {});
 
   // Collective: checks that every rank registered the same units (names and shapes) and
   // allocates shards, optimizer state and communication buffers once.
@@ -128,6 +138,9 @@ class ShardedModel {
   int numUnits() const;
   const std::string& unitName(int unit) const;
   const FlatLayout& layout(int unit) const;
+  bool frozen(int unit) const;
+  // The configuration this model runs with: every optional filled (resolveEngineConfig).
+  const EngineConfig& config() const;
 
   // Copies this rank's part of a parameter from its full value (same on every rank).
   [[nodiscard]] Status setParameter(int unit, std::string_view name, const float* full,
@@ -164,9 +177,16 @@ class ShardedModel {
   // it completes in the background and frees the full gradient when the scatter lands.
   [[nodiscard]] Status reduceGrad(int unit);
 
-  // Waits for the pending reductions, then the optimizer step on every shard; every unit must
-  // have had reduceGrad since the last step.
+  // Waits for the pending reductions, then the optimizer step on every shard; every unit that is
+  // not frozen must have had reduceGrad since the last step.
   [[nodiscard]] Status step();
+
+  // The learning rate of the next step() (a schedule's warm-up and decay). Errors: not finite or
+  // <= 0 (InvalidArgument naming it); with CPU offload and no clipping, units step during
+  // backward, as soon as their gradient is reduced, so after the step's first reduceGrad the
+  // rate can no longer change (FailedPrecondition: set it before the step's backward).
+  [[nodiscard]] Status setLearningRate(float lr);
+  float learningRate() const;
 
   // Seconds spent blocked on communication (waitForUnshard, reshard of an in-flight unit, the
   // reductions step() waits for) since the last call: the communication not hidden by compute.
