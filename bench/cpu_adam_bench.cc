@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
   if (!topo.ok()) return fail(topo.status());
   const auto t_alloc = Clock::now();
   std::vector<hsdp::HostBuffer> bufs;
-  for (size_t bytes : {n * 4, n * 4, n * 4, n * 4, n * 2}) {
+  for (size_t bytes : {n * sizeof(float), n * sizeof(float), n * sizeof(float), n * sizeof(float), n * sizeof(bf16)}) {
     auto b = hsdp::HostBuffer::allocateNuma(bytes, *topo);
     if (!b.ok()) return fail(b.status());
     bufs.push_back(std::move(*b));

@@ -80,17 +80,17 @@ Status run(size_t n, size_t copy_bytes, int iters) {
   b = gpu::DeviceBuffer();
 
   // Adam (AdamW, bf16 copy-out, and without the copy).
-  HSDP_ASSIGN_OR_RETURN(gpu::DeviceBuffer p, gpu::DeviceBuffer::allocate(n * 4));
-  HSDP_ASSIGN_OR_RETURN(gpu::DeviceBuffer g, gpu::DeviceBuffer::allocate(n * 4));
-  HSDP_ASSIGN_OR_RETURN(gpu::DeviceBuffer m, gpu::DeviceBuffer::allocate(n * 4));
-  HSDP_ASSIGN_OR_RETURN(gpu::DeviceBuffer v, gpu::DeviceBuffer::allocate(n * 4));
-  HSDP_ASSIGN_OR_RETURN(gpu::DeviceBuffer pb, gpu::DeviceBuffer::allocate(n * 2));
+  HSDP_ASSIGN_OR_RETURN(gpu::DeviceBuffer p, gpu::DeviceBuffer::allocate(n * sizeof(float)));
+  HSDP_ASSIGN_OR_RETURN(gpu::DeviceBuffer g, gpu::DeviceBuffer::allocate(n * sizeof(float)));
+  HSDP_ASSIGN_OR_RETURN(gpu::DeviceBuffer m, gpu::DeviceBuffer::allocate(n * sizeof(float)));
+  HSDP_ASSIGN_OR_RETURN(gpu::DeviceBuffer v, gpu::DeviceBuffer::allocate(n * sizeof(float)));
+  HSDP_ASSIGN_OR_RETURN(gpu::DeviceBuffer pb, gpu::DeviceBuffer::allocate(n * sizeof(bf16)));
   for (gpu::DeviceBuffer* x : {&p, &g, &m, &v})
-    HSDP_CUDA_CHECK(cudaMemsetAsync(x->data(), 0, n * 4, s));
+    HSDP_CUDA_CHECK(cudaMemsetAsync(x->data(), 0, n * sizeof(float), s));
   AdamConfig cfg;
   cfg.weight_decay = 0.01f;
   int64_t t = 0;
-  gpu::DeviceAdamShard shard{p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), n,
+  AdamShard shard{p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), n,
                              pb.as<bf16>()};
   HSDP_ASSIGN_OR_RETURN(double adam_ms, timeMs(s, iters, [&]() -> Status {
     return gpu::adamStep(cfg, ++t, shard, s);

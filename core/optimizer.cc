@@ -26,20 +26,31 @@ Status validate(const AdamConfig& c) {
   return okStatus();
 }
 
-AdamStepConstants adamStepConstants(const AdamConfig& c, int64_t t) {
+AdamCoeffs adamCoefficients(const AdamConfig& c, int64_t t, float grad_scale) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), static_cast<double>(t));
-  return {static_cast<float>(c.lr / bc1), static_cast<float>(1.0 / std::sqrt(bc2)),
-          1.0f - c.lr * c.weight_decay};
+  AdamCoeffs k;
+  k.beta1 = c.beta1;
+  k.beta2 = c.beta2;
+  k.one_minus_beta1 = 1.0f - c.beta1;
+  k.one_minus_beta2 = 1.0f - c.beta2;
+  k.step_size = static_cast<float>(c.lr / bc1);
+  k.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  k.eps = c.eps;
+  k.weight_decay = c.weight_decay;
+  k.decay = 1.0f - c.lr * c.weight_decay;
+  k.grad_scale = grad_scale;
+  k.adamw = c.kind == OptimizerKind::kAdamW;
+  return k;
 }
 
 void adamStep(const AdamConfig& c, int64_t t, float* p, const float* g, float* m, float* v,
               size_t n) {
-  const AdamStepConstants k = adamStepConstants(c, t);
+  const AdamCoeffs k = adamCoefficients(c, t);
   const float step_size = k.step_size, inv_sqrt_bc2 = k.inv_sqrt_bc2, decay = k.decay;
-  const float b1 = c.beta1, b2 = c.beta2, omb1 = 1.0f - c.beta1, omb2 = 1.0f - c.beta2;
-  const bool adamw = c.kind == OptimizerKind::kAdamW;
-  const float wd = c.weight_decay;
+  const float b1 = k.beta1, b2 = k.beta2, omb1 = k.one_minus_beta1, omb2 = k.one_minus_beta2;
+  const bool adamw = k.adamw;
+  const float wd = k.weight_decay;
   for (size_t i = 0; i < n; ++i) {
     float gi = g[i];
     float pi = p[i];

@@ -19,16 +19,9 @@
 namespace hsdp::gpu {
 namespace {
 
-// Per-call constants, computed on the host exactly as hsdp::adamStep and hsdp::CpuAdam do.
-struct Coeffs {
-  float beta1, beta2, omb1, omb2;
-  float step_size;     // lr / (1 - beta1^t), from double
-  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t), from double
-  float eps;
-  float weight_decay;  // Adam: g += wd * p
-  float decay;         // AdamW: p *= 1 - lr * wd
-  float grad_scale;
-};
+// The per-call constants: hsdp::AdamCoeffs, computed on the host by hsdp::adamCoefficients
+// exactly as hsdp::adamStep and hsdp::CpuAdam take them.
+using Coeffs = AdamCoeffs;
 
 template <bool kAdamW>
 __device__ __forceinline__ void adamElement(const Coeffs& c, float& p, float g, float& m,
@@ -37,8 +30,8 @@ __device__ __forceinline__ void adamElement(const Coeffs& c, float& p, float g, 
   float pi = p;
   if (kAdamW) pi = __fmul_rn(pi, c.decay);
   else gi = __fadd_rn(gi, __fmul_rn(c.weight_decay, pi));
-  const float mi = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(c.omb1, gi));
-  const float vi = __fadd_rn(__fmul_rn(c.beta2, v), __fmul_rn(__fmul_rn(c.omb2, gi), gi));
+  const float mi = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(c.one_minus_beta1, gi));
+  const float vi = __fadd_rn(__fmul_rn(c.beta2, v), __fmul_rn(__fmul_rn(c.one_minus_beta2, gi), gi));
   m = mi;
   v = vi;
   const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), c.inv_sqrt_bc2), c.eps);
@@ -93,7 +86,7 @@ __global__ void __launch_bounds__(detail::kThreads)
 }
 
 template <bool kAdamW, bool kBf16>
-void launchAdam(const Coeffs& c, const DeviceAdamShard& s, cudaStream_t stream) {
+void launchAdam(const Coeffs& c, const AdamShard& s, cudaStream_t stream) {
   auto aligned = [](const void* p, uintptr_t a) {
     return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0;
   };
@@ -112,7 +105,7 @@ void launchAdam(const Coeffs& c, const DeviceAdamShard& s, cudaStream_t stream) 
 
 }  // namespace
 
-Status adamStep(const AdamConfig& cfg, int64_t t, const DeviceAdamShard& shard,
+Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard,
                 cudaStream_t stream, float grad_scale) {
   HSDP_RETURN_IF_ERROR(validate(cfg));
   if (t < 1) return invalidArgument("Adam step t=", t, " must be >= 1");
@@ -129,20 +122,8 @@ Status adamStep(const AdamConfig& cfg, int64_t t, const DeviceAdamShard& shard,
                            " array");
 
   // Exactly as hsdp::adamStep takes them (bias corrections in double, rounded to float once).
-  const AdamStepConstants k = adamStepConstants(cfg, t);
-  Coeffs c;
-  c.beta1 = cfg.beta1;
-  c.beta2 = cfg.beta2;
-  c.omb1 = 1.0f - cfg.beta1;
-  c.omb2 = 1.0f - cfg.beta2;
-  c.step_size = k.step_size;
-  c.inv_sqrt_bc2 = k.inv_sqrt_bc2;
-  c.eps = cfg.eps;
-  c.weight_decay = cfg.weight_decay;
-  c.decay = k.decay;
-  c.grad_scale = grad_scale;
-
-  const bool adamw = cfg.kind == OptimizerKind::kAdamW;
+  const Coeffs c = adamCoefficients(cfg, t, grad_scale);
+  const bool adamw = c.adamw;
   const bool bf16_out = shard.param_bf16 != nullptr;
   if (adamw && bf16_out) launchAdam<true, true>(c, shard, stream);
   else if (adamw) launchAdam<true, false>(c, shard, stream);

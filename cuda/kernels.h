@@ -21,24 +21,14 @@
 
 namespace hsdp::gpu {
 
-// One shard's arrays in device memory, n elements each, not overlapping. param_bf16, when not
-// null, receives the updated parameters rounded to bf16 (round to nearest even; NaN stays NaN,
-// as hsdp::toBf16). 16-byte aligned param/grad/moments (and an 8-byte aligned bf16 copy) take
-// the vectorised path; any alignment works.
-struct DeviceAdamShard {
-  float* param = nullptr;
-  const float* grad = nullptr;
-  float* exp_avg = nullptr;
-  float* exp_avg_sq = nullptr;
-  size_t n = 0;
-  bf16* param_bf16 = nullptr;
-};
-
+// The shard is hsdp::AdamShard (hsdp/optimizer.h) with device pointers. 16-byte aligned
+// param/grad/moments (and an 8-byte aligned bf16 copy) take the vectorised path; any alignment
+// works.
 // One step (t counts from 1) over the shard with the gradient multiplied by grad_scale first
 // (1 / loss scale, a clipping coefficient). Errors (InvalidArgument, naming the value, nothing
 // enqueued): invalid cfg (hsdp::validate), t < 1, grad_scale negative or not finite, a null array
 // with n > 0.
-Status adamStep(const AdamConfig& cfg, int64_t t, const DeviceAdamShard& shard,
+Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard,
                 cudaStream_t stream, float grad_scale = 1.0f);
 
 // out[i] = bf16(in[i]) (round to nearest even, as hsdp::toBf16); out[i] = float(in[i]) (exact).

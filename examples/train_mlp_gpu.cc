@@ -86,14 +86,14 @@ struct Workspace {
     for (int l = 0; l <= spec.layers(); ++l) {
       widest = std::max(widest, spec.dims[l]);
       if (l > 0) {  // (braces: the macro is several statements)
-        HSDP_ASSIGN_OR_RETURN(w.acts[l], gpu::DeviceBuffer::allocate(size_t(spec.dims[l]) * n * 4));
+        HSDP_ASSIGN_OR_RETURN(w.acts[l], gpu::DeviceBuffer::allocate(size_t(spec.dims[l]) * n * sizeof(float)));
       }
     }
-    HSDP_ASSIGN_OR_RETURN(w.dz, gpu::DeviceBuffer::allocate(size_t(widest) * n * 4));
-    HSDP_ASSIGN_OR_RETURN(w.dx, gpu::DeviceBuffer::allocate(size_t(widest) * n * 4));
-    HSDP_ASSIGN_OR_RETURN(w.col_loss, gpu::DeviceBuffer::allocate(size_t(n) * 4));
-    HSDP_ASSIGN_OR_RETURN(w.losses, gpu::DeviceBuffer::allocate(size_t(accum) * 4));
-    HSDP_ASSIGN_OR_RETURN(w.losses_host, gpu::PinnedBuffer::allocate(size_t(accum) * 4));
+    HSDP_ASSIGN_OR_RETURN(w.dz, gpu::DeviceBuffer::allocate(size_t(widest) * n * sizeof(float)));
+    HSDP_ASSIGN_OR_RETURN(w.dx, gpu::DeviceBuffer::allocate(size_t(widest) * n * sizeof(float)));
+    HSDP_ASSIGN_OR_RETURN(w.col_loss, gpu::DeviceBuffer::allocate(size_t(n) * sizeof(float)));
+    HSDP_ASSIGN_OR_RETURN(w.losses, gpu::DeviceBuffer::allocate(size_t(accum) * sizeof(float)));
+    HSDP_ASSIGN_OR_RETURN(w.losses_host, gpu::PinnedBuffer::allocate(size_t(accum) * sizeof(float)));
     HSDP_ASSIGN_OR_RETURN(w.h2d_done, gpu::Event::create());
     HSDP_ASSIGN_OR_RETURN(w.losses_ready, gpu::Event::create());
     return w;
@@ -124,7 +124,7 @@ hsdp::Status uploadBatch(Run& run, int64_t step) {
   const int classes = run.spec.dims.back();
   for (int k = 0; k < ws.accum; ++k) {
     mlp::Batch b = mlp::makeBatch(run.spec, step, k * micro_batch + run.world.rank() * ws.n, ws.n);
-    std::memcpy(x + size_t(k) * ws.in * ws.n, b.x.data(), size_t(ws.in) * ws.n * 4);
+    std::memcpy(x + size_t(k) * ws.in * ws.n, b.x.data(), size_t(ws.in) * ws.n * sizeof(float));
     for (int s = 0; s < ws.n; ++s) {
       if (b.labels[s] < 0 || b.labels[s] >= classes)
         return hsdp::internalError("makeBatch gave label ", b.labels[s], " outside [0, ", classes,

@@ -72,7 +72,6 @@ StatusOr<CpuIsa> resolveCpuIsa(std::string_view value, const std::vector<CpuIsa>
 
 }  // namespace cpu_adam_detail
 
-using cpu_adam_detail::AdamCoeffs;
 using cpu_adam_detail::AdamSpan;
 using cpu_adam_detail::KernelFn;
 
@@ -202,19 +201,7 @@ Status CpuAdam::step(const AdamConfig& cfg, int64_t t, const AdamShard& shard, f
 
   // The constants exactly as hsdp::adamStep takes them, so that the kernels reproduce it bit
   // for bit.
-  const AdamStepConstants k = adamStepConstants(cfg, t);
-  AdamCoeffs c;
-  c.beta1 = cfg.beta1;
-  c.beta2 = cfg.beta2;
-  c.one_minus_beta1 = 1.0f - cfg.beta1;
-  c.one_minus_beta2 = 1.0f - cfg.beta2;
-  c.step_size = k.step_size;
-  c.inv_sqrt_bc2 = k.inv_sqrt_bc2;
-  c.eps = cfg.eps;
-  c.weight_decay = cfg.weight_decay;
-  c.decay = k.decay;
-  c.grad_scale = grad_scale;
-  c.adamw = cfg.kind == OptimizerKind::kAdamW;
+  AdamCoeffs c = adamCoefficients(cfg, t, grad_scale);
   c.stream_bf16 = impl_->stream_bf16 && shard.param_bf16 != nullptr &&
                   shard.n * 30 > cpu_adam_detail::bf16StreamThresholdBytes();
 

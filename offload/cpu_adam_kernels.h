@@ -22,25 +22,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hsdp/adam_coeffs.h"
+
 namespace hsdp::cpu_adam_detail {
 
-// Per-call constants, computed once by the dispatcher (cpu_adam.cc) exactly as adamStep does.
-struct AdamCoeffs {
-  float beta1 = 0, beta2 = 0;
-  float one_minus_beta1 = 0, one_minus_beta2 = 0;
-  float step_size = 0;     // lr / (1 - beta1^t), rounded from double as adamStep does
-  float inv_sqrt_bc2 = 0;  // 1 / sqrt(1 - beta2^t), likewise
-  float eps = 0;
-  float weight_decay = 0;  // Adam: g += wd * p
-  float decay = 1;         // AdamW: p *= 1 - lr * wd
-  float grad_scale = 1;    // g *= grad_scale first (1/loss scale, clip coefficient, or both)
-  bool adamw = true;
-  // Write the bf16 copy with non-temporal (streaming) stores where aligned. A plain store to a
-  // line not in cache first reads the line (read-for-ownership), so the 2-byte copy would move
-  // 4 bytes; streaming moves 2. Worth it only when the copy would leave the cache before the
-  // all-gather reads it anyway, i.e. for shards larger than the last-level cache (cpu_adam.cc).
-  bool stream_bf16 = false;
-};
+// The per-call constants: hsdp::AdamCoeffs (hsdp/adam_coeffs.h, freestanding), computed once by
+// the dispatcher (cpu_adam.cc) with hsdp::adamCoefficients, as adamStep does.
+using hsdp::AdamCoeffs;
 
 // One contiguous range of a shard. param_bf16 may be null (no copy-out).
 struct AdamSpan {

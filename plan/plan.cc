@@ -18,34 +18,16 @@
 
 namespace hsdp {
 
-StatusOr<PlanMode> parsePlanMode(std::string_view name) {
-  if (name == "none") return PlanMode::kNone;
-  if (name == "zero1") return PlanMode::kZero1;
-  if (name == "zero2") return PlanMode::kZero2;
-  if (name == "zero3") return PlanMode::kZero3;
-  return invalidArgument("unknown mode '", name, "' (expected none, zero1, zero2 or zero3)");
-}
-
-const char* planModeName(PlanMode mode) {
-  switch (mode) {
-    case PlanMode::kNone: return "none";
-    case PlanMode::kZero1: return "zero1";
-    case PlanMode::kZero2: return "zero2";
-    case PlanMode::kZero3: return "zero3";
-  }
-  return "?";
-}
-
-StatusOr<PlanDType> parsePlanDType(std::string_view name) {
-  if (name == "bf16") return PlanDType::kBf16;
-  if (name == "fp32") return PlanDType::kFp32;
+StatusOr<DType> parsePlanDType(std::string_view name) {
+  if (name == "bf16") return DType::kBFloat16;
+  if (name == "fp32") return DType::kFloat32;
   return invalidArgument("unknown parameter dtype '", name, "' (expected bf16 or fp32)");
 }
 
-const char* planDTypeName(PlanDType t) { return t == PlanDType::kBf16 ? "bf16" : "fp32"; }
+const char* planDTypeName(DType t) { return t == DType::kBFloat16 ? "bf16" : "fp32"; }
 
 std::string Plan::label() const {
-  return strCat("I", input.intra_shard, "xJ", input.inter_shard, " ", planModeName(input.mode),
+  return strCat("I", input.intra_shard, "xJ", input.inter_shard, " ", shardModeName(input.mode),
                 input.hpz ? "+hpz" : "");
 }
 
@@ -66,15 +48,15 @@ Status validatePlanInput(const PlanInput& in) {
   if (in.nodes % in.inter_shard != 0)
     return invalidArgument("inter_shard=", in.inter_shard, " does not divide the ", in.nodes,
                            " nodes");
-  if (in.mode == PlanMode::kNone && in.intra_shard * in.inter_shard != 1)
+  if (in.mode == ShardMode::kNone && in.intra_shard * in.inter_shard != 1)
     return invalidArgument("mode none replicates everything and needs intra_shard=1 and "
                            "inter_shard=1 (got intra_shard=", in.intra_shard, ", inter_shard=",
                            in.inter_shard, "); use zero1, zero2 or zero3 to shard");
   if (in.hpz) {
-    if (in.mode != PlanMode::kZero3)
-      return invalidArgument("--hpz with mode ", planModeName(in.mode),
+    if (in.mode != ShardMode::kZero3)
+      return invalidArgument("--hpz with mode ", shardModeName(in.mode),
                              ": hpZ keeps a secondary partition of sharded parameters and needs "
-                             "mode zero3 (", planModeName(in.mode), " keeps whole parameters)");
+                             "mode zero3 (", shardModeName(in.mode), " keeps whole parameters)");
     if (in.intra_shard == 1)
       return invalidArgument("--hpz with intra_shard=1: the secondary partition over 1 rank per "
                              "node would be a whole copy of the model; use intra_shard > 1");
@@ -95,7 +77,7 @@ StatusOr<Plan> makePlan(const PlanInput& in) {
   p.shard_group = static_cast<int>(S);
   p.replicas = static_cast<int>(R);
   p.replica_nodes = static_cast<int>(M);
-  const bool bf16 = in.param_dtype == PlanDType::kBf16;
+  const bool bf16 = in.param_dtype == DType::kBFloat16;
   const uint64_t e = bf16 ? 2 : 4, o = bf16 ? 12 : 8;
   p.elem_bytes = static_cast<int>(e);
   p.optim_bytes_per_elem = static_cast<int>(o);
@@ -113,16 +95,16 @@ StatusOr<Plan> makePlan(const PlanInput& in) {
 
   PlanMemory& g = p.gpu;
   switch (in.mode) {
-    case PlanMode::kNone:
-    case PlanMode::kZero1:
+    case ShardMode::kNone:
+    case ShardMode::kZero1:
       g.params = e * whole;
       g.grads = e * whole;
       break;
-    case PlanMode::kZero2:
+    case ShardMode::kZero2:
       g.params = e * whole;
       g.grads = e * shard;
       break;
-    case PlanMode::kZero3:
+    case ShardMode::kZero3:
       g.params = e * shard;
       g.grads = e * shard;
       break;
@@ -130,13 +112,13 @@ StatusOr<Plan> makePlan(const PlanInput& in) {
   // The engine's zero1 (fp32 policy) also holds the gradient shard the reduce-scatter lands in
   // beside the whole gradient (a ring cannot reduce into its own input); the paper's bf16
   // accounting counts the whole gradient only.
-  if (in.mode == PlanMode::kZero1 && S > 1 && in.param_dtype == PlanDType::kFp32)
+  if (in.mode == ShardMode::kZero1 && S > 1 && in.param_dtype == DType::kFloat32)
     g.grads += e * shard;
   const uint64_t optim_elems = shard;  // == Ψ in mode none (S = 1)
   g.optimizer = in.offload_cpu ? 0 : o * optim_elems;
   if (in.hpz) g.hpz_secondary = e * J * shard;  // Σ P_u / I
   if (S > 1) {
-    p.gathered_blocks = in.mode == PlanMode::kZero3 ? 4 : in.mode == PlanMode::kZero2 ? 2 : 0;
+    p.gathered_blocks = in.mode == ShardMode::kZero3 ? 4 : in.mode == ShardMode::kZero2 ? 2 : 0;
     g.gathered_peak = static_cast<uint64_t>(p.gathered_blocks) * e * p.largest_padded;
     const uint64_t m = p.largest_shard;
     g.comm_estimate = 2 * (J * m * e + (I > 1 ? 2 * J * m * e : 0) + (J > 1 ? 2 * m * e : 0));
@@ -149,16 +131,16 @@ StatusOr<Plan> makePlan(const PlanInput& in) {
   const uint64_t D = e * whole;
   PlanTraffic& t = p.cross_node;
   switch (in.mode) {
-    case PlanMode::kNone:
+    case ShardMode::kNone:
       t.all_reduce = 2 * (N - 1) * D;
       break;
-    case PlanMode::kZero1:
-    case PlanMode::kZero2:
+    case ShardMode::kZero1:
+    case ShardMode::kZero2:
       t.all_gather = R * (J - 1) * D;
       t.reduce_scatter = R * (J - 1) * D;
       t.all_reduce = 2 * (M - 1) * D;
       break;
-    case PlanMode::kZero3:
+    case ShardMode::kZero3:
       t.all_gather = (in.hpz ? 1 : 2) * R * (J - 1) * D;
       t.reduce_scatter = R * (J - 1) * D;
       t.all_reduce = 2 * (M - 1) * D;
@@ -302,7 +284,7 @@ std::vector<Plan> enumeratePlans(const PlanInput& base) {
     if (base.gpus_per_node % I != 0) continue;
     for (int J = 1; J <= base.nodes; ++J) {
       if (base.nodes % J != 0) continue;
-      for (PlanMode mode : {PlanMode::kNone, PlanMode::kZero1, PlanMode::kZero2, PlanMode::kZero3}) {
+      for (ShardMode mode : {ShardMode::kNone, ShardMode::kZero1, ShardMode::kZero2, ShardMode::kZero3}) {
         for (bool hpz : {false, true}) {
           PlanInput in = base;
           in.intra_shard = I;
@@ -311,7 +293,7 @@ std::vector<Plan> enumeratePlans(const PlanInput& base) {
           in.hpz = hpz;
           if (!validatePlanInput(in).ok()) continue;
           // A shard group of one is mode none whatever the name: list it once.
-          if (mode != PlanMode::kNone && I * J == 1) continue;
+          if (mode != ShardMode::kNone && I * J == 1) continue;
           auto p = makePlan(in);
           if (p.ok()) out.push_back(std::move(*p));
         }

@@ -54,7 +54,7 @@ std::string count(uint64_t v) {  // 7500000000 -> "7,500,000,000"
 }
 
 std::string policy(const hsdp::PlanInput& in) {
-  return in.param_dtype == hsdp::PlanDType::kBf16
+  return in.param_dtype == hsdp::DType::kBFloat16
              ? "bf16 mixed precision (bf16 params + grads, fp32 master + 2 Adam moments)"
              : "fp32 (fp32 params + grads, 2 fp32 Adam moments; the shard is the master)";
 }
@@ -82,7 +82,7 @@ json planJson(const hsdp::Plan& p) {
       {"inter_shard", in.inter_shard},
       {"shard_group", p.shard_group},
       {"replicas", p.replicas},
-      {"mode", hsdp::planModeName(in.mode)},
+      {"mode", hsdp::shardModeName(in.mode)},
       {"hpz", in.hpz},
       {"param_dtype", hsdp::planDTypeName(in.param_dtype)},
       {"offload", in.offload_cpu ? "cpu" : "none"},
@@ -114,11 +114,11 @@ void printPlan(const hsdp::Plan& p, uint64_t budget) {
   std::printf("mesh: %d GPUs = %d nodes x %d; intra_shard %d x inter_shard %d = shard group %d; "
               "replicas %d; mode %s%s\n\n",
               p.world, in.nodes, in.gpus_per_node, in.intra_shard, in.inter_shard, p.shard_group,
-              p.replicas, hsdp::planModeName(in.mode), in.hpz ? " + hpZ" : "");
+              p.replicas, hsdp::shardModeName(in.mode), in.hpz ? " + hpZ" : "");
 
-  const char* mode = hsdp::planModeName(in.mode);
-  const bool shard_p = in.mode == hsdp::PlanMode::kZero3;
-  const bool shard_g = in.mode == hsdp::PlanMode::kZero3 || in.mode == hsdp::PlanMode::kZero2;
+  const char* mode = hsdp::shardModeName(in.mode);
+  const bool shard_p = in.mode == hsdp::ShardMode::kZero3;
+  const bool shard_g = in.mode == hsdp::ShardMode::kZero3 || in.mode == hsdp::ShardMode::kZero2;
   const std::string e = std::to_string(p.elem_bytes), o = std::to_string(p.optim_bytes_per_elem);
   std::printf("%-26s%16s %12s  formula (e=%d bytes, S=%d, Σs=shard elements, ΣP=padded "
               "elements)\n", "per-GPU memory", "bytes", "", p.elem_bytes, p.shard_group);
@@ -130,10 +130,10 @@ void printPlan(const hsdp::Plan& p, uint64_t budget) {
   row("grads", p.gpu.grads, shard_g ? e + "·Σs (sharded)" : e + "·ΣP (replicated)");
   row("optimizer", p.gpu.optimizer,
       in.offload_cpu ? std::string("0 on the GPU (offloaded)")
-                     : o + "·Σs (" + (in.param_dtype == hsdp::PlanDType::kBf16
+                     : o + "·Σs (" + (in.param_dtype == hsdp::DType::kBFloat16
                                           ? "fp32 master + 2 moments"
                                           : "2 fp32 moments") +
-                           (in.mode == hsdp::PlanMode::kNone ? ", replicated)" : ", sharded)"));
+                           (in.mode == hsdp::ShardMode::kNone ? ", replicated)" : ", sharded)"));
   if (in.hpz) row("hpz_secondary", p.gpu.hpz_secondary, e + "·ΣP/I (intra-node partition)");
   row("model_state_total", p.gpu.modelStateTotal(), "the sum above");
   row("gathered_peak", p.gpu.gathered_peak,
@@ -149,24 +149,24 @@ void printPlan(const hsdp::Plan& p, uint64_t budget) {
                 "Σs·(4 master + 8 moments + 4 fp32 grad%s)\n",
                 hsdp::formatBytes(p.host_pinned_per_rank).c_str(), in.gpus_per_node,
                 hsdp::formatBytes(p.host_pinned_per_node).c_str(),
-                in.param_dtype == hsdp::PlanDType::kBf16 ? " + 2 bf16 param copy" : "");
+                in.param_dtype == hsdp::DType::kBFloat16 ? " + 2 bf16 param copy" : "");
   }
 
   const std::string J1 = std::to_string(in.inter_shard - 1), R = std::to_string(p.replicas),
                     M1 = std::to_string(p.replica_nodes - 1), N1 = std::to_string(in.nodes - 1);
   std::string ag, rs, ar;
   switch (in.mode) {
-    case hsdp::PlanMode::kNone:
+    case hsdp::ShardMode::kNone:
       ag = rs = "none in mode none";
       ar = "2·(N-1)·D = 2·" + N1 + "·D (gradients over the world)";
       break;
-    case hsdp::PlanMode::kZero1:
-    case hsdp::PlanMode::kZero2:
+    case hsdp::ShardMode::kZero1:
+    case hsdp::ShardMode::kZero2:
       ag = "R·(J-1)·D = " + R + "·" + J1 + "·D (updated parameters after the step)";
       rs = "R·(J-1)·D = " + R + "·" + J1 + "·D";
       ar = "2·(M-1)·D = 2·" + M1 + "·D (shard over its replicas, M=N/J nodes)";
       break;
-    case hsdp::PlanMode::kZero3:
+    case hsdp::ShardMode::kZero3:
       ag = in.hpz ? "R·(J-1)·D = " + R + "·" + J1 + "·D (forward only; backward stays in the node)"
                   : "2·R·(J-1)·D = 2·" + R + "·" + J1 + "·D (forward + backward)";
       rs = "R·(J-1)·D = " + R + "·" + J1 + "·D";
@@ -193,7 +193,7 @@ void printAuto(const std::vector<hsdp::Plan>& fits, size_t considered, uint64_t 
   int rank = 0;
   for (const hsdp::Plan& p : fits) {
     const std::string mode =
-        std::string(hsdp::planModeName(p.input.mode)) + (p.input.hpz ? "+hpz" : "");
+        std::string(hsdp::shardModeName(p.input.mode)) + (p.input.hpz ? "+hpz" : "");
     std::printf("%4d %5d %5d %5d %8d  %-10s %12s %12s %12s %12s %12s %14s %12s", ++rank,
                 p.input.intra_shard, p.input.inter_shard, p.shard_group, p.replicas, mode.c_str(),
                 hsdp::formatBytes(p.gpu.params).c_str(), hsdp::formatBytes(p.gpu.grads).c_str(),
@@ -292,11 +292,11 @@ int run(const Options& opt, bool intra_given, bool inter_given, bool mode_given)
       if (!v.ok()) return fail(v.status());
       in.inter_shard = *v;
     }
-    auto mode = hsdp::parsePlanMode(opt.mode);
+    auto mode = hsdp::parseShardMode(opt.mode);
     if (!mode.ok()) return fail(hsdp::invalidArgument("--mode: ", mode.status().message()));
     in.mode = *mode;
     // Defaults as train_mlp's: intra = all GPUs of a node (1 in mode none), inter = 1.
-    if (!intra_given) in.intra_shard = in.mode == hsdp::PlanMode::kNone ? 1 : in.gpus_per_node;
+    if (!intra_given) in.intra_shard = in.mode == hsdp::ShardMode::kNone ? 1 : in.gpus_per_node;
     in.hpz = opt.hpz;
     auto plan = hsdp::makePlan(in);
     if (!plan.ok()) return fail(plan.status());

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <vector>
 
 #include "core/progress.h"
@@ -9,6 +11,9 @@
 #include "hsdp/log.h"
 
 namespace hsdp {
+
+using hier_detail::State;
+
 namespace {
 
 void convert(const void* src, DType from, void* dst, DType to, size_t n) {
@@ -35,10 +40,42 @@ std::pair<size_t, size_t> chunkRange(size_t count, size_t chunks, size_t c) {
 
 }  // namespace
 
+// Everything the schedules of one HierarchicalCollectives share: the two levels, the options,
+// the staging slots and the issue order. The public class is a handle to it (pImpl), so the
+// schedule classes below need no friendship.
+struct hier_detail::State {
+  State(Comm& intra, Comm& inter, HierOptions options)
+      : intra_(intra), inter_(inter), options_(options),
+        pool_(std::make_unique<ScratchPool>()) {}
+
+  int groupSize() const { return intra_.size() * inter_.size(); }
+  size_t chunkCount(size_t count, DType dtype) const;
+  bool pipelined(size_t count, DType dtype) const;
+  DType wireType(DType dtype) const;
+  size_t stagingBytes(size_t count, DType dtype) const;
+  size_t allReduceBytes(size_t count, DType dtype) const;
+  // The one level to hand a small all-reduce to (null: run the schedule).
+  Comm* singleLevelAllReduce(size_t count, DType dtype);
+  bool mayIssue(const void* w) const { return !issuing_.empty() && issuing_.front() == w; }
+  void doneIssuing(const void* w);
+
+  StatusOr<WorkHandle> iallGather(const void* shard, void* full, size_t count, DType dtype);
+  StatusOr<WorkHandle> ireduceScatter(const void* full, void* shard, size_t count, DType dtype,
+                                      RedOp op);
+  StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op);
+
+  Comm& intra_;
+  Comm& inter_;
+  HierOptions options_;
+  // Staging for pipelined chunks and the all-reduce's padded buffer: one slot per work in flight.
+  std::unique_ptr<ScratchPool> pool_;
+  std::deque<const void*> issuing_;  // works that still have steps to issue, in order
+};
+
 // A schedule of sub-communicator operations, advanced by the process-wide progress loop.
 class ScheduleWork : public ProgressiveWork {
  public:
-  ScheduleWork(HierarchicalCollectives& h, HostBuffer* slot) : h_(h), slot_(slot) {
+  ScheduleWork(State& h, HostBuffer* slot) : h_(h), slot_(slot) {
     h_.issuing_.push_back(this);
   }
   ~ScheduleWork() override {
@@ -73,7 +110,7 @@ class ScheduleWork : public ProgressiveWork {
     return ok;
   }
 
-  HierarchicalCollectives& h_;
+  State& h_;
   HostBuffer* slot_;
 };
 
@@ -99,7 +136,7 @@ class ChunkPipeline : public ScheduleWork {
     int stage;
   };
 
-  ChunkPipeline(HierarchicalCollectives& h, HostBuffer* slot, size_t chunks,
+  ChunkPipeline(State& h, HostBuffer* slot, size_t chunks,
                 std::vector<Level> stage_levels, size_t max_in_flight)
       : ScheduleWork(h, slot), C_(chunks), slots_(slotsFor(chunks)),
         levels_(std::move(stage_levels)), max_in_flight_(max_in_flight), stage_(chunks, 0),
@@ -181,7 +218,7 @@ struct TwoLevelStaging {
   char* half[ChunkPipeline::kSlots];  // J pieces
   char* one16[ChunkPipeline::kSlots];   // 1 piece, wire type
   char* half16[ChunkPipeline::kSlots];  // J pieces, wire type
-  // Carved exactly as HierarchicalCollectives::stagingBytes() sizes it.
+  // Carved exactly as State::stagingBytes() sizes it.
   TwoLevelStaging(HostBuffer* slot, size_t slots, size_t I, size_t J, size_t nmax, size_t es,
                   bool wire16) {
     char* p = slot->as<char>();
@@ -199,7 +236,7 @@ struct TwoLevelStaging {
 // pieces), then `full` is unpacked into the user's buffer at (i*J + j)*count + offset.
 class PipelinedAllGather final : public ChunkPipeline {
  public:
-  PipelinedAllGather(HierarchicalCollectives& h, HostBuffer* slot, const void* shard, void* full,
+  PipelinedAllGather(State& h, HostBuffer* slot, const void* shard, void* full,
                      size_t count, DType dtype)
       : ChunkPipeline(h, slot, h.chunkCount(count, dtype), {kInter, kIntra}, 2),
         shard_(static_cast<const char*>(shard)), full_(static_cast<char*>(full)), count_(count),
@@ -243,7 +280,7 @@ class PipelinedAllGather final : public ChunkPipeline {
 // inside the node (full -> half, J pieces), then across nodes (half -> the shard's chunk).
 class PipelinedReduceScatter final : public ChunkPipeline {
  public:
-  PipelinedReduceScatter(HierarchicalCollectives& h, HostBuffer* slot, const void* full,
+  PipelinedReduceScatter(State& h, HostBuffer* slot, const void* full,
                          void* shard, size_t count, DType dtype, RedOp op)
       : ChunkPipeline(h, slot, h.chunkCount(count, dtype), {kIntra, kInter}, 2),
         full_(static_cast<const char*>(full)), shard_(static_cast<char*>(shard)), count_(count),
@@ -294,7 +331,7 @@ class PipelinedReduceScatter final : public ChunkPipeline {
 // order), and the work completes when the last phase has.
 class PhasedSchedule : public ScheduleWork {
  public:
-  PhasedSchedule(HierarchicalCollectives& h, HostBuffer* slot, int phases)
+  PhasedSchedule(State& h, HostBuffer* slot, int phases)
       : ScheduleWork(h, slot), phases_(phases) {}
 
  protected:
@@ -329,7 +366,7 @@ class PhasedSchedule : public ScheduleWork {
 // Unpipelined two-phase all-gather (one chunk, one wire type): lands in place, no staging.
 class TwoPhaseAllGather final : public PhasedSchedule {
  public:
-  TwoPhaseAllGather(HierarchicalCollectives& h, const void* shard, void* full, size_t count,
+  TwoPhaseAllGather(State& h, const void* shard, void* full, size_t count,
                     DType dtype)
       : PhasedSchedule(h, nullptr, 2), shard_(shard), full_(full), count_(count), dtype_(dtype) {
     block_ = static_cast<char*>(full) +
@@ -354,7 +391,7 @@ class TwoPhaseAllGather final : public PhasedSchedule {
 // Unpipelined two-phase reduce-scatter: stages only the intra phase's J-shard result.
 class TwoPhaseReduceScatter final : public PhasedSchedule {
  public:
-  TwoPhaseReduceScatter(HierarchicalCollectives& h, HostBuffer* slot, const void* full,
+  TwoPhaseReduceScatter(State& h, HostBuffer* slot, const void* full,
                         void* shard, size_t count, DType dtype, RedOp op)
       : PhasedSchedule(h, slot, 2), full_(full), shard_(shard), count_(count), dtype_(dtype),
         op_(op) {
@@ -392,7 +429,7 @@ class TwoPhaseReduceScatter final : public PhasedSchedule {
 // only on operations earlier in that order or on the other level, so it cannot deadlock.
 class PipelinedAllReduce final : public ChunkPipeline {
  public:
-  PipelinedAllReduce(HierarchicalCollectives& h, HostBuffer* slot, void* buf, size_t count,
+  PipelinedAllReduce(State& h, HostBuffer* slot, void* buf, size_t count,
                      DType dtype, RedOp op)
       : ChunkPipeline(h, slot, chunks(h, count, dtype), {kIntra, kInter, kInter, kIntra}, kSlots),
         buf_(static_cast<char*>(buf)), count_(count), dtype_(dtype), op_(op),
@@ -428,7 +465,7 @@ class PipelinedAllReduce final : public ChunkPipeline {
   }
   ~PipelinedAllReduce() override { waitForDestruction(); }
 
-  static size_t chunks(const HierarchicalCollectives& h, size_t count, DType dtype) {
+  static size_t chunks(const State& h, size_t count, DType dtype) {
     const size_t g = static_cast<size_t>(h.groupSize());
     return h.chunkCount((count + g - 1) / g, dtype);
   }
@@ -437,7 +474,7 @@ class PipelinedAllReduce final : public ChunkPipeline {
     return chunkRange((count + group - 1) / group, chunks, 0).second;
   }
   // Bytes of staging: the padded tail chunk P, and Q and R per slot.
-  static size_t bytes(const HierarchicalCollectives& h, size_t count, DType dtype) {
+  static size_t bytes(const State& h, size_t count, DType dtype) {
     const size_t I = h.intra_.size(), J = h.inter_.size(), C = chunks(h, count, dtype);
     const size_t m = pieceCount(count, C, I * J);
     return (I * J + slotsFor(C) * (J + 1)) * m * dtypeSize(dtype);
@@ -507,14 +544,20 @@ class PipelinedAllReduce final : public ChunkPipeline {
 };
 
 HierarchicalCollectives::HierarchicalCollectives(Comm& intra, Comm& inter, HierOptions options)
-    : intra_(intra), inter_(inter), options_(options), pool_(std::make_unique<ScratchPool>()) {}
+    : s_(std::make_unique<State>(intra, inter, options)) {}
 
 HierarchicalCollectives::~HierarchicalCollectives() = default;
 
-size_t HierarchicalCollectives::scratchBytes() const { return pool_->totalBytes(); }
+int HierarchicalCollectives::groupSize() const { return s_->groupSize(); }
+int HierarchicalCollectives::shardIndex() const {
+  return s_->intra_.rank() * s_->inter_.size() + s_->inter_.rank();
+}
+const HierOptions& HierarchicalCollectives::options() const { return s_->options_; }
+size_t HierarchicalCollectives::scratchBytes() const { return s_->pool_->totalBytes(); }
 
 Status HierarchicalCollectives::setOptions(HierOptions options) {
   auto lock = progressLock();
+  HierOptions& options_ = s_->options_;
   if (options.chunks < 1) return invalidArgument("pipeline chunks ", options.chunks, " must be >= 1");
   if (options.inter_dtype != DType::kFloat32 && options.inter_dtype != DType::kBFloat16)
     return invalidArgument("inter-node dtype ", dtypeName(options.inter_dtype),
@@ -523,7 +566,7 @@ Status HierarchicalCollectives::setOptions(HierOptions options) {
   return okStatus();
 }
 
-size_t HierarchicalCollectives::chunkCount(size_t count, DType dtype) const {
+size_t State::chunkCount(size_t count, DType dtype) const {
   // `count` units of one element per rank: a chunk of n units moves n * groupSize() elements.
   size_t c = std::min<size_t>(options_.chunks, count);
   if (options_.min_chunk_bytes > 0) {
@@ -533,43 +576,44 @@ size_t HierarchicalCollectives::chunkCount(size_t count, DType dtype) const {
   return std::max<size_t>(1, c);
 }
 
-bool HierarchicalCollectives::pipelined(size_t count, DType dtype) const {
+bool State::pipelined(size_t count, DType dtype) const {
   return chunkCount(count, dtype) > 1 || wireType(dtype) != dtype;
 }
 
-DType HierarchicalCollectives::wireType(DType dtype) const {
+DType State::wireType(DType dtype) const {
   return options_.inter_dtype == DType::kBFloat16 && dtype == DType::kFloat32 ? DType::kBFloat16
                                                                               : dtype;
 }
 
-size_t HierarchicalCollectives::stagingBytes(size_t count, DType dtype) const {
+size_t State::stagingBytes(size_t count, DType dtype) const {
   const size_t I = intra_.size(), J = inter_.size(), es = dtypeSize(dtype);
   if (!pipelined(count, dtype)) return J * count * es;  // two-phase reduce-scatter's middle
   const size_t nmax = (count + chunkCount(count, dtype) - 1) / chunkCount(count, dtype);
-  const size_t wire = wireType(dtype) != dtype ? (J + 1) * nmax * 2 : 0;
+  const size_t wire = wireType(dtype) != dtype ? (J + 1) * nmax * sizeof(bf16) : 0;
   return ChunkPipeline::slotsFor(chunkCount(count, dtype)) * ((I * J + J) * nmax * es + wire);
 }
 
-size_t HierarchicalCollectives::allReduceBytes(size_t count, DType dtype) const {
+size_t State::allReduceBytes(size_t count, DType dtype) const {
   return PipelinedAllReduce::bytes(*this, count, dtype);
 }
 
-void HierarchicalCollectives::doneIssuing(const void* w) {
+void State::doneIssuing(const void* w) {
   issuing_.erase(std::remove(issuing_.begin(), issuing_.end(), w), issuing_.end());
 }
 
 Status HierarchicalCollectives::reserve(size_t max_count, DType dtype) {
   auto lock = progressLock();
+  State& s = *s_;
   const size_t es = dtypeSize(dtype);
-  HSDP_RETURN_IF_ERROR(pool_->reserve(stagingBytes(max_count, dtype)));
+  HSDP_RETURN_IF_ERROR(s.pool_->reserve(s.stagingBytes(max_count, dtype)));
   const size_t chunk =
-      (max_count + chunkCount(max_count, dtype) - 1) / chunkCount(max_count, dtype);
-  HSDP_RETURN_IF_ERROR(intra_.reserveScratch(inter_.size() * std::max(chunk, max_count) * es));
-  HSDP_RETURN_IF_ERROR(inter_.reserveScratch(max_count * es));
+      (max_count + s.chunkCount(max_count, dtype) - 1) / s.chunkCount(max_count, dtype);
+  HSDP_RETURN_IF_ERROR(s.intra_.reserveScratch(s.inter_.size() * std::max(chunk, max_count) * es));
+  HSDP_RETURN_IF_ERROR(s.inter_.reserveScratch(max_count * es));
   return okStatus();
 }
 
-StatusOr<WorkHandle> HierarchicalCollectives::iallGather(const void* shard, void* full,
+StatusOr<WorkHandle> State::iallGather(const void* shard, void* full,
                                                          size_t count, DType dtype) {
   auto lock = progressLock();
   const size_t es = dtypeSize(dtype);
@@ -587,7 +631,7 @@ StatusOr<WorkHandle> HierarchicalCollectives::iallGather(const void* shard, void
   return WorkHandle(std::make_unique<PipelinedAllGather>(*this, slot, shard, full, count, dtype));
 }
 
-StatusOr<WorkHandle> HierarchicalCollectives::ireduceScatter(const void* full, void* shard,
+StatusOr<WorkHandle> State::ireduceScatter(const void* full, void* shard,
                                                              size_t count, DType dtype, RedOp op) {
   auto lock = progressLock();
   const bool same_wire = options_.inter_dtype == dtype || dtype != DType::kFloat32 ||
@@ -604,7 +648,7 @@ StatusOr<WorkHandle> HierarchicalCollectives::ireduceScatter(const void* full, v
       std::make_unique<PipelinedReduceScatter>(*this, slot, full, shard, count, dtype, op));
 }
 
-StatusOr<WorkHandle> HierarchicalCollectives::iallReduce(void* buf, size_t count, DType dtype,
+StatusOr<WorkHandle> State::iallReduce(void* buf, size_t count, DType dtype,
                                                          RedOp op) {
   auto lock = progressLock();
   if (Comm* level = singleLevelAllReduce(count, dtype))
@@ -622,9 +666,10 @@ Status HierarchicalCollectives::allGather(const void* shard, void* full, size_t 
   // against 3.1 ms).
   constexpr size_t kBlockingBytes = size_t(2) << 20;
   const size_t total = count * static_cast<size_t>(groupSize()) * dtypeSize(dtype);
-  if (issuing_.empty() && total < kBlockingBytes && wireType(dtype) == dtype) {
-    if (inter_.size() == 1) return intra_.allGather(shard, full, count, dtype);
-    if (intra_.size() == 1) return inter_.allGather(shard, full, count, dtype);
+  State& s = *s_;
+  if (s.issuing_.empty() && total < kBlockingBytes && s.wireType(dtype) == dtype) {
+    if (s.inter_.size() == 1) return s.intra_.allGather(shard, full, count, dtype);
+    if (s.intra_.size() == 1) return s.inter_.allGather(shard, full, count, dtype);
   }
   HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallGather(shard, full, count, dtype));
   return w->wait();
@@ -637,7 +682,7 @@ Status HierarchicalCollectives::reduceScatter(const void* full, void* shard, siz
   return w->wait();
 }
 
-Comm* HierarchicalCollectives::singleLevelAllReduce(size_t count, DType dtype) {
+Comm* State::singleLevelAllReduce(size_t count, DType dtype) {
   // One level only and small: the transport's own all-reduce (MPI's recursive doubling) beats a
   // reduce-scatter ring plus an all-gather, whose ring pays n-1 latency-bound steps (8 ranks on
   // one node here, 1 MiB: 1.3 ms against 3.7 ms; from 16 MiB on the schedule is 1.1-1.2x faster).
@@ -651,9 +696,25 @@ Comm* HierarchicalCollectives::singleLevelAllReduce(size_t count, DType dtype) {
 Status HierarchicalCollectives::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
   auto lock = progressLock();
   // Blocking: the transport's blocking call (MPI's tuned MPI_Allreduce, not libnbc's schedule).
-  if (Comm* level = singleLevelAllReduce(count, dtype)) return level->allReduce(buf, count, dtype, op);
+  if (Comm* level = s_->singleLevelAllReduce(count, dtype))
+    return level->allReduce(buf, count, dtype, op);
   HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallReduce(buf, count, dtype, op));
   return w->wait();
+}
+
+StatusOr<WorkHandle> HierarchicalCollectives::iallGather(const void* shard, void* full,
+                                                         size_t count, DType dtype) {
+  return s_->iallGather(shard, full, count, dtype);
+}
+
+StatusOr<WorkHandle> HierarchicalCollectives::ireduceScatter(const void* full, void* shard,
+                                                             size_t count, DType dtype, RedOp op) {
+  return s_->ireduceScatter(full, shard, count, dtype, op);
+}
+
+StatusOr<WorkHandle> HierarchicalCollectives::iallReduce(void* buf, size_t count, DType dtype,
+                                                         RedOp op) {
+  return s_->iallReduce(buf, count, dtype, op);
 }
 
 }  // namespace hsdp

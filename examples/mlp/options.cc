@@ -251,8 +251,8 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::
   in.gpus_per_node = mesh.shape().ranks_per_node;
   in.intra_shard = mesh.shape().intra_shard;
   in.inter_shard = mesh.shape().inter_shard;
-  in.mode = static_cast<hsdp::PlanMode>(static_cast<int>(cfg.mode));
-  in.param_dtype = hsdp::PlanDType::kFp32;
+  in.mode = static_cast<hsdp::ShardMode>(static_cast<int>(cfg.mode));
+  in.param_dtype = hsdp::DType::kFloat32;
   in.offload_cpu = cfg.offload_cpu;
   in.hpz = cfg.hpz;
   if (auto plan = hsdp::makePlan(in); plan.ok() && cfg.param_dtype == hsdp::DType::kFloat32) {

@@ -45,17 +45,8 @@ std::vector<CpuIsa> supportedCpuIsas();
 // InvalidArgument naming the value.
 StatusOr<CpuIsa> cpuAdamIsaFromEnv();
 
-// One shard's arrays: n elements each, any alignment (page-aligned buffers are fastest; see
-// HostBuffer::allocateNuma). The arrays must not overlap. param_bf16, when not null, receives
-// the updated parameters rounded to bf16 (round to nearest even, as hsdp::toBf16).
-struct AdamShard {
-  float* param = nullptr;
-  const float* grad = nullptr;
-  float* exp_avg = nullptr;
-  float* exp_avg_sq = nullptr;
-  size_t n = 0;
-  bf16* param_bf16 = nullptr;
-};
+// The shard the step works on: hsdp::AdamShard (hsdp/optimizer.h), host arrays, any alignment
+// (page-aligned buffers are fastest; see HostBuffer::allocateNuma).
 
 struct CpuAdamOptions {
   // nullopt: cpuAdamIsaFromEnv(). A value must be supported (else FailedPrecondition).

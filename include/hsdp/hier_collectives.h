@@ -20,14 +20,16 @@
 // objects on separate communicators for concurrent roles (the engine's gathers and reductions).
 #pragma once
 
-#include <deque>
 #include <memory>
 
 #include "hsdp/dtype.h"
-#include "hsdp/host_buffer.h"
 #include "hsdp/transport.h"
 
 namespace hsdp {
+
+namespace hier_detail {
+struct State;  // collectives/hier/hier_collectives.cc
+}  // namespace hier_detail
 
 struct HierOptions {
   int chunks = 1;                     // pipeline depth; >= 1
@@ -43,9 +45,9 @@ class HierarchicalCollectives {
   HierarchicalCollectives(Comm& intra, Comm& inter, HierOptions options = {});
   ~HierarchicalCollectives();
 
-  int groupSize() const { return intra_.size() * inter_.size(); }
-  int shardIndex() const { return intra_.rank() * inter_.size() + inter_.rank(); }
-  const HierOptions& options() const { return options_; }
+  int groupSize() const;
+  int shardIndex() const;
+  const HierOptions& options() const;
   // Errors name the values: chunks < 1; an inter dtype other than float32/bf16.
   [[nodiscard]] Status setOptions(HierOptions options);
 
@@ -68,31 +70,7 @@ class HierarchicalCollectives {
   [[nodiscard]] Status allReduce(void* buf, size_t count, DType dtype, RedOp op);
 
  private:
-  friend class ScheduleWork;
-  friend class ChunkPipeline;
-  friend class PipelinedAllGather;
-  friend class PipelinedReduceScatter;
-  friend class PipelinedAllReduce;
-  friend class PhasedSchedule;
-  friend class TwoPhaseAllGather;
-  friend class TwoPhaseReduceScatter;
-
-  size_t chunkCount(size_t count, DType dtype) const;
-  // The one level to hand a small all-reduce to (null: run the schedule).
-  Comm* singleLevelAllReduce(size_t count, DType dtype);
-  size_t stagingBytes(size_t count, DType dtype) const;
-  size_t allReduceBytes(size_t count, DType dtype) const;
-  bool pipelined(size_t count, DType dtype) const;
-  DType wireType(DType dtype) const;
-  bool mayIssue(const void* w) const { return !issuing_.empty() && issuing_.front() == w; }
-  void doneIssuing(const void* w);
-
-  Comm& intra_;
-  Comm& inter_;
-  HierOptions options_;
-  // Staging for pipelined chunks and the all-reduce's padded buffer: one slot per work in flight.
-  std::unique_ptr<class ScratchPool> pool_;
-  std::deque<const void*> issuing_;  // works that still have steps to issue, in order
+  std::unique_ptr<hier_detail::State> s_;  // the levels, options, staging and issue order
 };
 
 }  // namespace hsdp

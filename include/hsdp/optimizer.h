@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "hsdp/adam_coeffs.h"
+#include "hsdp/dtype.h"
 #include "hsdp/status.h"
 
 namespace hsdp {
@@ -29,15 +31,21 @@ const char* optimizerName(OptimizerKind kind);
 // Errors name the value: lr <= 0, betas outside [0, 1), eps <= 0, weight_decay < 0.
 Status validate(const AdamConfig& cfg);
 
-// The per-step constants of the update: the bias corrections computed in double and each rounded
-// to float once. adamStep, the SIMD CPU Adam and the CUDA kernel all take them from here, which is
-// half of why they agree bit for bit (the other half: the same float operations per element).
-struct AdamStepConstants {
-  float step_size;     // lr / (1 - beta1^t)
-  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
-  float decay;         // AdamW: 1 - lr * weight_decay
+// The constants of step t (counting from 1) with the gradient multiplied by grad_scale first:
+// the one place they are computed (hsdp/adam_coeffs.h says why that matters).
+AdamCoeffs adamCoefficients(const AdamConfig& cfg, int64_t t, float grad_scale = 1.0f);
+
+// One shard's arrays, n elements each, in the memory the stepper works on (host for adamStep and
+// the CPU Adam, device for the CUDA kernel), not overlapping. param_bf16, when not null, receives
+// the updated parameters rounded to bf16 (round to nearest even, as hsdp::toBf16).
+struct AdamShard {
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  size_t n = 0;
+  bf16* param_bf16 = nullptr;
 };
-AdamStepConstants adamStepConstants(const AdamConfig& cfg, int64_t t);
 
 // One step (t counts from 1) over n elements of a shard.
 void adamStep(const AdamConfig& cfg, int64_t t, float* param, const float* grad, float* exp_avg,

@@ -88,17 +88,17 @@
 #include <string_view>
 #include <vector>
 
+#include "hsdp/config.h"
+#include "hsdp/dtype.h"
 #include "hsdp/status.h"
 
 namespace hsdp {
 
-enum class PlanMode { kNone, kZero1, kZero2, kZero3 };
-enum class PlanDType { kBf16, kFp32 };
-
-StatusOr<PlanMode> parsePlanMode(std::string_view name);  // none, zero1, zero2, zero3
-const char* planModeName(PlanMode mode);
-StatusOr<PlanDType> parsePlanDType(std::string_view name);  // bf16, fp32
-const char* planDTypeName(PlanDType t);
+// The planner speaks the engine's ShardMode and DType (hsdp/config.h, hsdp/dtype.h). Its dtype
+// is the precision policy: bf16 (bf16 compute and communication, fp32 master and moments) or
+// fp32 (what train_mlp runs).
+StatusOr<DType> parsePlanDType(std::string_view name);  // bf16, fp32
+const char* planDTypeName(DType t);                     // "bf16" | "fp32"
 
 struct PlanInput {
   std::vector<uint64_t> units;  // parameter count per unit (each > 0)
@@ -106,9 +106,9 @@ struct PlanInput {
   int gpus_per_node = 1;
   int intra_shard = 1;
   int inter_shard = 1;
-  PlanMode mode = PlanMode::kZero3;
+  ShardMode mode = ShardMode::kZero3;
   bool hpz = false;
-  PlanDType param_dtype = PlanDType::kBf16;
+  DType param_dtype = DType::kBFloat16;
   bool offload_cpu = false;
 };
 

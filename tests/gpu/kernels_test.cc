@@ -132,7 +132,7 @@ TEST(GpuAdam, ValidationNamesTheValue) {
   // No device needed: arguments are checked before anything is enqueued.
   AdamConfig cfg;
   float x = 0;
-  gpu::DeviceAdamShard shard{&x, &x, &x, &x, 1, nullptr};
+  AdamShard shard{&x, &x, &x, &x, 1, nullptr};
   Status s = gpu::adamStep(cfg, 0, shard, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("t=0"), std::string::npos) << s.message();

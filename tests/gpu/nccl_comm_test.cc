@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collectives/mpi/mpi_comm.h"
+#include "hsdp/host_buffer.h"
 #include "hsdp/nccl.h"
 #include "cuda/cuda_resources.h"
 #include "hsdp/transport_select.h"

@@ -21,8 +21,8 @@ Plan mustPlan(const PlanInput& in) {
   return p.ok() ? *p : Plan{};
 }
 
-PlanInput input(std::vector<uint64_t> units, int nodes, int gpus, int I, int J, PlanMode mode,
-                PlanDType dtype = PlanDType::kBf16) {
+PlanInput input(std::vector<uint64_t> units, int nodes, int gpus, int I, int J, ShardMode mode,
+                DType dtype = DType::kBFloat16) {
   PlanInput in;
   in.units = std::move(units);
   in.nodes = nodes;
@@ -39,28 +39,28 @@ PlanInput input(std::vector<uint64_t> units, int nodes, int gpus, int I, int J, 
 // Pos+g+p 16Ψ/64 = 1.9 GB. 7.5e9 / 64 = 117,187,500 exactly, so no padding.
 TEST(PlanZeroPaper, SevenPointFiveBillionOnSixtyFourGpus) {
   const std::vector<uint64_t> one_unit = {kPsi};
-  Plan none = mustPlan(input(one_unit, 8, 8, 1, 1, PlanMode::kNone));
+  Plan none = mustPlan(input(one_unit, 8, 8, 1, 1, ShardMode::kNone));
   EXPECT_EQ(none.gpu.params, 15'000'000'000ull);
   EXPECT_EQ(none.gpu.grads, 15'000'000'000ull);
   EXPECT_EQ(none.gpu.optimizer, 90'000'000'000ull);
   EXPECT_EQ(none.gpu.modelStateTotal(), 120'000'000'000ull);
 
-  Plan z1 = mustPlan(input(one_unit, 8, 8, 8, 8, PlanMode::kZero1));
+  Plan z1 = mustPlan(input(one_unit, 8, 8, 8, 8, ShardMode::kZero1));
   EXPECT_EQ(z1.shard_group, 64);
   EXPECT_EQ(z1.shard_params, 117'187'500ull);
   EXPECT_EQ(z1.gpu.optimizer, 1'406'250'000ull);
   EXPECT_EQ(z1.gpu.modelStateTotal(), 31'406'250'000ull);  // 31.4 GB
 
-  Plan z2 = mustPlan(input(one_unit, 8, 8, 8, 8, PlanMode::kZero2));
+  Plan z2 = mustPlan(input(one_unit, 8, 8, 8, 8, ShardMode::kZero2));
   EXPECT_EQ(z2.gpu.params, 15'000'000'000ull);
   EXPECT_EQ(z2.gpu.grads, 234'375'000ull);
   EXPECT_EQ(z2.gpu.modelStateTotal(), 16'640'625'000ull);  // 16.6 GB
 
-  Plan z3 = mustPlan(input(one_unit, 8, 8, 8, 8, PlanMode::kZero3));
+  Plan z3 = mustPlan(input(one_unit, 8, 8, 8, 8, ShardMode::kZero3));
   EXPECT_EQ(z3.gpu.modelStateTotal(), 1'875'000'000ull);  // 1.9 GB
 
   // The same with the factors swapped around (I·J = 64 however it is split).
-  Plan z3b = mustPlan(input(one_unit, 16, 4, 4, 16, PlanMode::kZero3));
+  Plan z3b = mustPlan(input(one_unit, 16, 4, 4, 16, ShardMode::kZero3));
   EXPECT_EQ(z3b.gpu.modelStateTotal(), 1'875'000'000ull);
 }
 
@@ -69,7 +69,7 @@ TEST(PlanTwoNodes, EveryModeMemoryAndTraffic) {
   const std::vector<uint64_t> u = {kPsi};
   const uint64_t D = 15'000'000'000;
   // none: DDP, 16Ψ = 120e9 per GPU; all-reduce over 2 nodes: 2·(N−1)·D = 30e9.
-  Plan none = mustPlan(input(u, 2, 8, 1, 1, PlanMode::kNone));
+  Plan none = mustPlan(input(u, 2, 8, 1, 1, ShardMode::kNone));
   EXPECT_EQ(none.gpu.modelStateTotal(), 120'000'000'000ull);
   EXPECT_EQ(none.gpu.gathered_peak, 0ull);
   EXPECT_EQ(none.gpu.comm_estimate, 0ull);
@@ -79,7 +79,7 @@ TEST(PlanTwoNodes, EveryModeMemoryAndTraffic) {
   EXPECT_EQ(none.crossNodePerNode(), D);
 
   // I = 8, J = 2: S = 16, R = 1, M = 1; s = 7.5e9/16 = 468,750,000.
-  Plan z1 = mustPlan(input(u, 2, 8, 8, 2, PlanMode::kZero1));
+  Plan z1 = mustPlan(input(u, 2, 8, 8, 2, ShardMode::kZero1));
   EXPECT_EQ(z1.gpu.params, 2 * kPsi);
   EXPECT_EQ(z1.gpu.grads, 2 * kPsi);
   EXPECT_EQ(z1.gpu.optimizer, 12 * 468'750'000ull);  // 5.625e9
@@ -89,14 +89,14 @@ TEST(PlanTwoNodes, EveryModeMemoryAndTraffic) {
   EXPECT_EQ(z1.cross_node.reduce_scatter, D);  // R·(J−1)·D
   EXPECT_EQ(z1.cross_node.all_reduce, 0ull);     // M = 1
 
-  Plan z2 = mustPlan(input(u, 2, 8, 8, 2, PlanMode::kZero2));
+  Plan z2 = mustPlan(input(u, 2, 8, 8, 2, ShardMode::kZero2));
   EXPECT_EQ(z2.gpu.params, 2 * kPsi);
   EXPECT_EQ(z2.gpu.grads, 937'500'000ull);
   EXPECT_EQ(z2.gpu.modelStateTotal(), 21'562'500'000ull);
   EXPECT_EQ(z2.gpu.gathered_peak, 2 * 2 * kPsi);  // 2 gradient blocks of the (only) unit
   EXPECT_EQ(z2.cross_node.total(), 2 * D);
 
-  Plan z3 = mustPlan(input(u, 2, 8, 8, 2, PlanMode::kZero3));
+  Plan z3 = mustPlan(input(u, 2, 8, 8, 2, ShardMode::kZero3));
   EXPECT_EQ(z3.gpu.modelStateTotal(), 16 * 468'750'000ull);  // 7.5e9
   EXPECT_EQ(z3.gpu.gathered_peak, 4 * 2 * kPsi);
   EXPECT_EQ(z3.cross_node.all_gather, 2 * D);  // forward + backward
@@ -107,7 +107,7 @@ TEST(PlanTwoNodes, EveryModeMemoryAndTraffic) {
   EXPECT_EQ(z3.gpu.comm_estimate, 32 * 468'750'000ull);
 
   // hpZ: the secondary partition is ΣP/I = 7.5e9/8 elements of bf16; backward stays in-node.
-  PlanInput hin = input(u, 2, 8, 8, 2, PlanMode::kZero3);
+  PlanInput hin = input(u, 2, 8, 8, 2, ShardMode::kZero3);
   hin.hpz = true;
   Plan hpz = mustPlan(hin);
   EXPECT_EQ(hpz.gpu.hpz_secondary, 1'875'000'000ull);
@@ -116,20 +116,20 @@ TEST(PlanTwoNodes, EveryModeMemoryAndTraffic) {
 
   // I = 8, J = 1 (HSDP default): S = 8, R = 2, M = 2: only the replica all-reduce crosses nodes:
   // 2·(M−1)·D over S groups of D/S each.
-  Plan hsdp = mustPlan(input(u, 2, 8, 8, 1, PlanMode::kZero3));
+  Plan hsdp = mustPlan(input(u, 2, 8, 8, 1, ShardMode::kZero3));
   EXPECT_EQ(hsdp.gpu.modelStateTotal(), 15'000'000'000ull);
   EXPECT_EQ(hsdp.cross_node.all_gather, 0ull);
   EXPECT_EQ(hsdp.cross_node.reduce_scatter, 0ull);
   EXPECT_EQ(hsdp.cross_node.all_reduce, 2 * D);
 
   // I = 4, J = 2: R = 2 shard groups, each spanning both nodes: twice zero3 I8J2's gathers.
-  Plan mixed = mustPlan(input(u, 2, 8, 4, 2, PlanMode::kZero3));
+  Plan mixed = mustPlan(input(u, 2, 8, 4, 2, ShardMode::kZero3));
   EXPECT_EQ(mixed.cross_node.all_gather, 4 * D);
   EXPECT_EQ(mixed.cross_node.reduce_scatter, 2 * D);
   EXPECT_EQ(mixed.cross_node.all_reduce, 0ull);
 
   // I = 1, J = 2: R = 8; inter-node only sharding is the most traffic.
-  Plan inter = mustPlan(input(u, 2, 8, 1, 2, PlanMode::kZero3));
+  Plan inter = mustPlan(input(u, 2, 8, 1, 2, ShardMode::kZero3));
   EXPECT_EQ(inter.cross_node.all_gather, 16 * D);
   EXPECT_EQ(inter.gpu.comm_estimate, 2 * (2 * 3'750'000'000ull * 2 + 2 * 3'750'000'000ull * 2));
 }
@@ -141,7 +141,7 @@ TEST(PlanTwoNodes, EqualUnitsPad) {
   ASSERT_TRUE(units.ok());
   ASSERT_EQ(units->size(), 32ull);
   EXPECT_EQ((*units)[0], 234'375'000ull);
-  Plan z3 = mustPlan(input(*units, 2, 8, 8, 2, PlanMode::kZero3));
+  Plan z3 = mustPlan(input(*units, 2, 8, 8, 2, ShardMode::kZero3));
   EXPECT_EQ(z3.shard_params, 32ull * 14'648'438ull);
   EXPECT_EQ(z3.padded_params, 32ull * 234'375'008ull);
   EXPECT_EQ(z3.gpu.params, 2ull * 32ull * 14'648'438ull);  // 937,500,032
@@ -161,7 +161,7 @@ TEST(PlanSplit, RemainderGoesToTheFirstUnits) {
 // Σs = 6, ΣP = 24, P_max = 12, s_max = 3. Ψ = 18.
 TEST(PlanPadding, OddUnitSizes) {
   const std::vector<uint64_t> u = {7, 1, 10};
-  Plan z3 = mustPlan(input(u, 1, 4, 4, 1, PlanMode::kZero3, PlanDType::kFp32));
+  Plan z3 = mustPlan(input(u, 1, 4, 4, 1, ShardMode::kZero3, DType::kFloat32));
   EXPECT_EQ(z3.total_params, 18ull);
   EXPECT_EQ(z3.shard_params, 6ull);
   EXPECT_EQ(z3.padded_params, 24ull);
@@ -174,17 +174,17 @@ TEST(PlanPadding, OddUnitSizes) {
   EXPECT_EQ(z3.gpu.comm_estimate, 2ull * (3ull * 4ull + 2ull * 3ull * 4ull));  // J = 1, I = 4: 72
 
   // zero2 keeps the whole padded buffer of parameters: 4·24; zero1 the gradients too.
-  Plan z2 = mustPlan(input(u, 1, 4, 4, 1, PlanMode::kZero2, PlanDType::kFp32));
+  Plan z2 = mustPlan(input(u, 1, 4, 4, 1, ShardMode::kZero2, DType::kFloat32));
   EXPECT_EQ(z2.gpu.params, 96ull);
   EXPECT_EQ(z2.gpu.grads, 24ull);
   EXPECT_EQ(z2.gpu.gathered_peak, 2ull * 4ull * 12ull);
-  Plan z1 = mustPlan(input(u, 1, 4, 4, 1, PlanMode::kZero1, PlanDType::kFp32));
+  Plan z1 = mustPlan(input(u, 1, 4, 4, 1, ShardMode::kZero1, DType::kFloat32));
   EXPECT_EQ(z1.gpu.grads, 96ull + 24ull);  // whole gradient + the reduce-scatter's shard
   EXPECT_EQ(z1.gpu.optimizer, 48ull);
   EXPECT_EQ(z1.gpu.gathered_peak, 0ull);
 
   // bf16: e = 2, optimizer 12 per shard element. S = 3 (3 GPUs): 7 -> 3/9, 1 -> 1/3, 10 -> 4/12.
-  Plan b = mustPlan(input(u, 1, 3, 3, 1, PlanMode::kZero3));
+  Plan b = mustPlan(input(u, 1, 3, 3, 1, ShardMode::kZero3));
   EXPECT_EQ(b.shard_params, 8ull);
   EXPECT_EQ(b.padded_params, 24ull);
   EXPECT_EQ(b.gpu.params, 16ull);
@@ -192,7 +192,7 @@ TEST(PlanPadding, OddUnitSizes) {
   EXPECT_EQ(b.gpu.gathered_peak, 4ull * 2ull * 12ull);
 
   // Mode none: no padding, no pool.
-  Plan n = mustPlan(input(u, 1, 4, 1, 1, PlanMode::kNone, PlanDType::kFp32));
+  Plan n = mustPlan(input(u, 1, 4, 1, 1, ShardMode::kNone, DType::kFloat32));
   EXPECT_EQ(n.padded_params, 18ull);
   EXPECT_EQ(n.gpu.modelStateTotal(), 16ull * 18ull);
   EXPECT_EQ(n.gpu.gathered_peak, 0ull);
@@ -209,7 +209,7 @@ TEST(PlanPadding, OddUnitSizes) {
 TEST(PlanEngineLayout, ExampleMlpFp32OnFourShards) {
   const std::vector<uint64_t> mlp = {32 * 1000 + 1000, 1000 * 333 + 333, 333 * 128 + 128,
                                      128 * 10 + 10};
-  Plan p = mustPlan(input(mlp, 2, 4, 4, 1, PlanMode::kZero3, PlanDType::kFp32));
+  Plan p = mustPlan(input(mlp, 2, 4, 4, 1, ShardMode::kZero3, DType::kFloat32));
   EXPECT_EQ(p.total_params, 410'375ull);
   EXPECT_EQ(p.shard_params, 102'595ull);
   EXPECT_EQ(p.largest_padded, 333'336ull);
@@ -225,7 +225,7 @@ TEST(PlanEngineLayout, ExampleMlpFp32OnFourShards) {
   EXPECT_EQ(p.cross_node.all_gather + p.cross_node.reduce_scatter, 0ull);
 
   // I = 2, J = 2 (also S = 4): same model state; comm 2·(2·s·4 + 2·2·s·4 + 2·s·4) = 64·s.
-  Plan q = mustPlan(input(mlp, 2, 4, 2, 2, PlanMode::kZero3, PlanDType::kFp32));
+  Plan q = mustPlan(input(mlp, 2, 4, 2, 2, ShardMode::kZero3, DType::kFloat32));
   EXPECT_EQ(q.gpu.modelStateTotal(), 1'641'520ull);
   EXPECT_EQ(q.gpu.comm_estimate, 64ull * 83'334ull);
   // R = 2 groups, each (J−1)·D: gathers 2·2·D, scatter 2·D, no all-reduce (M = 1).
@@ -234,7 +234,7 @@ TEST(PlanEngineLayout, ExampleMlpFp32OnFourShards) {
   EXPECT_EQ(q.cross_node.all_reduce, 0ull);
 
   // Mode none on 8 ranks: 16 bytes per parameter, 4·16·... nothing padded.
-  Plan n = mustPlan(input(mlp, 2, 4, 1, 1, PlanMode::kNone, PlanDType::kFp32));
+  Plan n = mustPlan(input(mlp, 2, 4, 1, 1, ShardMode::kNone, DType::kFloat32));
   EXPECT_EQ(n.gpu.params, 4ull * 410'375ull);
   EXPECT_EQ(n.gpu.modelStateTotal(), 16ull * 410'375ull);
 }
@@ -242,14 +242,14 @@ TEST(PlanEngineLayout, ExampleMlpFp32OnFourShards) {
 TEST(PlanOffload, PinnedHostBytes) {
   // bf16 zero3 I8J2 on 2 x 8, Ψ = 7.5e9 one unit: Σs = 468,750,000; per rank 18 B/element,
   // per node 8 ranks.
-  PlanInput in = input({kPsi}, 2, 8, 8, 2, PlanMode::kZero3);
+  PlanInput in = input({kPsi}, 2, 8, 8, 2, ShardMode::kZero3);
   in.offload_cpu = true;
   Plan p = mustPlan(in);
   EXPECT_EQ(p.gpu.optimizer, 0ull);
   EXPECT_EQ(p.gpu.modelStateTotal(), 4ull * 468'750'000ull);
   EXPECT_EQ(p.host_pinned_per_rank, 18ull * 468'750'000ull);
   EXPECT_EQ(p.host_pinned_per_node, 8ull * 18ull * 468'750'000ull);
-  in.param_dtype = PlanDType::kFp32;
+  in.param_dtype = DType::kFloat32;
   Plan f = mustPlan(in);
   EXPECT_EQ(f.host_pinned_per_rank, 16ull * 468'750'000ull);
   in.offload_cpu = false;
@@ -259,21 +259,21 @@ TEST(PlanOffload, PinnedHostBytes) {
 TEST(PlanValidate, ErrorsNameTheValue) {
   auto msg = [](PlanInput in) { return validatePlanInput(in).message(); };
   const std::vector<uint64_t> u = {100};
-  EXPECT_NE(msg(input(u, 2, 8, 3, 1, PlanMode::kZero3)).find("intra_shard=3 does not divide the 8"),
+  EXPECT_NE(msg(input(u, 2, 8, 3, 1, ShardMode::kZero3)).find("intra_shard=3 does not divide the 8"),
             std::string::npos);
-  EXPECT_NE(msg(input(u, 2, 8, 8, 3, PlanMode::kZero3)).find("inter_shard=3 does not divide the 2"),
+  EXPECT_NE(msg(input(u, 2, 8, 8, 3, ShardMode::kZero3)).find("inter_shard=3 does not divide the 2"),
             std::string::npos);
-  EXPECT_NE(msg(input(u, 2, 8, 0, 1, PlanMode::kZero3)).find("--intra-shard 0"), std::string::npos);
-  EXPECT_NE(msg(input(u, -1, 8, 1, 1, PlanMode::kZero3)).find("--nodes -1"), std::string::npos);
-  EXPECT_NE(msg(input(u, 2, 8, 2, 1, PlanMode::kNone)).find("mode none"), std::string::npos);
-  EXPECT_NE(msg(input({5, 0}, 2, 8, 2, 1, PlanMode::kZero3)).find("unit 1 has 0"),
+  EXPECT_NE(msg(input(u, 2, 8, 0, 1, ShardMode::kZero3)).find("--intra-shard 0"), std::string::npos);
+  EXPECT_NE(msg(input(u, -1, 8, 1, 1, ShardMode::kZero3)).find("--nodes -1"), std::string::npos);
+  EXPECT_NE(msg(input(u, 2, 8, 2, 1, ShardMode::kNone)).find("mode none"), std::string::npos);
+  EXPECT_NE(msg(input({5, 0}, 2, 8, 2, 1, ShardMode::kZero3)).find("unit 1 has 0"),
             std::string::npos);
-  PlanInput h = input(u, 2, 8, 8, 2, PlanMode::kZero1);
+  PlanInput h = input(u, 2, 8, 8, 2, ShardMode::kZero1);
   h.hpz = true;
   EXPECT_NE(msg(h).find("--hpz with mode zero1"), std::string::npos);
-  h.mode = PlanMode::kZero2;
+  h.mode = ShardMode::kZero2;
   EXPECT_NE(msg(h).find("--hpz with mode zero2"), std::string::npos);
-  h.mode = PlanMode::kZero3;
+  h.mode = ShardMode::kZero3;
   h.intra_shard = 1;
   EXPECT_NE(msg(h).find("--hpz with intra_shard=1"), std::string::npos);
   h.intra_shard = 8;
@@ -281,8 +281,8 @@ TEST(PlanValidate, ErrorsNameTheValue) {
   EXPECT_NE(msg(h).find("--hpz with inter_shard=1"), std::string::npos);
   h.inter_shard = 2;
   EXPECT_TRUE(validatePlanInput(h).ok());
-  EXPECT_FALSE(parsePlanMode("zero4").ok());
-  EXPECT_NE(parsePlanMode("zero4").status().message().find("'zero4'"), std::string::npos);
+  EXPECT_FALSE(parseShardMode("zero4").ok());
+  EXPECT_NE(parseShardMode("zero4").status().message().find("'zero4'"), std::string::npos);
 }
 
 TEST(PlanParse, Counts) {

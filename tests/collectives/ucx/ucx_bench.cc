@@ -25,6 +25,7 @@
 
 #include "collectives/ucx/ucx_comm.h"
 #include "hsdp/hier_collectives.h"
+#include "hsdp/host_buffer.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
 #include "hsdp/topology.h"

@@ -1,0 +1,30 @@
+// The per-call constants of one Adam/AdamW step: what every implementation of the step reads
+// (hsdp::adamStep, the CPU Adam's scalar / AVX2 / AVX-512 kernels, the CUDA kernel), computed once
+// on the host by hsdp::adamCoefficients (hsdp/optimizer.h): the bias corrections in double, each
+// rounded to float once. That one computation is half of why the implementations agree bit for
+// bit (the other half: the same float operations per element).
+//
+// Freestanding on purpose (no includes): the CPU Adam's per-ISA translation units include it,
+// and they may not emit inline functions of shared headers (offload/cpu_adam_kernels.h).
+#pragma once
+
+namespace hsdp {
+
+struct AdamCoeffs {
+  float beta1 = 0, beta2 = 0;
+  float one_minus_beta1 = 0, one_minus_beta2 = 0;
+  float step_size = 0;     // lr / (1 - beta1^t), rounded from double
+  float inv_sqrt_bc2 = 0;  // 1 / sqrt(1 - beta2^t), likewise
+  float eps = 0;
+  float weight_decay = 0;  // Adam: g += wd * p
+  float decay = 1;         // AdamW: p *= 1 - lr * wd
+  float grad_scale = 1;    // g *= grad_scale first (1/loss scale, clip coefficient, or both)
+  bool adamw = true;
+  // CPU only: write the bf16 copy with non-temporal (streaming) stores where aligned. A plain
+  // store to a line not in cache first reads the line (read-for-ownership), so the 2-byte copy
+  // would move 4 bytes; streaming moves 2. Worth it only when the copy would leave the cache
+  // before the all-gather reads it anyway (offload/cpu_adam.cc decides). The GPU ignores it.
+  bool stream_bf16 = false;
+};
+
+}  // namespace hsdp
