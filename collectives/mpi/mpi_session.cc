@@ -76,28 +76,9 @@ StatusOr<SessionEnv> readSessionEnv() {
   return e;
 }
 
-}  // namespace
-
-StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
-  int initialized = 0;
-  HSDP_MPI_CHECK(MPI_Initialized(&initialized));
-  if (initialized) return failedPrecondition("MPI is already initialized; create one Session");
-  StatusOr<SessionEnv> env_or = readSessionEnv();
-  if (!env_or.ok()) {
-    // Every rank has the same bad value and reports it. The first rank to exit non-zero makes
-    // mpirun kill the others, perhaps before they have printed; so MPI starts anyway and the
-    // ranks leave together, after a barrier at exit (by then each has printed the error).
-    int provided = 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) == MPI_SUCCESS)
-      std::atexit([] {
-        MPI_Barrier(MPI_COMM_WORLD);
-        MPI_Finalize();
-      });
-    return env_or.status();
-  }
-  const SessionEnv& e = *env_or;
-  const bool tune_malloc = e.tune_malloc, progress_thread = e.progress_thread;
-  if (tune_malloc) {
+// The process-wide settings made before MPI_Init (malloc, Open MPI's environment).
+void applyProcessTuning(const SessionEnv& e) {
+  if (e.tune_malloc) {
     // Open MPI allocates temporaries per collective call (e.g. MPI_Reduce_scatter_block). With
     // glibc's defaults large ones are fresh mmaps, faulted in page by page every call (~2 s for
     // 64 MiB on 8 ranks here); kept on the heap they reuse already-touched pages (~65 ms).
@@ -118,31 +99,92 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
     setenv("OMPI_MCA_btl_tcp_rndv_eager_limit", v.c_str(), 0);
     setenv("OMPI_MCA_btl_tcp_max_send_size", v.c_str(), 0);
   }
+}
+
+// What every session sets up once MPI runs, whoever initialised it: the rank in log lines, the
+// bf16 sum, the progress thread when asked for and possible.
+Status startHsdpInMpi(const SessionEnv& e, int provided) {
+  int rank = 0;
+  HSDP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  log::setRank(rank);
+  if (g_bf16_sum == MPI_OP_NULL)
+    HSDP_MPI_CHECK(MPI_Op_create(&bf16Sum, /*commute=*/1, &g_bf16_sum));
+  if (e.progress_thread && provided < MPI_THREAD_MULTIPLE) {
+    HSDP_WARN(kInit, "HSDP_PROGRESS_THREAD=1 but MPI provides thread level ", provided,
+              " < MPI_THREAD_MULTIPLE: no progress thread");
+  } else if (e.progress_thread) {
+    progress_thread::start(static_cast<int>(e.interval_us));
+  }
+  return okStatus();
+}
+
+}  // namespace
+
+Status tuneProcessForHsdp() {
+  int initialized = 0;
+  HSDP_MPI_CHECK(MPI_Initialized(&initialized));
+  if (initialized)
+    return failedPrecondition("tuneProcessForHsdp: MPI is already initialized; Open MPI reads "
+                              "its settings in MPI_Init, so call it before");
+  HSDP_ASSIGN_OR_RETURN(SessionEnv e, readSessionEnv());
+  applyProcessTuning(e);
+  return okStatus();
+}
+
+StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
+  int initialized = 0;
+  HSDP_MPI_CHECK(MPI_Initialized(&initialized));
+  if (initialized)
+    return failedPrecondition("MPI is already initialized; create one Session, or attach to the "
+                              "application's MPI with Session::attach()");
+  StatusOr<SessionEnv> env_or = readSessionEnv();
+  if (!env_or.ok()) {
+    // Every rank has the same bad value and reports it. The first rank to exit non-zero makes
+    // mpirun kill the others, perhaps before they have printed; so MPI starts anyway and the
+    // ranks leave together, after a barrier at exit (by then each has printed the error).
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) == MPI_SUCCESS)
+      std::atexit([] {
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Finalize();
+      });
+    return env_or.status();
+  }
+  const SessionEnv& e = *env_or;
+  applyProcessTuning(e);
   int provided = 0;
   // FUNNELED: only the thread that called init talks to MPI. With the progress thread, MULTIPLE:
   // hsdp serialises its own calls (progressLock()), but the user's MPI calls may overlap the
   // thread's.
   HSDP_MPI_CHECK(MPI_Init_thread(argc, argv,
-                                 progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED,
+                                 e.progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED,
                                  &provided));
   HSDP_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-  int rank = 0;
-  HSDP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  log::setRank(rank);
-  HSDP_MPI_CHECK(MPI_Op_create(&bf16Sum, /*commute=*/1, &g_bf16_sum));
-  if (progress_thread && provided < MPI_THREAD_MULTIPLE) {
-    HSDP_WARN(kInit, "HSDP_PROGRESS_THREAD=1 but MPI provides thread level ", provided,
-              " < MPI_THREAD_MULTIPLE: no progress thread");
-  } else if (progress_thread) {
-    progress_thread::start(static_cast<int>(e.interval_us));
-  }
+  HSDP_RETURN_IF_ERROR(startHsdpInMpi(e, provided));
   const char* links_used = std::getenv("OMPI_MCA_btl_tcp_links");
   const char* eager_used = std::getenv("OMPI_MCA_btl_tcp_eager_limit");
   HSDP_INFO(kInit, "MPI initialized, thread level ", provided, ", progress thread ",
             progress_thread::running() ? "on" : "off", ", malloc tuning ",
-            tune_malloc ? "on" : "off", ", btl_tcp_links ", links_used ? links_used : "default",
+            e.tune_malloc ? "on" : "off", ", btl_tcp_links ", links_used ? links_used : "default",
             ", btl_tcp_eager_limit ", eager_used ? eager_used : "default");
-  return std::unique_ptr<Session>(new Session());
+  return std::unique_ptr<Session>(new Session(/*owns_mpi=*/true));
+}
+
+StatusOr<std::unique_ptr<Session>> Session::attach() {
+  int initialized = 0, finalized = 0;
+  HSDP_MPI_CHECK(MPI_Initialized(&initialized));
+  HSDP_MPI_CHECK(MPI_Finalized(&finalized));
+  if (!initialized || finalized)
+    return failedPrecondition("Session::attach: MPI is ", finalized ? "already finalized" : "not "
+                              "initialized", "; the application calls MPI_Init_thread first (or "
+                              "use Session::init)");
+  HSDP_ASSIGN_OR_RETURN(SessionEnv e, readSessionEnv());
+  int provided = 0;
+  HSDP_MPI_CHECK(MPI_Query_thread(&provided));
+  HSDP_RETURN_IF_ERROR(startHsdpInMpi(e, provided));
+  HSDP_INFO(kInit, "attached to the application's MPI, thread level ", provided,
+            ", progress thread ", progress_thread::running() ? "on" : "off");
+  return std::unique_ptr<Session>(new Session(/*owns_mpi=*/false));
 }
 
 int Session::worldRank() {
@@ -155,13 +197,19 @@ int Session::worldRank() {
 
 Session::~Session() {
   progress_thread::stop();  // before MPI_Finalize: the thread may be inside MPI
-  if (g_bf16_sum != MPI_OP_NULL) MPI_Op_free(&g_bf16_sum);
-  MPI_Finalize();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && g_bf16_sum != MPI_OP_NULL) MPI_Op_free(&g_bf16_sum);
+  g_bf16_sum = MPI_OP_NULL;
+  if (owns_mpi_ && !finalized) MPI_Finalize();
 }
 
-StatusOr<std::unique_ptr<Comm>> Session::world() {
+StatusOr<std::unique_ptr<Comm>> Session::world() { return adopt(MPI_COMM_WORLD); }
+
+StatusOr<std::unique_ptr<Comm>> adopt(MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return invalidArgument("mpi::adopt: MPI_COMM_NULL");
   MPI_Comm dup;
-  HSDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  HSDP_MPI_CHECK(MPI_Comm_dup(comm, &dup));
   return MpiComm::adopt(dup);
 }
 

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The consumer test (ctest: consumer.*): hsdp as a package a user builds on.
+#   1. cmake --install the build tree into a temporary prefix; nothing installed may point back
+#      into the build or source tree;
+#   2. configure and build tests/consumer (a project of its own) with find_package(hsdp) and
+#      run its programs under mpirun: tied_frozen_model against its closed form on 1, 3 and 4
+#      ranks (zero3, zero2, zero1, none; virtual nodes 2 x 2 with inter_shard 2), attach_app on
+#      an MPI the application initialised (with and without the progress thread);
+#   3. find_package's version and components: CUDA found exactly when hsdp was built with it,
+#      an unknown component and a newer version refused with a message that names them;
+#   4. pkg-config: a program compiled and linked with `pkg-config --cflags --libs hsdp`.
+#
+#   run.sh BUILD_DIR MPIRUN [MPIRUN_FLAGS...]
+set -euo pipefail
+build=$(cd "$1" && pwd)
+mpirun=$2
+shift 2
+mpiflags=("$@")
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/hsdp-consumer.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+
+fail() { echo "consumer: FAIL: $*" >&2; exit 1; }
+step() { echo "consumer: $*"; }
+
+step "installing into $prefix"
+cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
+for f in include/hsdp/sharded_model.h include/hsdp/version.h include/hsdp/nccl.h \
+         lib/cmake/hsdp/hsdpConfig.cmake lib/cmake/hsdp/hsdpConfigVersion.cmake \
+         lib/cmake/hsdp/hsdpTargets.cmake lib/pkgconfig/hsdp.pc bin/hsdp-env bin/hsdp-plan; do
+  [ -e "$prefix/$f" ] || fail "the install lacks $f"
+done
+ls "$prefix"/lib/libhsdp.* >/dev/null 2>&1 || fail "the install lacks libhsdp"
+if grep -rlF -e "$build" -e "$src" "$prefix/lib/cmake" "$prefix/lib/pkgconfig" "$prefix/include"; then
+  fail "installed files above name the build or source tree"
+fi
+built_with_cuda=$(sed -n 's/^#define HSDP_BUILT_WITH_CUDA \([01]\)$/\1/p' "$prefix/include/hsdp/version.h")
+[ -n "$built_with_cuda" ] || fail "hsdp/version.h has no HSDP_BUILT_WITH_CUDA"
+
+step "configuring and building tests/consumer against the install"
+# The build tree must not be found by accident: only the prefix is on the search path.
+cmake -S "$src/tests/consumer" -B "$work/app" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
+      >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; fail "configure"; }
+grep -q "consumer: hsdp .* from $prefix/lib/cmake/hsdp" "$work/configure.log" ||
+  { cat "$work/configure.log"; fail "find_package did not find the installed package"; }
+cmake --build "$work/app" -j 2 >"$work/build.log" 2>&1 || { cat "$work/build.log"; fail "build"; }
+
+run() {  # run NP RPN PROGRAM ARGS...
+  local np=$1 rpn=$2
+  shift 2
+  local env=()
+  [ "$rpn" = 0 ] || env=(-x HSDP_RANKS_PER_NODE="$rpn")
+  step "mpirun -np $np ${env[*]} ${*##*/}"
+  "$mpirun" "${mpiflags[@]}" -np "$np" "${env[@]}" "$@" || fail "${*##*/} on $np ranks"
+}
+run 3 0 "$work/app/tied_frozen_model" --mode zero3 --steps 4
+run 4 2 "$work/app/tied_frozen_model" --mode zero3 --inter-shard 2 --steps 3
+run 4 2 "$work/app/tied_frozen_model" --mode zero2 --steps 3
+run 3 0 "$work/app/tied_frozen_model" --mode zero1 --steps 2
+run 1 0 "$work/app/tied_frozen_model" --mode none --steps 3
+run 4 0 "$work/app/attach_app"
+run 3 0 -x HSDP_PROGRESS_THREAD=1 "$work/app/attach_app"
+
+step "find_package versions and components"
+components() {  # components VERSION COMPONENTS -> configure log in $work/comp.log, status
+  rm -rf "$work/comp"
+  cmake -S "$src/tests/consumer/components" -B "$work/comp" -G Ninja \
+        -DCMAKE_PREFIX_PATH="$prefix" -DWANT_VERSION="$1" -DWANT_COMPONENTS="$2" \
+        >"$work/comp.log" 2>&1
+}
+if [ "$built_with_cuda" = 1 ]; then
+  components 0.2 CUDA || { cat "$work/comp.log"; fail "COMPONENTS CUDA refused by a CUDA build"; }
+else
+  if components 0.2 CUDA; then fail "COMPONENTS CUDA accepted by a build without CUDA"; fi
+  grep -q "built without CUDA" "$work/comp.log" || { cat "$work/comp.log"; fail "no reason given"; }
+fi
+if components 0.2 NoSuchPart; then fail "an unknown component was accepted"; fi
+grep -q "no component 'NoSuchPart'" "$work/comp.log" || { cat "$work/comp.log"; fail "unknown component not named"; }
+if components 9.0 ""; then fail "version 9.0 was accepted"; fi
+grep -q "9.0" "$work/comp.log" || { cat "$work/comp.log"; fail "refused version not named"; }
+
+step "pkg-config"
+cat >"$work/pc.cc" <<'CC'
+#include <cstdio>
+#include <cstring>
+#include "hsdp/version.h"
+int main() { std::printf("%s\n", hsdp::version()); return std::strcmp(hsdp::version(), HSDP_VERSION_STRING); }
+CC
+flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs hsdp) ||
+  fail "pkg-config hsdp"
+# shellcheck disable=SC2086
+c++ -std=c++20 "$work/pc.cc" -o "$work/pc" $flags || fail "compile and link with: $flags"
+"$work/pc" || fail "the pkg-config program reports another version"
+echo "consumer: PASS"
