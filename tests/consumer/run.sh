@@ -5,7 +5,8 @@
 #   2. configure and build tests/consumer (a project of its own) with find_package(hsdp) and
 #      run its programs under mpirun: tied_frozen_model against its closed form on 1, 3 and 4
 #      ranks (zero3, zero2, zero1, none; virtual nodes 2 x 2 with inter_shard 2), attach_app on
-#      an MPI the application initialised (with and without the progress thread);
+#      an MPI the application initialised (with and without the progress thread), and
+#      docs/api.md's example program as written there;
 #   3. find_package's version and components: CUDA found exactly when hsdp was built with it,
 #      an unknown component and a newer version refused with a message that names them;
 #   4. pkg-config: a program compiled and linked with `pkg-config --cflags --libs hsdp`.
@@ -38,10 +39,16 @@ fi
 built_with_cuda=$(sed -n 's/^#define HSDP_BUILT_WITH_CUDA \([01]\)$/\1/p' "$prefix/include/hsdp/version.h")
 [ -n "$built_with_cuda" ] || fail "hsdp/version.h has no HSDP_BUILT_WITH_CUDA"
 
+# docs/api.md's example: the first cpp block after "## Bring your own model", as written.
+awk '/^## Bring your own model/ {sec=1} sec && /^```cpp/ {inb=1; next} inb && /^```/ {exit} inb {print}' \
+    "$src/docs/api.md" >"$work/api_example.cc"
+[ -s "$work/api_example.cc" ] || fail "no example program found in docs/api.md"
+
 step "configuring and building tests/consumer against the install"
 # The build tree must not be found by accident: only the prefix is on the search path.
 cmake -S "$src/tests/consumer" -B "$work/app" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
+      -DHSDP_API_EXAMPLE="$work/api_example.cc" \
       >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; fail "configure"; }
 grep -q "consumer: hsdp .* from $prefix/lib/cmake/hsdp" "$work/configure.log" ||
   { cat "$work/configure.log"; fail "find_package did not find the installed package"; }
@@ -61,6 +68,7 @@ run 4 2 "$work/app/tied_frozen_model" --mode zero2 --steps 3
 run 3 0 "$work/app/tied_frozen_model" --mode zero1 --steps 2
 run 1 0 "$work/app/tied_frozen_model" --mode none --steps 3
 run 4 0 "$work/app/attach_app"
+run 4 2 "$work/app/api_example"
 run 3 0 -x HSDP_PROGRESS_THREAD=1 "$work/app/attach_app"
 
 step "find_package versions and components"

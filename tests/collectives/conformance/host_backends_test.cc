@@ -1,0 +1,248 @@
+// The conformance suite (conformance_suite.h) on the host transports, under mpirun at every
+// layout of tests/CMakeLists.txt (HSDP_LAYOUTS):
+//   Mpi           the world and every sub-communicator of every valid mesh of the (virtual) node
+//                 layout: intra, inter, shard group, replica (each set of members once)
+//   Ucx           the same members as UCX communicators, plus the world with the small-message
+//                 limit at 0 (ring everywhere) and at 1 GiB (recursive doubling / Bruck
+//                 everywhere), so both families of algorithms meet MPI at every size
+//   Hierarchical  the two-level schedules over every two-level mesh's shard group: one chunk and three
+//                 pipelined chunks with the inter level on MPI, three with it on UCX (UCX
+//                 builds); their oracle is the flat shard group in shard order
+#include <cstdlib>
+#include <memory>
+
+#include "collectives/mpi/mpi_comm.h"
+#include "hsdp/hier_collectives.h"
+#include "hsdp/mesh.h"
+#include "hsdp/transport_registry.h"
+#include "tests/collectives/conformance/conformance_suite.h"
+#include "tests/common/mpi_test_main.h"
+
+#if HSDP_HAVE_UCX
+#include "collectives/ucx/ucx_comm.h"
+#endif
+
+namespace hsdp::conformance {
+namespace {
+
+using hsdp::testing::world;
+
+MPI_Comm raw(Comm& c) { return dynamic_cast<mpi::MpiComm&>(c).raw(); }
+
+// HSDP_TEST_CONFORMANCE_CASES=world,shard (a setting of this test only, for the slow emulated
+// cluster, whose cluster.sh forwards HSDP_* variables to the ranks): only the
+// communicators whose names start with one of these; unset, all of them.
+bool wanted(const std::string& name) {
+  const char* v = std::getenv("HSDP_TEST_CONFORMANCE_CASES");
+  if (v == nullptr || *v == 0) return true;
+  std::string list = v;
+  for (size_t b = 0; b <= list.size();) {
+    size_t e = list.find(',', b);
+    if (e == std::string::npos) e = list.size();
+    if (e > b && name.compare(0, e - b, list, b, e - b) == 0) return true;
+    b = e + 1;
+  }
+  return false;
+}
+
+// Adds `comm` unless, on every rank, one already in `comms` has the same members in the same
+// order (meshes share many groups: every intra[1xJ] is a single rank). The verdict is agreed over
+// the world, so every rank runs the same cases.
+void addUnlessSeen(std::vector<std::pair<std::string, Comm*>>& comms, std::string name,
+                   Comm* comm) {
+  if (!wanted(name)) return;
+  int seen = 0;
+  for (auto& [other, c] : comms) {
+    int cmp = MPI_UNEQUAL;
+    MPI_Comm_compare(raw(*c), raw(*comm), &cmp);
+    if (cmp == MPI_IDENT || cmp == MPI_CONGRUENT) seen = 1;
+  }
+  int everywhere = 0;
+  MPI_Allreduce(&seen, &everywhere, 1, MPI_INT, MPI_LAND, raw(world()));
+  if (!everywhere) comms.push_back({std::move(name), comm});
+}
+
+// Every valid mesh of the job's node layout, built once.
+struct Meshes {
+  std::vector<std::unique_ptr<Mesh>> all;
+  std::vector<std::pair<std::string, Comm*>> comms;  // world and every mesh's sub-communicators
+};
+
+Meshes& meshes() {
+  static Meshes* m = [] {
+    auto* fx = new Meshes();
+    auto layout = groupRanksIntoNodes(world());
+    EXPECT_TRUE(layout.ok()) << layout.status().toString();
+    addUnlessSeen(fx->comms, "world", &world());
+    for (int I = 1; I <= layout->ranks_per_node; ++I) {
+      if (layout->ranks_per_node % I) continue;
+      for (int J = 1; J <= layout->num_nodes; ++J) {
+        if (layout->num_nodes % J) continue;
+        auto mesh = Mesh::create(world(), *layout, {I, J});
+        EXPECT_TRUE(mesh.ok()) << mesh.status().toString();
+        const std::string tag = strCat("[", I, "x", J, "]");
+        for (auto [name, comm] : {std::pair<const char*, Comm*>{"intra", &(*mesh)->intraShard()},
+                                  {"inter", &(*mesh)->interShard()},
+                                  {"shard", &(*mesh)->shardGroup()},
+                                  {"replica", &(*mesh)->replica()}})
+          addUnlessSeen(fx->comms, name + tag, comm);
+        fx->all.push_back(std::move(*mesh));
+      }
+    }
+    return fx;
+  }();
+  return *m;
+}
+
+HostMemory& hostMemory() {
+  static HostMemory m;
+  return m;
+}
+
+struct MpiBackend {
+  static const char* name() { return "mpi"; }
+  static std::string unavailable() { return ""; }
+  static constexpr bool kBroadcast = true;
+  static constexpr bool kRejectsBadArguments = true;
+  static Memory& memory() { return hostMemory(); }
+  static std::vector<Case>& cases() {
+    static std::vector<Case>* c = [] {
+      auto* v = new std::vector<Case>();
+      for (auto& [name, comm] : meshes().comms) v->push_back({name, comm, raw(*comm)});
+      return v;
+    }();
+    return *c;
+  }
+};
+
+#if HSDP_HAVE_UCX
+std::unique_ptr<Comm> ucxOver(Comm& members, const ucx::UcxOptions* options = nullptr) {
+  auto dup = members.split(0, members.rank());
+  EXPECT_TRUE(dup.ok()) << dup.status().toString();
+  auto c = options ? ucx::createUcxComm(std::move(*dup), *options)
+                   : createTransport("ucx", std::move(*dup));
+  EXPECT_TRUE(c.ok()) << c.status().toString();
+  if (!c.ok()) return nullptr;
+  EXPECT_STREQ((*c)->transportName(), "ucx");
+  EXPECT_EQ((*c)->rank(), members.rank());
+  return std::move(*c);
+}
+#endif
+
+struct UcxBackend {
+  static const char* name() { return "ucx"; }
+  static std::string unavailable() {
+    return hasTransport("ucx") ? "" : "this hsdp was built without UCX";
+  }
+  static constexpr bool kBroadcast = true;
+  static constexpr bool kRejectsBadArguments = true;
+  static Memory& memory() { return hostMemory(); }
+  static std::vector<Case>& cases() {
+    static std::vector<Case>* c = [] {
+      auto* v = new std::vector<Case>();
+#if HSDP_HAVE_UCX
+      static std::vector<std::unique_ptr<Comm>> owned;
+      auto add = [&](const std::string& name, Comm& members, const ucx::UcxOptions* o) {
+        owned.push_back(ucxOver(members, o));
+        if (!owned.back()) return;
+        // The suite's largest block (100003 elements of up to 8 bytes): no growth on the hot path.
+        Status s = owned.back()->reserveScratch(100003 * sizeof(int64_t));
+        EXPECT_TRUE(s.ok()) << s.toString();
+        v->push_back({name, owned.back().get(), raw(members)});
+      };
+      ucx::UcxOptions ring, small;
+      ring.small_bytes = 0;
+      small.small_bytes = size_t(1) << 30;
+      if (wanted("world/ring")) add("world/ring", world(), &ring);
+      if (wanted("world/small")) add("world/small", world(), &small);
+      for (auto& [name, comm] : meshes().comms) add(name, *comm, nullptr);
+#endif
+      return v;
+    }();
+    return *c;
+  }
+};
+
+// The hierarchical schedules behind the Comm interface, for the suite: rank() is the shard index
+// (the shard group's rank), the collectives are the schedules', and what a schedule does not
+// have (broadcast, barrier, split) is not part of its conformance.
+class HierComm : public Comm {
+ public:
+  HierComm(Comm& intra, Comm& inter, HierOptions options) : h_(intra, inter, options) {
+    Status s = h_.reserve(100003, DType::kFloat32);
+    EXPECT_TRUE(s.ok()) << s.toString();
+  }
+  int rank() const override { return h_.shardIndex(); }
+  int size() const override { return h_.groupSize(); }
+  const char* transportName() const override { return "hier"; }
+  StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
+                                  DType dtype) override {
+    return h_.iallGather(send, recv, count, dtype);
+  }
+  StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                                      RedOp op) override {
+    return h_.ireduceScatter(send, recv, count, dtype, op);
+  }
+  StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override {
+    return h_.iallReduce(buf, count, dtype, op);
+  }
+  Status broadcast(void*, size_t, DType, int) override { return unimplemented("hier broadcast"); }
+  Status barrier() override { return unimplemented("hier barrier"); }
+  StatusOr<std::unique_ptr<Comm>> split(int, int) override { return unimplemented("hier split"); }
+  StatusOr<std::unique_ptr<Comm>> splitByHost() override { return unimplemented("hier split"); }
+  Status reserveScratch(size_t) override { return okStatus(); }
+  size_t scratchBytes() const override { return h_.scratchBytes(); }
+  [[noreturn]] void abortJob(int code) override {
+    world().abortJob(code);
+    std::abort();  // not reached
+  }
+
+ private:
+  HierarchicalCollectives h_;
+};
+
+struct HierarchicalBackend {
+  static const char* name() { return "hier"; }
+  static std::string unavailable() { return ""; }
+  static constexpr bool kBroadcast = false;
+  static constexpr bool kRejectsBadArguments = false;
+  static Memory& memory() { return hostMemory(); }
+  static std::vector<Case>& cases() {
+    static std::vector<Case>* c = [] {
+      auto* v = new std::vector<Case>();
+      static std::vector<std::unique_ptr<Comm>> owned;
+      for (auto& mesh : meshes().all) {
+        // Both levels wider than one rank: otherwise the schedules hand the whole operation to
+        // the one level there is, which the Mpi and Ucx cases already cover; the first mesh
+        // stays as the check of that hand-over.
+        const bool two_level = mesh->intraShard().size() > 1 && mesh->interShard().size() > 1;
+        if (!two_level && mesh != meshes().all.front()) continue;
+        std::vector<std::pair<std::string, Comm*>> inters = {{"mpi", &mesh->interShard()}};
+#if HSDP_HAVE_UCX
+        owned.push_back(ucxOver(mesh->interShard()));
+        if (owned.back()) inters.push_back({"ucx", owned.back().get()});
+#endif
+        for (auto& [inter_name, inter] : inters) {
+          // Pipelined on both inter transports; one chunk (the two-phase schedules) on MPI.
+          for (int chunks : {1, 3}) {
+            if (chunks == 1 && inter_name != std::string("mpi")) continue;
+            owned.push_back(std::make_unique<HierComm>(mesh->intraShard(), *inter,
+                                                       HierOptions{chunks}));
+            v->push_back({strCat(mesh->describe(), " inter=", inter_name, " chunks=", chunks),
+                          owned.back().get(), raw(mesh->shardGroup())});
+          }
+        }
+      }
+      return v;
+    }();
+    return *c;
+  }
+};
+
+}  // namespace
+
+INSTANTIATE_TYPED_TEST_SUITE_P(Mpi, Conformance, MpiBackend);
+INSTANTIATE_TYPED_TEST_SUITE_P(Ucx, Conformance, UcxBackend);
+INSTANTIATE_TYPED_TEST_SUITE_P(Hierarchical, Conformance, HierarchicalBackend);
+
+}  // namespace hsdp::conformance
