@@ -49,6 +49,11 @@ if(HSDP_HAVE_CUDA)
   if(NOT DEFINED CMAKE_CUDA_COMPILER)
     set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})  # nvcc need not be on PATH
   endif()
+  # The shared CUDA runtime, as CUDA::cudart (public: hsdp/nccl.h names CUDA types) already links
+  # it; CMake's default would add cudart_static beside it, two runtimes in one process.
+  if(NOT DEFINED CMAKE_CUDA_RUNTIME_LIBRARY)
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  endif()
   enable_language(CUDA)
   # C++17 for device code: CMake 3.25 does not know how to ask nvcc for C++20, and the .cu files
   # include only headers that are C++17 (status, dtype, optimizer).

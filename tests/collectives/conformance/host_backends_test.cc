@@ -94,17 +94,19 @@ Meshes& meshes() {
   return *m;
 }
 
-HostMemory& hostMemory() {
-  static HostMemory m;
-  return m;
-}
-
-struct MpiBackend {
-  static const char* name() { return "mpi"; }
+// What the host backends share: host memory, available in every build.
+struct HostBackend {
   static std::string unavailable() { return ""; }
+  static Memory& memory() {
+    static HostMemory m;
+    return m;
+  }
+};
+
+struct MpiBackend : HostBackend {
+  static const char* name() { return "mpi"; }
   static constexpr bool kBroadcast = true;
   static constexpr bool kRejectsBadArguments = true;
-  static Memory& memory() { return hostMemory(); }
   static std::vector<Case>& cases() {
     static std::vector<Case>* c = [] {
       auto* v = new std::vector<Case>();
@@ -129,14 +131,13 @@ std::unique_ptr<Comm> ucxOver(Comm& members, const ucx::UcxOptions* options = nu
 }
 #endif
 
-struct UcxBackend {
+struct UcxBackend : HostBackend {
   static const char* name() { return "ucx"; }
   static std::string unavailable() {
     return hasTransport("ucx") ? "" : "this hsdp was built without UCX";
   }
   static constexpr bool kBroadcast = true;
   static constexpr bool kRejectsBadArguments = true;
-  static Memory& memory() { return hostMemory(); }
   static std::vector<Case>& cases() {
     static std::vector<Case>* c = [] {
       auto* v = new std::vector<Case>();
@@ -201,12 +202,10 @@ class HierComm : public Comm {
   HierarchicalCollectives h_;
 };
 
-struct HierarchicalBackend {
+struct HierarchicalBackend : HostBackend {
   static const char* name() { return "hier"; }
-  static std::string unavailable() { return ""; }
   static constexpr bool kBroadcast = false;
   static constexpr bool kRejectsBadArguments = false;
-  static Memory& memory() { return hostMemory(); }
   static std::vector<Case>& cases() {
     static std::vector<Case>* c = [] {
       auto* v = new std::vector<Case>();
