@@ -13,7 +13,7 @@ foreach(fn ${_hsdp_modules})
   string(APPEND HSDP_MODULE_CALLS "  ${fn}();\n")
 endforeach()
 foreach(entry ${_hsdp_missing})
-  # "name|reason"
+  # "name|reason" (a reason may not contain ";", the list separator)
   string(REPLACE "|" ";" parts "${entry}")
   list(GET parts 0 name)
   list(GET parts 1 reason)

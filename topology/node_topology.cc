@@ -52,6 +52,11 @@ StatusOr<TopologyPtr> newTopology() {
   // Keep every PCI device and bridge: the PCI path between a GPU and a NIC goes through bridges
   // that hwloc's default filter would fold away.
   hwloc_topology_set_io_types_filter(t.get(), HWLOC_TYPE_FILTER_KEEP_ALL);
+  // Not hwloc's OpenCL and GL plugins: hsdp reads GPUs through NVML and NCCL's XML, the OpenCL
+  // one initialises every installed ICD (slow, and on a CPU-only host it lists CPU "devices"),
+  // and the GL one asks an X server. Their allocations are also freed only with the plugin.
+  for (const char* name : {"opencl", "gl"})
+    hwloc_topology_set_components(t.get(), HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, name);
   return t;
 }
 

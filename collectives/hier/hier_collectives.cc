@@ -211,6 +211,14 @@ class ChunkPipeline : public ScheduleWork {
   size_t next_[2] = {0, 0}, in_flight_[2] = {0, 0}, done_chunks_ = 0;
 };
 
+// Staging regions start on 64-byte boundaries: a float stage that followed an odd number of bf16
+// elements would be misaligned (stores through it are undefined behaviour), and a region per
+// cache line keeps the levels' buffers apart.
+constexpr size_t kStageAlign = 64;
+constexpr size_t stageBytes(size_t bytes) {
+  return (bytes + kStageAlign - 1) / kStageAlign * kStageAlign;
+}
+
 // Staging of the pipelined all-gather and reduce-scatter: per slot, the I*J-piece and J-piece
 // stages in the data type and, with a bf16 inter wire, the 1-piece and J-piece wire stages.
 struct TwoLevelStaging {
@@ -224,10 +232,10 @@ struct TwoLevelStaging {
     char* p = slot->as<char>();
     const size_t w = wire16 ? 2 : 0;
     for (size_t b = 0; b < slots; ++b) {
-      full[b] = p, p += I * J * nmax * es;
-      half[b] = p, p += J * nmax * es;
-      one16[b] = p, p += nmax * w;
-      half16[b] = p, p += J * nmax * w;
+      full[b] = p, p += stageBytes(I * J * nmax * es);
+      half[b] = p, p += stageBytes(J * nmax * es);
+      one16[b] = p, p += stageBytes(nmax * w);
+      half16[b] = p, p += stageBytes(J * nmax * w);
     }
   }
 };
@@ -589,8 +597,10 @@ size_t State::stagingBytes(size_t count, DType dtype) const {
   const size_t I = intra_.size(), J = inter_.size(), es = dtypeSize(dtype);
   if (!pipelined(count, dtype)) return J * count * es;  // two-phase reduce-scatter's middle
   const size_t nmax = (count + chunkCount(count, dtype) - 1) / chunkCount(count, dtype);
-  const size_t wire = wireType(dtype) != dtype ? (J + 1) * nmax * sizeof(bf16) : 0;
-  return ChunkPipeline::slotsFor(chunkCount(count, dtype)) * ((I * J + J) * nmax * es + wire);
+  const size_t w = wireType(dtype) != dtype ? sizeof(bf16) : 0;
+  return ChunkPipeline::slotsFor(chunkCount(count, dtype)) *
+         (stageBytes(I * J * nmax * es) + stageBytes(J * nmax * es) + stageBytes(nmax * w) +
+          stageBytes(J * nmax * w));
 }
 
 size_t State::allReduceBytes(size_t count, DType dtype) const {

@@ -9,6 +9,7 @@
 
 #include "cuda/cuda_resources.h"
 #include "hsdp/transport.h"
+#include "tests/common/status_assert.h"
 
 namespace hsdp::gpu_testing {
 
@@ -28,15 +29,4 @@ Comm& world();
     std::string hsdp_why_;                                                   \
     if (::hsdp::gpu_testing::devices(&hsdp_why_) == 0)                       \
       GTEST_SKIP() << "no CUDA device visible: " << hsdp_why_;               \
-  } while (0)
-
-#define ASSERT_OK(expr)                              \
-  do {                                               \
-    ::hsdp::Status hsdp_s_ = (expr);                 \
-    ASSERT_TRUE(hsdp_s_.ok()) << hsdp_s_.toString(); \
-  } while (0)
-#define EXPECT_OK(expr)                              \
-  do {                                               \
-    ::hsdp::Status hsdp_s_ = (expr);                 \
-    EXPECT_TRUE(hsdp_s_.ok()) << hsdp_s_.toString(); \
   } while (0)

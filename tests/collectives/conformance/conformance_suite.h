@@ -33,6 +33,7 @@
 #include "hsdp/dtype.h"
 #include "hsdp/status.h"
 #include "hsdp/transport.h"
+#include "tests/common/status_assert.h"
 
 namespace hsdp::conformance {
 
@@ -240,12 +241,6 @@ const std::vector<size_t>& counts() {
   return c;
 }
 
-#define HSDP_CONFORMANCE_OK(expr)                    \
-  do {                                               \
-    ::hsdp::Status hsdp_s_ = (expr);                 \
-    ASSERT_TRUE(hsdp_s_.ok()) << hsdp_s_.toString(); \
-  } while (0)
-
 // ---- the suite ----------------------------------------------------------------------------------
 
 template <typename Backend>
@@ -268,13 +263,13 @@ class Conformance : public ::testing::Test {
       else mine = exactValues<T>(worldRank(), count, 4);
       const auto want = mpiAllGather(mine, c.oracle);
       Buffer<T> send(mem(), mine, guard), recv(mem(), n * count, guard);
-      HSDP_CONFORMANCE_OK(c.comm->allGather(send.data(), recv.data(), count, dtypeOf<T>()));
+      ASSERT_OK(c.comm->allGather(send.data(), recv.data(), count, dtypeOf<T>()));
       EXPECT_TRUE(exactly(recv.read(), want, guard)) << "out of place";
       // In place: this rank's block already sits in the result.
       std::vector<T> staged(n * count, fromFloat<T>(0));
       std::copy(mine.begin(), mine.end(), staged.begin() + r * count);
       Buffer<T> inplace(mem(), staged, guard);
-      HSDP_CONFORMANCE_OK(c.comm->allGather(inplace.data() + r * count, inplace.data(), count,
+      ASSERT_OK(c.comm->allGather(inplace.data() + r * count, inplace.data(), count,
                                             dtypeOf<T>()));
       EXPECT_TRUE(exactly(inplace.read(), want, guard)) << "in place";
     }
@@ -290,7 +285,7 @@ class Conformance : public ::testing::Test {
       const std::vector<T> full = exactValues<T>(worldRank(), n * count);
       const auto want = mpiReduceScatter(full, count, c.oracle);
       Buffer<T> send(mem(), full, guard), recv(mem(), count, guard);
-      HSDP_CONFORMANCE_OK(c.comm->reduceScatter(send.data(), recv.data(), count, dtypeOf<T>(),
+      ASSERT_OK(c.comm->reduceScatter(send.data(), recv.data(), count, dtypeOf<T>(),
                                                 RedOp::kSum));
       EXPECT_TRUE(exactly(recv.read(), want, guard));
     }
@@ -304,7 +299,7 @@ class Conformance : public ::testing::Test {
       const std::vector<T> v = exactValues<T>(worldRank() + 2, count, 4);
       const auto want = mpiAllReduce(v, c.oracle);
       Buffer<T> buf(mem(), v, guard);
-      HSDP_CONFORMANCE_OK(c.comm->allReduce(buf.data(), count, dtypeOf<T>(), RedOp::kSum));
+      ASSERT_OK(c.comm->allReduce(buf.data(), count, dtypeOf<T>(), RedOp::kSum));
       EXPECT_TRUE(exactly(buf.read(), want, guard));
     }
   }
@@ -339,9 +334,9 @@ TYPED_TEST_P(Conformance, ReduceScatterOfRandomValuesSumAndAvg) {
       for (float& x : avg) x /= float(n);
       Buffer<float> send(this->mem(), full, -3.0f), out_sum(this->mem(), count, -3.0f),
           out_avg(this->mem(), count, -3.0f);
-      HSDP_CONFORMANCE_OK(c.comm->reduceScatter(send.data(), out_sum.data(), count,
+      ASSERT_OK(c.comm->reduceScatter(send.data(), out_sum.data(), count,
                                                 DType::kFloat32, RedOp::kSum));
-      HSDP_CONFORMANCE_OK(c.comm->reduceScatter(send.data(), out_avg.data(), count,
+      ASSERT_OK(c.comm->reduceScatter(send.data(), out_avg.data(), count,
                                                 DType::kFloat32, RedOp::kAvg));
       EXPECT_TRUE(near(out_sum.read(), sum, 1e-6f, 1e-6f * n, -3.0f)) << "sum";
       EXPECT_TRUE(near(out_avg.read(), avg, 1e-6f, 1e-6f, -3.0f)) << "avg";
@@ -350,7 +345,7 @@ TYPED_TEST_P(Conformance, ReduceScatterOfRandomValuesSumAndAvg) {
       std::vector<float> avg16 = mpiReduceScatter(full16, count, c.oracle);
       for (float& x : avg16) x /= float(n);
       Buffer<bf16> send16(this->mem(), full16, toBf16(-3)), out16(this->mem(), count, toBf16(-3));
-      HSDP_CONFORMANCE_OK(c.comm->reduceScatter(send16.data(), out16.data(), count,
+      ASSERT_OK(c.comm->reduceScatter(send16.data(), out16.data(), count,
                                                 DType::kBFloat16, RedOp::kAvg));
       EXPECT_TRUE(near(asFloats(out16.read()), avg16, 1.6e-2f, 1e-2f, -3.0f)) << "bf16 avg";
     }
@@ -369,20 +364,20 @@ TYPED_TEST_P(Conformance, AllReduceSumIsExactAndAvgWithinRounding) {
       std::vector<float> avg = mpiAllReduce(v, c.oracle);
       for (float& x : avg) x /= float(n);
       Buffer<float> buf(this->mem(), v, -3.0f);
-      HSDP_CONFORMANCE_OK(c.comm->allReduce(buf.data(), count, DType::kFloat32, RedOp::kAvg));
+      ASSERT_OK(c.comm->allReduce(buf.data(), count, DType::kFloat32, RedOp::kAvg));
       EXPECT_TRUE(near(buf.read(), avg, 1e-5f, 1e-6f, -3.0f));
       const std::vector<bf16> v16 = exactValues<bf16>(worldRank() + 3, count);
       std::vector<float> avg16 = mpiAllReduce(v16, c.oracle);
       for (float& x : avg16) x /= float(n);
       Buffer<bf16> buf16(this->mem(), v16, toBf16(-3));
-      HSDP_CONFORMANCE_OK(c.comm->allReduce(buf16.data(), count, DType::kBFloat16, RedOp::kAvg));
+      ASSERT_OK(c.comm->allReduce(buf16.data(), count, DType::kBFloat16, RedOp::kAvg));
       EXPECT_TRUE(near(asFloats(buf16.read()), avg16, 1.6e-2f, 1e-2f, -3.0f)) << "bf16 avg";
     }
     // 64-bit integers beyond 32 bits.
     std::vector<int64_t> big(1000);
     for (size_t i = 0; i < big.size(); ++i) big[i] = (int64_t(worldRank()) << 33) + int64_t(i);
     Buffer<int64_t> buf(this->mem(), big, -3);
-    HSDP_CONFORMANCE_OK(c.comm->allReduce(buf.data(), big.size(), DType::kInt64, RedOp::kSum));
+    ASSERT_OK(c.comm->allReduce(buf.data(), big.size(), DType::kInt64, RedOp::kSum));
     EXPECT_TRUE(exactly(buf.read(), mpiAllReduce(big, c.oracle), int64_t(-3))) << "int64";
   }
 }
@@ -394,7 +389,7 @@ TYPED_TEST_P(Conformance, AllReduceOfRandomValuesIsBitwiseIdenticalOnEveryRank) 
       SCOPED_TRACE(strCat(c.name, " count=", count));
       const std::vector<float> v = randomValues(worldRank() + 11, count);
       Buffer<float> buf(this->mem(), v, -3.0f);
-      HSDP_CONFORMANCE_OK(c.comm->allReduce(buf.data(), count, DType::kFloat32, RedOp::kAvg));
+      ASSERT_OK(c.comm->allReduce(buf.data(), count, DType::kFloat32, RedOp::kAvg));
       const std::vector<float> mine = buf.read();
       std::vector<float> root = mine;
       MPI_Bcast(root.data(), int(count), MPI_FLOAT, 0, c.oracle);
@@ -411,11 +406,11 @@ TYPED_TEST_P(Conformance, BroadcastFromEveryRootAndBarrier) {
       SCOPED_TRACE(strCat(c.name, " root=", root));
       const std::vector<int64_t> mine(1001, int64_t(c.comm->rank()) * 1000003);
       Buffer<int64_t> buf(this->mem(), mine, -3);
-      HSDP_CONFORMANCE_OK(c.comm->broadcast(buf.data(), mine.size(), DType::kInt64, root));
+      ASSERT_OK(c.comm->broadcast(buf.data(), mine.size(), DType::kInt64, root));
       const std::vector<int64_t> want(1001, int64_t(root) * 1000003);
       EXPECT_TRUE(exactly(buf.read(), want, int64_t(-3)));
     }
-    HSDP_CONFORMANCE_OK(c.comm->barrier());
+    ASSERT_OK(c.comm->barrier());
   }
 }
 
@@ -464,7 +459,7 @@ TYPED_TEST_P(Conformance, ManyOutstandingHandlesCompleteInAnyOrder) {
           if (*done) break;
         }
       }
-      HSDP_CONFORMANCE_OK(w.wait());  // after test() said done: the same result at once
+      ASSERT_OK(w.wait());  // after test() said done: the same result at once
     }
     for (int o = 0; o < kRounds; ++o) {
       Round& r = rounds[o];
@@ -514,13 +509,13 @@ TYPED_TEST_P(Conformance, GroupOfMixedOperationsMatchesMpi) {
         CollectiveOp::allGather(ag16_send.data(), ag16_out.data(), c1, DType::kBFloat16),
     };
     auto work = c.comm->igroup(ops);
-    HSDP_CONFORMANCE_OK(work.status());
+    ASSERT_OK(work.status());
     for (;;) {
       auto done = (*work)->test();
-      HSDP_CONFORMANCE_OK(done.status());
+      ASSERT_OK(done.status());
       if (*done) break;
     }
-    HSDP_CONFORMANCE_OK((*work)->wait());
+    ASSERT_OK((*work)->wait());
     std::vector<float> want_avg = mpiAllReduce(avg_in, c.oracle);
     for (float& x : want_avg) x /= float(n);
     EXPECT_TRUE(exactly(ag_out.read(), mpiAllGather(ag_in, c.oracle), -3.0f)) << "all-gather";
@@ -580,7 +575,7 @@ TYPED_TEST_P(Conformance, BadArgumentsAndDependentGroupsAreRejected) {
         << g.status().message();
     // An empty group is complete at once; two operations reading the same bytes are independent.
     auto empty = c.comm->igroup({});
-    HSDP_CONFORMANCE_OK(empty.status());
+    ASSERT_OK(empty.status());
     auto done = (*empty)->test();
     ASSERT_TRUE(done.ok() && *done);
     const std::vector<float> src = randomValues(worldRank(), 8);
@@ -589,14 +584,14 @@ TYPED_TEST_P(Conformance, BadArgumentsAndDependentGroupsAreRejected) {
         CollectiveOp::allGather(shared.data(), out1.data(), 8, DType::kFloat32),
         CollectiveOp::allGather(shared.data(), out2.data(), 8, DType::kFloat32)};
     g = c.comm->igroup(shared_read);
-    HSDP_CONFORMANCE_OK(g.status());
-    HSDP_CONFORMANCE_OK((*g)->wait());
+    ASSERT_OK(g.status());
+    ASSERT_OK((*g)->wait());
     EXPECT_TRUE(exactly(out1.read(), mpiAllGather(src, c.oracle), -3.0f));
     EXPECT_TRUE(exactly(out2.read(), mpiAllGather(src, c.oracle), -3.0f));
     // Still usable: an all-reduce after the rejections matches MPI.
     const std::vector<float> v = exactValues<float>(worldRank(), 17);
     Buffer<float> buf(m, v, -3.0f);
-    HSDP_CONFORMANCE_OK(c.comm->allReduce(buf.data(), v.size(), DType::kFloat32, RedOp::kSum));
+    ASSERT_OK(c.comm->allReduce(buf.data(), v.size(), DType::kFloat32, RedOp::kSum));
     EXPECT_TRUE(exactly(buf.read(), mpiAllReduce(v, c.oracle), -3.0f));
   }
 }

@@ -68,9 +68,24 @@ struct Meshes {
   std::vector<std::pair<std::string, Comm*>> comms;  // world and every mesh's sub-communicators
 };
 
+std::unique_ptr<Meshes> g_meshes;
+// The communicators the backends build over the meshes' (UCX, schedules), freed before them.
+std::vector<std::unique_ptr<Comm>> g_owned;
+
+// Everything goes on every rank at the same point, before MPI_Finalize (not in static
+// destructors, after MPI's and UCX's own teardown): the cases, then the communicators.
+class Teardown : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    g_owned.clear();
+    g_meshes.reset();
+  }
+};
+const auto* const kTeardown = ::testing::AddGlobalTestEnvironment(new Teardown);
+
 Meshes& meshes() {
-  static Meshes* m = [] {
-    auto* fx = new Meshes();
+  if (!g_meshes) g_meshes = [] {
+    auto fx = std::make_unique<Meshes>();
     auto layout = groupRanksIntoNodes(world());
     EXPECT_TRUE(layout.ok()) << layout.status().toString();
     addUnlessSeen(fx->comms, "world", &world());
@@ -91,7 +106,7 @@ Meshes& meshes() {
     }
     return fx;
   }();
-  return *m;
+  return *g_meshes;
 }
 
 // What the host backends share: host memory, available in every build.
@@ -142,7 +157,7 @@ struct UcxBackend : HostBackend {
     static std::vector<Case>* c = [] {
       auto* v = new std::vector<Case>();
 #if HSDP_HAVE_UCX
-      static std::vector<std::unique_ptr<Comm>> owned;
+      auto& owned = g_owned;
       auto add = [&](const std::string& name, Comm& members, const ucx::UcxOptions* o) {
         owned.push_back(ucxOver(members, o));
         if (!owned.back()) return;
@@ -209,7 +224,7 @@ struct HierarchicalBackend : HostBackend {
   static std::vector<Case>& cases() {
     static std::vector<Case>* c = [] {
       auto* v = new std::vector<Case>();
-      static std::vector<std::unique_ptr<Comm>> owned;
+      auto& owned = g_owned;
       for (auto& mesh : meshes().all) {
         // Both levels wider than one rank: otherwise the schedules hand the whole operation to
         // the one level there is, which the Mpi and Ucx cases already cover; the first mesh

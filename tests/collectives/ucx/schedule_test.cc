@@ -67,7 +67,8 @@ bool execute(std::vector<Schedule>& ranks) {
         const Transfer& t = s.recvAt(i);
         auto it = mailbox.find(std::make_tuple(t.peer, r, t.msg));
         EXPECT_EQ(it->second.size(), t.bytes) << "message " << t.msg << " " << t.peer << "->" << r;
-        std::memcpy(t.buf, it->second.data(), std::min(t.bytes, it->second.size()));
+        if (t.bytes > 0)
+          std::memcpy(t.buf, it->second.data(), std::min(t.bytes, it->second.size()));
         mailbox.erase(it);
       }
       for (uint32_t i = st.op_begin; i < st.op_end; ++i) runLocalOp(s.opAt(i));
@@ -143,7 +144,7 @@ TEST(UcxSchedule, AllGatherEveryAlgorithmSizeCountAndPlacement) {
             for (int r = 0; r < n; ++r) {
               send[r] = filled(r, count, dt);
               recv[r].assign(n * B, 0x5a);
-              if (in_place) std::memcpy(recv[r].data() + r * B, send[r].data(), B);
+              if (in_place && B > 0) std::memcpy(recv[r].data() + r * B, send[r].data(), B);
               scratch[r].resize(allGatherScratchBytes(a, n, count, dt));
               buildAllGather(s[r], a, r, n, in_place ? recv[r].data() + r * B : send[r].data(),
                              recv[r].data(), count, dt, scratch[r].data());
@@ -151,7 +152,7 @@ TEST(UcxSchedule, AllGatherEveryAlgorithmSizeCountAndPlacement) {
             ASSERT_TRUE(execute(s));
             for (int r = 0; r < n; ++r)
               for (int q = 0; q < n; ++q)
-                ASSERT_EQ(0, std::memcmp(recv[r].data() + q * B, send[q].data(), B))
+                ASSERT_TRUE(B == 0 || std::memcmp(recv[r].data() + q * B, send[q].data(), B) == 0)
                     << "rank " << r << " block " << q;
           }
 }

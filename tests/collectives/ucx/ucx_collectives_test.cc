@@ -18,17 +18,7 @@
 #include "hsdp/mesh.h"
 #include "hsdp/transport_select.h"
 #include "tests/common/mpi_test_main.h"
-
-#define ASSERT_OK(expr)                                \
-  do {                                                 \
-    ::hsdp::Status hsdp_s_ = (expr);                   \
-    ASSERT_TRUE(hsdp_s_.ok()) << hsdp_s_.toString();   \
-  } while (0)
-#define EXPECT_OK(expr)                                \
-  do {                                                 \
-    ::hsdp::Status hsdp_s_ = (expr);                   \
-    EXPECT_TRUE(hsdp_s_.ok()) << hsdp_s_.toString();   \
-  } while (0)
+#include "tests/common/status_assert.h"
 
 namespace hsdp {
 namespace {
@@ -56,22 +46,32 @@ std::unique_ptr<Comm> makeUcx(Comm& bootstrap, const ucx::UcxOptions* options = 
 }
 
 struct Fixture {
-  std::vector<Pair> pairs;  // the world, and the even and odd ranks in reversed order
+  std::unique_ptr<Comm> half;  // MPI: the even and odd ranks in reversed order
+  std::vector<Pair> pairs;     // UCX over the world and over `half`
 };
 
+std::unique_ptr<Fixture> g_fixture;
+
 Fixture& fixture() {
-  static Fixture* f = [] {
-    auto* fx = new Fixture();
-    fx->pairs.push_back({"world", &world(), makeUcx(world())});
-    static std::unique_ptr<Comm> half;
+  if (!g_fixture) {
+    g_fixture = std::make_unique<Fixture>();
+    Fixture& fx = *g_fixture;
+    fx.pairs.push_back({"world", &world(), makeUcx(world())});
     auto h = world().split(world().rank() % 2, -world().rank());
     EXPECT_TRUE(h.ok()) << h.status().toString();
-    half = std::move(*h);
-    fx->pairs.push_back({"half/reversed", half.get(), makeUcx(*half)});
-    return fx;
-  }();
-  return *f;
+    fx.half = std::move(*h);
+    fx.pairs.push_back({"half/reversed", fx.half.get(), makeUcx(*fx.half)});
+  }
+  return *g_fixture;
 }
+
+// The communicators go on every rank at the same point, before MPI_Finalize (not in a static
+// destructor, after UCX's and MPI's own teardown).
+class FixtureTeardown : public ::testing::Environment {
+ public:
+  void TearDown() override { g_fixture.reset(); }
+};
+const auto* const kTeardown = ::testing::AddGlobalTestEnvironment(new FixtureTeardown);
 
 const std::vector<size_t> kCounts = {1, 7, 1000, 100003};
 
