@@ -1,21 +1,22 @@
 // train_gpt: a GPT-2 trained on real English text (Debian's fortunes, byte-level) with hybrid
-// sharded data parallelism, checked against a single-process reference. One readable training
-// loop: forward over the units (wte, wpe, h.0 ... h.{L-1}, ln_f, and wte again as the tied LM
-// head), each gathered just in time while the next one's gather is in flight; backward in
-// reverse, each unit's gradient reduced as soon as its last use is done (wte's after both of
-// its uses); then the optimizer step on the shards. The model's math is gpt/model.h, the flags
-// gpt/gpt_options.h, the printing gpt/report.h.
+// sharded data parallelism, checked against a single-process reference. The program: set-up,
+// the step loop with its report, evaluation, the sample and --check. The training step itself
+// (forward over the units with prefetch, backward with each unit's gradient reduced after its
+// last use, the optimizer step) is gpt/trainer.cc; the model's math gpt/model.h; the flags
+// gpt/gpt_options.h; the printing gpt/report.h.
 //
 //   mpirun -np 8 -x HSDP_RANKS_PER_NODE=4 build/examples/train_gpt --preset small \
 //       --mode zero3 --intra-shard 4 --inter-shard 1 --steps 40 --eval-every 10 --sample 200
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <thread>
 
 #include "gpt/data.h"
 #include "gpt/gpt_options.h"
 #include "gpt/model.h"
 #include "gpt/report.h"
+#include "gpt/trainer.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
 #include "hsdp/schedule.h"
@@ -27,120 +28,16 @@ namespace {
 
 constexpr const char* kProgram = "train_gpt";
 
-struct Run {
-  hsdp::Comm& world;
-  hsdp::ShardedModel& model;
-  const gpt::Setup& setup;
-  const gpt::Options& opt;
-  const gpt::Corpus& corpus;
-  std::vector<gpt::UnitInfo> units;  // what each engine unit holds (same index)
-  std::vector<int> order;            // wte, wpe, h.0, ..., ln_f, wte
-  gpt::Model net;                    // the math and this rank's activations
-  hsdp::ScheduleOptions schedule;
-  std::vector<int32_t> tokens, targets;  // this rank's slice of the micro-batch
-  int perRank() const { return setup.train.batch / setup.train.accum / world.size(); }
-};
-
-// The unit's full parameters (after its gather) and gradient buffers, one pointer per
-// parameter in registration order: what gpt::Model reads and writes.
-hsdp::Status unitParams(Run& run, int u, std::vector<const float*>* p) {
-  p->clear();
-  for (const hsdp::ParamSpec& s : run.units[u].params) {
-    HSDP_ASSIGN_OR_RETURN(hsdp::ParamView v, run.model.param(u, s.name));
-    p->push_back(v.data);
+// Rank 0's two floats to every rank, the others polling every 10 ms instead of spinning in MPI
+// (8 ranks share 2 cores on the demo machine: a spinning rank takes cycles from rank 0).
+hsdp::Status waitAsleep(hsdp::Comm& world, float verdict[2]) {
+  HSDP_ASSIGN_OR_RETURN(hsdp::WorkHandle work,
+                        world.iallReduce(verdict, 2, hsdp::DType::kFloat32, hsdp::RedOp::kSum));
+  for (;;) {
+    HSDP_ASSIGN_OR_RETURN(bool done, work->test());
+    if (done) return hsdp::okStatus();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  return hsdp::okStatus();
-}
-hsdp::Status unitGrads(Run& run, int u, std::vector<float*>* g) {
-  g->clear();
-  for (const hsdp::ParamSpec& s : run.units[u].params) {
-    HSDP_ASSIGN_OR_RETURN(hsdp::ParamView v, run.model.grad(u, s.name));
-    g->push_back(v.data);
-  }
-  return hsdp::okStatus();
-}
-
-// Forward over the unit order; gpt::Model keeps what backward needs. Position pos of the
-// order tells the model which use of a unit this is (wte: the embedding first, the head last).
-hsdp::Status forward(Run& run) {
-  int pos = 0;
-  std::vector<const float*> p;
-  return hsdp::forwardUnits(
-      run.model, run.order,
-      [&](int u) -> hsdp::Status {
-        HSDP_RETURN_IF_ERROR(unitParams(run, u, &p));
-        run.net.forward(pos++, p);
-        return hsdp::okStatus();
-      },
-      run.schedule);
-}
-
-// One micro-step: forward and backward of this rank's slice of micro-batch `micro`; gradients
-// add into the engine's buffers, and only the last micro-step reduces them.
-hsdp::StatusOr<float> microStep(Run& run, int step, int micro, bool last) {
-  const gpt::TrainSettings& t = run.setup.train;
-  const int per_rank = run.perRank();
-  const int64_t first = int64_t(micro) * (t.batch / t.accum) + run.world.rank() * per_rank;
-  gpt::fillBatch(run.corpus, run.setup.model, t.data_seed, step, first, per_rank, &run.tokens,
-                 &run.targets);
-  // The step's gradient is the mean over micro-steps: each adds 1/accum of its own.
-  run.net.setBatch(per_rank, run.setup.model.context, run.tokens.data(), run.targets.data(),
-                   1.0f / t.accum);
-  HSDP_RETURN_IF_ERROR(forward(run));
-  // Backward in reverse order: the head first (it starts wte's gradient), the embedding last
-  // (it finishes it; the schedule reduces wte there). Unit u-1's gather is prefetched while u
-  // computes, and each reduction runs in the background while earlier units compute.
-  int pos = static_cast<int>(run.order.size());
-  std::vector<const float*> p;
-  std::vector<float*> g;
-  HSDP_RETURN_IF_ERROR(hsdp::backwardUnits(
-      run.model, run.order,
-      [&](int u) -> hsdp::Status {
-        HSDP_RETURN_IF_ERROR(unitParams(run, u, &p));
-        HSDP_RETURN_IF_ERROR(unitGrads(run, u, &g));
-        run.net.backward(--pos, p, g);
-        return hsdp::okStatus();
-      },
-      /*reduce_grads=*/last, run.schedule));
-  return run.net.loss();
-}
-
-// One optimizer step at the schedule's rate: `accum` micro-steps, then the step on the shards.
-hsdp::StatusOr<float> trainStep(Run& run, int step) {
-  // Set before backward: with CPU offload a unit's step starts as soon as it is reduced.
-  HSDP_RETURN_IF_ERROR(run.model.setLearningRate(run.setup.train.schedule.at(step)));
-  float loss = 0;
-  for (int k = 0; k < run.setup.train.accum; ++k) {
-    HSDP_ASSIGN_OR_RETURN(float l, microStep(run, step, k, k + 1 == run.setup.train.accum));
-    loss += l / run.setup.train.accum;
-  }
-  HSDP_RETURN_IF_ERROR(run.model.step());
-  return loss;
-}
-
-// Validation loss: forward only over eval_batches micro-batches of evenly spaced validation
-// sequences (this rank's slice of each), averaged over every rank.
-hsdp::StatusOr<float> evaluate(Run& run) {
-  const int per_rank = run.perRank(), T = run.setup.model.context;
-  const int64_t micro = int64_t(per_rank) * run.world.size();
-  const int64_t count = micro * run.opt.eval_batches;
-  run.tokens.resize(static_cast<size_t>(per_rank) * T);
-  run.targets.resize(run.tokens.size());
-  double sum = 0;
-  for (int k = 0; k < run.opt.eval_batches; ++k) {
-    for (int s = 0; s < per_rank; ++s)
-      gpt::valSequence(run.corpus, k * micro + run.world.rank() * per_rank + s, count, T,
-                       run.tokens.data() + s * T, run.targets.data() + s * T);
-    run.net.setBatch(per_rank, T, run.tokens.data(), run.targets.data());
-    HSDP_RETURN_IF_ERROR(forward(run));
-    sum += run.net.loss();
-  }
-  std::vector<float> all(run.world.size());
-  const float mine = static_cast<float>(sum / run.opt.eval_batches);
-  HSDP_RETURN_IF_ERROR(run.world.allGather(&mine, all.data(), 1, hsdp::DType::kFloat32));
-  double mean = 0;
-  for (float v : all) mean += v / all.size();
-  return static_cast<float>(mean);
 }
 
 // The body of the program; a non-OK Status before the first step is bad input every rank sees
@@ -168,36 +65,14 @@ int runMain(const gpt::Options& opt, hsdp::Comm& world) {
   if (!model_or.ok()) return fail(model_or.status());
   hsdp::ShardedModel& model = **model_or;
 
-  // One engine unit per gpt unit, under GPT-2's names; the same initial values on every rank.
-  Run run{world,
-          model,
-          setup,
-          opt,
-          *corpus,
-          gpt::units(setup.model),
-          gpt::unitOrder(setup.model),
-          gpt::Model(setup.model, opt.activation_checkpointing),
-          {opt.prefetch},
-          {},
-          {}};
-  for (const gpt::UnitInfo& u : run.units)
-    if (auto s = model.addUnit(u.name, u.params); !s.ok()) return fail(s.status());
-  if (hsdp::Status s = model.finalize(); !s.ok()) return fail(s);
-  for (size_t u = 0; u < run.units.size(); ++u) {
-    const std::vector<float> init = gpt::initUnit(setup.model, static_cast<int>(u));
-    size_t off = 0;
-    for (const hsdp::ParamSpec& p : run.units[u].params) {
-      if (hsdp::Status s = model.setParameter(u, p.name, init.data() + off, p.numel()); !s.ok())
-        return fail(s);
-      off += p.numel();
-    }
-  }
+  gpt::Trainer run(world, model, setup, *corpus, opt.activation_checkpointing, opt.prefetch);
+  if (hsdp::Status s = gpt::buildModel(run); !s.ok()) return fail(s);
   gpt::printHeader(kProgram, world, **mesh, setup, opt, *corpus);
 
   auto evalAndPrint = [&](int step) {
     if (opt.eval_batches == 0) return;
     auto t0 = std::chrono::steady_clock::now();
-    auto val = evaluate(run);
+    auto val = gpt::evaluate(run, opt.eval_batches);
     if (!val.ok()) abort(val.status());
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rank == 0)
@@ -211,7 +86,7 @@ int runMain(const gpt::Options& opt, hsdp::Comm& world) {
   if (opt.eval_every > 0 && steps > 0) evalAndPrint(0);
   for (int step = 0; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    auto loss = trainStep(run, step);
+    auto loss = gpt::trainStep(run, step);
     auto t1 = std::chrono::steady_clock::now();
     if (!loss.ok()) abort(loss.status());
     gpt::StepStats st;
@@ -232,16 +107,10 @@ int runMain(const gpt::Options& opt, hsdp::Comm& world) {
 
   // The trained parameters in full (collective), for the sample and the parity check.
   std::vector<std::vector<float>> full(run.units.size());
-  if (opt.sample > 0 || opt.common.check)
+  const bool rank0_work = opt.sample > 0 || opt.common.check;
+  if (rank0_work)
     for (size_t u = 0; u < run.units.size(); ++u)
       if (hsdp::Status s = model.gatherFullParameters(u, &full[u]); !s.ok()) abort(s);
-  if (opt.sample > 0 && rank == 0) {
-    const std::string text =
-        gpt::generate(setup.model, full, opt.prompt, opt.sample, opt.temperature, opt.sample_seed);
-    std::printf("\nsample (%d tokens, temperature %g, seed %llu):\n%s%s\n", opt.sample,
-                opt.temperature, static_cast<unsigned long long>(opt.sample_seed),
-                gpt::printable(opt.prompt).c_str(), gpt::printable(text).c_str());
-  }
   std::vector<uint64_t> numels;
   for (const gpt::UnitInfo& u : run.units) {
     numels.push_back(0);
@@ -252,18 +121,28 @@ int runMain(const gpt::Options& opt, hsdp::Comm& world) {
   if (rank == 0)
     std::printf("activations (rank 0): %.2f MiB (activation checkpointing %s)\n",
                 run.net.activationBytes() / 1048576.0, opt.activation_checkpointing ? "on" : "off");
-  if (!opt.common.check) return 0;
+  if (!rank0_work) return 0;
 
-  // --check: rank 0 trains the single-process reference; every rank learns the verdict.
-  float verdict[2] = {0, 0};  // {max_rel_err, pass}
+  // Rank 0 samples and, with --check, trains the single-process reference; the other ranks wait
+  // for its verdict asleep (the cores are rank 0's meanwhile).
+  float verdict[2] = {0, 0};  // {max_rel_err, pass}: rank 0's, zeros elsewhere, summed
   if (rank == 0) {
-    std::fflush(stdout);
-    const double err = gpt::referenceError(**mesh, model, setup, *corpus, full);
-    verdict[0] = static_cast<float>(err);
-    verdict[1] = err <= opt.common.tolerance ? 1.0f : 0.0f;
+    if (opt.sample > 0) {
+      const std::string text = gpt::generate(setup.model, full, opt.prompt, opt.sample,
+                                             opt.temperature, opt.sample_seed);
+      std::printf("\nsample (%d tokens, temperature %g, seed %llu):\n%s%s\n", opt.sample,
+                  opt.temperature, static_cast<unsigned long long>(opt.sample_seed),
+                  gpt::printable(opt.prompt).c_str(), gpt::printable(text).c_str());
+      std::fflush(stdout);
+    }
+    if (opt.common.check) {
+      const double err = gpt::referenceError(**mesh, model, setup, *corpus, full);
+      verdict[0] = static_cast<float>(err);
+      verdict[1] = err <= opt.common.tolerance ? 1.0f : 0.0f;
+    }
   }
-  if (!world.broadcast(verdict, 2, hsdp::DType::kFloat32, 0).ok())
-    world.abortJob(mlp::kExitRuntime);
+  if (hsdp::Status s = waitAsleep(world, verdict); !s.ok()) abort(s);
+  if (!opt.common.check) return 0;
   if (rank == 0)
     std::printf("\nparity vs reference: max_rel_err=%.3g %s\n", verdict[0],
                 verdict[1] == 1.0f ? "PASS" : "FAIL");

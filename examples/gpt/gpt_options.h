@@ -32,7 +32,7 @@ struct Options {
   int sample = 0;        // tokens generated after training
   float temperature = 0.8f;
   uint64_t sample_seed = 1;
-  std::string prompt = "The meaning of life is";
+  std::string prompt = "The meaning of life is ";
   int prefetch = 1;  // units gathered ahead (hsdp::ScheduleOptions::prefetch); 0: off
 };
 

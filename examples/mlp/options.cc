@@ -228,7 +228,8 @@ void printOffloadSummary(const hsdp::Comm& world, const hsdp::EngineConfig& cfg,
 hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::ShardedModel& model,
                          const Spec& spec, const hsdp::EngineConfig& cfg) {
   std::vector<uint64_t> numels;
-  for (int l = 0; l < spec.layers(); ++l) numels.push_back(uint64_t(spec.dims[l + 1]) * (spec.dims[l] + 1));
+  for (int l = 0; l < spec.layers(); ++l)
+    numels.push_back(uint64_t(spec.dims[l + 1]) * (spec.dims[l] + 1));
   return printMemory(world, mesh, model, numels, cfg);
 }
 

@@ -224,11 +224,18 @@ TEST(GptModel, BackwardMatchesFiniteDifferences) {
     }
   }
   EXPECT_GT(checked, 100);
-  // Activation checkpointing recomputes each block's forward: the very same gradients.
+  // Activation checkpointing recomputes each block's forward: the same gradients up to float
+  // rounding (Eigen's vectorised small products and row sums may add in another order for
+  // buffers at other addresses, so not always bit for bit).
   gpt::Model ckpt(c, true);
   auto grads2 = zeros();
   gpt::modelGradients(ckpt, us, params, B, tokens.data(), targets.data(), 1.0f, &grads2);
-  EXPECT_EQ(grads, grads2);
+  for (size_t u = 0; u < grads.size(); ++u) {
+    float scale = 0;
+    for (float g : grads[u]) scale = std::max(scale, std::fabs(g));
+    for (size_t i = 0; i < grads[u].size(); ++i)
+      EXPECT_NEAR(grads2[u][i], grads[u][i], 1e-6f * scale) << us[u].name << " flat " << i;
+  }
   EXPECT_LT(ckpt.activationBytes(), model.activationBytes());
 }
 
