@@ -10,13 +10,6 @@
 namespace gpt {
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 void copyWindow(const std::vector<uint8_t>& text, size_t off, int T, int32_t* tokens,
                 int32_t* targets) {
   for (int i = 0; i < T; ++i) {
@@ -53,6 +46,13 @@ void splitInto(const std::string& text, int val_every, size_t* entry, Corpus* c)
 }
 
 }  // namespace
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
 Corpus splitCorpus(const std::string& text, int val_every) {
   Corpus c;
@@ -104,7 +104,8 @@ hsdp::StatusOr<Corpus> loadCorpus(const std::string& path, int context, int val_
 void trainSequence(const Corpus& c, uint64_t seed, int64_t step, int64_t s, int T, int32_t* tokens,
                    int32_t* targets) {
   const size_t span = c.train.size() - static_cast<size_t>(T);  // offsets [0, span)
-  const size_t off = mix(seed ^ mix(static_cast<uint64_t>(step) ^ mix(s))) % span;
+  const size_t off =
+      splitmix64(seed ^ splitmix64(static_cast<uint64_t>(step) ^ splitmix64(s))) % span;
   copyWindow(c.train, off, T, tokens, targets);
 }
 

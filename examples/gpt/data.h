@@ -34,6 +34,10 @@ hsdp::StatusOr<Corpus> loadCorpus(const std::string& path, int context, int val_
 // The same split of text already in memory (tests).
 Corpus splitCorpus(const std::string& text, int val_every = 20);
 
+// Sebastiano Vigna's splitmix64 finaliser: the hash behind the batch offsets, the initial values
+// and the sampler (portable: the same numbers on every rank and machine).
+uint64_t splitmix64(uint64_t x);
+
 // Sequence `s` of the global batch of training step `step`: T input tokens and their T targets
 // (the next bytes), from an offset hashed from (seed, step, s). Every rank computes its own
 // slice of sequences from the same function, so no data moves between ranks.

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <utility>
 
+#include "gpt/data.h"
+
 namespace gpt {
 namespace {
 
@@ -22,13 +24,6 @@ enum BlockParam {
   kMlpProjB,
   kBlockParams
 };
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // A standard normal, a pure function of its arguments (Box-Muller on two hashed uniforms).
 float normal(uint64_t seed, uint64_t a, uint64_t b, uint64_t i) {

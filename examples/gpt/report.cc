@@ -11,15 +11,10 @@ namespace gpt {
 void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh,
                  const Setup& setup, const Options& opt, const Corpus& corpus) {
   if (world.rank() != 0) return;
-  const hsdp::NodeLayout& nl = mesh.layout();
   const Config& m = setup.model;
   const TrainSettings& t = setup.train;
   const hsdp::EngineConfig& e = setup.engine;
-  std::printf("hsdp %s: %d ranks on %d %snodes (", program, world.size(), nl.num_nodes,
-              nl.virtual_nodes ? "virtual " : "");
-  for (int n = 0; n < nl.num_nodes; ++n)
-    std::printf("%s%s", n ? ", " : "", nl.node_names[n].c_str());
-  std::printf(")\nmesh: %s\n", mesh.describe().c_str());
+  mlp::printNodeMap(program, world, mesh);
   std::printf(
       "model: GPT-2 %s, %d layers, d %d, %d heads, context %d, vocab %d (bytes): %.2f M "
       "parameters in %d units, LM head tied to wte\n",
@@ -81,7 +76,7 @@ std::string generate(const Config& cfg, const std::vector<std::vector<float>>& p
   std::vector<int32_t> text(prompt.begin(), prompt.end());
   for (int32_t& b : text) b &= 0xff;
   std::string out;
-  uint64_t state = seed;
+  uint64_t draws = 0;
   for (int k = 0; k < n; ++k) {
     const int T = std::min<int>(cfg.context, static_cast<int>(text.size()));
     const int32_t* window = text.data() + text.size() - T;
@@ -92,11 +87,7 @@ std::string generate(const Config& cfg, const std::vector<std::vector<float>>& p
     Eigen::VectorXf p = (logit.array() - logit.maxCoeff()).exp();
     p /= p.sum();
     // splitmix64 as the generator: the same draw on every platform.
-    state += 0x9e3779b97f4a7c15ull;
-    uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    const double u = ((z ^ (z >> 31)) >> 11) * (1.0 / 9007199254740992.0);
+    const double u = (splitmix64(seed + ++draws) >> 11) * (1.0 / 9007199254740992.0);
     int next = cfg.vocab - 1;
     double acc = 0;
     for (int v = 0; v < cfg.vocab; ++v) {

@@ -174,16 +174,20 @@ hsdp::Status buildModel(hsdp::ShardedModel& model, const Spec& spec) {
   return hsdp::okStatus();
 }
 
-void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh,
-                 const hsdp::EngineConfig& cfg, const Spec& spec, const Options& opt,
-                 const std::string& extra_line) {
-  if (world.rank() != 0) return;
+void printNodeMap(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh) {
   const hsdp::NodeLayout& nl = mesh.layout();
   std::printf("hsdp %s: %d ranks on %d %snodes (", program, world.size(), nl.num_nodes,
               nl.virtual_nodes ? "virtual " : "");
   for (int n = 0; n < nl.num_nodes; ++n)
     std::printf("%s%s", n ? ", " : "", nl.node_names[n].c_str());
   std::printf(")\nmesh: %s\n", mesh.describe().c_str());
+}
+
+void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh,
+                 const hsdp::EngineConfig& cfg, const Spec& spec, const Options& opt,
+                 const std::string& extra_line) {
+  if (world.rank() != 0) return;
+  printNodeMap(program, world, mesh);
   std::printf(
       "mode %s, %s lr %g wd %g; model %zu params in %d units (dims %s); global batch "
       "%d (%d per rank)\n",

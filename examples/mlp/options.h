@@ -96,6 +96,11 @@ hsdp::Status configure(const Options& opt, int world_size, Spec* spec, hsdp::Eng
 // (collective) and loads the same deterministic initial values (mlp::initLayer) on every rank.
 [[nodiscard]] hsdp::Status buildModel(hsdp::ShardedModel& model, const Spec& spec);
 
+// The header's first two lines (the caller prints them on rank 0 only):
+//   hsdp <program>: <n> ranks on <k> [virtual ]nodes (<names>)
+//   mesh: <Mesh::describe()>
+void printNodeMap(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh);
+
 // Rank 0 prints the run's header (program, ranks and nodes, mesh, mode and model, then
 // `extra_line` when not empty) and the per-step table's column titles.
 void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh,
