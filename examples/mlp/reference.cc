@@ -12,8 +12,10 @@ namespace mlp {
 void EigenAdam::step(Eigen::Map<Eigen::ArrayXf> p, const Eigen::ArrayXf& grad, int t) {
   if (m.size() == 0) m = v = Eigen::ArrayXf::Zero(p.size());
   Eigen::ArrayXf g = grad;
-  if (cfg.kind == hsdp::OptimizerKind::kAdamW) p *= 1.0f - cfg.lr * cfg.weight_decay;
-  else g += cfg.weight_decay * p;
+  if (cfg.kind == hsdp::OptimizerKind::kAdamW)
+    p *= 1.0f - cfg.lr * cfg.weight_decay;
+  else
+    g += cfg.weight_decay * p;
   m = cfg.beta1 * m + (1.0f - cfg.beta1) * g;
   v = cfg.beta2 * v + (1.0f - cfg.beta2) * g.square();
   const double bc1 = 1.0 - std::pow(double(cfg.beta1), t);
