@@ -14,7 +14,7 @@ std::optional<int> parseCommandLine(const char* program, int argc, char** argv, 
   c.lr = 1e-3f;
   c.weight_decay = 0.1f;
   c.clip_norm = 1.0f;
-  c.tolerance = 1e-4;
+  c.tolerance = 2e-4;
   CLI::App app{
       "hsdp example: GPT-2 training on real text, hybrid-sharded, checked against a "
       "single-process reference",
