@@ -45,6 +45,11 @@ void printError(const char* program, int rank, const std::string& what) {
 
 std::optional<int> start(const char* program, const char* description, int* argc, char*** argv,
                          Started* out) {
+  if (auto rc = startMpi(program, argc, argv, out)) return rc;
+  return parseCommandLine(program, description, *argc, *argv, out->world->rank(), &out->opt);
+}
+
+std::optional<int> startMpi(const char* program, int* argc, char*** argv, Started* out) {
   auto session = hsdp::mpi::Session::init(argc, argv);
   if (!session.ok()) {
     printError(program, hsdp::mpi::Session::worldRank(), session.status().toString());
@@ -58,7 +63,7 @@ std::optional<int> start(const char* program, const char* description, int* argc
     return kExitRuntime;
   }
   out->world = std::move(*world);
-  return parseCommandLine(program, description, *argc, *argv, out->world->rank(), &out->opt);
+  return std::nullopt;
 }
 
 std::optional<int> parseCommandLine(const char* program, const char* description, int argc,
@@ -169,16 +174,20 @@ hsdp::Status buildModel(hsdp::ShardedModel& model, const Spec& spec) {
   return hsdp::okStatus();
 }
 
-void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh,
-                 const hsdp::EngineConfig& cfg, const Spec& spec, const Options& opt,
-                 const std::string& extra_line) {
-  if (world.rank() != 0) return;
+void printNodeMap(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh) {
   const hsdp::NodeLayout& nl = mesh.layout();
   std::printf("hsdp %s: %d ranks on %d %snodes (", program, world.size(), nl.num_nodes,
               nl.virtual_nodes ? "virtual " : "");
   for (int n = 0; n < nl.num_nodes; ++n)
     std::printf("%s%s", n ? ", " : "", nl.node_names[n].c_str());
   std::printf(")\nmesh: %s\n", mesh.describe().c_str());
+}
+
+void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh,
+                 const hsdp::EngineConfig& cfg, const Spec& spec, const Options& opt,
+                 const std::string& extra_line) {
+  if (world.rank() != 0) return;
+  printNodeMap(program, world, mesh);
   std::printf(
       "mode %s, %s lr %g wd %g; model %zu params in %d units (dims %s); global batch "
       "%d (%d per rank)\n",
@@ -222,6 +231,14 @@ void printOffloadSummary(const hsdp::Comm& world, const hsdp::EngineConfig& cfg,
 
 hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::ShardedModel& model,
                          const Spec& spec, const hsdp::EngineConfig& cfg) {
+  std::vector<uint64_t> numels;
+  for (int l = 0; l < spec.layers(); ++l)
+    numels.push_back(uint64_t(spec.dims[l + 1]) * (spec.dims[l] + 1));
+  return printMemory(world, mesh, model, numels, cfg);
+}
+
+hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::ShardedModel& model,
+                         const std::vector<uint64_t>& unit_numels, const hsdp::EngineConfig& cfg) {
   const hsdp::MemoryReport r = model.memoryReport();
   int64_t mine[7] = {int64_t(r.param_bytes + r.hpz_bytes),
                      int64_t(r.grad_bytes),
@@ -245,8 +262,7 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::
   // hsdp-plan's prediction for this very configuration (fp32 policy; the plan models what
   // the engine allocates), beside what rank 0 measured.
   hsdp::PlanInput in;
-  for (int l = 0; l < spec.layers(); ++l)
-    in.units.push_back(uint64_t(spec.dims[l + 1]) * (spec.dims[l] + 1));
+  in.units = unit_numels;
   in.nodes = mesh.shape().num_nodes;
   in.gpus_per_node = mesh.shape().ranks_per_node;
   in.intra_shard = mesh.shape().intra_shard;
@@ -267,7 +283,9 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::
         bytesStr(g.comm_estimate).c_str(), bytesStr(v[4]).c_str());
   }
   // Unsharded data parallel holds fp32 params + grads + two Adam moments on every rank.
-  const size_t replicated = spec.paramCount() * 4 * sizeof(float);
+  uint64_t param_count = 0;
+  for (uint64_t n : unit_numels) param_count += n;
+  const size_t replicated = param_count * 4 * sizeof(float);
   std::printf(
       "model state per rank: %s sharded vs %s replicated (params+grads+optim: %.2fx less)\n",
       bytesStr(r.param_bytes + r.grad_bytes + r.optim_bytes).c_str(), bytesStr(replicated).c_str(),

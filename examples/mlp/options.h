@@ -74,6 +74,12 @@ struct Started {
   Options opt;
 };
 
+// The MPI half of start(), for programs with flags of their own: starts the session and fills
+// out->session and out->world (out->opt is left as it is). Returns the exit code when the program
+// must end now (a bad HSDP_* setting: kExitUsage; MPI failing: kExitRuntime), reported by every
+// rank; nullopt to go on.
+std::optional<int> startMpi(const char* program, int* argc, char*** argv, Started* out);
+
 // Starts MPI (hsdp::mpi::Session) and parses argv on every rank. Returns the exit code when the
 // program must end now (a bad HSDP_* setting: kExitUsage; --help: 0; a bad flag: kExitUsage; MPI
 // failing: kExitRuntime), each reported by every rank; nullopt to go on with *out filled.
@@ -89,6 +95,11 @@ hsdp::Status configure(const Options& opt, int world_size, Spec* spec, hsdp::Eng
 // Registers one unit per linear layer ("fc<l>": weight out x in, bias out), finalizes the model
 // (collective) and loads the same deterministic initial values (mlp::initLayer) on every rank.
 [[nodiscard]] hsdp::Status buildModel(hsdp::ShardedModel& model, const Spec& spec);
+
+// The header's first two lines (the caller prints them on rank 0 only):
+//   hsdp <program>: <n> ranks on <k> [virtual ]nodes (<names>)
+//   mesh: <Mesh::describe()>
+void printNodeMap(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh);
 
 // Rank 0 prints the run's header (program, ranks and nodes, mesh, mode and model, then
 // `extra_line` when not empty) and the per-step table's column titles.
@@ -112,6 +123,13 @@ void printOffloadSummary(const hsdp::Comm& world, const hsdp::EngineConfig& cfg,
 // measurement (fp32 policy), and the saving against replicated data parallel.
 [[nodiscard]] hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh,
                                        const hsdp::ShardedModel& model, const Spec& spec,
+                                       const hsdp::EngineConfig& cfg);
+
+// printMemory for any model: unit_numels holds each unit's parameter count (the plan's units;
+// their sum is the model's size).
+[[nodiscard]] hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh,
+                                       const hsdp::ShardedModel& model,
+                                       const std::vector<uint64_t>& unit_numels,
                                        const hsdp::EngineConfig& cfg);
 
 // --check: gathers every unit's parameters (collective over the mesh), trains the Eigen reference

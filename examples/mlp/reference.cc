@@ -9,27 +9,47 @@
 
 namespace mlp {
 
-namespace {
+void EigenAdam::step(Eigen::Map<Eigen::ArrayXf> p, const Eigen::ArrayXf& grad, int t) {
+  if (m.size() == 0) m = v = Eigen::ArrayXf::Zero(p.size());
+  Eigen::ArrayXf g = grad;
+  if (cfg.kind == hsdp::OptimizerKind::kAdamW)
+    p *= 1.0f - cfg.lr * cfg.weight_decay;
+  else
+    g += cfg.weight_decay * p;
+  m = cfg.beta1 * m + (1.0f - cfg.beta1) * g;
+  v = cfg.beta2 * v + (1.0f - cfg.beta2) * g.square();
+  const double bc1 = 1.0 - std::pow(double(cfg.beta1), t);
+  const double bc2 = 1.0 - std::pow(double(cfg.beta2), t);
+  const Eigen::ArrayXf denom = v.sqrt() / float(std::sqrt(bc2)) + cfg.eps;
+  p -= float(cfg.lr / bc1) * m / denom;
+}
 
-// Adam/AdamW as in torch.optim, on Eigen arrays.
-struct EigenAdam {
-  hsdp::AdamConfig cfg;
-  Eigen::ArrayXf m, v;
-  void step(Eigen::Map<Eigen::ArrayXf> p, const Eigen::ArrayXf& grad, int t) {
-    if (m.size() == 0) m = v = Eigen::ArrayXf::Zero(p.size());
-    Eigen::ArrayXf g = grad;
-    if (cfg.kind == hsdp::OptimizerKind::kAdamW) p *= 1.0f - cfg.lr * cfg.weight_decay;
-    else g += cfg.weight_decay * p;
-    m = cfg.beta1 * m + (1.0f - cfg.beta1) * g;
-    v = cfg.beta2 * v + (1.0f - cfg.beta2) * g.square();
-    const double bc1 = 1.0 - std::pow(double(cfg.beta1), t);
-    const double bc2 = 1.0 - std::pow(double(cfg.beta2), t);
-    const Eigen::ArrayXf denom = v.sqrt() / float(std::sqrt(bc2)) + cfg.eps;
-    p -= float(cfg.lr / bc1) * m / denom;
+void applyGradReduction(const GradReduction& tree,
+                        std::vector<std::vector<std::vector<float>>>* val) {
+  for (const GradReduction::Level& level : tree.levels) {
+    for (const std::vector<int>& group : level.groups) {
+      const float scale = 1.0f / static_cast<float>(group.size());
+      for (size_t l = 0; l < (*val)[group[0]].size(); ++l) {
+        std::vector<float> mean((*val)[group[0]][l].size());
+        for (size_t i = 0; i < mean.size(); ++i) {
+          float acc = 0.0f;
+          for (int q : group) acc += (*val)[q][l][i];
+          mean[i] = level.bf16 ? hsdp::toFloat(hsdp::toBf16(acc * scale)) : acc * scale;
+        }
+        for (int q : group) (*val)[q][l] = mean;
+      }
+    }
   }
-};
+}
 
-}  // namespace
+void clipGradients(float clip_norm, std::vector<std::vector<float>>* grads) {
+  double sumsq = 0;
+  for (const auto& g : *grads)
+    sumsq += Eigen::Map<const Eigen::ArrayXf>(g.data(), g.size()).cast<double>().square().sum();
+  const float coef = clip_norm / (static_cast<float>(std::sqrt(sumsq)) + 1e-6f);
+  if (coef < 1.0f)
+    for (auto& g : *grads) Eigen::Map<Eigen::ArrayXf>(g.data(), g.size()) *= coef;
+}
 
 namespace {
 
@@ -107,30 +127,10 @@ ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, i
       r.losses.push_back(static_cast<float>(loss / (ranks * accum)));
       // ... then the tree, level by level: a float sum in member order, times float(1/n), rounded
       // to bf16 on the bf16 levels, held by every member.
-      for (const GradReduction::Level& level : bf16_grads->levels) {
-        for (const std::vector<int>& group : level.groups) {
-          const float scale = 1.0f / static_cast<float>(group.size());
-          for (int l = 0; l < L; ++l) {
-            std::vector<float> mean(r.params[l].size());
-            for (size_t i = 0; i < mean.size(); ++i) {
-              float acc = 0.0f;
-              for (int q : group) acc += val[q][l][i];
-              mean[i] = level.bf16 ? hsdp::toFloat(hsdp::toBf16(acc * scale)) : acc * scale;
-            }
-            for (int q : group) val[q][l] = mean;
-          }
-        }
-      }
+      applyGradReduction(*bf16_grads, &val);
       grads = std::move(val[0]);  // a complete tree leaves every rank the same value
     }
-    if (clip_norm > 0) {
-      double sumsq = 0;
-      for (const auto& g : grads)
-        sumsq += Eigen::Map<const Eigen::ArrayXf>(g.data(), g.size()).cast<double>().square().sum();
-      const float coef = clip_norm / (static_cast<float>(std::sqrt(sumsq)) + 1e-6f);
-      if (coef < 1.0f)
-        for (auto& g : grads) Eigen::Map<Eigen::ArrayXf>(g.data(), g.size()) *= coef;
-    }
+    if (clip_norm > 0) clipGradients(clip_norm, &grads);
     for (int l = 0; l < L; ++l) {
       Eigen::Map<Eigen::ArrayXf> p(r.params[l].data(), r.params[l].size());
       opt[l].step(p, Eigen::Map<Eigen::ArrayXf>(grads[l].data(), grads[l].size()), step + 1);

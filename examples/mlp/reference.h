@@ -41,6 +41,24 @@ struct GradReduction {
 GradReduction meshGradReduction(const hsdp::NodeLayout& layout, const hsdp::MeshShape& shape,
                                 bool hierarchical);
 
+// Adam/AdamW as in torch.optim, on Eigen arrays: one per tensor (its moments), cfg.lr and
+// cfg.weight_decay as the step should use them (a schedule sets lr before each step).
+struct EigenAdam {
+  hsdp::AdamConfig cfg;
+  Eigen::ArrayXf m, v;
+  void step(Eigen::Map<Eigen::ArrayXf> p, const Eigen::ArrayXf& grad, int t);
+};
+
+// The bf16 tree on per-rank gradients: (*val)[q][t] is rank q's gradient of tensor t, already
+// rounded to bf16 by the caller; level by level, every group's members hold the group's float sum
+// in member order times float(1/size), rounded to bf16 on the bf16 levels.
+void applyGradReduction(const GradReduction& tree,
+                        std::vector<std::vector<std::vector<float>>>* val);
+
+// torch.nn.utils.clip_grad_norm_: when the global L2 norm (in double) exceeds clip_norm, every
+// gradient is scaled by clip_norm / (norm + 1e-6).
+void clipGradients(float clip_norm, std::vector<std::vector<float>>* grads);
+
 // clip_norm > 0 clips the global gradient norm as torch.nn.utils.clip_grad_norm_ does.
 // bf16_params: forward and backward use the parameters rounded to bf16 (the master stays fp32).
 // bf16_grads (not null): the gradient is reduced in bf16 through that tree, with `accum`

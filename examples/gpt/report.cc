@@ -1,0 +1,131 @@
+#include "gpt/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "hsdp/dtype.h"
+
+namespace gpt {
+
+void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh,
+                 const Setup& setup, const Options& opt, const Corpus& corpus) {
+  if (world.rank() != 0) return;
+  const Config& m = setup.model;
+  const TrainSettings& t = setup.train;
+  const hsdp::EngineConfig& e = setup.engine;
+  mlp::printNodeMap(program, world, mesh);
+  std::printf(
+      "model: GPT-2 %s, %d layers, d %d, %d heads, context %d, vocab %d (bytes): %.2f M "
+      "parameters in %d units, LM head tied to wte\n",
+      opt.preset.c_str(), m.layers, m.d_model, m.heads, m.context, m.vocab, m.paramCount() / 1e6,
+      m.layers + 3);
+  std::printf("data: %s: %d files, %.2f MB training text (%zu entries), %.2f MB validation (%zu)\n",
+              corpus.source.c_str(), corpus.files, corpus.train.size() / 1e6, corpus.train_entries,
+              corpus.val.size() / 1e6, corpus.val_entries);
+  std::printf(
+      "mode %s, %s lr %g (warm-up %d steps, cosine to %g) betas %g/%g wd %g (matrices only), "
+      "clip %g; global batch %d x %d tokens (%d per rank), accum %d; prefetch %d, activation "
+      "checkpointing %s\n",
+      hsdp::shardModeName(e.mode), hsdp::optimizerName(e.adam.kind), t.schedule.lr,
+      t.schedule.warmup, t.schedule.min_lr, e.adam.beta1, e.adam.beta2, e.adam.weight_decay,
+      t.clip_norm, t.batch, m.context, t.batch / world.size(), t.accum, opt.prefetch,
+      t.checkpoint ? "on" : "off");
+  std::printf("\n%9s %9s %8s %9s %9s %9s %10s %7s", "step", "lr", "loss", "grad_norm", "time_ms",
+              "tokens/s", "exposed_ms", "comm%");
+  if (e.offload_cpu) std::printf(" %8s", "adam_hid");
+  std::printf(" %7s\n", "eta_s");
+  std::fflush(stdout);
+}
+
+hsdp::Status printStepRow(hsdp::Comm& world, const hsdp::ShardedModel& model, const Setup& setup,
+                          int step, const StepStats& s) {
+  constexpr int kStats = 5;
+  float mine[kStats] = {s.loss, s.time_ms, s.exposed_comm_ms, s.optim_ms, s.optim_exposed_ms};
+  std::vector<float> all(kStats * world.size());
+  HSDP_RETURN_IF_ERROR(world.allGather(mine, all.data(), kStats, hsdp::DType::kFloat32));
+  if (world.rank() != 0) return hsdp::okStatus();
+  double loss = 0, ms = 0, exposed = 0, optim = 0, optim_exposed = 0;
+  for (int q = 0; q < world.size(); ++q) {
+    const float* v = &all[kStats * q];
+    loss += v[0] / world.size();
+    ms = std::max<double>(ms, v[1]);
+    exposed = std::max<double>(exposed, v[2]);
+    optim += v[3];
+    optim_exposed += v[4];
+  }
+  const TrainSettings& t = setup.train;
+  const double tokens = double(t.batch) * setup.model.context;
+  char progress[32];
+  std::snprintf(progress, sizeof progress, "%d/%d", step + 1, t.steps);
+  std::printf("%9s %9.2e %8.4f %9.4f %9.1f %9.0f %10.1f %6.1f%%", progress, s.lr, loss,
+              model.lastGradNorm(), ms, tokens / (ms / 1e3), exposed,
+              ms > 0 ? 100.0 * exposed / ms : 0.0);
+  if (setup.engine.offload_cpu)
+    std::printf(" %7.0f%%", optim > 0 ? 100.0 * (1.0 - std::min(1.0, optim_exposed / optim)) : 0.0);
+  std::printf(" %7.0f\n", (t.steps - step - 1) * ms / 1e3);
+  std::fflush(stdout);
+  return hsdp::okStatus();
+}
+
+std::string generate(const Config& cfg, const std::vector<std::vector<float>>& params,
+                     const std::string& prompt, int n, float temperature, uint64_t seed) {
+  const std::vector<UnitInfo> us = units(cfg);
+  const std::vector<int> order = unitOrder(cfg);
+  Model model(cfg, false);
+  std::vector<int32_t> text(prompt.begin(), prompt.end());
+  for (int32_t& b : text) b &= 0xff;
+  std::string out;
+  uint64_t draws = 0;
+  for (int k = 0; k < n; ++k) {
+    const int T = std::min<int>(cfg.context, static_cast<int>(text.size()));
+    const int32_t* window = text.data() + text.size() - T;
+    model.setBatch(1, T, window, nullptr);
+    for (size_t pos = 0; pos < order.size(); ++pos)
+      model.forward(static_cast<int>(pos), paramPointers(us[order[pos]], params[order[pos]]));
+    const Eigen::VectorXf logit = model.logits().col(T - 1) / temperature;
+    Eigen::VectorXf p = (logit.array() - logit.maxCoeff()).exp();
+    p /= p.sum();
+    // splitmix64 as the generator: the same draw on every platform.
+    const double u = (splitmix64(seed + ++draws) >> 11) * (1.0 / 9007199254740992.0);
+    int next = cfg.vocab - 1;
+    double acc = 0;
+    for (int v = 0; v < cfg.vocab; ++v) {
+      acc += p(v);
+      if (u < acc) {
+        next = v;
+        break;
+      }
+    }
+    text.push_back(next);
+    out.push_back(static_cast<char>(next));
+  }
+  return out;
+}
+
+std::string printable(const std::string& text) {
+  std::string out = text;
+  for (char& ch : out) {
+    const unsigned char b = static_cast<unsigned char>(ch);
+    if ((b < 32 && b != '\n' && b != '\t') || b >= 127) ch = '?';
+  }
+  return out;
+}
+
+double referenceError(const hsdp::Mesh& mesh, const hsdp::ShardedModel& model, const Setup& setup,
+                      const Corpus& corpus, const std::vector<std::vector<float>>& mine) {
+  // The engine rounds to bf16 only over a shard group larger than one (mode none reduces in
+  // float); a bf16 reduction is modelled on the mesh's own tree (mlp::meshGradReduction).
+  const bool sharded = model.shardCount() > 1;
+  mlp::GradReduction tree;
+  if (sharded && setup.engine.reduce_dtype == hsdp::DType::kBFloat16)
+    tree = mlp::meshGradReduction(mesh.layout(), mesh.shape(), model.hierarchical());
+  const ReferenceResult ref =
+      trainReference(setup.model, corpus, setup.train,
+                     sharded && setup.engine.param_dtype == hsdp::DType::kBFloat16,
+                     tree.levels.empty() ? nullptr : &tree);
+  const std::vector<UnitInfo> us = units(setup.model);
+  return mlp::maxRelativeError(perTensor(us, mine), perTensor(us, ref.params));
+}
+
+}  // namespace gpt
