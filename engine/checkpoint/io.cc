@@ -13,8 +13,13 @@
 
 namespace hsdp::ckpt {
 namespace {
+// A path that can never work (no permission, read-only, not a directory) is bad input; a full
+// disk or an I/O error is a failure of the run.
 Status errnoStatus(const char* what, const std::string& path, int err) {
-  return internalError(what, " '", path, "': ", std::strerror(err));
+  const bool bad_input = err == EACCES || err == EPERM || err == EROFS || err == ENOTDIR ||
+                         err == EISDIR || err == ENOENT || err == ENAMETOOLONG;
+  return Status(bad_input ? StatusCode::kInvalidArgument : StatusCode::kInternal,
+                strCat(what, " '", path, "': ", std::strerror(err)));
 }
 }  // namespace
 
@@ -114,7 +119,7 @@ bool isDirectory(const std::string& path) {
 Status makeDirs(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
-  if (ec) return internalError("cannot create directory '", path, "': ", ec.message());
+  if (ec) return errnoStatus("cannot create directory", path, ec.value());
   if (!isDirectory(path)) return invalidArgument("'", path, "' exists and is not a directory");
   return okStatus();
 }
@@ -190,7 +195,7 @@ StatusOr<std::string> resolveCheckpointDir(const std::string& path) {
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   if (name.empty() || name.find('/') != std::string::npos || name[0] == '.')
     return invalidArgument("'", latest, "' does not name a checkpoint directory");
-  return path + "/" + name;
+  return (root.empty() ? "." : root) + "/" + name;
 }
 
 std::string tensorName(const Manifest& m, int t) {
