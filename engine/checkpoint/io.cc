@@ -187,7 +187,11 @@ StatusOr<std::string> resolveCheckpointDir(const std::string& path) {
   if (pathExists(path + "/" + kManifestName)) return path;
   if (!pathExists(path))
     return notFound("no checkpoint at '", path, "': no such file or directory");
-  const std::string latest = path + "/" + kLatestName;
+  // The pointer file itself ("<root>/latest") names a checkpoint beside it.
+  const std::filesystem::path p(path);
+  const bool is_pointer = !isDirectory(path) && p.filename() == kLatestName;
+  const std::string root = is_pointer ? p.parent_path().string() : path;
+  const std::string latest = is_pointer ? path : path + "/" + kLatestName;
   if (!pathExists(latest))
     return notFound("'", path, "' has no ", kManifestName, " (not a committed checkpoint) and no '",
                     kLatestName, "' pointer");
