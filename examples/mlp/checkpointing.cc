@@ -31,12 +31,11 @@ hsdp::StatusOr<int> restore(const char* program, hsdp::Comm& world, hsdp::Sharde
   HSDP_ASSIGN_OR_RETURN(hsdp::LoadResult r, model.load(path));
   if (opt.resume == "latest" || opt.resume == opt.save_dir) last_saved = static_cast<int>(r.step);
   if (r.step > opt.steps)
-    return hsdp::invalidArgument("--resume: the checkpoint is at step ", r.step,
-                                 ", past --steps ", opt.steps, " (--steps counts the total)");
+    return hsdp::invalidArgument("--resume: the checkpoint is at step ", r.step, ", past --steps ",
+                                 opt.steps, " (--steps counts the total)");
   if (world.rank() == 0) {
-    std::printf("resumed from %s at step %lld (%.2f MiB read by rank 0 in %.3f s)\n",
-                r.dir.c_str(), static_cast<long long>(r.step), r.bytes_read / 1048576.0,
-                r.seconds);
+    std::printf("resumed from %s at step %lld (%.2f MiB read by rank 0 in %.3f s)\n", r.dir.c_str(),
+                static_cast<long long>(r.step), r.bytes_read / 1048576.0, r.seconds);
     std::fflush(stdout);
   }
   return static_cast<int>(r.step);
@@ -69,8 +68,7 @@ hsdp::Status afterStep(hsdp::Comm& world, hsdp::ShardedModel& model, const Optio
   return hsdp::okStatus();
 }
 
-hsdp::Status finishCheckpoints(hsdp::Comm& world, hsdp::ShardedModel& model,
-                               const Options& opt) {
+hsdp::Status finishCheckpoints(hsdp::Comm& world, hsdp::ShardedModel& model, const Options& opt) {
   if (model.saveInFlight()) {
     HSDP_ASSIGN_OR_RETURN(hsdp::SaveResult r, model.waitForSave());
     printSaved(world, r);

@@ -5,6 +5,8 @@
 #include "hsdp/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -252,6 +254,151 @@ TEST_F(Checkpoint, KeepLastAndLatest) {
   ASSERT_TRUE(r.ok()) << r.status().toString();
   EXPECT_EQ(r->step, 4);
   EXPECT_EQ(r->dir, dir_ + "/root/step-00000004");
+}
+
+std::vector<std::vector<float>> gatherAll(ShardedModel& m) {
+  std::vector<std::vector<float>> v(m.numUnits());
+  for (int u = 0; u < m.numUnits(); ++u) EXPECT_TRUE(m.gatherFullParameters(u, &v[u]).ok());
+  return v;
+}
+
+// Failed saves (an unwritable root; a full disk on one rank, through RLIMIT_FSIZE) are the same
+// error on every rank naming the file, and leave the previous checkpoint committed, verifying
+// and loading; a failed load (one flipped byte) leaves the model as it was.
+TEST_F(Checkpoint, FailuresLeaveStateAndPreviousCheckpoint) {
+  const int rank = world().rank();
+  auto m = mesh(0, 0);
+  ASSERT_TRUE(m);
+  auto a = buildModel(*m, config({"f", ShardMode::kZero3, 0, 0}), 6.0f);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(trainStep(**a, rank, 0, 1).ok());
+  const std::string root = dir_ + "/root";
+  ASSERT_TRUE((*a)->save(root).ok());
+  const auto good = gatherAll(**a);
+  ASSERT_TRUE(trainStep(**a, rank, 1, 1).ok());
+
+  auto bad = (*a)->save("/proc/hsdp-ckpt-test");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("/proc/hsdp-ckpt-test"), std::string::npos)
+      << bad.status().toString();
+
+  // The last rank's disk is full: its write fails with EFBIG (SIGXFSZ ignored).
+  const int victim = world().size() - 1;
+  struct rlimit old;
+  getrlimit(RLIMIT_FSIZE, &old);
+  if (rank == victim) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = {4096, old.rlim_max};
+    setrlimit(RLIMIT_FSIZE, &small);
+  }
+  bad = (*a)->save(root);
+  if (rank == victim) setrlimit(RLIMIT_FSIZE, &old);
+  ASSERT_FALSE(bad.ok());
+  char file[32];
+  std::snprintf(file, sizeof file, "data-%05d.bin", victim);
+  EXPECT_NE(bad.status().message().find(file), std::string::npos) << bad.status().toString();
+  EXPECT_NE(bad.status().message().find("File too large"), std::string::npos)
+      << bad.status().toString();
+  (void)world().barrier();
+  EXPECT_EQ(readFile(root + "/latest"), "step-00000001\n");
+  EXPECT_FALSE(std::filesystem::exists(root + "/step-00000002"));
+  EXPECT_TRUE(verifyCheckpoint(root).ok());
+
+  // One flipped byte in a copy: the load fails on every rank, naming the file; nothing changed.
+  const std::string copy = dir_ + "/flipped";
+  if (rank == 0) {
+    std::filesystem::copy(root + "/step-00000001", copy);
+    std::fstream f(copy + "/data-00001.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(100);
+    f.write(&c, 1);
+  }
+  (void)world().barrier();
+  const auto before = gatherAll(**a);
+  auto l = (*a)->load(copy);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("data-00001.bin': bytes ["), std::string::npos)
+      << l.status().toString();
+  EXPECT_EQ((*a)->stepCount(), 2);
+  EXPECT_TRUE(gatherAll(**a) == before);
+
+  // The previous checkpoint loads; a later save succeeds (the failed one's leftovers go).
+  auto r = (*a)->load(root);
+  ASSERT_TRUE(r.ok()) << r.status().toString();
+  EXPECT_EQ((*a)->stepCount(), 1);
+  EXPECT_TRUE(gatherAll(**a) == good);
+  ASSERT_TRUE(trainStep(**a, rank, 1, 1).ok());
+  ASSERT_TRUE((*a)->save(root).ok());
+  (void)world().barrier();
+  EXPECT_EQ(readFile(root + "/latest"), "step-00000002\n");
+  std::vector<std::string> names;
+  for (auto& e : std::filesystem::directory_iterator(root)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000001", "step-00000002"}));
+}
+
+// A checkpoint's export equals gatherFullParameters bit for bit, in both export paths (the
+// model's and the offline one from the checkpoint), sharded or not; loadWeights of it on another
+// mesh gives the same parameters back (bf16: their roundings).
+TEST_F(Checkpoint, ExportAndLoadWeights) {
+  const int rank = world().rank();
+  auto m = mesh(0, 0);
+  ASSERT_TRUE(m);
+  auto a = buildModel(*m, config({"e", ShardMode::kZero3, 0, 0}), 8.0f);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(trainStep(**a, rank, 0, 1).ok());
+  ASSERT_TRUE((*a)->save(dir_ + "/root").ok());
+  const auto want = gatherAll(**a);
+  auto files = (*a)->exportSafetensors(dir_ + "/model.safetensors");
+  ASSERT_TRUE(files.ok()) << files.status().toString();
+  ExportOptions sharded;
+  sharded.max_shard_bytes = 4000;
+  ExportOptions b16;
+  b16.dtype = DType::kBFloat16;
+  if (rank == 0) {
+    auto off = exportCheckpoint(dir_ + "/root", dir_ + "/offline.safetensors");
+    ASSERT_TRUE(off.ok()) << off.status().toString();
+    EXPECT_EQ(readFile(dir_ + "/offline.safetensors"), readFile(dir_ + "/model.safetensors"));
+    auto sh = exportCheckpoint(dir_ + "/root", dir_ + "/sh.safetensors", sharded);
+    ASSERT_TRUE(sh.ok()) << sh.status().toString();
+    EXPECT_EQ(sh->size(), 4u);  // three shards and the index
+    ASSERT_TRUE(exportCheckpoint(dir_ + "/root", dir_ + "/b16.safetensors", b16).ok());
+  }
+  (void)world().barrier();
+  for (const char* path : {"/model.safetensors", "/sh.safetensors", "/b16.safetensors"}) {
+    SCOPED_TRACE(path);
+    auto m2 = mesh(1, 1);
+    auto b = buildModel(*m2, config({"w", ShardMode::kZero1, 1, 1}), 9.0f);
+    ASSERT_TRUE(b.ok());
+    Status s = (*b)->loadWeights(dir_ + path);
+    ASSERT_TRUE(s.ok()) << s.toString();
+    auto got = gatherAll(**b);
+    auto expect = want;
+    if (std::string(path) == "/b16.safetensors")
+      for (auto& v : expect)
+        for (float& x : v) x = toFloat(toBf16(x));
+    EXPECT_TRUE(got == expect);
+  }
+  // Strict: a model with a parameter the file lacks is refused, naming it; not strict loads the
+  // rest.
+  auto m3 = mesh(0, 0);
+  auto c = ShardedModel::create(*m3, config({"x", ShardMode::kZero3, 0, 0}));
+  ASSERT_TRUE(c.ok());
+  for (auto& [name, params] : testUnits()) ASSERT_TRUE((*c)->addUnit(name, params).ok());
+  ASSERT_TRUE((*c)->addUnit("extra", {{"w", {4}}}).ok());
+  ASSERT_TRUE((*c)->finalize().ok());
+  Status s = (*c)->loadWeights(dir_ + "/model.safetensors");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no tensor 'extra.w'"), std::string::npos) << s.toString();
+  ASSERT_TRUE((*c)->loadWeights(dir_ + "/model.safetensors", {.strict = false}).ok());
+  for (int u = 0; u < 3; ++u) {
+    std::vector<float> got;
+    ASSERT_TRUE((*c)->gatherFullParameters(u, &got).ok());
+    EXPECT_TRUE(got == want[u]);
+  }
 }
 
 }  // namespace
