@@ -177,11 +177,12 @@ int run(Comm& world, const std::string& dir, double gib, int repeats, int units,
       snap.push_back(r->snapshot_seconds);
       write.push_back(r->seconds);
     }
-    if (save && !model.saveAsync(root, {.name = "async", .keep_last = 1}).ok()) return 3;
+    if (save && !model.saveAsync(root + "-async", {.keep_last = 1}).ok()) return 3;
     (void)world.barrier();
     (save ? async : plain).push_back(since(t0));
   }
   if (model.saveInFlight() && !model.waitForSave().ok()) return 3;
+  if (rank == 0) std::filesystem::remove_all(root + "-async");
   if (rank == 0 && !keep) std::filesystem::remove_all(root);
   if (rank == 0) {
     const double gb = bytes / 1e9;

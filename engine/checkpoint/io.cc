@@ -209,18 +209,23 @@ std::string tensorName(const Manifest& m, int t) {
   return s;
 }
 
+StatusOr<File> openDataFile(const Manifest& m, const std::string& dir, int f) {
+  const std::string path = dir + "/" + m.files[f].name;
+  StatusOr<File> opened = File::openRead(path);
+  if (!opened.ok())
+    return Status(opened.status().code(),
+                  strCat("data file missing or unreadable: ", opened.status().message()));
+  HSDP_ASSIGN_OR_RETURN(uint64_t size, opened->size());
+  if (size != m.files[f].bytes)
+    return invalidArgument("data file '", path, "' is ", size, " bytes, the manifest says ",
+                           m.files[f].bytes, " (truncated or replaced)");
+  return opened;
+}
+
 StatusOr<const File*> TensorReader::file(int f) {
   if (!files_[f]) {
-    const std::string path = filePath(f);
-    StatusOr<File> opened = File::openRead(path);
-    if (!opened.ok())
-      return Status(opened.status().code(),
-                    strCat("data file missing or unreadable: ", opened.status().message()));
-    HSDP_ASSIGN_OR_RETURN(uint64_t size, opened->size());
-    if (size != m_.files[f].bytes)
-      return invalidArgument("data file '", path, "' is ", size, " bytes, the manifest says ",
-                             m_.files[f].bytes, " (truncated or replaced)");
-    files_[f] = std::move(*opened);
+    HSDP_ASSIGN_OR_RETURN(File opened, openDataFile(m_, dir_, f));
+    files_[f] = std::move(opened);
   }
   return &*files_[f];
 }

@@ -64,6 +64,10 @@ uint64_t xxh64(const void* data, size_t bytes);
 // its `latest` pointer names. Errors name the path.
 StatusOr<std::string> resolveCheckpointDir(const std::string& path);
 
+// Data file f of a checkpoint in `dir`, opened, its size checked against the manifest (errors
+// name the file: missing, unreadable, truncated or replaced).
+StatusOr<File> openDataFile(const Manifest& m, const std::string& dir, int f);
+
 // Reads element ranges of a checkpoint's tensors. Each data file is opened on first use and its
 // size checked against the manifest. With `verify` every chunk a read touches is read whole and
 // its xxh64 checked (reads round out to chunks of <= kChunkElems); without, exactly the range.

@@ -37,14 +37,8 @@ StatusOr<Opened> openCheckpoint(const std::string& path) {
 Status verifyFile(const Opened& o, int f) {
   const FileDesc& d = o.m.files[f];
   const std::string path = o.dir + "/" + d.name;
-  StatusOr<File> file = File::openRead(path);
-  if (!file.ok())
-    return Status(file.status().code(),
-                  strCat("data file missing or unreadable: ", file.status().message()));
-  HSDP_ASSIGN_OR_RETURN(uint64_t size, file->size());
-  if (size != d.bytes)
-    return invalidArgument("data file '", path, "' is ", size, " bytes, the manifest says ",
-                           d.bytes, " (truncated or replaced)");
+  HSDP_ASSIGN_OR_RETURN(File file_owned, openDataFile(o.m, o.dir, f));
+  const File* file = &file_owned;
   std::vector<char> buf(std::min<uint64_t>(d.bytes, uint64_t{8} << 20));
   XXH64_state_t* st = XXH64_createState();
   XXH64_reset(st, 0);
@@ -126,38 +120,14 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
                        {"checksum_ok", checks[f].ok()}});
     nlohmann::json user = nlohmann::json::array();
     for (const UserEntry& e : m.user) user.push_back({{"key", e.key}, {"bytes", e.bytes}});
-    nlohmann::json j = {{"dir", o.dir},
-                        {"format_version", m.version},
-                        {"step", m.step},
-                        {"created", m.created},
-                        {"mesh",
-                         {{"world_size", d.world_size},
-                          {"num_nodes", d.num_nodes},
-                          {"ranks_per_node", d.ranks_per_node},
-                          {"intra_shard", d.intra_shard},
-                          {"inter_shard", d.inter_shard},
-                          {"shards", d.shards},
-                          {"replicas", d.replicas},
-                          {"mode", d.mode},
-                          {"hpz", d.hpz},
-                          {"offload_cpu", d.offload_cpu},
-                          {"param_dtype", d.param_dtype},
-                          {"reduce_dtype", d.reduce_dtype},
-                          {"device", d.device}}},
-                        {"optimizer",
-                         {{"kind", m.optim.kind},
-                          {"lr", m.optim.lr},
-                          {"beta1", m.optim.beta1},
-                          {"beta2", m.optim.beta2},
-                          {"eps", m.optim.eps},
-                          {"weight_decay", m.optim.weight_decay},
-                          {"clip_norm", m.optim.clip_norm}}},
-                        {"parameters", params},
-                        {"bytes", m.dataBytes()},
-                        {"units", units},
-                        {"files", files},
-                        {"user", user},
-                        {"checksums_ok", all_ok}};
+    // The mesh and optimizer exactly as the manifest spells them.
+    const nlohmann::json saved = nlohmann::json::parse(serializeManifest(m));
+    nlohmann::json j = {{"dir", o.dir},          {"format_version", m.version},
+                        {"step", m.step},        {"created", m.created},
+                        {"mesh", saved["mesh"]}, {"optimizer", saved["optimizer"]},
+                        {"parameters", params},  {"bytes", m.dataBytes()},
+                        {"units", units},        {"files", files},
+                        {"user", user},          {"checksums_ok", all_ok}};
     return j.dump(2) + "\n";
   }
   std::string s =

@@ -62,16 +62,8 @@ class StreamingReader {
 
   StatusOr<const File*> file(int f) {
     if (!files_[f]) {
-      const std::string path = dir_ + "/" + m_.files[f].name;
-      StatusOr<File> opened = File::openRead(path);
-      if (!opened.ok())
-        return Status(opened.status().code(),
-                      strCat("data file missing or unreadable: ", opened.status().message()));
-      HSDP_ASSIGN_OR_RETURN(uint64_t size, opened->size());
-      if (size != m_.files[f].bytes)
-        return invalidArgument("data file '", path, "' is ", size, " bytes, the manifest says ",
-                               m_.files[f].bytes, " (truncated or replaced)");
-      files_[f] = std::move(*opened);
+      HSDP_ASSIGN_OR_RETURN(File opened, openDataFile(m_, dir_, f));
+      files_[f] = std::move(opened);
     }
     return &*files_[f];
   }

@@ -8,8 +8,6 @@
 // writer waits for every part, writes manifest.json last, renames the directory into place and
 // replaces `latest`. The writer threads never call MPI (MPI runs FUNNELED): they coordinate
 // through the directory, and waitForSave() agrees on the outcome over the world afterwards.
-#include <sys/resource.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -211,8 +209,6 @@ Status commit(const SaveJob& job) {
 // The writer thread's body.
 void runWriter(Saver* s) {
   const SaveJob& job = s->job;
-  // Training comes first: where ranks share cores, the writer takes what training leaves.
-  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
   nlohmann::json part = {{"rank", job.rank}};
   Status st = writeDataFile(*s, &part);
   if (!st.ok())
