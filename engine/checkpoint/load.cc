@@ -85,6 +85,8 @@ Status ShardedModel::Impl::installFromStaging(int states) {
       for (const ckpt::PlannedChunk* c : chunks)
         HSDP_RETURN_IF_ERROR(space->copyFromHost(g + r * p + (c->flat - slot0), staging + c->offset,
                                                  c->count * sizeof(float)));
+      // The replica communicator follows the reduce lane (on a device): let it see the copies.
+      HSDP_RETURN_IF_ERROR(space->order(Lane::kReduce, Lane::kCompute));
       HSDP_ASSIGN_OR_RETURN(WorkHandle w,
                             space->iallGather(mesh->replica(), g + r * p, g, p, DType::kFloat32));
       HSDP_RETURN_IF_ERROR(space->reached(w, Lane::kCompute, /*block=*/true, /*exposed=*/false)

@@ -118,6 +118,33 @@ Status writeDataFile(Saver& s, nlohmann::json* part) {
   return okStatus();
 }
 
+// One rank's part: its file's size and checksum, and its chunks' checksums, into the manifest.
+Status addPart(const SaveJob& job, int r, const std::string& text, const std::string& path,
+               ckpt::Manifest* mp) {
+  ckpt::Manifest& m = *mp;
+  nlohmann::json p = nlohmann::json::parse(text, nullptr, false);
+  if (p.is_discarded() || !p.is_object()) return internalError("unreadable part file ", path);
+  if (p.contains("error")) return internalError(p["error"].get<std::string>());
+  ckpt::FileDesc& f = m.files[r];
+  f.bytes = p["bytes"].get<uint64_t>();
+  f.xxh64 = std::stoull(p["xxh64"].get<std::string>(), nullptr, 16);
+  const ckpt::FilePlan& plan = job.plans[r];
+  const nlohmann::json& hashes = p["chunks"];
+  if (hashes.size() != plan.chunks.size()) return internalError("part file ", path, " is stale");
+  for (size_t c = 0; c < plan.chunks.size(); ++c) {
+    const ckpt::PlannedChunk& pc = plan.chunks[c];
+    m.tensors[pc.tensor].chunks.push_back(
+        {r, pc.offset, pc.start, pc.count, std::stoull(hashes[c].get<std::string>(), nullptr, 16)});
+  }
+  if (r == 0)
+    for (size_t i = 0; i < job.user.size(); ++i) {
+      const nlohmann::json& e = p["user"][i];
+      m.user.push_back({job.user[i].first, 0, e[0].get<uint64_t>(), e[1].get<uint64_t>(),
+                        std::stoull(e[2].get<std::string>(), nullptr, 16)});
+    }
+  return okStatus();
+}
+
 // Rank 0: every rank's part (waiting up to the timeout), then the manifest.
 StatusOr<ckpt::Manifest> collectParts(const SaveJob& job) {
   ckpt::Manifest m = job.manifest;
@@ -135,27 +162,12 @@ StatusOr<ckpt::Manifest> collectParts(const SaveJob& job) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     HSDP_ASSIGN_OR_RETURN(std::string text, ckpt::readWholeFile(path));
-    nlohmann::json p = nlohmann::json::parse(text, nullptr, false);
-    if (p.is_discarded() || !p.is_object()) return internalError("unreadable part file ", path);
-    if (p.contains("error")) return internalError(p["error"].get<std::string>());
-    ckpt::FileDesc& f = m.files[r];
-    f.bytes = p["bytes"].get<uint64_t>();
-    f.xxh64 = std::stoull(p["xxh64"].get<std::string>(), nullptr, 16);
-    const ckpt::FilePlan& plan = job.plans[r];
-    const nlohmann::json& hashes = p["chunks"];
-    if (hashes.size() != plan.chunks.size()) return internalError("part file ", path, " is stale");
-    for (size_t c = 0; c < plan.chunks.size(); ++c) {
-      const ckpt::PlannedChunk& pc = plan.chunks[c];
-      m.tensors[pc.tensor].chunks.push_back(
-          {r, pc.offset, pc.start, pc.count,
-           std::stoull(hashes[c].get<std::string>(), nullptr, 16)});
+    // Our own writers made it, but read it defensively: a bad part fails the commit, not the job.
+    try {
+      HSDP_RETURN_IF_ERROR(addPart(job, r, text, path, &m));
+    } catch (const std::exception& e) {
+      return internalError("unreadable part file ", path, ": ", e.what());
     }
-    if (r == 0)
-      for (size_t i = 0; i < job.user.size(); ++i) {
-        const nlohmann::json& e = p["user"][i];
-        m.user.push_back({job.user[i].first, 0, e[0].get<uint64_t>(), e[1].get<uint64_t>(),
-                          std::stoull(e[2].get<std::string>(), nullptr, 16)});
-      }
   }
   for (ckpt::TensorDesc& t : m.tensors)
     std::sort(t.chunks.begin(), t.chunks.end(),

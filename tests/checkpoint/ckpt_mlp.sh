@@ -8,15 +8,18 @@
 #                                            against the Eigen reference trained straight; the
 #                                            same through hsdp-ckpt reshard; a direct load on 6
 #                                            saved again equals the offline reshard
-set -euo pipefail
+set -eEuo pipefail
 what=$1; build=$2; work=$3
 mpirun=${MPIEXEC:-mpirun}
 rm -rf "$work" && mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
+# A failing command shows what the last job printed.
+trap 'echo "FAIL (line $LINENO); the last job printed:"; cat "$work/last.log"' ERR
 train() {  # NP RPN ARGS...
   local np=$1 rpn=$2; shift 2
+  echo "+ train_mlp -np $np $*" >"$work/last.log"
   "$mpirun" --oversubscribe --bind-to none -np "$np" -x HSDP_RANKS_PER_NODE="$rpn" \
-    "$build/examples/train_mlp" "$@"
+    "$build/examples/train_mlp" "$@" 2>&1 | tee -a "$work/last.log"
 }
 ckpt="$build/tools/hsdp-ckpt"
 same_files() {  # DIR_A DIR_B: every data file byte-identical
@@ -58,6 +61,14 @@ fi
 src="$work/src"
 train 8 4 --mode zero3 --intra-shard 4 --inter-shard 2 --steps 4 --save-dir "$src" >/dev/null
 "$ckpt" verify "$src"
+out=$("$ckpt" inspect "$src")
+expect "step 4" "$out"
+expect "saved under: mode zero3, 8 ranks = 2 nodes x 4, intra_shard 4 x inter_shard 2 (8 shards x 1 replicas)" "$out"
+expect "fc1.weight  *\[333, 1000\]  *333000 param, exp_avg, exp_avg_sq" "$out"
+expect "checksums: all ok" "$out"
+out=$("$ckpt" inspect "$src" --json)
+expect '"checksums_ok": true' "$out"
+expect '"world_size": 8' "$out"
 for cfg in "6 3 --mode zero2 --intra-shard 3 --inter-shard 2" "3 1 --mode zero3 --intra-shard 1 --inter-shard 3" \
            "1 1 --mode none"; do
   read -r np rpn rest <<<"$cfg"
