@@ -175,8 +175,9 @@ hsdp::Status configure(const Options& opt, int world_size, Spec* spec, hsdp::Eng
   if (opt.resume == "latest" && opt.save_dir.empty())
     return hsdp::invalidArgument("--resume latest needs --save-dir (the root it names)");
   if (opt.check && !opt.init_from.empty())
-    return hsdp::invalidArgument("--check trains the reference from the built-in "
-                                 "initialisation; it cannot follow --init-from");
+    return hsdp::invalidArgument(
+        "--check trains the reference from the built-in "
+        "initialisation; it cannot follow --init-from");
   mesh_spec->intra_shard = opt.intra_shard;
   mesh_spec->inter_shard = opt.inter_shard;
   if (cfg->mode == hsdp::ShardMode::kNone) {  // plain data parallel: nothing is sharded

@@ -56,7 +56,7 @@ struct Options {
   std::string save_dir;
   int save_every = 0;  // 0: save after the last step only
   bool async_save = false;
-  int keep = 0;  // keep_last; 0 keeps all
+  int keep = 0;        // keep_last; 0 keeps all
   std::string resume;  // a checkpoint directory, a root with `latest`, or "latest" (--save-dir)
   std::string export_path;
   std::string init_from;
