@@ -153,6 +153,16 @@ class MemorySpace {
   virtual Status upload(OffloadSlot& slot, void* dst, const void* host, size_t bytes) = 0;
   virtual Status awaitUpload(OffloadSlot& slot) = 0;
 
+  // ---- checkpoint snapshots (saveAsync): state into host memory registered by offloadSlot ----
+  // Starts copying `bytes` at `src` (this space) into `host` after the work enqueued on kCompute
+  // so far (the step that wrote the state), on a copy stream of its own; work enqueued on
+  // kCompute later (the next step) waits for the copy, so training goes on without the host
+  // waiting. Host: a memcpy, done on return.
+  virtual Status startSnapshot(OffloadSlot& slot, void* host, const void* src, size_t bytes) = 0;
+  // Any thread (the checkpoint writer): returns once every snapshot copy started on the slot
+  // has landed in host memory.
+  virtual Status finishSnapshot(OffloadSlot& slot) = 0;
+
   // Collective over `world` on HOST memory (the engine's set-up checks): CUDA spaces run it on
   // the NCCL communicator's MPI bootstrap.
   virtual Status allGatherHost(Comm& world, const void* send, void* recv, size_t count,

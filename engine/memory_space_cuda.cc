@@ -64,6 +64,7 @@ struct CudaOffloadSlot final : MemorySpace::OffloadSlot {
     // A copy may still read or write the host memory: let it finish before unpinning.
     if (downloaded.get() != nullptr) (void)cudaEventSynchronize(downloaded.get());
     if (uploaded.get() != nullptr) (void)cudaEventSynchronize(uploaded.get());
+    if (snapshotted.get() != nullptr) (void)cudaEventSynchronize(snapshotted.get());
     for (void* p : registered) {
       cudaError_t err = cudaHostUnregister(p);
       if (err != cudaSuccess)
@@ -75,6 +76,9 @@ struct CudaOffloadSlot final : MemorySpace::OffloadSlot {
   gpu::Event downloaded;
   // Why: the compute stream waits for the updated parameters' H2D before anything reads them.
   gpu::Event uploaded;
+  // Why: the checkpoint writer waits for the snapshot's D2H before it writes the host copy, and
+  // the compute stream waits for it before the next step overwrites the state.
+  gpu::Event snapshotted;
 };
 
 class CudaMemorySpace final : public MemorySpace {
@@ -420,6 +424,34 @@ class CudaMemorySpace final : public MemorySpace {
     return okStatus();
   }
 
+  // Checkpoint snapshot of device state into the slot's registered host memory, on ckpt_d2h_.
+  Status startSnapshot(OffloadSlot& slot, void* host, const void* src, size_t bytes) override {
+    auto& s = static_cast<CudaOffloadSlot&>(slot);
+    HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard g, gpu::DeviceGuard::set(device_));
+    if (ckpt_d2h_.get() == nullptr) {
+      // Why a stream of its own: the snapshot is copied while the next step's forward runs,
+      // queued neither behind compute nor behind the offload copies of the gradient shards.
+      HSDP_ASSIGN_OR_RETURN(ckpt_d2h_, gpu::Stream::create("hsdp-ckpt-d2h"));
+    }
+    if (s.snapshotted.get() == nullptr) {
+      HSDP_ASSIGN_OR_RETURN(s.snapshotted, gpu::Event::create());
+    }
+    // The state is final once the step enqueued on the compute stream has run.
+    HSDP_CUDA_CHECK(cudaEventRecord(lane_mark_.get(), compute_));
+    HSDP_CUDA_CHECK(cudaStreamWaitEvent(ckpt_d2h_.get(), lane_mark_.get(), 0));
+    HSDP_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, ckpt_d2h_.get()));
+    HSDP_CUDA_CHECK(cudaEventRecord(s.snapshotted.get(), ckpt_d2h_.get()));
+    // The next step must not overwrite the shard before the copy has read it.
+    HSDP_CUDA_CHECK(cudaStreamWaitEvent(compute_, s.snapshotted.get(), 0));
+    return okStatus();
+  }
+
+  Status finishSnapshot(OffloadSlot& slot) override {
+    auto& s = static_cast<CudaOffloadSlot&>(slot);
+    if (s.snapshotted.get() != nullptr) HSDP_CUDA_CHECK(cudaEventSynchronize(s.snapshotted.get()));
+    return okStatus();
+  }
+
   Status allGatherHost(Comm& world, const void* send, void* recv, size_t count,
                        DType dtype) override {
     if (auto* nccl = dynamic_cast<nccl::NcclComm*>(&world))
@@ -467,6 +499,7 @@ class CudaMemorySpace final : public MemorySpace {
   cudaStream_t compute_ = nullptr;  // the user's; not owned
   gpu::Stream reduce_;
   gpu::Stream d2h_, h2d_;
+  gpu::Stream ckpt_d2h_;  // created with the first checkpoint snapshot
   gpu::Event lane_mark_;
   gpu::PinnedBuffer staging_;
   gpu::Event staging_done_;

@@ -6,6 +6,8 @@
 //   unshard.cc          unshard / waitForUnshard / reshard, param(), copy-out, the gather path
 //   reduce.cc           grad(), copy-in, reduceGrad and the reductions in flight
 //   step.cc             step(): clipping, Adam per decay span, CPU offload, post-step gathers
+//   checkpoint/save.cc  save / saveAsync / waitForSave: snapshot, background writer, commit
+//   checkpoint/load.cc  load / loadWeights: reading pieces, installing them into the shards
 // The fields are grouped by who owns them; each group says which file writes it.
 #pragma once
 
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "engine/buffer_pool.h"
+#include "engine/checkpoint/format.h"
 #include "engine/memory_space.h"
 #include "hsdp/cpu_adam.h"
 #include "hsdp/hier_collectives.h"
@@ -100,6 +103,13 @@ struct PlannedCopy {
   size_t k;  // index in the caller's list, for messages
 };
 
+// The checkpoint writer's state (engine/checkpoint/save.cc): the snapshot buffer, allocated once
+// and reused by every save (and as staging by load), and the background writer thread.
+struct Saver;
+struct SaverDeleter {
+  void operator()(Saver* s) const;  // joins the writer
+};
+
 }  // namespace hsdp::engine
 
 namespace hsdp {
@@ -147,6 +157,11 @@ struct ShardedModel::Impl {
   std::vector<CollectiveOp> group_ops;  // step()'s post-step gathers, reused every step
   std::vector<void*> blocks16;
   std::vector<int> group_units;  // the unit of each of them
+
+  // ---- checkpoints (checkpoint/save.cc, checkpoint/load.cc) ----
+  // Declared last: destroyed first, so the writer thread is joined while everything it may
+  // touch (the memory space its pinned snapshot belongs to) is alive.
+  std::unique_ptr<engine::Saver, engine::SaverDeleter> saver;
 
   // ---- mode policy (here: one line each) ----
   bool onDevice() const { return cfg.device == Device::kCuda; }
@@ -198,10 +213,31 @@ struct ShardedModel::Impl {
   Status pollReductions(bool block);
 
   // step.cc
+  // zero1/zero2: all-gathers every unit's updated master slices back into the whole parameters
+  // (bf16: the roundings); frozen units too with `frozen_too` (after a load).
+  Status gatherReplicated(bool frozen_too);
   Status refresh16(Unit& u);
   Status readNorm() const;
   Status launchStep(Unit& u, int64_t t, float scale);
   Status waitForStep(Unit& u);
+
+  // checkpoint/save.cc, checkpoint/load.cc
+  // OK between step() and the next forward: no unit unsharded, no reduction in flight.
+  Status checkIdle(const char* verb) const;
+  // Collective over the world: every rank's `local`; the first failure (lowest rank) on every
+  // rank, the same message everywhere.
+  Status agree(const Status& local);
+  std::vector<ckpt::UnitDesc> unitDescs() const;
+  ckpt::MeshDesc meshDesc() const;
+  int pieceReplicas() const { return mesh->shape().replicas(); }
+  ckpt::FilePlan myPlan() const;
+  // The snapshot/staging buffer, sized for myPlan() (allocated on first use, then reused).
+  Status ensureSaver();
+  void* stagingData() const;
+  // Fills the staging buffer's chunks of states < `states` through `read`, then (collective)
+  // all-gathers them over the replicas into the engine's shards and refreshes what derives from
+  // them. `read` fills `count` elements from `start` of parameter `param` of unit `unit`.
+  Status installFromStaging(int states);
 };
 
 }  // namespace hsdp

@@ -114,6 +114,42 @@ Status ShardedModel::setLearningRate(float lr) {
 
 float ShardedModel::learningRate() const { return impl_->cfg.adam.lr; }
 
+// zero1/zero2: every rank stepped its slice of the whole parameters; gather them back, in
+// place, all units together: several buffers that move at once, so one group (on a device one
+// fused NCCL launch instead of a launch per unit). Frozen units did not change in a step.
+Status ShardedModel::Impl::gatherReplicated(bool frozen_too) {
+  group_ops.clear();
+  blocks16.clear();
+  group_units.clear();
+  for (size_t k = 0; k < units.size(); ++k) {
+    Unit& u = units[k];
+    if (u.frozen && !frozen_too) continue;
+    const size_t n = u.layout.shardNumel();
+    group_units.push_back(static_cast<int>(k));
+    if (bf16Params()) {  // bf16 on the wire, upcast into the fp32 compute copy below
+      HSDP_ASSIGN_OR_RETURN(void* b16, pool16.acquire(/*zero=*/false));
+      blocks16.push_back(b16);
+      group_ops.push_back(CollectiveOp::allGather(u.shard16.data(), b16, n, DType::kBFloat16));
+    } else {
+      group_ops.push_back(
+          CollectiveOp::allGather(master(u), u.full_params.data(), n, DType::kFloat32));
+    }
+  }
+  HSDP_ASSIGN_OR_RETURN(WorkHandle gathers, gatherGroup(group_ops));
+  // On a device the compute stream waits for them: step() returns without the host waiting.
+  HSDP_RETURN_IF_ERROR(blockOn(gathers).withContext("parameter all-gathers after the step"));
+  for (size_t k = 0; k < blocks16.size(); ++k) {
+    Unit& u = units[group_units[k]];
+    // The compute copy holds the bf16 rounding, as every other rank's; our own slice of the
+    // fp32 master is the host/shard master, untouched by this.
+    HSDP_RETURN_IF_ERROR(space->castToFloat(static_cast<const bf16*>(blocks16[k]),
+                                            u.full_params.as<float>(), u.layout.paddedNumel(),
+                                            Lane::kCompute));
+    HSDP_RETURN_IF_ERROR(pool16.release(blocks16[k]));
+  }
+  return okStatus();
+}
+
 Status ShardedModel::step() {
   Impl& m = *impl_;
   if (!m.finalized) return failedPrecondition("step: call finalize() first");
@@ -168,40 +204,7 @@ Status ShardedModel::step() {
       HSDP_RETURN_IF_ERROR(m.space->awaitUpload(*u.offload));
     }
   }
-  if (m.replicatedParams()) {
-    // zero1/zero2: every rank stepped its slice of the whole parameters; gather them back, in
-    // place, all units together: several buffers that move at once, so one group (on a device
-    // one fused NCCL launch instead of a launch per unit). Frozen units did not change.
-    m.group_ops.clear();
-    m.blocks16.clear();
-    m.group_units.clear();
-    for (size_t k = 0; k < m.units.size(); ++k) {
-      Unit& u = m.units[k];
-      if (u.frozen) continue;
-      const size_t n = u.layout.shardNumel();
-      m.group_units.push_back(static_cast<int>(k));
-      if (m.bf16Params()) {  // bf16 on the wire, upcast into the fp32 compute copy below
-        HSDP_ASSIGN_OR_RETURN(void* b16, m.pool16.acquire(/*zero=*/false));
-        m.blocks16.push_back(b16);
-        m.group_ops.push_back(CollectiveOp::allGather(u.shard16.data(), b16, n, DType::kBFloat16));
-      } else {
-        m.group_ops.push_back(
-            CollectiveOp::allGather(m.master(u), u.full_params.data(), n, DType::kFloat32));
-      }
-    }
-    HSDP_ASSIGN_OR_RETURN(WorkHandle gathers, m.gatherGroup(m.group_ops));
-    // On a device the compute stream waits for them: step() returns without the host waiting.
-    HSDP_RETURN_IF_ERROR(m.blockOn(gathers).withContext("parameter all-gathers after the step"));
-    for (size_t k = 0; k < m.blocks16.size(); ++k) {
-      Unit& u = m.units[m.group_units[k]];
-      // The compute copy holds the bf16 rounding, as every other rank's; our own slice of the
-      // fp32 master is the host/shard master, untouched by this.
-      HSDP_RETURN_IF_ERROR(m.space->castToFloat(static_cast<const bf16*>(m.blocks16[k]),
-                                                u.full_params.as<float>(), u.layout.paddedNumel(),
-                                                Lane::kCompute));
-      HSDP_RETURN_IF_ERROR(m.pool16.release(m.blocks16[k]));
-    }
-  }
+  if (m.replicatedParams()) HSDP_RETURN_IF_ERROR(m.gatherReplicated(/*frozen_too=*/false));
   return okStatus();
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "hsdp/plan.h"
+#include "mlp/checkpointing.h"
 #include "mlp/reference.h"
 
 namespace mlp {
@@ -37,6 +38,14 @@ std::string bytesStr(size_t b) {
 }
 
 }  // namespace
+
+int exitCodeOf(const hsdp::Status& s) {
+  const hsdp::StatusCode c = s.code();
+  return c == hsdp::StatusCode::kInvalidArgument || c == hsdp::StatusCode::kNotFound ||
+                 c == hsdp::StatusCode::kFailedPrecondition
+             ? kExitUsage
+             : kExitRuntime;
+}
 
 void printError(const char* program, int rank, const std::string& what) {
   std::fprintf(stderr, "%s [rank %d]: error: %s\n", program, rank, what.c_str());
@@ -105,6 +114,20 @@ std::optional<int> parseCommandLine(const char* program, const char* description
   app.add_option("--dims", opt.dims, "Layer sizes, input to classes, comma separated");
   app.add_option("--seed", opt.seed, "Seed of data and initialisation");
   app.add_option("--tolerance", opt.tolerance, "Largest max_rel_err that passes --check");
+  app.add_option("--save-dir", opt.save_dir,
+                 "Checkpoint root: <dir>/step-NNNNNNNN per save, <dir>/latest names the newest");
+  app.add_option("--save-every", opt.save_every,
+                 "Save every K steps (and after the last); 0: after the last step only");
+  app.add_flag("--async-save", opt.async_save,
+               "Snapshot into host memory and write in the background while training goes on");
+  app.add_option("--keep", opt.keep, "Keep only the newest K checkpoints (0: all)");
+  app.add_option("--resume", opt.resume,
+                 "Load a checkpoint (directory, root with `latest`, or 'latest' of --save-dir) "
+                 "and train on to --steps; any mesh and mode");
+  app.add_option("--export", opt.export_path,
+                 "After training, write the full parameters as safetensors");
+  app.add_option("--init-from", opt.init_from,
+                 "Initialise the parameters from a safetensors file or index");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -149,6 +172,17 @@ hsdp::Status configure(const Options& opt, int world_size, Spec* spec, hsdp::Eng
     return hsdp::invalidArgument("--intra-shard ", opt.intra_shard, " must be positive");
   if (opt.inter_shard_given && opt.inter_shard <= 0)
     return hsdp::invalidArgument("--inter-shard ", opt.inter_shard, " must be positive");
+  if (opt.save_every < 0)
+    return hsdp::invalidArgument("--save-every ", opt.save_every, " must be >= 0");
+  if (opt.keep < 0) return hsdp::invalidArgument("--keep ", opt.keep, " must be >= 0");
+  if (opt.save_dir.empty() && (opt.save_every > 0 || opt.async_save || opt.keep > 0))
+    return hsdp::invalidArgument("--save-every, --async-save and --keep need --save-dir");
+  if (opt.resume == "latest" && opt.save_dir.empty())
+    return hsdp::invalidArgument("--resume latest needs --save-dir (the root it names)");
+  if (opt.check && !opt.init_from.empty())
+    return hsdp::invalidArgument(
+        "--check trains the reference from the built-in "
+        "initialisation; it cannot follow --init-from");
   mesh_spec->intra_shard = opt.intra_shard;
   mesh_spec->inter_shard = opt.inter_shard;
   if (cfg->mode == hsdp::ShardMode::kNone) {  // plain data parallel: nothing is sharded
@@ -332,7 +366,12 @@ int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_com
                    const hsdp::EngineConfig& cfg, const Options& opt,
                    const std::function<hsdp::StatusOr<float>(int step)>& train_step) {
   double optim_total = 0, optim_exposed = 0;  // offload: worker time, and what step() waited
-  for (int step = 0; step < opt.steps; ++step) {
+  auto start = restore(program, world, model, opt);
+  if (!start.ok()) {
+    printError(program, world.rank(), start.status().toString());
+    return exitCodeOf(start.status());
+  }
+  for (int step = *start; step < opt.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     auto loss = train_step(step);
     auto t1 = std::chrono::steady_clock::now();
@@ -348,6 +387,20 @@ int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_com
     optim_exposed += oe;
     if (!printStepRow(world, model, opt, step, *loss, ms, exposed_ms).ok())
       abort_comm.abortJob(kExitRuntime);
+    if (hsdp::Status s = afterStep(world, model, opt, step + 1, step + 1 == opt.steps); !s.ok()) {
+      printError(program, world.rank(), s.toString());  // the same on every rank
+      return exitCodeOf(s);
+    }
+  }
+  if (*start == opt.steps) {  // nothing to train: a save-dir still gets this step's checkpoint
+    if (hsdp::Status s = afterStep(world, model, opt, opt.steps, true); !s.ok()) {
+      printError(program, world.rank(), s.toString());
+      return exitCodeOf(s);
+    }
+  }
+  if (hsdp::Status s = finishCheckpoints(world, model, opt); !s.ok()) {
+    printError(program, world.rank(), s.toString());
+    return exitCodeOf(s);
   }
   printOffloadSummary(world, cfg, opt, optim_total, optim_exposed);
   if (!printMemory(world, mesh, model, spec, cfg).ok()) abort_comm.abortJob(kExitRuntime);

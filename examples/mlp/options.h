@@ -51,6 +51,15 @@ struct Options {
   std::string dims = "32,1000,333,128,10";
   uint64_t seed = 1234;
   double tolerance = 1e-5;
+  // Checkpoints (mlp/checkpointing.h). --steps is the total: a resumed run trains from the
+  // checkpoint's step up to it.
+  std::string save_dir;
+  int save_every = 0;  // 0: save after the last step only
+  bool async_save = false;
+  int keep = 0;        // keep_last; 0 keeps all
+  std::string resume;  // a checkpoint directory, a root with `latest`, or "latest" (--save-dir)
+  std::string export_path;
+  std::string init_from;
 };
 
 // Exit codes of the examples: bad input (every rank sees it alike), a failure while training.
@@ -60,6 +69,9 @@ constexpr int kExitRuntime = 3;
 // "<program> [rank r]: error: <what>" on stderr. Every rank parses the same argv, so every rank
 // reaches the same verdict and prints it.
 void printError(const char* program, int rank, const std::string& what);
+// kExitUsage for what the user can fix (InvalidArgument, NotFound, FailedPrecondition: a bad
+// path, a corrupt or mismatching checkpoint), else kExitRuntime (a full disk, an I/O error).
+int exitCodeOf(const hsdp::Status& s);
 
 // Parses argv into *opt (every flag of both examples). Returns an exit code when the program
 // should end now: 0 after --help (printed by rank 0), kExitUsage after a parse error (printed by

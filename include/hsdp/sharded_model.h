@@ -66,6 +66,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hsdp/checkpoint.h"
 #include "hsdp/config.h"
 #include "hsdp/flat_layout.h"
 #include "hsdp/mesh.h"
@@ -201,6 +202,35 @@ class ShardedModel {
 
   // Collective over the shard group: the unit's whole flat parameter vector (unpadded).
   [[nodiscard]] Status gatherFullParameters(int unit, std::vector<float>* out);
+
+  // ---- checkpoints (hsdp/checkpoint.h: what is saved, the commit, the format) ----
+  // Every call below is collective over the world and runs between step() and the next forward
+  // (no unit unsharded, no reduction in flight; FailedPrecondition otherwise). Errors are the
+  // same on every rank and name the file.
+  //
+  // Saves the parameters (fp32 masters), Adam's moments, the step count, the optimizer settings
+  // and options.user into <root>/<name> (SaveOptions::name) and points <root>/latest at it;
+  // returns once committed. save() is saveAsync() then waitForSave().
+  StatusOr<SaveResult> save(const std::string& root, const SaveOptions& options = {});
+  // Copies this rank's part of the state into a host snapshot (allocated once, reused; pinned
+  // on a device, where the copy runs on a copy stream of its own and the next step waits for
+  // it on the device, not on the host) and returns; a background thread writes it and rank 0
+  // commits it while training goes on. A save still in flight is waited for first (its error,
+  // if any, is returned and the new save does not start).
+  [[nodiscard]] Status saveAsync(const std::string& root, const SaveOptions& options = {});
+  // Waits for the save in flight (FailedPrecondition when there is none) and returns its result.
+  StatusOr<SaveResult> waitForSave();
+  bool saveInFlight() const;
+  // Loads a checkpoint (a checkpoint directory, or a root whose `latest` names one), saved on
+  // any mesh and mode, into this model: every unit and parameter must match by name and shape
+  // (else InvalidArgument naming the first difference). Waits for a save in flight first. On
+  // error the model's state is unchanged.
+  StatusOr<LoadResult> load(const std::string& path, const LoadOptions& options = {});
+  // Parameters from full safetensors weights (hsdp/checkpoint.h: loadWeights options).
+  [[nodiscard]] Status loadWeights(const std::string& path, const LoadWeightsOptions& options = {});
+  // The full parameters as safetensors, written by rank 0 (hsdp/checkpoint.h: ExportOptions).
+  StatusOr<std::vector<std::string>> exportSafetensors(const std::string& out,
+                                                       const ExportOptions& options = {});
 
   MemoryReport memoryReport() const;
   int64_t stepCount() const;

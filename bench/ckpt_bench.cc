@@ -1,0 +1,244 @@
+// Checkpoint throughput against the filesystem's own ceiling, in one run (docs/checkpoint.md):
+//   save      ShardedModel::save of the whole model state (fp32 masters + both Adam moments)
+//   load      ShardedModel::load of it, page cache dropped first (posix_fadvise DONTNEED)
+//   ceiling   the same bytes written sequentially by one process (8 MiB writes, then fsync) and
+//             read back cold, on the same filesystem; and the same per rank in parallel
+//   async     step time with saveAsync after every step vs without saving
+// Medians of --repeats. Run it under mpirun, e.g. 8 ranks as 2 virtual nodes x 4:
+//   mpirun -np 8 -x HSDP_RANKS_PER_NODE=4 build/bench/ckpt_bench --dir /work/ckpt-bench --gib 1
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "hsdp/mesh.h"
+#include "hsdp/mpi.h"
+#include "hsdp/schedule.h"
+#include "hsdp/sharded_model.h"
+#include "hsdp/topology.h"
+
+using namespace hsdp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void dropCache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  (void)::fdatasync(fd);
+  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+void dropCacheTree(const std::string& dir) {
+  for (auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) dropCache(e.path().string());
+}
+
+// One process writes `bytes` to `path` in 8 MiB writes and fsyncs; returns seconds.
+double writeFile(const std::string& path, uint64_t bytes, const std::vector<char>& block) {
+  const auto t0 = Clock::now();
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  for (uint64_t at = 0; at < bytes; at += block.size())
+    if (::write(fd, block.data(), std::min<uint64_t>(block.size(), bytes - at)) < 0) break;
+  ::fsync(fd);
+  ::close(fd);
+  return since(t0);
+}
+
+double readFile(const std::string& path, std::vector<char>& block) {
+  dropCache(path);
+  const auto t0 = Clock::now();
+  int fd = ::open(path.c_str(), O_RDONLY);
+  while (::read(fd, block.data(), block.size()) > 0) {
+  }
+  ::close(fd);
+  return since(t0);
+}
+
+Status trainStep(ShardedModel& m, int rank, int step) {
+  std::vector<int> order(m.numUnits());
+  for (int u = 0; u < m.numUnits(); ++u) order[u] = u;
+  HSDP_RETURN_IF_ERROR(forwardUnits(m, order, [](int) { return okStatus(); }));
+  return backwardUnits(
+      m, order,
+      [&](int u) -> Status {
+        HSDP_ASSIGN_OR_RETURN(ParamView g, m.grad(u, "weight"));
+        std::fill(g.data, g.data + g.numel, 1e-3f * float(1 + (rank + step + u) % 5));
+        return okStatus();
+      },
+      true);
+}
+
+int run(Comm& world, const std::string& dir, double gib, int repeats, int units, int steps,
+        bool keep) {
+  const int rank = world.rank();
+  auto layout = groupRanksIntoNodes(world);
+  if (!layout.ok()) return 2;
+  auto mesh = Mesh::create(world, *layout, {layout->ranks_per_node, layout->num_nodes});
+  if (!mesh.ok()) {
+    std::fprintf(stderr, "%s\n", mesh.status().toString().c_str());
+    return 2;
+  }
+  EngineConfig cfg;
+  cfg.mode = ShardMode::kZero3;
+  auto model_or = ShardedModel::create(**mesh, cfg);
+  if (!model_or.ok()) return 2;
+  ShardedModel& model = **model_or;
+  const int64_t per_unit = static_cast<int64_t>(gib * (1 << 30) / 12 / units);  // 3 fp32 arrays
+  for (int u = 0; u < units; ++u)
+    if (!model.addUnit("u" + std::to_string(u), {{"weight", {per_unit}}}).ok()) return 2;
+  if (!model.finalize().ok()) return 2;
+  {
+    std::vector<float> v(per_unit);
+    for (int u = 0; u < units; ++u) {
+      for (int64_t i = 0; i < per_unit; ++i) v[i] = 0.001f * float((i * 7 + u) % 1000);
+      if (!model.setParameter(u, "weight", v.data(), v.size()).ok()) return 3;
+    }
+  }
+  if (!trainStep(model, rank, 0).ok() || !model.step().ok()) return 3;  // moments non-zero
+  if (rank == 0) std::filesystem::create_directories(dir);
+  (void)world.barrier();
+  const std::string root = dir + "/ckpt";
+  std::vector<double> save_s, load_s, w1_s, r1_s, wp_s, rp_s;
+  uint64_t bytes = 0;
+  std::vector<char> block(8 << 20, 'x');
+  for (int rep = 0; rep < repeats; ++rep) {
+    (void)world.barrier();
+    auto t0 = Clock::now();
+    auto r = model.save(root, {.name = "bench", .keep_last = 1});
+    (void)world.barrier();
+    save_s.push_back(since(t0));
+    if (!r.ok()) {
+      std::fprintf(stderr, "save: %s\n", r.status().toString().c_str());
+      return 3;
+    }
+    bytes = r->bytes;
+    if (rank == 0) dropCacheTree(root + "/bench");
+    (void)world.barrier();
+    t0 = Clock::now();
+    auto l = model.load(root + "/bench");
+    (void)world.barrier();
+    load_s.push_back(since(t0));
+    if (!l.ok()) {
+      std::fprintf(stderr, "load: %s\n", l.status().toString().c_str());
+      return 3;
+    }
+    // Ceilings: one sequential writer of the same bytes; every rank its share in parallel.
+    const std::string one = dir + "/ceiling.bin";
+    if (rank == 0) {
+      w1_s.push_back(writeFile(one, bytes, block));
+      r1_s.push_back(readFile(one, block));
+      std::filesystem::remove(one);
+    }
+    (void)world.barrier();
+    const std::string mine = dir + "/ceiling-" + std::to_string(rank) + ".bin";
+    t0 = Clock::now();
+    writeFile(mine, bytes / world.size(), block);
+    (void)world.barrier();
+    wp_s.push_back(since(t0));
+    dropCache(mine);
+    (void)world.barrier();
+    t0 = Clock::now();
+    {
+      int fd = ::open(mine.c_str(), O_RDONLY);
+      while (::read(fd, block.data(), block.size()) > 0) {
+      }
+      ::close(fd);
+    }
+    (void)world.barrier();
+    rp_s.push_back(since(t0));
+    std::filesystem::remove(mine);
+  }
+  // Step time without saving and with an async save after every step.
+  std::vector<double> plain, async, snap, write;
+  for (int s = 0; s < 2 * steps; ++s) {
+    const bool save = s >= steps;
+    (void)world.barrier();
+    auto t0 = Clock::now();
+    if (!trainStep(model, rank, s + 1).ok() || !model.step().ok()) return 3;
+    if (save && model.saveInFlight()) {  // what saveAsync would wait for anyway
+      auto r = model.waitForSave();
+      if (!r.ok()) return 3;
+      snap.push_back(r->snapshot_seconds);
+      write.push_back(r->seconds);
+    }
+    if (save && !model.saveAsync(root + "-async", {.keep_last = 1}).ok()) return 3;
+    (void)world.barrier();
+    (save ? async : plain).push_back(since(t0));
+  }
+  if (model.saveInFlight() && !model.waitForSave().ok()) return 3;
+  if (rank == 0) std::filesystem::remove_all(root + "-async");
+  if (rank == 0 && !keep) std::filesystem::remove_all(root);
+  if (rank == 0) {
+    const double gb = bytes / 1e9;
+    std::printf(
+        "checkpoint benchmark: %d ranks (%s), %d units, %.3f GB of model state "
+        "(fp32 params + 2 Adam moments), %d repeats, medians; filesystem of %s; the "
+        "machine is shared (2 cores), so absolute numbers vary\n\n",
+        world.size(), (*mesh)->describe().c_str(), units, gb, repeats, dir.c_str());
+    std::printf("%-44s %10s %10s %10s\n", "", "seconds", "GB/s", "vs ceiling");
+    auto row = [&](const char* what, double s, double ceil) {
+      std::printf("%-44s %10.3f %10.3f %10s\n", what, s, gb / s,
+                  ceil > 0 ? (std::to_string(ceil / s).substr(0, 4) + "x").c_str() : "");
+    };
+    const double w1 = median(w1_s), r1 = median(r1_s);
+    row("ceiling: 1 process writes, fsync", w1, 0);
+    row("ceiling: every rank writes 1/W, fsync", median(wp_s), 0);
+    row("save (snapshot, write, fsync, commit)", median(save_s), w1);
+    row("ceiling: 1 process reads (cold)", r1, 0);
+    row("ceiling: every rank reads 1/W (cold)", median(rp_s), 0);
+    row("load (cold: read, verify, install)", median(load_s), r1);
+    std::printf(
+        "\nstep time: %.3f s without saving, %.3f s with saveAsync after every step "
+        "(%.2fx)\n",
+        median(plain), median(async), median(async) / median(plain));
+    std::printf(
+        "async save: %.3f s blocking (the snapshot copy), %.3f s until committed in the "
+        "background\n",
+        median(snap), median(write));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto session = mpi::Session::init(&argc, &argv);
+  if (!session.ok()) return 2;
+  auto world = (*session)->world();
+  if (!world.ok()) return 2;
+  CLI::App app{"checkpoint save/load throughput vs the filesystem", "ckpt_bench"};
+  std::string dir = "/tmp/hsdp-ckpt-bench";
+  double gib = 1.0;
+  int repeats = 3, units = 16, steps = 3;
+  bool keep = false;
+  app.add_option("--dir", dir, "Where to write (removed at the end)");
+  app.add_option("--gib", gib, "GiB of model state (params + 2 moments)");
+  app.add_option("--repeats", repeats, "Repeats of save/load/ceilings");
+  app.add_option("--units", units, "Units the model is split into");
+  app.add_option("--steps", steps, "Steps timed without and with an async save");
+  app.add_flag("--keep", keep, "Leave the checkpoint in DIR/ckpt/bench (bench/ckpt_bench.sh)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return (*world)->rank() == 0 ? app.exit(e) : 2;
+  }
+  int rc = run(**world, dir, gib, repeats, units, steps, keep);
+  world->reset();
+  return rc;
+}

@@ -1,0 +1,175 @@
+// Internal to the engine: the checkpoint's on-disk format (docs/checkpoint.md is its spec). A
+// checkpoint is a directory holding manifest.json and one data file per writing rank; this file
+// is the manifest as data (Manifest), its JSON reader and writer, and the layout arithmetic that
+// decides which rank writes which bytes where (one plan for the engine's save, the offline
+// reshard and every reader). Nothing here needs MPI: hsdp-ckpt links it without starting a job.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hsdp/status.h"
+
+namespace hsdp::ckpt {
+
+constexpr int kFormatVersion = 1;
+constexpr const char* kFormatName = "hsdp-checkpoint";
+constexpr const char* kManifestName = "manifest.json";
+constexpr const char* kLatestName = "latest";
+// Every chunk starts at a multiple of this in its data file (mmap, SIMD loads).
+constexpr uint64_t kAlign = 64;
+// A chunk holds at most this many elements (4 MiB of fp32): the unit of checksums, so a reader
+// that reads part of a tensor verifies what it read by reading whole chunks.
+constexpr uint64_t kChunkElems = uint64_t{1} << 20;
+
+// The per-parameter arrays a checkpoint holds: the fp32 master and Adam's two moments (frozen
+// units have no moments).
+enum class State { kParam = 0, kExpAvg = 1, kExpAvgSq = 2 };
+const char* stateName(State s);
+constexpr int kStates = 3;
+
+struct ParamDesc {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool weight_decay = true;
+  uint64_t numel() const;
+};
+
+struct UnitDesc {
+  std::string name;
+  bool frozen = false;
+  std::vector<ParamDesc> params;
+  uint64_t numel() const;
+  uint64_t offset(size_t param) const;  // of param in the unit's flat buffer, in elements
+  int states() const { return frozen ? 1 : kStates; }
+};
+
+// The mesh and mode a checkpoint was laid out for. shards (the engine's shard count: 1 in mode
+// none) and replicas decide the layout; the rest is informational.
+struct MeshDesc {
+  int world_size = 1;
+  int num_nodes = 1;
+  int ranks_per_node = 1;
+  int intra_shard = 1;
+  int inter_shard = 1;
+  int shards = 1;
+  int replicas = 1;
+  std::string mode = "none";
+  bool hpz = false;
+  bool offload_cpu = false;
+  std::string param_dtype = "float32";
+  std::string reduce_dtype = "float32";
+  std::string device = "cpu";
+};
+
+struct OptimDesc {
+  std::string kind = "adamw";
+  float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, clip_norm = 0;
+};
+
+// Elements [start, start + count) of one tensor, at byte `offset` of data file `file`,
+// little-endian fp32, with the xxHash64 (seed 0) of its count*4 bytes.
+struct Chunk {
+  int file = 0;
+  uint64_t offset = 0;
+  uint64_t start = 0;
+  uint64_t count = 0;
+  uint64_t xxh64 = 0;
+};
+
+struct TensorDesc {
+  int unit = 0;
+  int param = 0;
+  State state = State::kParam;
+  std::vector<Chunk> chunks;  // sorted by start, tiling [0, numel) exactly
+};
+
+struct FileDesc {
+  std::string name;  // relative to the checkpoint directory
+  int rank = 0;      // the world rank that wrote it, and its place in the mesh
+  int shard = 0;
+  int replica = 0;
+  uint64_t bytes = 0;
+  uint64_t xxh64 = 0;  // of the whole file
+};
+
+// One user blob: `bytes` bytes at `offset` of data file `file`.
+struct UserEntry {
+  std::string key;
+  int file = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  uint64_t xxh64 = 0;
+};
+
+struct Manifest {
+  int version = kFormatVersion;
+  int64_t step = 0;
+  std::string created;  // UTC, ISO 8601
+  std::vector<UnitDesc> units;
+  MeshDesc mesh;
+  OptimDesc optim;
+  std::vector<FileDesc> files;
+  std::vector<TensorDesc> tensors;  // unit order, then parameter order, then state order
+  std::vector<UserEntry> user;
+
+  // Index into `tensors` of (unit, param, state); -1 when absent (a frozen unit's moments).
+  int tensorIndex(int unit, int param, State s) const;
+  uint64_t dataBytes() const;
+  std::vector<int> first_tensor;  // per unit: index of its first tensor (filled by finish())
+  // Fills first_tensor and checks that the tensors are exactly those of `units`, in order.
+  [[nodiscard]] Status finish(const std::string& where);
+};
+
+// Parses and checks a manifest: every field's type and range, every tensor's chunks tiling its
+// parameter, every chunk inside its file. Errors are InvalidArgument naming `where` (the path)
+// and the field.
+StatusOr<Manifest> parseManifest(std::string_view json, const std::string& where);
+std::string serializeManifest(const Manifest& m);
+// "<dir>/manifest.json", read and parsed; a missing file is NotFound naming it.
+StatusOr<Manifest> readManifest(const std::string& dir);
+
+// The first difference between a checkpoint's units and a model's (names, shapes; with
+// `moments`, a unit frozen when saved but trainable now), as InvalidArgument naming `where`.
+[[nodiscard]] Status compareUnits(const std::vector<UnitDesc>& saved,
+                                  const std::vector<UnitDesc>& model, const std::string& where,
+                                  bool moments);
+std::string shapeString(const std::vector<int64_t>& shape);  // "[1000, 32]"
+
+// "0123456789abcdef" and back.
+std::string hex64(uint64_t v);
+
+// ---- the layout: which rank writes which elements, where in its file ----
+// Shard k of a unit holds flat elements [k*s, (k+1)*s), s = ceil(numel / shards); its R
+// replicas split it into pieces of p = ceil(s / R) elements, and replica r writes piece r. So
+// every world rank writes 1/world of the model and no byte is written twice.
+struct Piece {
+  uint64_t begin = 0, end = 0;  // flat elements, clipped to the unit's numel (may be empty)
+};
+Piece pieceOf(uint64_t numel, int shards, int replicas, int shard, int replica);
+
+// One planned chunk of a rank's data file, for tensor `tensor` of the manifest order.
+struct PlannedChunk {
+  int tensor = 0;
+  uint64_t start = 0, count = 0;  // elements of the parameter
+  uint64_t flat = 0;              // where they start in the unit's flat buffer
+  uint64_t offset = 0;            // byte offset in the data file
+};
+struct FilePlan {
+  std::vector<PlannedChunk> chunks;  // in file order
+  uint64_t bytes = 0;                // data bytes, before any user blobs
+};
+// The tensors of `units` in manifest order: (unit, param, state).
+std::vector<TensorDesc> tensorList(const std::vector<UnitDesc>& units);
+// The chunks the rank at (shard, replica) writes, for tensors as tensorList orders them.
+FilePlan planFile(const std::vector<UnitDesc>& units, int shards, int replicas, int shard,
+                  int replica);
+uint64_t alignUp(uint64_t v, uint64_t a = kAlign);
+
+// The name of world rank w's data file: "data-00003.bin".
+std::string dataFileName(int rank);
+
+}  // namespace hsdp::ckpt

@@ -1,0 +1,199 @@
+// ShardedModel::load and loadWeights: both read, per rank, the planned chunks of its own piece of
+// its shard (format.h: planFile on the model's mesh) into the staging buffer, agree over the
+// world that every read succeeded, and only then install: the replicas all-gather their pieces
+// over the replica group into the shards, and what derives from the masters (bf16 copies, the
+// whole parameters of zero1/zero2, the offload host masters) is rebuilt. So a failed load
+// changes nothing, and no byte of the checkpoint is read by two ranks.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+
+#include "engine/checkpoint/io.h"
+#include "engine/checkpoint/safetensors.h"
+#include "engine/sharded_model_impl.h"
+#include "hsdp/log.h"
+
+namespace hsdp {
+
+using engine::Unit;
+
+namespace {
+
+using ReadFn = std::function<Status(int unit, int param, ckpt::State state, uint64_t start,
+                                    uint64_t count, float* dst)>;
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+// Fills the staging buffer's planned chunks of states < `states` through `read`.
+static Status readToStaging(const ckpt::FilePlan& plan,
+                            const std::vector<ckpt::TensorDesc>& tensors, int states,
+                            const ReadFn& read, char* staging) {
+  for (const ckpt::PlannedChunk& c : plan.chunks) {
+    const ckpt::TensorDesc& t = tensors[c.tensor];
+    if (static_cast<int>(t.state) >= states) continue;
+    HSDP_RETURN_IF_ERROR(read(t.unit, t.param, t.state, c.start, c.count,
+                              reinterpret_cast<float*>(staging + c.offset)));
+  }
+  return okStatus();
+}
+
+Status ShardedModel::Impl::installFromStaging(int states) {
+  const ckpt::FilePlan& plan = myPlan();
+  const std::vector<ckpt::TensorDesc> tensors = ckpt::tensorList(unitDescs());
+  const int R = pieceReplicas(), r = mesh->coords().replica_rank, k = shardIndex();
+  const char* staging = static_cast<const char*>(stagingData());
+  size_t pmax = 0;
+  for (const Unit& u : units) pmax = std::max(pmax, (u.layout.shardNumel() + R - 1) / R);
+  SpaceBuffer gather;
+  if (R > 1) {
+    HSDP_ASSIGN_OR_RETURN(gather, space->allocate(std::max<size_t>(1, R * pmax) * sizeof(float)));
+  }
+  // The planned chunks of each (unit, state), in file order.
+  std::vector<std::vector<const ckpt::PlannedChunk*>> by(units.size() * ckpt::kStates);
+  for (const ckpt::PlannedChunk& c : plan.chunks)
+    by[tensors[c.tensor].unit * ckpt::kStates + static_cast<int>(tensors[c.tensor].state)]
+        .push_back(&c);
+  for (size_t ui = 0; ui < units.size(); ++ui) {
+    Unit& u = units[ui];
+    const size_t s = u.layout.shardNumel(), p = (s + R - 1) / R;
+    const size_t shard0 = static_cast<size_t>(k) * s;
+    for (int st = 0; st < (u.frozen ? 1 : states); ++st) {
+      const bool host_dest = st > 0 && queue;  // offloaded moments live in host memory
+      float* dest = st == 0   ? master(u)
+                    : st == 1 ? u.exp_avg.as<float>()
+                              : u.exp_avg_sq.as<float>();
+      const auto& chunks = by[ui * ckpt::kStates + st];
+      if (R == 1) {
+        for (const ckpt::PlannedChunk* c : chunks) {
+          float* d = dest + (c->flat - shard0);
+          const char* src = staging + c->offset;
+          if (host_dest)
+            std::memcpy(d, src, c->count * sizeof(float));
+          else
+            HSDP_RETURN_IF_ERROR(space->copyFromHost(d, src, c->count * sizeof(float)));
+        }
+        continue;
+      }
+      float* g = gather.as<float>();
+      const size_t slot0 = shard0 + std::min(s, r * p);
+      HSDP_RETURN_IF_ERROR(space->zero(g + r * p, p * sizeof(float), Lane::kCompute));
+      for (const ckpt::PlannedChunk* c : chunks)
+        HSDP_RETURN_IF_ERROR(space->copyFromHost(g + r * p + (c->flat - slot0), staging + c->offset,
+                                                 c->count * sizeof(float)));
+      // The replica communicator follows the reduce lane (on a device): let it see the copies.
+      HSDP_RETURN_IF_ERROR(space->order(Lane::kReduce, Lane::kCompute));
+      HSDP_ASSIGN_OR_RETURN(WorkHandle w,
+                            space->iallGather(mesh->replica(), g + r * p, g, p, DType::kFloat32));
+      HSDP_RETURN_IF_ERROR(space->reached(w, Lane::kCompute, /*block=*/true, /*exposed=*/false)
+                               .status()
+                               .withContext(strCat("replica all-gather of unit '", u.name, "'")));
+      if (host_dest)
+        HSDP_RETURN_IF_ERROR(space->copyToHost(dest, g, s * sizeof(float)));
+      else
+        HSDP_RETURN_IF_ERROR(space->copy(dest, g, s * sizeof(float), Lane::kCompute));
+    }
+  }
+  // What derives from the masters.
+  for (Unit& u : units) {
+    u.hpz_valid = false;
+    if (queue && !u.frozen)
+      HSDP_RETURN_IF_ERROR(space->copyToHost(u.host_master.data(), master(u),
+                                             u.layout.shardNumel() * sizeof(float)));
+    HSDP_RETURN_IF_ERROR(refresh16(u));
+  }
+  if (replicatedParams()) HSDP_RETURN_IF_ERROR(gatherReplicated(/*frozen_too=*/true));
+  return okStatus();
+}
+
+StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptions& options) {
+  Impl& m = *impl_;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (saveInFlight()) HSDP_RETURN_IF_ERROR(waitForSave().status());
+  LoadResult result;
+  Status local = m.checkIdle("load");
+  StatusOr<ckpt::Manifest> man = local;
+  if (local.ok()) {
+    StatusOr<std::string> dir = ckpt::resolveCheckpointDir(path);
+    local = dir.status();
+    if (local.ok()) result.dir = *dir;
+  }
+  if (local.ok()) {
+    man = ckpt::readManifest(result.dir);
+    local = man.status();
+  }
+  if (local.ok())
+    local = ckpt::compareUnits(man->units, m.unitDescs(), result.dir, options.optimizer_state);
+  for (Unit& u : m.units)
+    if (local.ok()) local = m.waitForStep(u);
+  if (local.ok()) local = m.ensureSaver();
+  HSDP_RETURN_IF_ERROR(m.agree(local.ok() ? local : local.withContext("load")));
+
+  const int states = options.optimizer_state ? ckpt::kStates : 1;
+  ckpt::TensorReader reader(*man, result.dir, options.verify);
+  ReadFn read = [&](int unit, int param, ckpt::State st, uint64_t start, uint64_t count,
+                    float* dst) -> Status {
+    const int t = man->tensorIndex(unit, param, st);
+    if (t < 0) return internalError("load: no tensor for unit ", unit, " param ", param);
+    return reader.read(t, start, start + count, dst);
+  };
+  local = readToStaging(m.myPlan(), ckpt::tensorList(m.unitDescs()), states, read,
+                        static_cast<char*>(m.stagingData()));
+  for (size_t i = 0; local.ok() && i < man->user.size(); ++i)
+    local = reader.readUser(man->user[i], &result.user[man->user[i].key]);
+  HSDP_RETURN_IF_ERROR(m.agree(local.ok() ? local : local.withContext("load")));
+
+  Status installed = m.installFromStaging(states);
+  if (installed.ok() && options.optimizer_state) {
+    m.step = man->step;
+    if (options.restore_learning_rate && man->optim.lr > 0) m.cfg.adam.lr = man->optim.lr;
+  }
+  for (Unit& u : m.units) u.launched_step = m.step;
+  HSDP_RETURN_IF_ERROR(m.agree(installed));
+  result.step = man->step;
+  result.bytes_read = reader.bytesRead();
+  result.seconds = secondsSince(t0);
+  HSDP_INFO(kShard, "loaded checkpoint ", result.dir, " (step ", result.step,
+            "): ", result.bytes_read, " bytes read by this rank in ", result.seconds, " s");
+  return result;
+}
+
+Status ShardedModel::loadWeights(const std::string& path, const LoadWeightsOptions& options) {
+  Impl& m = *impl_;
+  if (saveInFlight()) HSDP_RETURN_IF_ERROR(waitForSave().status());
+  Status local = m.checkIdle("loadWeights");
+  StatusOr<ckpt::SafetensorsSet> set = local;
+  std::vector<ckpt::UnitDesc> units = m.unitDescs();
+  if (local.ok()) {
+    set = ckpt::openSafetensors(path);
+    local = set.status();
+  }
+  // Every parameter's tensor (strict: all of them, and nothing else in the files).
+  std::vector<std::vector<int>> index(units.size());
+  if (local.ok()) local = ckpt::matchTensors(*set, units, options.strict, &index);
+  for (Unit& u : m.units)
+    if (local.ok()) local = m.waitForStep(u);
+  if (local.ok()) local = m.ensureSaver();
+  HSDP_RETURN_IF_ERROR(m.agree(local.ok() ? local : local.withContext("loadWeights")));
+  ckpt::FilePlan plan = m.myPlan();
+  // Parameters the files do not have keep their values: stage the current master for them.
+  ReadFn read = [&](int unit, int param, ckpt::State, uint64_t start, uint64_t count,
+                    float* dst) -> Status {
+    const int t = index[unit][param];
+    if (t >= 0) return set->read(t, start, count, dst);
+    Unit& u = m.units[unit];
+    const size_t rel = u.layout.offset(param) + start -
+                       static_cast<size_t>(m.shardIndex()) * u.layout.shardNumel();
+    return m.space->copyToHost(dst, m.master(u) + rel, count * sizeof(float));
+  };
+  local =
+      readToStaging(plan, ckpt::tensorList(units), 1, read, static_cast<char*>(m.stagingData()));
+  HSDP_RETURN_IF_ERROR(m.agree(local.ok() ? local : local.withContext("loadWeights")));
+  return m.agree(m.installFromStaging(1));
+}
+
+}  // namespace hsdp

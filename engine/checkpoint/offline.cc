@@ -1,0 +1,233 @@
+// What hsdp-ckpt runs, without MPI or a model: inspect, verify, diff, and the streaming reshard
+// (one chunk buffer of memory, whatever the model size), plus exportCheckpoint.
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "engine/checkpoint/io.h"
+#include "engine/checkpoint/safetensors.h"
+#include "hsdp/checkpoint.h"
+#include "hsdp/mesh.h"
+#include "hsdp/topology.h"
+
+namespace hsdp {
+
+using namespace ckpt;
+
+namespace {
+
+struct Opened {
+  std::string dir;
+  Manifest m;
+};
+StatusOr<Opened> openCheckpoint(const std::string& path) {
+  Opened o;
+  HSDP_ASSIGN_OR_RETURN(o.dir, resolveCheckpointDir(path));
+  HSDP_ASSIGN_OR_RETURN(o.m, readManifest(o.dir));
+  return o;
+}
+
+// Whole-file checksum of data file f; on a mismatch the first failing chunk (or user entry) is
+// named with its byte range.
+Status verifyFile(const Opened& o, int f) {
+  const FileDesc& d = o.m.files[f];
+  const std::string path = o.dir + "/" + d.name;
+  HSDP_ASSIGN_OR_RETURN(File file_owned, openDataFile(o.m, o.dir, f));
+  const File* file = &file_owned;
+  std::vector<char> buf(std::min<uint64_t>(d.bytes, uint64_t{8} << 20));
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  Status s;
+  for (uint64_t at = 0; at < d.bytes && s.ok(); at += buf.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), d.bytes - at));
+    s = file->preadAll(buf.data(), n, at);
+    if (s.ok()) XXH64_update(st, buf.data(), n);
+  }
+  const uint64_t h = XXH64_digest(st);
+  XXH64_freeState(st);
+  HSDP_RETURN_IF_ERROR(s);
+  if (h == d.xxh64) return okStatus();
+  for (size_t t = 0; t < o.m.tensors.size(); ++t)
+    for (const Chunk& c : o.m.tensors[t].chunks) {
+      if (c.file != f) continue;
+      buf.resize(c.count * 4);
+      HSDP_RETURN_IF_ERROR(file->preadAll(buf.data(), buf.size(), c.offset));
+      if (xxh64(buf.data(), buf.size()) != c.xxh64)
+        return invalidArgument("data file '", path, "': bytes [", c.offset, ", ",
+                               c.offset + c.count * 4, ") of tensor ",
+                               tensorName(o.m, static_cast<int>(t)),
+                               " fail their xxh64 checksum (corrupt file)");
+    }
+  for (const UserEntry& e : o.m.user) {
+    if (e.file != f) continue;
+    buf.resize(e.bytes);
+    HSDP_RETURN_IF_ERROR(file->preadAll(buf.data(), buf.size(), e.offset));
+    if (xxh64(buf.data(), buf.size()) != e.xxh64)
+      return invalidArgument("data file '", path, "': bytes [", e.offset, ", ", e.offset + e.bytes,
+                             ") of user entry '", e.key,
+                             "' fail their xxh64 checksum (corrupt file)");
+  }
+  return invalidArgument("data file '", path,
+                         "' fails its xxh64 checksum outside every chunk "
+                         "(padding bytes changed)");
+}
+
+}  // namespace
+
+bool CheckpointDiff::identical() const {
+  if (step_a != step_b) return false;
+  for (const TensorDiff& t : tensors)
+    if (t.max_abs != 0) return false;
+  return true;
+}
+
+Status verifyCheckpoint(const std::string& path) {
+  HSDP_ASSIGN_OR_RETURN(Opened o, openCheckpoint(path));
+  for (size_t f = 0; f < o.m.files.size(); ++f)
+    HSDP_RETURN_IF_ERROR(verifyFile(o, static_cast<int>(f)));
+  return okStatus();
+}
+
+StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
+  HSDP_ASSIGN_OR_RETURN(Opened o, openCheckpoint(path));
+  const Manifest& m = o.m;
+  std::vector<Status> checks;
+  bool all_ok = true;
+  for (size_t f = 0; f < m.files.size(); ++f) {
+    checks.push_back(verifyFile(o, static_cast<int>(f)));
+    all_ok = all_ok && checks.back().ok();
+  }
+  uint64_t params = 0;
+  for (const UnitDesc& u : m.units) params += u.numel();
+  const MeshDesc& d = m.mesh;
+  if (as_json) {
+    nlohmann::json units = nlohmann::json::array();
+    for (const UnitDesc& u : m.units) {
+      nlohmann::json ps = nlohmann::json::array();
+      for (const ParamDesc& p : u.params) ps.push_back({{"name", p.name}, {"shape", p.shape}});
+      units.push_back({{"name", u.name}, {"frozen", u.frozen}, {"params", ps}});
+    }
+    nlohmann::json files = nlohmann::json::array();
+    for (size_t f = 0; f < m.files.size(); ++f)
+      files.push_back({{"name", m.files[f].name},
+                       {"rank", m.files[f].rank},
+                       {"bytes", m.files[f].bytes},
+                       {"checksum_ok", checks[f].ok()}});
+    nlohmann::json user = nlohmann::json::array();
+    for (const UserEntry& e : m.user) user.push_back({{"key", e.key}, {"bytes", e.bytes}});
+    // The mesh and optimizer exactly as the manifest spells them.
+    const nlohmann::json saved = nlohmann::json::parse(serializeManifest(m));
+    nlohmann::json j = {{"dir", o.dir},          {"format_version", m.version},
+                        {"step", m.step},        {"created", m.created},
+                        {"mesh", saved["mesh"]}, {"optimizer", saved["optimizer"]},
+                        {"parameters", params},  {"bytes", m.dataBytes()},
+                        {"units", units},        {"files", files},
+                        {"user", user},          {"checksums_ok", all_ok}};
+    return j.dump(2) + "\n";
+  }
+  std::string s =
+      strCat("checkpoint ", o.dir, "\n  format version ", m.version, ", step ", m.step,
+             ", created ", m.created, "\n  saved under: mode ", d.mode, ", ", d.world_size,
+             " ranks = ", d.num_nodes, " nodes x ", d.ranks_per_node, ", intra_shard ",
+             d.intra_shard, " x inter_shard ", d.inter_shard, " (", d.shards, " shards x ",
+             d.replicas, " replicas), hpz ", d.hpz ? "on" : "off", ", offload ",
+             d.offload_cpu ? "cpu" : "none", ", params ", d.param_dtype, ", reduce ",
+             d.reduce_dtype, ", device ", d.device, "\n  optimizer: ", m.optim.kind, " lr ",
+             m.optim.lr, " betas (", m.optim.beta1, ", ", m.optim.beta2, ") eps ", m.optim.eps,
+             " weight_decay ", m.optim.weight_decay, " clip_norm ", m.optim.clip_norm, "\n\n");
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-28s %-20s %12s %s\n", "parameter", "shape", "elements",
+                "state");
+  s += line;
+  for (const UnitDesc& u : m.units)
+    for (const ParamDesc& p : u.params) {
+      std::snprintf(line, sizeof line, "  %-28s %-20s %12llu %s\n", (u.name + "." + p.name).c_str(),
+                    shapeString(p.shape).c_str(), static_cast<unsigned long long>(p.numel()),
+                    u.frozen ? "param (frozen)" : "param, exp_avg, exp_avg_sq");
+      s += line;
+    }
+  s += strCat("\n  ", m.units.size(), " units, ", params, " parameters\n\n");
+  std::snprintf(line, sizeof line, "  %-16s %6s %14s %18s %s\n", "file", "rank", "bytes", "xxh64",
+                "checksum");
+  s += line;
+  for (size_t f = 0; f < m.files.size(); ++f) {
+    std::snprintf(line, sizeof line, "  %-16s %6d %14llu %18s %s\n", m.files[f].name.c_str(),
+                  m.files[f].rank, static_cast<unsigned long long>(m.files[f].bytes),
+                  hex64(m.files[f].xxh64).c_str(), checks[f].ok() ? "ok" : "FAIL");
+    s += line;
+  }
+  s += strCat("\n  ", m.dataBytes(), " bytes in ", m.files.size(),
+              " files; checksums: ", all_ok ? "all ok" : "FAILING", "\n");
+  for (size_t f = 0; f < checks.size(); ++f)
+    if (!checks[f].ok()) s += "  " + checks[f].message() + "\n";
+  for (const UserEntry& e : m.user) s += strCat("  user '", e.key, "': ", e.bytes, " bytes\n");
+  return s;
+}
+
+StatusOr<CheckpointDiff> diffCheckpoints(const std::string& pa, const std::string& pb) {
+  HSDP_ASSIGN_OR_RETURN(Opened a, openCheckpoint(pa));
+  HSDP_ASSIGN_OR_RETURN(Opened b, openCheckpoint(pb));
+  HSDP_RETURN_IF_ERROR(compareUnits(a.m.units, b.m.units, b.dir, /*moments=*/false));
+  CheckpointDiff out;
+  out.step_a = a.m.step;
+  out.step_b = b.m.step;
+  TensorReader ra(a.m, a.dir, true), rb(b.m, b.dir, true);
+  std::vector<float> xa, xb;
+  for (size_t t = 0; t < a.m.tensors.size(); ++t) {
+    const TensorDesc& ta = a.m.tensors[t];
+    const int tb = b.m.tensorIndex(ta.unit, ta.param, ta.state);
+    if (tb < 0) continue;
+    const uint64_t n = a.m.units[ta.unit].params[ta.param].numel();
+    TensorDiff d{tensorName(a.m, static_cast<int>(t)), 0, 0};
+    double max_b = 0;
+    for (uint64_t at = 0; at < n; at += kChunkElems) {
+      const uint64_t e = std::min(n, at + kChunkElems);
+      xa.resize(e - at);
+      xb.resize(e - at);
+      HSDP_RETURN_IF_ERROR(ra.read(static_cast<int>(t), at, e, xa.data()));
+      HSDP_RETURN_IF_ERROR(rb.read(tb, at, e, xb.data()));
+      for (size_t i = 0; i < xa.size(); ++i) {
+        // Bitwise: a NaN equal to itself counts as no difference.
+        const double diff =
+            std::memcmp(&xa[i], &xb[i], 4) == 0 ? 0 : std::fabs(double(xa[i]) - xb[i]);
+        d.max_abs = std::max(d.max_abs, std::isnan(diff) ? INFINITY : diff);
+        max_b = std::max(max_b, std::fabs(double(xb[i])));
+      }
+    }
+    d.max_rel = d.max_abs == 0 ? 0 : max_b > 0 ? d.max_abs / max_b : INFINITY;
+    out.tensors.push_back(d);
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::string>> exportCheckpoint(const std::string& path, const std::string& out,
+                                                    const ExportOptions& options) {
+  HSDP_ASSIGN_OR_RETURN(Opened o, openCheckpoint(path));
+  std::vector<SafetensorsWriter::Tensor> list;
+  for (const UnitDesc& u : o.m.units)
+    for (const ParamDesc& p : u.params) list.push_back({u.name + "." + p.name, p.shape});
+  HSDP_ASSIGN_OR_RETURN(
+      SafetensorsWriter w,
+      SafetensorsWriter::create(out, std::move(list), options.dtype, options.max_shard_bytes));
+  TensorReader reader(o.m, o.dir, /*verify=*/true);
+  std::vector<float> buf;
+  for (size_t u = 0; u < o.m.units.size(); ++u)
+    for (size_t p = 0; p < o.m.units[u].params.size(); ++p) {
+      const int t = o.m.tensorIndex(static_cast<int>(u), static_cast<int>(p), State::kParam);
+      const uint64_t n = o.m.units[u].params[p].numel();
+      for (uint64_t at = 0; at < n; at += kChunkElems) {
+        const uint64_t e = std::min(n, at + kChunkElems);
+        buf.resize(e - at);
+        HSDP_RETURN_IF_ERROR(reader.read(t, at, e, buf.data()));
+        HSDP_RETURN_IF_ERROR(w.append(buf.data(), buf.size()));
+      }
+    }
+  return w.finish();
+}
+
+}  // namespace hsdp

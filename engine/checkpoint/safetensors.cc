@@ -1,0 +1,333 @@
+#include "engine/checkpoint/safetensors.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace hsdp::ckpt {
+
+using json = nlohmann::json;
+
+namespace {
+
+uint64_t dtypeBytes(const std::string& d) {
+  static const std::map<std::string, uint64_t> sizes = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
+      {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U64", 8},     {"U32", 4},
+      {"U16", 2}, {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+  auto it = sizes.find(d);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+std::string stem(const std::string& out) {
+  const std::string ext = ".safetensors";
+  if (out.size() > ext.size() && out.compare(out.size() - ext.size(), ext.size(), ext) == 0)
+    return out.substr(0, out.size() - ext.size());
+  return out;
+}
+
+}  // namespace
+
+StatusOr<SafetensorsHeader> parseSafetensorsHeader(std::string_view text, uint64_t data_bytes,
+                                                   const std::string& where) {
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return invalidArgument(where, ": the safetensors header is not a JSON object");
+  SafetensorsHeader h;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) return invalidArgument(where, ": __metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string())
+          return invalidArgument(where, ": __metadata__ value '", m.key(), "' is not a string");
+        h.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&](const char* what) {
+      return invalidArgument(where, ": tensor '", name, "': ", what);
+    };
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets"))
+      return bad("needs dtype, shape and data_offsets");
+    StTensor t;
+    t.name = name;
+    if (!v["dtype"].is_string()) return bad("dtype is not a string");
+    t.dtype = v["dtype"].get<std::string>();
+    const uint64_t esize = dtypeBytes(t.dtype);
+    if (esize == 0) return bad("unknown dtype");
+    if (!v["shape"].is_array()) return bad("shape is not an array");
+    uint64_t numel = 1;
+    for (const json& d : v["shape"]) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40))
+        return bad("shape holds a dimension that is not a non-negative integer in range");
+      const uint64_t x = d.get<uint64_t>();
+      if (x != 0 && numel > (uint64_t{1} << 56) / x) return bad("shape is too large");
+      numel *= x;
+      t.shape.push_back(static_cast<int64_t>(x));
+    }
+    const json& o = v["data_offsets"];
+    if (!o.is_array() || o.size() != 2 || !o[0].is_number_unsigned() || !o[1].is_number_unsigned())
+      return bad("data_offsets is not [begin, end]");
+    t.begin = o[0].get<uint64_t>();
+    t.end = o[1].get<uint64_t>();
+    if (t.begin > t.end || t.end > data_bytes)
+      return bad("data_offsets lie outside the file's data");
+    if (t.end - t.begin != numel * esize) return bad("data_offsets do not match dtype x shape");
+    ranges.push_back({t.begin, t.end});
+    h.tensors.push_back(std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second)
+      return invalidArgument(where, ": two tensors' data_offsets overlap");
+  return h;
+}
+
+namespace {
+
+Status openOne(const std::string& path, SafetensorsSet* set, std::vector<StTensor>* out) {
+  HSDP_ASSIGN_OR_RETURN(File f, File::openRead(path));
+  HSDP_ASSIGN_OR_RETURN(uint64_t size, f.size());
+  uint64_t n = 0;
+  if (size < 8) return invalidArgument(path, ": ", size, " bytes, too short for safetensors");
+  HSDP_RETURN_IF_ERROR(f.preadAll(&n, 8, 0));
+  if (n > kMaxSafetensorsHeader || n > size - 8)
+    return invalidArgument(path, ": header length ", n, " does not fit the file (", size,
+                           " bytes)");
+  std::string text(n, '\0');
+  HSDP_RETURN_IF_ERROR(f.preadAll(text.data(), n, 8));
+  HSDP_ASSIGN_OR_RETURN(SafetensorsHeader h, parseSafetensorsHeader(text, size - 8 - n, path));
+  const int idx = static_cast<int>(set->files.size());
+  for (StTensor& t : h.tensors) {
+    t.file = idx;
+    out->push_back(std::move(t));
+  }
+  set->paths.push_back(path);
+  set->files.push_back(std::move(f));
+  set->data_start.push_back(8 + n);
+  return okStatus();
+}
+
+}  // namespace
+
+StatusOr<SafetensorsSet> openSafetensors(const std::string& path_in) {
+  std::string path = path_in;
+  if (!pathExists(path) && pathExists(stem(path) + ".safetensors.index.json"))
+    path = stem(path) + ".safetensors.index.json";
+  SafetensorsSet set;
+  std::vector<StTensor> tensors;
+  const bool is_index = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  if (!is_index) {
+    HSDP_RETURN_IF_ERROR(openOne(path, &set, &tensors));
+  } else {
+    HSDP_ASSIGN_OR_RETURN(std::string text, readWholeFile(path));
+    json j = json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
+        !j["weight_map"].is_object())
+      return invalidArgument(path, ": not a safetensors index (no weight_map object)");
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    std::map<std::string, std::string> want;
+    std::set<std::string> names;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      if (!it.value().is_string() || it.value().get<std::string>().find('/') != std::string::npos)
+        return invalidArgument(path, ": weight_map['", it.key(), "'] is not a file name");
+      want[it.key()] = it.value().get<std::string>();
+      names.insert(it.value().get<std::string>());
+    }
+    std::map<std::string, int> file_index;
+    for (const std::string& n : names) {
+      file_index[n] = static_cast<int>(set.files.size());
+      HSDP_RETURN_IF_ERROR(openOne((dir.empty() ? "" : dir + "/") + n, &set, &tensors));
+    }
+    for (const StTensor& t : tensors) {
+      auto w = want.find(t.name);
+      if (w == want.end() || file_index[w->second] != t.file)
+        return invalidArgument(path, ": tensor '", t.name, "' of ", set.paths[t.file],
+                               " is not mapped to that file by the index");
+    }
+    if (want.size() != tensors.size())
+      return invalidArgument(path, ": the index maps ", want.size(), " tensors, its files hold ",
+                             tensors.size());
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (!set.by_name.emplace(tensors[i].name, static_cast<int>(i)).second)
+      return invalidArgument(path, ": tensor '", tensors[i].name, "' appears twice");
+  set.tensors = std::move(tensors);
+  return set;
+}
+
+Status SafetensorsSet::read(int t, uint64_t start, uint64_t count, float* dst) {
+  const StTensor& x = tensors[t];
+  const uint64_t base = data_start[x.file] + x.begin;
+  if (x.dtype == "F32") return files[x.file].preadAll(dst, count * 4, base + start * 4);
+  if (x.dtype != "BF16")
+    return invalidArgument(paths[x.file], ": tensor '", x.name, "' is ", x.dtype,
+                           "; hsdp reads F32 and BF16");
+  buf16_.resize(count);
+  HSDP_RETURN_IF_ERROR(files[x.file].preadAll(buf16_.data(), count * 2, base + start * 2));
+  for (uint64_t i = 0; i < count; ++i) dst[i] = toFloat(bf16{buf16_[i]});
+  return okStatus();
+}
+
+Status matchTensors(const SafetensorsSet& set, const std::vector<UnitDesc>& units, bool strict,
+                    std::vector<std::vector<int>>* index) {
+  const std::string where = set.paths.empty() ? "" : set.paths[0];
+  std::vector<char> used(set.tensors.size(), 0);
+  index->assign(units.size(), {});
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (const ParamDesc& p : units[u].params) {
+      const std::string name = units[u].name + "." + p.name;
+      auto it = set.by_name.find(name);
+      if (it == set.by_name.end()) {
+        if (strict) return invalidArgument(where, ": no tensor '", name, "' (strict load)");
+        (*index)[u].push_back(-1);
+        continue;
+      }
+      const StTensor& t = set.tensors[it->second];
+      if (t.shape != p.shape) {
+        std::string a, b;
+        for (int64_t d : t.shape) a += strCat(a.empty() ? "" : ", ", d);
+        for (int64_t d : p.shape) b += strCat(b.empty() ? "" : ", ", d);
+        return invalidArgument(set.paths[t.file], ": tensor '", name, "' has shape [", a,
+                               "], the model's parameter [", b, "]");
+      }
+      if (t.dtype != "F32" && t.dtype != "BF16")
+        return invalidArgument(set.paths[t.file], ": tensor '", name, "' is ", t.dtype,
+                               "; hsdp reads F32 and BF16");
+      used[it->second] = 1;
+      (*index)[u].push_back(it->second);
+    }
+  }
+  for (size_t i = 0; strict && i < used.size(); ++i)
+    if (!used[i])
+      return invalidArgument(set.paths[set.tensors[i].file], ": tensor '", set.tensors[i].name,
+                             "' is not a parameter of the model (strict load)");
+  return okStatus();
+}
+
+StatusOr<SafetensorsWriter> SafetensorsWriter::create(const std::string& out,
+                                                      std::vector<Tensor> tensors, DType dtype,
+                                                      uint64_t max_shard_bytes) {
+  if (dtype != DType::kFloat32 && dtype != DType::kBFloat16)
+    return invalidArgument("export: dtype ", dtypeName(dtype), " is neither float32 nor bf16");
+  if (tensors.empty()) return invalidArgument("export: no tensors");
+  SafetensorsWriter w;
+  w.out_ = out;
+  w.dtype_ = dtype;
+  const uint64_t esize = dtype == DType::kFloat32 ? 4 : 2;
+  uint64_t in_shard = 0;
+  size_t shards = 1;
+  for (const Tensor& t : tensors) {
+    uint64_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    if (in_shard > 0 && in_shard + n * esize > max_shard_bytes) {
+      ++shards;
+      in_shard = 0;
+    }
+    in_shard += n * esize;
+    w.total_bytes_ += n * esize;
+    w.shard_of_.push_back(shards - 1);
+  }
+  if (shards == 1) {
+    w.names_.push_back(out);
+  } else {
+    for (size_t s = 0; s < shards; ++s) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "-%05zu-of-%05zu.safetensors", s + 1, shards);
+      w.names_.push_back(stem(out) + buf);
+    }
+  }
+  w.tensors_ = std::move(tensors);
+  return w;
+}
+
+Status SafetensorsWriter::openShard(size_t shard) {
+  const uint64_t esize = dtype_ == DType::kFloat32 ? 4 : 2;
+  json h = json::object();
+  h["__metadata__"] = {{"format", "pt"}};
+  uint64_t at = 0;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (shard_of_[i] != shard) continue;
+    uint64_t n = 1;
+    for (int64_t d : tensors_[i].shape) n *= static_cast<uint64_t>(d);
+    h[tensors_[i].name] = {{"dtype", dtype_ == DType::kFloat32 ? "F32" : "BF16"},
+                           {"shape", tensors_[i].shape},
+                           {"data_offsets", {at, at + n * esize}}};
+    at += n * esize;
+  }
+  std::string text = h.dump();
+  text.append((8 - (text.size() % 8)) % 8, ' ');  // the data starts 8-byte aligned
+  HSDP_ASSIGN_OR_RETURN(file_, File::create(names_[shard] + ".tmp"));
+  const uint64_t n = text.size();
+  HSDP_RETURN_IF_ERROR(file_.writeAll(&n, 8));
+  HSDP_RETURN_IF_ERROR(file_.writeAll(text.data(), text.size()));
+  shard_ = shard;
+  return okStatus();
+}
+
+Status SafetensorsWriter::append(const float* data, size_t n) {
+  while (n > 0) {
+    if (tensor_ >= tensors_.size()) return internalError("export: more data than tensors");
+    if (!file_.path().empty() && shard_of_[tensor_] != shard_) {
+      HSDP_RETURN_IF_ERROR(file_.sync());
+      HSDP_RETURN_IF_ERROR(file_.close());
+      file_ = File();
+    }
+    if (file_.path().empty()) HSDP_RETURN_IF_ERROR(openShard(shard_of_[tensor_]));
+    uint64_t numel = 1;
+    for (int64_t d : tensors_[tensor_].shape) numel *= static_cast<uint64_t>(d);
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(n, numel - done_));
+    if (dtype_ == DType::kFloat32) {
+      HSDP_RETURN_IF_ERROR(file_.writeAll(data, take * 4));
+    } else {
+      buf16_.resize(take);
+      for (size_t i = 0; i < take; ++i) buf16_[i] = toBf16(data[i]).bits;
+      HSDP_RETURN_IF_ERROR(file_.writeAll(buf16_.data(), take * 2));
+    }
+    data += take;
+    n -= take;
+    done_ += take;
+    if (done_ == numel) {
+      ++tensor_;
+      done_ = 0;
+    }
+  }
+  return okStatus();
+}
+
+std::vector<std::string> SafetensorsWriter::plannedFiles() const {
+  std::vector<std::string> f = names_;
+  if (names_.size() > 1) f.push_back(stem(out_) + ".safetensors.index.json");
+  return f;
+}
+
+StatusOr<std::vector<std::string>> SafetensorsWriter::finish() {
+  if (tensor_ != tensors_.size()) return internalError("export: tensors left unwritten");
+  HSDP_RETURN_IF_ERROR(file_.sync());
+  HSDP_RETURN_IF_ERROR(file_.close());
+  std::vector<std::string> done;
+  for (const std::string& n : names_) {
+    if (std::rename((n + ".tmp").c_str(), n.c_str()) != 0)
+      return internalError("cannot rename '", n, ".tmp' to '", n, "'");
+    done.push_back(n);
+  }
+  if (names_.size() > 1) {
+    json map = json::object();
+    for (size_t i = 0; i < tensors_.size(); ++i)
+      map[tensors_[i].name] = std::filesystem::path(names_[shard_of_[i]]).filename().string();
+    json index = {{"metadata", {{"total_size", total_bytes_}}}, {"weight_map", map}};
+    const std::string path = stem(out_) + ".safetensors.index.json";
+    HSDP_RETURN_IF_ERROR(replaceFileAtomically(path, index.dump(2) + "\n"));
+    done.push_back(path);
+  }
+  return done;
+}
+
+}  // namespace hsdp::ckpt

@@ -1,0 +1,463 @@
+// ShardedModel::save / saveAsync / waitForSave, and what load shares with them (the idle check,
+// the error agreement, the model and mesh descriptions, the snapshot buffer).
+//
+// A save, as data: the training thread checks the state is between steps, rank 0 prepares
+// <root>/.tmp-<name>/, and every rank copies its planned chunks (format.h: planFile) into the
+// snapshot buffer, which is laid out exactly as its data file. Then a writer thread per rank
+// writes and fsyncs the file and drops a part file (its size and checksums) beside it; rank 0's
+// writer waits for every part, writes manifest.json last, renames the directory into place and
+// replaces `latest`. The writer threads never call MPI (MPI runs FUNNELED): they coordinate
+// through the directory, and waitForSave() agrees on the outcome over the world afterwards.
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/checkpoint/io.h"
+#include "engine/sharded_model_impl.h"
+#include "hsdp/log.h"
+
+namespace hsdp {
+namespace engine {
+
+using Clock = std::chrono::steady_clock;
+
+// What a writer thread needs, prepared on the training thread before it starts.
+struct SaveJob {
+  std::string root, name, tmp;
+  int rank = 0, world = 1;
+  int64_t step = 0;
+  ckpt::Manifest manifest;            // rank 0: all but the files' sizes and checksums
+  std::vector<ckpt::FilePlan> plans;  // rank 0: every rank's plan, for the chunk lists
+  std::vector<std::pair<std::string, std::string>> user;  // rank 0
+  int keep_last = 0;
+  double timeout_s = 600;
+  Clock::time_point t0;
+};
+
+struct Saver {
+  HostBuffer snapshot;  // this rank's data file image (myPlan()), reused by every save
+  std::unique_ptr<MemorySpace::OffloadSlot> pinned;  // the snapshot registered with the space
+  MemorySpace* space = nullptr;
+  ckpt::FilePlan plan;
+  // No lock: the training thread fills `job` before starting the writer and reads `status` /
+  // `result` only after joining it; the join orders the two.
+  std::thread writer;
+  SaveJob job;
+  Status status;
+  SaveResult result;
+  bool in_flight = false;
+};
+
+void SaverDeleter::operator()(Saver* s) const {
+  if (s->writer.joinable()) s->writer.join();
+  delete s;
+}
+
+namespace {
+
+std::string partName(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "part-%05d.json", rank);
+  return buf;
+}
+
+std::string utcNow() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm;
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Writes this rank's data file from the snapshot (then rank 0's user blobs) and fsyncs it;
+// fills the part: bytes, the file's and every chunk's xxh64.
+Status writeDataFile(Saver& s, nlohmann::json* part) {
+  const SaveJob& job = s.job;
+  HSDP_RETURN_IF_ERROR(s.space->finishSnapshot(*s.pinned));
+  const std::string path = job.tmp + "/" + ckpt::dataFileName(job.rank);
+  HSDP_ASSIGN_OR_RETURN(ckpt::File f, ckpt::File::create(path));
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  const char* snap = s.snapshot.as<char>();
+  HSDP_RETURN_IF_ERROR(f.writeAll(snap, s.plan.bytes));
+  XXH64_update(st, snap, s.plan.bytes);
+  uint64_t at = s.plan.bytes;
+  nlohmann::json user = nlohmann::json::array();
+  static const char zeros[ckpt::kAlign] = {};
+  for (const auto& [key, bytes] : job.user) {
+    const uint64_t pad = ckpt::alignUp(at) - at;
+    Status w = f.writeAll(zeros, pad);
+    if (w.ok()) w = f.writeAll(bytes.data(), bytes.size());
+    if (!w.ok()) {
+      XXH64_freeState(st);
+      return w;
+    }
+    XXH64_update(st, zeros, pad);
+    XXH64_update(st, bytes.data(), bytes.size());
+    user.push_back({at + pad, bytes.size(), ckpt::hex64(ckpt::xxh64(bytes.data(), bytes.size()))});
+    at += pad + bytes.size();
+  }
+  const uint64_t file_hash = XXH64_digest(st);
+  XXH64_freeState(st);
+  HSDP_RETURN_IF_ERROR(f.sync());
+  HSDP_RETURN_IF_ERROR(f.close());
+  nlohmann::json hashes = nlohmann::json::array();
+  for (const ckpt::PlannedChunk& c : s.plan.chunks)
+    hashes.push_back(ckpt::hex64(ckpt::xxh64(snap + c.offset, c.count * sizeof(float))));
+  (*part)["bytes"] = at;
+  (*part)["xxh64"] = ckpt::hex64(file_hash);
+  (*part)["chunks"] = std::move(hashes);
+  (*part)["user"] = std::move(user);
+  return okStatus();
+}
+
+// One rank's part: its file's size and checksum, and its chunks' checksums, into the manifest.
+Status addPart(const SaveJob& job, int r, const std::string& text, const std::string& path,
+               ckpt::Manifest* mp) {
+  ckpt::Manifest& m = *mp;
+  nlohmann::json p = nlohmann::json::parse(text, nullptr, false);
+  if (p.is_discarded() || !p.is_object()) return internalError("unreadable part file ", path);
+  if (p.contains("error")) return internalError(p["error"].get<std::string>());
+  ckpt::FileDesc& f = m.files[r];
+  f.bytes = p["bytes"].get<uint64_t>();
+  f.xxh64 = std::stoull(p["xxh64"].get<std::string>(), nullptr, 16);
+  const ckpt::FilePlan& plan = job.plans[r];
+  const nlohmann::json& hashes = p["chunks"];
+  if (hashes.size() != plan.chunks.size()) return internalError("part file ", path, " is stale");
+  for (size_t c = 0; c < plan.chunks.size(); ++c) {
+    const ckpt::PlannedChunk& pc = plan.chunks[c];
+    m.tensors[pc.tensor].chunks.push_back(
+        {r, pc.offset, pc.start, pc.count, std::stoull(hashes[c].get<std::string>(), nullptr, 16)});
+  }
+  if (r == 0)
+    for (size_t i = 0; i < job.user.size(); ++i) {
+      const nlohmann::json& e = p["user"][i];
+      m.user.push_back({job.user[i].first, 0, e[0].get<uint64_t>(), e[1].get<uint64_t>(),
+                        std::stoull(e[2].get<std::string>(), nullptr, 16)});
+    }
+  return okStatus();
+}
+
+// Rank 0: every rank's part (waiting up to the timeout), then the manifest.
+StatusOr<ckpt::Manifest> collectParts(const SaveJob& job) {
+  ckpt::Manifest m = job.manifest;
+  m.files.resize(job.world);
+  const Clock::time_point deadline =
+      Clock::now() +
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(job.timeout_s));
+  for (int r = 0; r < job.world; ++r) {
+    const std::string path = job.tmp + "/" + partName(r);
+    while (!ckpt::pathExists(path)) {
+      if (Clock::now() > deadline)
+        return internalError("checkpoint '", job.root, "/", job.name, "': rank ", r,
+                             " did not write its data file within ", job.timeout_s, " s (", path,
+                             " missing); the previous checkpoint is kept");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    HSDP_ASSIGN_OR_RETURN(std::string text, ckpt::readWholeFile(path));
+    // Our own writers made it, but read it defensively: a bad part fails the commit, not the job.
+    try {
+      HSDP_RETURN_IF_ERROR(addPart(job, r, text, path, &m));
+    } catch (const std::exception& e) {
+      return internalError("unreadable part file ", path, ": ", e.what());
+    }
+  }
+  for (ckpt::TensorDesc& t : m.tensors)
+    std::sort(t.chunks.begin(), t.chunks.end(),
+              [](const ckpt::Chunk& a, const ckpt::Chunk& b) { return a.start < b.start; });
+  HSDP_RETURN_IF_ERROR(m.finish(job.tmp + "/" + ckpt::kManifestName));
+  return m;
+}
+
+// Deletes all but the newest `keep` committed checkpoints of the root (by step, then name).
+Status prune(const std::string& root, int keep, const std::string& current) {
+  HSDP_ASSIGN_OR_RETURN(std::vector<std::string> names, ckpt::listDir(root));
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const std::string& n : names) {
+    if (n.empty() || n[0] == '.' || !ckpt::pathExists(root + "/" + n + "/" + ckpt::kManifestName))
+      continue;
+    StatusOr<ckpt::Manifest> m = ckpt::readManifest(root + "/" + n);
+    found.push_back({m.ok() ? m->step : -1, n});
+  }
+  std::sort(found.rbegin(), found.rend());
+  int kept = 0;
+  for (const auto& [step, n] : found) {
+    if (n == current || kept < keep - 1) {
+      kept += n == current ? 0 : 1;
+      continue;
+    }
+    HSDP_RETURN_IF_ERROR(ckpt::removeTree(root + "/" + n));
+  }
+  return okStatus();
+}
+
+Status commit(const SaveJob& job) {
+  HSDP_ASSIGN_OR_RETURN(ckpt::Manifest m, collectParts(job));
+  for (int r = 0; r < job.world; ++r)
+    HSDP_RETURN_IF_ERROR(ckpt::removeTree(job.tmp + "/" + partName(r)));
+  const std::string text = ckpt::serializeManifest(m);
+  {
+    HSDP_ASSIGN_OR_RETURN(ckpt::File f, ckpt::File::create(job.tmp + "/" + ckpt::kManifestName));
+    HSDP_RETURN_IF_ERROR(f.writeAll(text.data(), text.size()));
+    HSDP_RETURN_IF_ERROR(f.sync());
+    HSDP_RETURN_IF_ERROR(f.close());
+  }
+  HSDP_RETURN_IF_ERROR(ckpt::syncDir(job.tmp));
+  HSDP_RETURN_IF_ERROR(ckpt::renameDirIntoPlace(job.tmp, job.root + "/" + job.name));
+  HSDP_RETURN_IF_ERROR(ckpt::syncDir(job.root));
+  HSDP_RETURN_IF_ERROR(
+      ckpt::replaceFileAtomically(job.root + "/" + ckpt::kLatestName, job.name + "\n"));
+  if (job.keep_last > 0) HSDP_RETURN_IF_ERROR(prune(job.root, job.keep_last, job.name));
+  return okStatus();
+}
+
+// The writer thread's body.
+void runWriter(Saver* s) {
+  const SaveJob& job = s->job;
+  nlohmann::json part = {{"rank", job.rank}};
+  Status st = writeDataFile(*s, &part);
+  if (!st.ok())
+    part = {{"rank", job.rank}, {"error", strCat("rank ", job.rank, ": ", st.message())}};
+  // The part appears whole (written beside, then renamed), so rank 0 never reads half of one;
+  // no fsync: it only tells rank 0 the data file is durable, and the commit removes it.
+  const std::string part_path = job.tmp + "/" + partName(job.rank);
+  const std::string text = part.dump();
+  Status p = [&]() -> Status {
+    HSDP_ASSIGN_OR_RETURN(ckpt::File f, ckpt::File::create(part_path + ".tmp"));
+    HSDP_RETURN_IF_ERROR(f.writeAll(text.data(), text.size()));
+    HSDP_RETURN_IF_ERROR(f.close());
+    if (std::rename((part_path + ".tmp").c_str(), part_path.c_str()) != 0)
+      return internalError("cannot rename '", part_path, ".tmp'");
+    return okStatus();
+  }();
+  if (st.ok()) st = p;
+  if (st.ok() && job.rank == 0) st = commit(job);
+  s->status = st;
+  s->result.rank_bytes = s->plan.bytes;
+  s->result.seconds = std::chrono::duration<double>(Clock::now() - job.t0).count();
+}
+
+}  // namespace
+}  // namespace engine
+
+using engine::Unit;
+
+Status ShardedModel::Impl::checkIdle(const char* verb) const {
+  if (!finalized) return failedPrecondition(verb, ": call finalize() first");
+  for (const Unit& u : units) {
+    if (u.unsharded)
+      return failedPrecondition(verb, ": unit '", u.name,
+                                "' is unsharded; call it between "
+                                "step() and the next forward");
+    if (u.grad_pending || u.full_grad != nullptr)
+      return failedPrecondition(verb, ": unit '", u.name,
+                                "' has a gradient in progress; call "
+                                "it between step() and the next forward");
+  }
+  return okStatus();
+}
+
+Status ShardedModel::Impl::agree(const Status& local) {
+  constexpr size_t kMsg = 1024;
+  Comm& world = mesh->world();
+  std::vector<char> mine(kMsg, 0), all(kMsg * world.size());
+  if (!local.ok()) {
+    mine[0] = static_cast<char>(static_cast<int>(local.code()));
+    std::strncpy(mine.data() + 1, local.message().c_str(), kMsg - 2);
+  }
+  HSDP_RETURN_IF_ERROR(space->allGatherHost(world, mine.data(), all.data(), kMsg, DType::kUInt8));
+  for (int r = 0; r < world.size(); ++r)
+    if (all[r * kMsg] != 0)
+      return Status(static_cast<StatusCode>(all[r * kMsg]), std::string(&all[r * kMsg + 1]));
+  return okStatus();
+}
+
+std::vector<ckpt::UnitDesc> ShardedModel::Impl::unitDescs() const {
+  std::vector<ckpt::UnitDesc> d;
+  for (const Unit& u : units) {
+    ckpt::UnitDesc x{u.name, u.frozen, {}};
+    for (const ParamSpec& p : u.layout.params())
+      x.params.push_back({p.name, p.shape, p.weight_decay});
+    d.push_back(std::move(x));
+  }
+  return d;
+}
+
+ckpt::MeshDesc ShardedModel::Impl::meshDesc() const {
+  const MeshShape& s = mesh->shape();
+  ckpt::MeshDesc d;
+  d.world_size = s.world_size;
+  d.num_nodes = s.num_nodes;
+  d.ranks_per_node = s.ranks_per_node;
+  d.intra_shard = s.intra_shard;
+  d.inter_shard = s.inter_shard;
+  d.shards = shards;
+  d.replicas = pieceReplicas();
+  d.mode = shardModeName(cfg.mode);
+  d.hpz = cfg.hpz;
+  d.offload_cpu = cfg.offload_cpu;
+  d.param_dtype = dtypeName(cfg.param_dtype);
+  d.reduce_dtype = dtypeName(cfg.reduce_dtype);
+  d.device = deviceName(cfg.device);
+  return d;
+}
+
+ckpt::FilePlan ShardedModel::Impl::myPlan() const {
+  return ckpt::planFile(unitDescs(), shards, pieceReplicas(), shardIndex(),
+                        mesh->coords().replica_rank);
+}
+
+Status ShardedModel::Impl::ensureSaver() {
+  if (saver) return okStatus();
+  std::unique_ptr<engine::Saver, engine::SaverDeleter> s(new engine::Saver());
+  s->space = space.get();
+  s->plan = myPlan();
+  HSDP_ASSIGN_OR_RETURN(s->snapshot, HostBuffer::allocate(std::max<uint64_t>(s->plan.bytes, 64)));
+  HSDP_ASSIGN_OR_RETURN(s->pinned, space->offloadSlot({{s->snapshot.data(), s->snapshot.size()}}));
+  saver = std::move(s);
+  return okStatus();
+}
+
+void* ShardedModel::Impl::stagingData() const { return saver->snapshot.data(); }
+
+Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& options) {
+  Impl& m = *impl_;
+  const auto t0 = engine::Clock::now();
+  if (m.saver && m.saver->in_flight) HSDP_RETURN_IF_ERROR(waitForSave().status());
+  Status local = m.checkIdle("save");
+  if (local.ok() && root.empty()) local = invalidArgument("save: empty checkpoint root");
+  if (local.ok() && options.keep_last < 0)
+    local = invalidArgument("save: keep_last=", options.keep_last, " must be >= 0");
+  char def[32];
+  std::snprintf(def, sizeof def, "step-%08lld", static_cast<long long>(m.step));
+  const std::string name = options.name.empty() ? def : options.name;
+  if (local.ok() && (name[0] == '.' || name.find('/') != std::string::npos || name == "latest"))
+    local = invalidArgument("save: checkpoint name '", name, "' must be a plain directory name");
+  const std::string tmp = root + "/.tmp-" + name;
+  const int rank = m.mesh->world().rank();
+  if (local.ok() && rank == 0) {
+    // The root, without the leftovers of a save that was killed, and a fresh temp directory.
+    local = ckpt::makeDirs(root);
+    if (local.ok()) {
+      StatusOr<std::vector<std::string>> names = ckpt::listDir(root);
+      local = names.status();
+      for (size_t i = 0; local.ok() && i < names->size(); ++i)
+        if ((*names)[i].rfind(".tmp-", 0) == 0) local = ckpt::removeTree(root + "/" + (*names)[i]);
+    }
+    if (local.ok()) local = ckpt::makeDirs(tmp);
+    if (!local.ok()) local = local.withContext(strCat("save to '", root, "'"));
+  }
+  for (Unit& u : m.units)
+    if (local.ok()) local = m.waitForStep(u);
+  if (local.ok()) local = m.ensureSaver();
+  HSDP_RETURN_IF_ERROR(m.agree(local));
+  // Every rank writes into the directory rank 0 made: the root must be one filesystem for all.
+  if (!ckpt::isDirectory(tmp))
+    local = failedPrecondition("save: rank ", rank, " does not see '", tmp,
+                               "', which rank 0 "
+                               "created: the checkpoint root must be on a filesystem every "
+                               "rank shares");
+  HSDP_RETURN_IF_ERROR(m.agree(local));
+
+  // The snapshot: every planned chunk from the engine's buffers (host offload state by memcpy).
+  engine::Saver& s = *m.saver;
+  const int k = m.shardIndex();
+  Status snap;
+  const std::vector<ckpt::TensorDesc> tensors = ckpt::tensorList(m.unitDescs());
+  for (const ckpt::PlannedChunk& c : s.plan.chunks) {
+    if (!snap.ok()) break;
+    Unit& u = m.units[tensors[c.tensor].unit];
+    const ckpt::State state = tensors[c.tensor].state;
+    const size_t rel = c.flat - static_cast<size_t>(k) * u.layout.shardNumel();
+    char* dst = s.snapshot.as<char>() + c.offset;
+    const size_t bytes = c.count * sizeof(float);
+    const bool offloaded = m.queue && !u.frozen;
+    if (state == ckpt::State::kParam && !offloaded) {
+      snap = m.space->startSnapshot(*s.pinned, dst, m.master(u) + rel, bytes);
+    } else {
+      const float* src = state == ckpt::State::kParam    ? u.host_master.as<float>()
+                         : state == ckpt::State::kExpAvg ? u.exp_avg.as<float>()
+                                                         : u.exp_avg_sq.as<float>();
+      if (offloaded)
+        std::memcpy(dst, src + rel, bytes);
+      else
+        snap = m.space->startSnapshot(*s.pinned, dst, src + rel, bytes);
+    }
+  }
+  HSDP_RETURN_IF_ERROR(m.agree(snap));
+
+  engine::SaveJob& job = s.job;
+  job = engine::SaveJob();
+  job.root = root;
+  job.name = name;
+  job.tmp = tmp;
+  job.rank = rank;
+  job.world = m.mesh->world().size();
+  job.step = m.step;
+  job.keep_last = options.keep_last;
+  job.timeout_s = options.commit_timeout_s;
+  job.t0 = t0;
+  if (rank == 0) {
+    ckpt::Manifest& man = job.manifest;
+    man.step = m.step;
+    man.created = engine::utcNow();
+    man.units = m.unitDescs();
+    man.mesh = m.meshDesc();
+    const AdamConfig& a = m.cfg.adam;
+    man.optim = {optimizerName(a.kind), a.lr,           a.beta1, a.beta2, a.eps,
+                 a.weight_decay,        m.cfg.clip_norm};
+    man.tensors = ckpt::tensorList(man.units);
+    for (int w = 0; w < job.world; ++w) {
+      const MeshCoords c = meshCoords(m.mesh->layout(), m.mesh->shape(), w);
+      const int kw = m.shards == 1 ? 0 : c.shard_rank;
+      man.files.push_back({ckpt::dataFileName(w), w, kw, c.replica_rank, 0, 0});
+      job.plans.push_back(
+          ckpt::planFile(man.units, m.shards, m.pieceReplicas(), kw, c.replica_rank));
+    }
+    for (const auto& kv : options.user) job.user.push_back(kv);
+  }
+  s.result = SaveResult();
+  s.result.dir = root + "/" + name;
+  s.result.step = m.step;
+  s.result.snapshot_seconds = std::chrono::duration<double>(engine::Clock::now() - t0).count();
+  s.status = okStatus();
+  s.in_flight = true;
+  s.writer = std::thread(engine::runWriter, &s);
+  return okStatus();
+}
+
+StatusOr<SaveResult> ShardedModel::waitForSave() {
+  Impl& m = *impl_;
+  if (!m.saver || !m.saver->in_flight) return failedPrecondition("waitForSave: no save in flight");
+  engine::Saver& s = *m.saver;
+  // Watchdog hook: the join waits for this rank's write (and on rank 0 the commit, bounded by
+  // SaveOptions::commit_timeout_s); the agreement below is a world collective.
+  s.writer.join();
+  s.in_flight = false;
+  HSDP_RETURN_IF_ERROR(m.agree(s.status));
+  uint64_t mine = s.result.rank_bytes;
+  std::vector<uint64_t> all(m.mesh->world().size());
+  HSDP_RETURN_IF_ERROR(
+      m.space->allGatherHost(m.mesh->world(), &mine, all.data(), 1, DType::kInt64));
+  s.result.bytes = 0;
+  for (uint64_t b : all) s.result.bytes += b;
+  HSDP_INFO(kShard, "checkpoint ", s.result.dir, " committed: ", s.result.bytes, " bytes in ",
+            s.result.seconds, " s");
+  return s.result;
+}
+
+bool ShardedModel::saveInFlight() const { return impl_->saver && impl_->saver->in_flight; }
+
+StatusOr<SaveResult> ShardedModel::save(const std::string& root, const SaveOptions& options) {
+  HSDP_RETURN_IF_ERROR(saveAsync(root, options));
+  return waitForSave();
+}
+
+}  // namespace hsdp

@@ -1,0 +1,158 @@
+// Sharded checkpoints: save, exact resume, resume on another mesh, offline tools and the
+// safetensors export. docs/checkpoint.md specifies the format; in short, a checkpoint is a
+// directory
+//     <root>/step-00000042/manifest.json    format version, model, mesh and mode, optimizer,
+//                                           every data file's size and xxHash64, and for every
+//                                           parameter's master and Adam moments where each of
+//                                           its chunks lives (file, offset, elements, xxHash64)
+//     <root>/step-00000042/data-00003.bin   one per rank: little-endian fp32 at 64-byte
+//                                           aligned offsets (mmap-able)
+//     <root>/latest                         the name of the newest committed checkpoint
+//
+// Saving (ShardedModel::save / saveAsync, collective over the world). Replicas hold the same
+// shard, so each rank writes 1/world of the state: shard k's replicas split it into pieces and
+// replica r writes piece r (no byte written twice, every rank's disk bandwidth used). The
+// commit is atomic: data files go into <root>/.tmp-<name>/, each is fsynced, rank 0 writes the
+// manifest last (fsynced), renames the directory into place, fsyncs the root and replaces
+// `latest` atomically; keep_last deletes older checkpoints only after that. A process killed
+// at any moment leaves the previous checkpoint intact and loadable (a stale .tmp-* directory
+// is removed by the next save).
+//
+// Loading (ShardedModel::load, collective): on any mesh (world size, nodes, intra/inter factors,
+// mode, hpZ, offload, precision). Each rank computes the piece of its new shard it reads (its
+// replica index splits the shard as on save), finds the saved chunks overlapping it by binary
+// search in each tensor's sorted chunk list, reads only those, checks their xxHash64, and the
+// replicas all-gather the pieces over the replica group (no file read twice). Everything is
+// read and checked before the engine's state is touched: a failed load (a missing or corrupt
+// file, a checkpoint of another model) is the same error on every rank and leaves the model
+// as it was.
+//
+// Export and import of full weights (exportSafetensors, loadWeights): safetensors files with
+// one tensor per parameter named "<unit>.<param>" (a unit named "h.0" with parameter
+// "ln_1.weight" gives "h.0.ln_1.weight", GPT-2's names), HF-style shards plus
+// "<stem>.safetensors.index.json" above ExportOptions::max_shard_bytes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hsdp/config.h"
+#include "hsdp/dtype.h"
+#include "hsdp/status.h"
+
+namespace hsdp {
+
+struct SaveOptions {
+  // The checkpoint's directory under the root; empty: "step-<8 digits of stepCount()>". An
+  // existing checkpoint of that name is replaced atomically.
+  std::string name;
+  // After the commit, delete all but the newest keep_last checkpoints (directories under the
+  // root with a manifest, by step) of the root; 0 keeps all.
+  int keep_last = 0;
+  // Small user state saved with the checkpoint (data position, RNG seeds, schedule state):
+  // key -> bytes. Rank 0's map is saved; load returns it.
+  std::map<std::string, std::string> user;
+  // How long rank 0 waits for every rank's data file before the commit fails (a rank died).
+  double commit_timeout_s = 600;
+};
+
+struct SaveResult {
+  std::string dir;  // the committed checkpoint directory
+  int64_t step = 0;
+  uint64_t bytes = 0;           // data bytes of every rank's file
+  uint64_t rank_bytes = 0;      // this rank's file
+  double snapshot_seconds = 0;  // what saveAsync blocked for (the copy into host memory)
+  double seconds = 0;           // saveAsync's start to the commit
+};
+
+struct LoadOptions {
+  // Also Adam's moments, the step count and (restore_learning_rate) the learning rate; false:
+  // the parameters only, the optimizer state stays as it is (fine-tuning).
+  bool optimizer_state = true;
+  bool restore_learning_rate = true;
+  // Read every touched chunk whole and check its xxHash64 (default); false reads exactly the
+  // overlapping bytes and checks nothing but sizes.
+  bool verify = true;
+};
+
+struct LoadResult {
+  std::string dir;  // the checkpoint read (`latest` resolved)
+  int64_t step = 0;
+  std::map<std::string, std::string> user;
+  uint64_t bytes_read = 0;  // by this rank
+  double seconds = 0;
+};
+
+// ---- offline (no MPI, no job): what build/tools/hsdp-ckpt runs ----
+
+// A table (or with `json` the manifest's summary as JSON): step, mode and mesh, units and
+// parameters with shapes, bytes per file, and whether every file's checksum holds.
+StatusOr<std::string> inspectCheckpoint(const std::string& path, bool json);
+// Recomputes every data file's xxHash64 (and, for a failing file, every chunk's); the error
+// names the file and the byte range that fails, or the missing/truncated file.
+[[nodiscard]] Status verifyCheckpoint(const std::string& path);
+
+// The mesh a checkpoint is laid out for: the ranks of a job as consecutive nodes of
+// ranks_per_node (HSDP_RANKS_PER_NODE's layout).
+struct MeshTarget {
+  int world_size = 1;
+  int ranks_per_node = 1;
+  int intra_shard = 1;
+  int inter_shard = 1;
+  ShardMode mode = ShardMode::kZero3;
+};
+// Writes the checkpoint at `in` (a checkpoint directory or a root with `latest`) laid out for
+// `target` into the new directory `out` (committed as save commits), streaming: memory stays at
+// one chunk buffer, whatever the model size. Every input chunk's checksum is checked on the way.
+// Loading `out` on that mesh reads each rank's own chunks only.
+[[nodiscard]] Status reshardCheckpoint(const std::string& in, const std::string& out,
+                                       const MeshTarget& target);
+
+struct TensorDiff {
+  std::string name;  // "fc0.weight", "fc0.weight (exp_avg)"
+  double max_abs = 0;
+  double max_rel = 0;  // max |a - b| / max |b|
+};
+struct CheckpointDiff {
+  int64_t step_a = 0, step_b = 0;
+  std::vector<TensorDiff> tensors;  // every tensor both hold (a frozen unit has no moments)
+  bool identical() const;           // same step, every difference 0
+};
+// Per tensor (parameters and moments) of two checkpoints of one model, on any meshes; streams
+// both, checking every chunk's checksum. Checkpoints of different models are InvalidArgument
+// naming the first difference.
+StatusOr<CheckpointDiff> diffCheckpoints(const std::string& a, const std::string& b);
+
+struct ExportOptions {
+  DType dtype = DType::kFloat32;  // kFloat32 or kBFloat16 (rounded to nearest even)
+  // Above this many bytes of tensor data, HF-style shards "<stem>-00001-of-0000n.safetensors"
+  // beside `out` plus "<stem>.safetensors.index.json" instead of one file.
+  uint64_t max_shard_bytes = uint64_t{4} << 30;
+};
+// The full (unsharded) fp32 master parameters of a checkpoint as safetensors; returns the files
+// written (the index last when sharded). Streams tensor by tensor.
+StatusOr<std::vector<std::string>> exportCheckpoint(const std::string& ckpt, const std::string& out,
+                                                    const ExportOptions& options = {});
+
+// ---- with a running model: ShardedModel::save / saveAsync / load / loadWeights /
+// exportSafetensors (hsdp/sharded_model.h); their options: ----
+
+struct LoadWeightsOptions {
+  // Every parameter of the model must be in the file(s) and every tensor of the file(s) in the
+  // model; false: parameters not found keep their values and unknown tensors are ignored.
+  bool strict = true;
+};
+// ShardedModel::loadWeights(path): initialises parameters from full weights: a .safetensors
+// file, or an index (*.safetensors.index.json, or a path "<stem>.safetensors" whose
+// "<stem>.safetensors.index.json" exists). Tensors are float32 or bfloat16 (upcast), named
+// "<unit>.<param>", of the parameter's shape. Every rank reads only its piece of its shard (the
+// replicas all-gather the pieces); the optimizer state and step are untouched. Errors name the
+// file and tensor, on every rank, and leave the model as it was.
+//
+// ShardedModel::exportSafetensors(out): the full parameters (gatherFullParameters of every unit,
+// one unit at a time), written by rank 0 exactly as exportCheckpoint writes a checkpoint of the
+// same parameters (the same bytes). Returns the files written, on every rank.
+
+}  // namespace hsdp

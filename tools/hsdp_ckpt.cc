@@ -1,0 +1,123 @@
+// hsdp-ckpt: checkpoints without a job (no MPI, no GPU): inspect, verify, reshard for another
+// mesh, export to safetensors, diff. docs/checkpoint.md describes the format.
+//
+//   hsdp-ckpt inspect DIR [--json]
+//   hsdp-ckpt verify DIR
+//   hsdp-ckpt reshard DIR OUT --world W --ranks-per-node R --intra-shard I --inter-shard J
+//                     --mode none|zero1|zero2|zero3
+//   hsdp-ckpt export DIR OUT.safetensors [--dtype fp32|bf16] [--max-shard-size BYTES]
+//   hsdp-ckpt diff A B
+//
+// DIR is a checkpoint directory or a root whose `latest` names one. Exit codes: 0 success (diff:
+// identical), 1 a checkpoint that fails verification (diff: different), 2 bad input.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+
+#include "hsdp/checkpoint.h"
+
+namespace {
+
+int fail(const hsdp::Status& s, int code) {
+  std::fprintf(stderr, "hsdp-ckpt: error: %s\n", s.toString().c_str());
+  return code;
+}
+
+// Bad input (no checkpoint there, a bad flag value) is 2; a checkpoint that does not hold is 1.
+int codeOf(const hsdp::Status& s) {
+  const std::string& m = s.message();
+  const bool damaged =
+      m.find("data file") != std::string::npos || m.find("checksum") != std::string::npos;
+  return damaged ? 1 : 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"hsdp checkpoints without a job: inspect, verify, reshard, export, diff",
+               "hsdp-ckpt"};
+  app.require_subcommand(1);
+  std::string dir, out, other, mode = "zero3", dtype = "fp32";
+  bool json = false;
+  hsdp::MeshTarget target;
+  uint64_t max_shard = uint64_t{4} << 30;
+
+  CLI::App* inspect =
+      app.add_subcommand("inspect", "Step, mode, mesh, parameters, files, checksums");
+  inspect->add_option("DIR", dir, "Checkpoint directory (or a root with `latest`)")->required();
+  inspect->add_flag("--json", json, "JSON instead of a table");
+  CLI::App* verify = app.add_subcommand("verify", "Recompute every checksum");
+  verify->add_option("DIR", dir, "Checkpoint directory")->required();
+  CLI::App* reshard = app.add_subcommand("reshard", "Rewrite for another mesh (streaming)");
+  reshard->add_option("DIR", dir, "Checkpoint directory")->required();
+  reshard->add_option("OUT", out, "New checkpoint directory (must not exist)")->required();
+  reshard->add_option("--world", target.world_size, "Ranks of the target job")->required();
+  reshard->add_option("--ranks-per-node", target.ranks_per_node, "Ranks per node")->required();
+  reshard->add_option("--intra-shard", target.intra_shard, "Ranks per node that shard a unit")
+      ->required();
+  reshard->add_option("--inter-shard", target.inter_shard, "Nodes that shard a unit")->required();
+  reshard->add_option("--mode", mode, "none | zero1 | zero2 | zero3")
+      ->check(CLI::IsMember({"none", "zero1", "zero2", "zero3"}));
+  CLI::App* exp = app.add_subcommand("export", "Full weights as safetensors");
+  exp->add_option("DIR", dir, "Checkpoint directory")->required();
+  exp->add_option("OUT", out, "Output .safetensors")->required();
+  exp->add_option("--dtype", dtype, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  exp->add_option("--max-shard-size", max_shard,
+                  "Bytes per file before HF-style shards and an index (default 4 GiB)");
+  CLI::App* diff = app.add_subcommand("diff", "Per-tensor max abs/rel difference");
+  diff->add_option("A", dir, "Checkpoint A")->required();
+  diff->add_option("B", other, "Checkpoint B")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  if (inspect->parsed()) {
+    auto text = hsdp::inspectCheckpoint(dir, json);
+    if (!text.ok()) return fail(text.status(), 2);
+    std::fputs(text->c_str(), stdout);
+    return text->find("FAIL") != std::string::npos ||
+                   text->find("\"checksums_ok\": false") != std::string::npos
+               ? 1
+               : 0;
+  }
+  if (verify->parsed()) {
+    hsdp::Status s = hsdp::verifyCheckpoint(dir);
+    if (!s.ok()) return fail(s, codeOf(s));
+    std::printf("%s: every checksum holds\n", dir.c_str());
+    return 0;
+  }
+  if (reshard->parsed()) {
+    auto m = hsdp::parseShardMode(mode);
+    if (!m.ok()) return fail(m.status(), 2);
+    target.mode = *m;
+    const auto t0 = std::chrono::steady_clock::now();
+    hsdp::Status s = hsdp::reshardCheckpoint(dir, out, target);
+    if (!s.ok()) return fail(s, codeOf(s));
+    std::printf(
+        "resharded %s -> %s for %d ranks (%d per node, intra_shard %d, inter_shard %d, "
+        "%s) in %.3f s\n",
+        dir.c_str(), out.c_str(), target.world_size, target.ranks_per_node, target.intra_shard,
+        target.inter_shard, mode.c_str(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return 0;
+  }
+  if (exp->parsed()) {
+    hsdp::ExportOptions o;
+    o.dtype = dtype == "bf16" ? hsdp::DType::kBFloat16 : hsdp::DType::kFloat32;
+    o.max_shard_bytes = max_shard;
+    auto files = hsdp::exportCheckpoint(dir, out, o);
+    if (!files.ok()) return fail(files.status(), codeOf(files.status()));
+    for (const std::string& f : *files) std::printf("wrote %s\n", f.c_str());
+    return 0;
+  }
+  auto d = hsdp::diffCheckpoints(dir, other);
+  if (!d.ok()) return fail(d.status(), codeOf(d.status()));
+  std::printf("step %lld vs %lld\n%-40s %14s %14s\n", static_cast<long long>(d->step_a),
+              static_cast<long long>(d->step_b), "tensor", "max_abs", "max_rel");
+  for (const hsdp::TensorDiff& t : d->tensors)
+    std::printf("%-40s %14.6g %14.6g\n", t.name.c_str(), t.max_abs, t.max_rel);
+  std::printf("%s\n", d->identical() ? "identical" : "different");
+  return d->identical() ? 0 : 1;
+}
