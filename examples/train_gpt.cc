@@ -22,6 +22,7 @@
 #include "hsdp/schedule.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/topology.h"
+#include "mlp/checkpointing.h"
 #include "mlp/options.h"
 
 namespace {
@@ -81,10 +82,15 @@ int runMain(const gpt::Options& opt, hsdp::Comm& world) {
     std::fflush(stdout);
   };
 
+  // --init-from, then --resume: the first step to train (batches and the learning rate are
+  // functions of the step, so a resumed run continues exactly where the saved one stood).
+  auto first = mlp::restore(kProgram, world, model, opt.common);
+  if (!first.ok()) return fail(first.status());
+
   double optim_total = 0, optim_exposed = 0;  // offload: worker time, and what step() waited
   const int steps = setup.train.steps;
-  if (opt.eval_every > 0 && steps > 0) evalAndPrint(0);
-  for (int step = 0; step < steps; ++step) {
+  if (opt.eval_every > 0 && steps > *first) evalAndPrint(*first);
+  for (int step = *first; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     auto loss = gpt::trainStep(run, step);
     auto t1 = std::chrono::steady_clock::now();
@@ -99,10 +105,16 @@ int runMain(const gpt::Options& opt, hsdp::Comm& world) {
     optim_total += ot, optim_exposed += oe;
     st.optim_ms = static_cast<float>(ot * 1e3), st.optim_exposed_ms = static_cast<float>(oe * 1e3);
     if (hsdp::Status s = gpt::printStepRow(world, model, setup, step, st); !s.ok()) abort(s);
+    if (hsdp::Status s = mlp::afterStep(world, model, opt.common, step + 1, step + 1 == steps);
+        !s.ok())
+      abort(s);
     if (opt.eval_every > 0 && (step + 1) % opt.eval_every == 0 && step + 1 < steps)
       evalAndPrint(step + 1);
   }
   evalAndPrint(steps);
+  // A save in flight is waited for; --export writes GPT-2-named tensors (wte.weight,
+  // h.0.attn.c_attn.weight, ...: "<unit>.<param>").
+  if (hsdp::Status s = mlp::finishCheckpoints(world, model, opt.common); !s.ok()) abort(s);
   mlp::printOffloadSummary(world, setup.engine, opt.common, optim_total, optim_exposed);
 
   // The trained parameters in full (collective), for the sample and the parity check.

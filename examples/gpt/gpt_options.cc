@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "mlp/flags.h"
+
 namespace gpt {
 
 std::optional<int> parseCommandLine(const char* program, int argc, char** argv, int rank,
@@ -71,6 +73,7 @@ std::optional<int> parseCommandLine(const char* program, int argc, char** argv, 
   app.add_option("--temperature", opt.temperature, "Sampling temperature");
   app.add_option("--sample-seed", opt.sample_seed, "Seed of the sampler");
   app.add_option("--prompt", opt.prompt, "The text generation starts from");
+  mlp::addCheckpointFlags(app, c);
   app.add_option("--prefetch", opt.prefetch,
                  "Units whose gathers are issued ahead of the one computing (0: no prefetch)");
   try {

@@ -9,6 +9,7 @@
 
 #include "hsdp/plan.h"
 #include "mlp/checkpointing.h"
+#include "mlp/flags.h"
 #include "mlp/reference.h"
 
 namespace mlp {
@@ -75,6 +76,23 @@ std::optional<int> startMpi(const char* program, int* argc, char*** argv, Starte
   return std::nullopt;
 }
 
+void addCheckpointFlags(CLI::App& app, Options& opt) {
+  app.add_option("--save-dir", opt.save_dir,
+                 "Checkpoint root: <dir>/step-NNNNNNNN per save, <dir>/latest names the newest");
+  app.add_option("--save-every", opt.save_every,
+                 "Save every K steps (and after the last); 0: after the last step only");
+  app.add_flag("--async-save", opt.async_save,
+               "Snapshot into host memory and write in the background while training goes on");
+  app.add_option("--keep", opt.keep, "Keep only the newest K checkpoints (0: all)");
+  app.add_option("--resume", opt.resume,
+                 "Load a checkpoint (directory, root with `latest`, or 'latest' of --save-dir) "
+                 "and train on to --steps; any mesh and mode");
+  app.add_option("--export", opt.export_path,
+                 "After training, write the full parameters as safetensors");
+  app.add_option("--init-from", opt.init_from,
+                 "Initialise the parameters from a safetensors file or index");
+}
+
 std::optional<int> parseCommandLine(const char* program, const char* description, int argc,
                                     char** argv, int rank, Options* opt_out) {
   Options& opt = *opt_out;
@@ -114,20 +132,7 @@ std::optional<int> parseCommandLine(const char* program, const char* description
   app.add_option("--dims", opt.dims, "Layer sizes, input to classes, comma separated");
   app.add_option("--seed", opt.seed, "Seed of data and initialisation");
   app.add_option("--tolerance", opt.tolerance, "Largest max_rel_err that passes --check");
-  app.add_option("--save-dir", opt.save_dir,
-                 "Checkpoint root: <dir>/step-NNNNNNNN per save, <dir>/latest names the newest");
-  app.add_option("--save-every", opt.save_every,
-                 "Save every K steps (and after the last); 0: after the last step only");
-  app.add_flag("--async-save", opt.async_save,
-               "Snapshot into host memory and write in the background while training goes on");
-  app.add_option("--keep", opt.keep, "Keep only the newest K checkpoints (0: all)");
-  app.add_option("--resume", opt.resume,
-                 "Load a checkpoint (directory, root with `latest`, or 'latest' of --save-dir) "
-                 "and train on to --steps; any mesh and mode");
-  app.add_option("--export", opt.export_path,
-                 "After training, write the full parameters as safetensors");
-  app.add_option("--init-from", opt.init_from,
-                 "Initialise the parameters from a safetensors file or index");
+  addCheckpointFlags(app, opt);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
