@@ -226,7 +226,10 @@ struct ShardedModel::Impl {
   Status checkIdle(const char* verb) const;
   // Collective over the world: every rank's `local`; the first failure (lowest rank) on every
   // rank, the same message everywhere.
-  Status agree(const Status& local);
+  // Every rank's outcome, the same on all: the first error by rank, preferring a cause over a
+  // consequence (`secondary`: this rank failed because another did, e.g. rank 0's commit that
+  // saw a peer's write fail), so every rank names the root cause.
+  Status agree(const Status& local, bool secondary = false);
   std::vector<ckpt::UnitDesc> unitDescs() const;
   ckpt::MeshDesc meshDesc() const;
   int pieceReplicas() const { return mesh->shape().replicas(); }

@@ -50,6 +50,7 @@ struct Saver {
   std::thread writer;
   SaveJob job;
   Status status;
+  bool status_secondary = false;  // rank 0: the commit failed because a peer's write did
   SaveResult result;
   bool in_flight = false;
 };
@@ -64,6 +65,14 @@ namespace {
 std::string partName(int rank) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "part-%05d.json", rank);
+  return buf;
+}
+
+// Dropped by a rank whose write failed and whose error part could not be written either (a full
+// disk has room for an empty file's name, not for its contents): rank 0 stops waiting at once.
+std::string failedName(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "part-%05d.failed", rank);
   return buf;
 }
 
@@ -145,8 +154,9 @@ Status addPart(const SaveJob& job, int r, const std::string& text, const std::st
   return okStatus();
 }
 
-// Rank 0: every rank's part (waiting up to the timeout), then the manifest.
-StatusOr<ckpt::Manifest> collectParts(const SaveJob& job) {
+// Rank 0: every rank's part (waiting up to the timeout), then the manifest. `*peer` is set when
+// the failure is another rank's (its own error names the cause).
+StatusOr<ckpt::Manifest> collectParts(const SaveJob& job, bool* peer) {
   ckpt::Manifest m = job.manifest;
   m.files.resize(job.world);
   const Clock::time_point deadline =
@@ -155,6 +165,11 @@ StatusOr<ckpt::Manifest> collectParts(const SaveJob& job) {
   for (int r = 0; r < job.world; ++r) {
     const std::string path = job.tmp + "/" + partName(r);
     while (!ckpt::pathExists(path)) {
+      if (ckpt::pathExists(job.tmp + "/" + failedName(r))) {
+        *peer = true;
+        return internalError("checkpoint '", job.root, "/", job.name, "': rank ", r,
+                             " could not write its data file; the previous checkpoint is kept");
+      }
       if (Clock::now() > deadline)
         return internalError("checkpoint '", job.root, "/", job.name, "': rank ", r,
                              " did not write its data file within ", job.timeout_s, " s (", path,
@@ -164,7 +179,9 @@ StatusOr<ckpt::Manifest> collectParts(const SaveJob& job) {
     HSDP_ASSIGN_OR_RETURN(std::string text, ckpt::readWholeFile(path));
     // Our own writers made it, but read it defensively: a bad part fails the commit, not the job.
     try {
-      HSDP_RETURN_IF_ERROR(addPart(job, r, text, path, &m));
+      Status part = addPart(job, r, text, path, &m);
+      *peer = !part.ok() && r != 0;
+      HSDP_RETURN_IF_ERROR(part);
     } catch (const std::exception& e) {
       return internalError("unreadable part file ", path, ": ", e.what());
     }
@@ -198,8 +215,8 @@ Status prune(const std::string& root, int keep, const std::string& current) {
   return okStatus();
 }
 
-Status commit(const SaveJob& job) {
-  HSDP_ASSIGN_OR_RETURN(ckpt::Manifest m, collectParts(job));
+Status commit(const SaveJob& job, bool* peer) {
+  HSDP_ASSIGN_OR_RETURN(ckpt::Manifest m, collectParts(job, peer));
   for (int r = 0; r < job.world; ++r)
     HSDP_RETURN_IF_ERROR(ckpt::removeTree(job.tmp + "/" + partName(r)));
   const std::string text = ckpt::serializeManifest(m);
@@ -237,8 +254,15 @@ void runWriter(Saver* s) {
       return internalError("cannot rename '", part_path, ".tmp'");
     return okStatus();
   }();
+  if (!p.ok()) {
+    // The part does not fit (a full disk has room for an empty file's name, not for its
+    // contents): an empty marker, so rank 0 need not wait for the timeout.
+    StatusOr<ckpt::File> marker = ckpt::File::create(job.tmp + "/" + failedName(job.rank));
+    if (marker.ok()) (void)marker->close();
+  }
   if (st.ok()) st = p;
-  if (st.ok() && job.rank == 0) st = commit(job);
+  s->status_secondary = false;
+  if (st.ok() && job.rank == 0) st = commit(job, &s->status_secondary);
   s->status = st;
   s->result.rank_bytes = s->plan.bytes;
   s->result.seconds = std::chrono::duration<double>(Clock::now() - job.t0).count();
@@ -264,19 +288,22 @@ Status ShardedModel::Impl::checkIdle(const char* verb) const {
   return okStatus();
 }
 
-Status ShardedModel::Impl::agree(const Status& local) {
-  constexpr size_t kMsg = 1024;
+Status ShardedModel::Impl::agree(const Status& local, bool secondary) {
+  constexpr size_t kMsg = 1024;  // [code, secondary, message..., 0]
   Comm& world = mesh->world();
   std::vector<char> mine(kMsg, 0), all(kMsg * world.size());
   if (!local.ok()) {
     mine[0] = static_cast<char>(static_cast<int>(local.code()));
-    std::strncpy(mine.data() + 1, local.message().c_str(), kMsg - 2);
+    mine[1] = secondary ? 1 : 0;
+    std::strncpy(mine.data() + 2, local.message().c_str(), kMsg - 3);
   }
   HSDP_RETURN_IF_ERROR(space->allGatherHost(world, mine.data(), all.data(), kMsg, DType::kUInt8));
-  for (int r = 0; r < world.size(); ++r)
-    if (all[r * kMsg] != 0)
-      return Status(static_cast<StatusCode>(all[r * kMsg]), std::string(&all[r * kMsg + 1]));
-  return okStatus();
+  int first = -1;
+  for (int r = world.size() - 1; r >= 0; --r)
+    if (all[r * kMsg] != 0 && (first < 0 || all[r * kMsg + 1] == 0 || all[first * kMsg + 1] != 0))
+      first = r;
+  if (first < 0) return okStatus();
+  return Status(static_cast<StatusCode>(all[first * kMsg]), std::string(&all[first * kMsg + 2]));
 }
 
 std::vector<ckpt::UnitDesc> ShardedModel::Impl::unitDescs() const {
@@ -441,7 +468,7 @@ StatusOr<SaveResult> ShardedModel::waitForSave() {
   // SaveOptions::commit_timeout_s); the agreement below is a world collective.
   s.writer.join();
   s.in_flight = false;
-  HSDP_RETURN_IF_ERROR(m.agree(s.status));
+  HSDP_RETURN_IF_ERROR(m.agree(s.status, s.status_secondary));
   uint64_t mine = s.result.rank_bytes;
   std::vector<uint64_t> all(m.mesh->world().size());
   HSDP_RETURN_IF_ERROR(

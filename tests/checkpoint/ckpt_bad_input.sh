@@ -60,16 +60,18 @@ case_ under_file "'$work/afile/x': Not a directory" --save-dir "$work/afile/x" -
 # A full disk during a save: a 64 KiB tmpfs (in a mount namespace of its own) holds the first
 # checkpoint of a small model, not the second; every rank names the error, the first stays
 # committed and verifies.
+# Two sizes: which ranks' writes fit differs (at 76k rank 0 and rank 2 fit, rank 1 does not, and
+# not even its error part fits: rank 0 must learn of it from the empty marker, not a timeout).
 full_disk() {
-  local d="$work/full" rc=0
+  local size=$1 d="$work/full" rc=0
   mkdir -p "$d"
-  mount -t tmpfs -o size=64k hsdp-ckpt-full "$d" || { echo "SKIP: cannot mount a tmpfs"; return 0; }
+  mount -t tmpfs -o size=$size hsdp-ckpt-full "$d" || { echo "SKIP: cannot mount a tmpfs"; return 0; }
   "$expect_error" 3 1 "No space left on device" --bind-to none "$mlp" "${flags[@]}" --dims 32,64,10 \
     --steps 3 --save-every 1 --save-dir "$d" >"$work/full.log" 2>&1 || rc=1
   if [ $rc -eq 0 ] && [ "$(cat "$d/latest")" = step-00000001 ] && "$ckpt" verify "$d" >/dev/null; then
-    echo "ok: full disk: every rank reported 'No space left on device'; step 1 still committed and verifying"
+    echo "ok: full disk ($size): every rank reported 'No space left on device'; step 1 still committed and verifying"
   else
-    cat "$work/full.log"; ls -la "$d"; echo "FAIL: full disk"; rc=1
+    cat "$work/full.log"; ls -la "$d"; echo "FAIL: full disk ($size)"; rc=1
   fi
   umount "$d"
   return $rc
@@ -78,7 +80,9 @@ export -f full_disk
 export work mlp ckpt expect_error
 export flags_str="${flags[*]}"
 if command -v unshare >/dev/null && unshare -m true 2>/dev/null; then
-  unshare -m bash -c 'flags=($flags_str); full_disk' || fails=$((fails + 1))
+  for size in 64k 76k; do
+    unshare -m bash -c "flags=(\$flags_str); full_disk $size" || fails=$((fails + 1))
+  done
 else
   echo "note: full-disk case skipped (no mount namespace: not root?)"
 fi
