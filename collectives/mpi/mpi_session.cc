@@ -8,10 +8,11 @@
 #include "collectives/mpi/mpi_check.h"
 #include "collectives/mpi/mpi_comm.h"
 #include "core/progress.h"
+#include "core/watchdog.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
-#include "hsdp/transport_registry.h"
 #include "hsdp/mpi.h"
+#include "hsdp/transport_registry.h"
 
 namespace hsdp::mpi {
 namespace {
@@ -56,6 +57,7 @@ struct SessionEnv {
   int64_t tcp_eager = 0;
   bool progress_thread = false;
   int64_t interval_us = 100;
+  watchdog::Config wd;
 };
 
 StatusOr<SessionEnv> readSessionEnv() {
@@ -73,6 +75,7 @@ StatusOr<SessionEnv> readSessionEnv() {
   HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
                         env::getInt("HSDP_PROGRESS_INTERVAL_US", 1));
   e.interval_us = interval.value_or(100);
+  HSDP_ASSIGN_OR_RETURN(e.wd, watchdog::resolveConfig({}));
   return e;
 }
 
@@ -136,6 +139,13 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
   } else if (progress_thread) {
     progress_thread::start(static_cast<int>(e.interval_us));
   }
+  // The watchdog, over a communicator of its own (exchanges addresses, maps the node's table).
+  {
+    MPI_Comm dup;
+    HSDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+    HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> boot, MpiComm::adopt(dup, /*traced=*/false));
+    HSDP_RETURN_IF_ERROR(watchdog::start(*boot, e.wd).withContext("starting the watchdog"));
+  }
   const char* links_used = std::getenv("OMPI_MCA_btl_tcp_links");
   const char* eager_used = std::getenv("OMPI_MCA_btl_tcp_eager_limit");
   HSDP_INFO(kInit, "MPI initialized, thread level ", provided, ", progress thread ",
@@ -156,13 +166,20 @@ int Session::worldRank() {
 Session::~Session() {
   progress_thread::stop();  // before MPI_Finalize: the thread may be inside MPI
   if (g_bf16_sum != MPI_OP_NULL) MPI_Op_free(&g_bf16_sum);
-  MPI_Finalize();
+  {
+    // MPI_Finalize waits for the other ranks: a stopped one is named like in any other wait.
+    watchdog::WaitScope wait("MPI_Finalize");
+    MPI_Finalize();
+  }
+  watchdog::stop();
 }
 
 StatusOr<std::unique_ptr<Comm>> Session::world() {
   MPI_Comm dup;
   HSDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-  return MpiComm::adopt(dup);
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> w, MpiComm::adopt(dup));
+  w->setName("world");
+  return w;
 }
 
 }  // namespace hsdp::mpi
