@@ -97,8 +97,13 @@ CommTrace::~CommTrace() {
   if (slot_ != nullptr) slot_->id.store(0, std::memory_order_release);
 }
 
+namespace {
+std::atomic<uint64_t> g_enters{0};  // collectives this rank entered, on all communicators
+}  // namespace
+
 uint64_t CommTrace::enter(OpKind kind, size_t count, DType dtype, RedOp op, int root, int ops) {
   const uint64_t s = ++seq_;
+  last_enter_ = g_enters.fetch_add(1, std::memory_order_relaxed) + 1;
   Fingerprint& f = slot_->ring[s % kRing];
   // Readers take a record only when its seq reads back the same before and after the copy.
   std::atomic_ref<uint64_t> seq(f.seq);

@@ -85,6 +85,19 @@ std::string rankList(const std::vector<int>& ranks, const JobView& job, bool wit
   return out;
 }
 
+// "4-7", "0, 2, 5-6": ascending ranks, runs joined.
+std::string rangeText(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i + 1;
+    while (j < ranks.size() && ranks[j] == ranks[j - 1] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += j - i == 1 ? strCat(ranks[i]) : strCat(ranks[i], "-", ranks[j - 1]);
+    i = j;
+  }
+  return out;
+}
+
 struct Candidate {
   const TraceInfo* t = nullptr;
   uint64_t seq = 0;
@@ -149,8 +162,10 @@ std::string timeoutLine(int me, const WaitInfo& wait, const std::vector<TraceInf
     if (c.score == 0) continue;
     const Fingerprint* f = ringAt(t, c.seq);
     if (f && !wait.detail.empty() && wait.detail == field(f->unit, sizeof f->unit)) c.score += 1;
+    // Ties: the communicator this rank entered a collective on last (when nobody can be asked,
+    // that is where it waits).
     if (best.t == nullptr || c.score > best.score ||
-        (c.score == best.score && t.members.size() < best.t->members.size()))
+        (c.score == best.score && t.last_enter > best.t->last_enter))
       best = std::move(c);
   }
 
@@ -190,11 +205,29 @@ std::string timeoutLine(int me, const WaitInfo& wait, const std::vector<TraceInf
   } else {
     line += "; no communicator of this rank shows a missing rank";
   }
-  // Failures anywhere else in the job (the root cause behind a rank that waits, too).
+  // Nodes that did not answer at all, once each; then failures anywhere else in the job (the
+  // root cause behind a rank that waits, too).
+  std::vector<std::string> cut_hosts;
+  for (int r = 0; r < world; ++r) {
+    const std::string& h = job.hosts[r];
+    if (std::find(cut_hosts.begin(), cut_hosts.end(), h) != cut_hosts.end()) continue;
+    bool all = true;
+    std::vector<int> ranks;
+    for (int q = 0; q < world; ++q)
+      if (job.hosts[q] == h) {
+        ranks.push_back(q);
+        all = all && job.ranks[q].state == 'U';
+      }
+    if (!all) continue;
+    cut_hosts.push_back(h);
+    line += strCat("; unreachable: ", h, " (", ranks.size() == 1 ? "rank " : "ranks ",
+                   rangeText(ranks), ")");
+  }
   std::vector<int> elsewhere;
   for (int r = 0; r < world; ++r)
     if (r != me && faulty(job.ranks[r]) &&
-        std::find(listed.begin(), listed.end(), r) == listed.end())
+        std::find(listed.begin(), listed.end(), r) == listed.end() &&
+        std::find(cut_hosts.begin(), cut_hosts.end(), job.hosts[r]) == cut_hosts.end())
       elsewhere.push_back(r);
   if (!elsewhere.empty()) line += "; elsewhere: " + rankList(elsewhere, job, true);
   if (!cause.empty())

@@ -418,6 +418,7 @@ std::vector<TraceInfo> traceInfos() {
     info.name = t->name();
     info.members = t->members();
     info.entered = t->entered();
+    info.last_enter = t->lastEnter();
     for (uint64_t q = info.entered; q > 0 && q + kRing > info.entered; --q)
       info.ring[q % kRing] = t->fingerprint(q);
     out.push_back(std::move(info));

@@ -47,6 +47,9 @@ class CommTrace {
                  int ops = 1);
   const Fingerprint& fingerprint(uint64_t seq) const;  // this rank's, while the ring holds it
   uint64_t entered() const { return seq_; }
+  // When this rank last entered a collective here, as a count of all collectives it entered
+  // (the report's guess of where a rank is stuck when the peers cannot be asked).
+  uint64_t lastEnter() const { return last_enter_; }
 
   uint64_t id() const { return id_; }
   int rank() const { return rank_; }
@@ -69,6 +72,7 @@ class CommTrace {
   CommSlot* slot_ = nullptr;
   uint64_t id_ = 0;
   uint64_t seq_ = 0;
+  uint64_t last_enter_ = 0;
   int rank_ = 0;
   std::vector<int> members_;
   std::string name_;
@@ -192,6 +196,7 @@ struct TraceInfo {
   std::string name;
   std::vector<int> members;
   uint64_t entered = 0;
+  uint64_t last_enter = 0;
   Fingerprint ring[kRing];
 };
 struct JobView {

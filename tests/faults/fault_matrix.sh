@@ -65,14 +65,14 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cpid=$!
 tag=hsdpc$cpid
 
-# Mid-training: wait for 20 step rows.
+# Mid-training: wait for 10 step rows.
 for ((i = 0; i < 600; i++)); do
   rows=$(grep -cE '^ +[0-9]+ +[0-9.]+ ' "$out/stdout.log" 2>/dev/null)
-  [ "${rows:-0}" -ge 20 ] && break
+  [ "${rows:-0}" -ge 10 ] && break
   kill -0 "$cpid" 2>/dev/null || fail "the job ended before training got going"
   sleep 0.1
 done
-[ "${rows:-0}" -ge 20 ] || fail "no training after 60 s"
+[ "${rows:-0}" -ge 10 ] || fail "no training after 60 s"
 
 # The job's processes, with their ranks and nodes, seen from the host.
 declare -A rank_pid
@@ -132,7 +132,7 @@ awk -v t="$survivors_exit" -v l="$limit" 'BEGIN { exit !(t <= l) }' ||
 case $fault in
   stop) named='rank 2 \(hsdp-node0, stopped' ;;
   kill) named='process rank 2 with PID [0-9]+ on node (hsdp-node0|10\.213\.7\.1) exited on signal 9' ;;
-  cut) named='ranks 4-7 \(hsdp-node1, unreachable\)' ;;
+  cut) named='unreachable: hsdp-node1 \(ranks 4-7\)' ;;
   orted) named='Remote daemon: .* on node 10\.213\.7\.2' ;;
 esac
 grep -qE "$named" "$out/stderr.log" || fail "no line names the fault (/$named/)"

@@ -11,9 +11,13 @@ failed=0
 for inter in mpi ucx; do
   for layout in zero3 hsdp; do
     for fault in stop kill cut orted; do
-      "$HERE/fault_matrix.sh" --case $fault --layout $layout --inter $inter --timeout 20 \
-        --results "$results" -- "$build/examples/train_mlp" | head -1 || failed=1
-      grep -q "^fault_matrix: $fault $layout inter=$inter:" "$results" || failed=1
+      if out=$("$HERE/fault_matrix.sh" --case $fault --layout $layout --inter $inter \
+                 --timeout 20 --results "$results" -- "$build/examples/train_mlp" 2>&1); then
+        echo "$out" | head -1
+      else
+        echo "$out"
+        failed=1
+      fi
     done
   done
 done

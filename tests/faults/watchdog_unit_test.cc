@@ -285,5 +285,41 @@ TEST(Report, NamesWhoDidNotArrive) {
       << line;
 }
 
+// A node cut off: this rank (0, node0) waits on communicator 9 {0, 2} (rank 2 on node1); node1
+// (ranks 2-3) answers nobody. Every communicator shows only unreachable members, so the one this
+// rank entered a collective on last is named, and the node once.
+TEST(Report, NamesANodeCutOff) {
+  TraceInfo a, b;
+  a.id = 9;
+  a.name = "inter level";
+  a.members = {0, 2};
+  a.entered = 3;
+  a.last_enter = 20;
+  a.ring[3 % kRing] = fp(3, OpKind::kAllGather, 64, DType::kFloat32, "fc0");
+  b = a;
+  b.id = 10;
+  b.name = "inter level/reduce";
+  b.last_enter = 21;
+  b.ring[3 % kRing] = fp(3, OpKind::kReduceScatter, 64, DType::kFloat32, "fc1");
+  JobView job;
+  job.ranks.resize(4);
+  job.hosts = {"node0", "node0", "node1", "node1"};
+  for (int r = 0; r < 4; ++r) {
+    job.ranks[r].world_rank = r;
+    job.ranks[r].state = r < 2 ? 'R' : 'U';
+    job.ranks[r].pid = r < 2 ? 100 + r : 0;
+  }
+  WaitInfo w;
+  w.waiting = true;
+  w.seconds = 21;
+  w.what = "step";
+  const std::string line = timeoutLine(0, w, {a, b}, job, 20, "rank 1: timeout after 20 s");
+  EXPECT_EQ(line,
+            "hsdp [rank 0]: timeout: reduce-scatter of unit \"fc1\" (inter level/reduce, seq 3) "
+            "not complete after 21 s (in step); not arrived: rank 2 (node1, unreachable); "
+            "unreachable: node1 (ranks 2-3); job ended by rank 1: timeout after 20 s")
+      << line;
+}
+
 }  // namespace
 }  // namespace hsdp::watchdog
