@@ -40,7 +40,8 @@ StatusOr<std::shared_ptr<CommTrace>> traceComm(
     std::vector<int> members, int rank,
     const std::function<StatusOr<std::shared_ptr<Comm>>()>& make_checker) {
   State* s = watchdog::detail::state();
-  if (s == nullptr || members.size() < 2) return std::shared_ptr<CommTrace>();
+  if (s == nullptr || members.size() < 2 || watchdog::untracedHere())
+    return std::shared_ptr<CommTrace>();
   // The id: the member list's hash, and how many communicators of exactly these members this
   // rank created before (the same count on every member, see the header).
   uint64_t h = 1469598103934665603ull;  // FNV-1a

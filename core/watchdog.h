@@ -150,6 +150,21 @@ Status runCollective(CommTrace* t, OpKind kind, size_t count, DType dtype, RedOp
 
 namespace watchdog {
 
+// Communicators created on this thread while an Untraced lives are not traced, and its waits
+// are not watched: hsdp-bench measures the watchdog's cost with traced and untraced
+// communicators side by side in one run.
+class Untraced {
+ public:
+  Untraced();
+  ~Untraced();
+  Untraced(const Untraced&) = delete;
+  Untraced& operator=(const Untraced&) = delete;
+
+ private:
+  bool prev_;
+};
+bool untracedHere();
+
 // The calling thread's label, for schedules that start sub-operations later (possibly on the
 // progress thread): capture at creation, restore around each issue.
 struct LabelData {

@@ -51,6 +51,11 @@ JobView snapshot(int timeout_ms);
 std::vector<TraceInfo> traceInfos();
 // The calling thread's current Label.
 const LabelData& threadLabel();
+// The settings in effect (watch_waits.cc), and the thread that has waited longest now.
+Config& mutableConfig();
+WaitInfo longestWait(int64_t now);
+// Whether WaitScopes record anything: on while the watchdog thread runs.
+void setWatching(bool on);
 
 constexpr int64_t kStaleMs = 3000;  // no heartbeat for this long: stopped
 

@@ -87,7 +87,8 @@ struct EngineConfig {
   // ---- failures ----
   // Seconds a wait of the engine or a transport may go without progress before the watchdog
   // ends the job, naming the collective and the ranks that did not arrive (hsdp/watchdog.h,
-  // docs/reliability.md); > 0, the same on every rank. HSDP_TIMEOUT_S; default 600.
+  // docs/reliability.md); > 0, the same on every rank. HSDP_TIMEOUT_S; default 600. The
+  // watchdog is one per process: ShardedModel::create sets its timeout (the last model wins).
   std::optional<double> timeout_s;
 };
 

@@ -71,7 +71,7 @@ class Label {
 // of the innermost wait (or the end of the last one inside it), so a long computation between
 // waits never times out, and a wait that sees no collective complete for the timeout does.
 // `what` and `detail` name the wait in the report ("save", "step 1200"); both must outlive the
-// scope. Cheap: a few stores and a clock read.
+// scope. Cheap: a few stores and a clock read (nothing while the watchdog is off).
 class WaitScope {
  public:
   explicit WaitScope(const char* what, std::string_view detail = {});
@@ -80,6 +80,8 @@ class WaitScope {
   WaitScope& operator=(const WaitScope&) = delete;
 
  private:
+  friend class CommWait;
+  bool active_;
   bool outer_;
 };
 
