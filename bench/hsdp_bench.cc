@@ -7,6 +7,10 @@
 // all-reduce: the buffer); time is the median over iterations of the slowest rank; algbw =
 // size / time; busbw = algbw * (n-1)/n for all-gather and reduce-scatter, 2(n-1)/n for
 // all-reduce (docs/collectives.md).
+//
+// hier-off and flat-off are hier and flat over communicators the watchdog does not trace, with
+// their waits unwatched (watchdog::Untraced): the watchdog's and the fingerprints' cost, taking
+// turns with hier and flat iteration by iteration (docs/reliability.md).
 #include <dirent.h>
 #include <unistd.h>
 #include <mpi.h>
@@ -17,9 +21,11 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "collectives/mpi/mpi_comm.h"
+#include "core/watchdog.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/mesh.h"
@@ -67,6 +73,8 @@ struct Bench {
   MPI_Comm raw;
   MPI_Comm shard_order;  // the world ordered by shard index k: hier's result layout
   hsdp::HierarchicalCollectives& hier;
+  hsdp::Comm& world_off;  // the same, untraced (the -off algorithms)
+  hsdp::HierarchicalCollectives& hier_off;
   DType dtype;
   size_t es;
   hsdp::HostBuffer send, recv, expect;
@@ -80,7 +88,13 @@ struct Bench {
   }
 
   // Runs one operation; `count` is the whole buffer's element count.
-  hsdp::Status run(const std::string& op, const std::string& algo, size_t count) {
+  hsdp::Status run(const std::string& op, const std::string& name, size_t count) {
+    const bool off = name.size() > 4 && name.compare(name.size() - 4, 4, "-off") == 0;
+    std::optional<hsdp::watchdog::Untraced> untraced;
+    if (off) untraced.emplace();
+    const std::string algo = off ? name.substr(0, name.size() - 4) : name;
+    hsdp::Comm& world = off ? world_off : this->world;
+    hsdp::HierarchicalCollectives& hier = off ? hier_off : this->hier;
     const int n = world.size();
     const size_t per = count / n;
     MPI_Datatype mt = dtype == DType::kFloat32 ? MPI_FLOAT : MPI_UINT16_T;
@@ -110,7 +124,7 @@ struct Bench {
   // (hier lays shards out by shard index k, so its oracle runs on the k-ordered communicator.)
   long wrong(const std::string& op, const std::string& algo, size_t count) {
     const int n = world.size(), r = world.rank();
-    MPI_Comm raw = algo == "hier" ? shard_order : this->raw;
+    MPI_Comm raw = algo.rfind("hier", 0) == 0 ? shard_order : this->raw;
     const size_t per = count / n;
     std::vector<float> in(op == "allgather" ? per : count);
     for (size_t i = 0; i < in.size(); ++i) in[i] = value(r, i);
@@ -166,8 +180,9 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   if (!dt.ok()) return fail(rank, dt.status().message());
   std::vector<std::string> algos = split(o.algo);
   for (const auto& a : algos)
-    if (a != "hier" && a != "flat" && a != "mpi")
-      return fail(rank, hsdp::strCat("--algo '", a, "' is not hier, flat or mpi"));
+    if (a != "hier" && a != "flat" && a != "mpi" && a != "hier-off" && a != "flat-off")
+      return fail(rank,
+                  hsdp::strCat("--algo '", a, "' is not hier, flat, mpi, hier-off or flat-off"));
 
   auto layout = hsdp::groupRanksIntoNodes(world);
   if (!layout.ok()) return fail(rank, layout.status().message());
@@ -187,6 +202,20 @@ int benchMain(const Options& o, hsdp::Comm& world) {
     hopts.inter_dtype = *w;
   }
   if (auto s = hier.setOptions(hopts); !s.ok()) return fail(rank, s.message());
+  // hier-off, flat-off: the same communicators again, untraced.
+  std::unique_ptr<hsdp::Comm> world_off;
+  std::unique_ptr<hsdp::Mesh> mesh_off;
+  {
+    hsdp::watchdog::Untraced untraced;
+    auto w = world.split(0, rank);
+    if (!w.ok()) return fail(rank, w.status().message());
+    world_off = std::move(*w);
+    auto m = hsdp::Mesh::create(*world_off, *layout, {layout->ranks_per_node, layout->num_nodes});
+    if (!m.ok()) return fail(rank, m.status().message());
+    mesh_off = std::move(*m);
+  }
+  hsdp::HierarchicalCollectives hier_off(mesh_off->intraShard(), mesh_off->interShard());
+  if (auto s = hier_off.setOptions(hopts); !s.ok()) return fail(rank, s.message());
 
   const size_t es = hsdp::dtypeSize(*dt);
   // Buffers for the largest size, allocated and pre-faulted once.
@@ -197,8 +226,21 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   MPI_Comm raw = dynamic_cast<hsdp::mpi::MpiComm&>(world).raw();
   if (auto s = hier.reserve(max_count / n, *dt); !s.ok()) return fail(rank, s.message());
   if (auto s = world.reserveScratch(max_count / n * es); !s.ok()) return fail(rank, s.message());
+  if (auto s = hier_off.reserve(max_count / n, *dt); !s.ok()) return fail(rank, s.message());
+  if (auto s = world_off->reserveScratch(max_count / n * es); !s.ok())
+    return fail(rank, s.message());
   MPI_Comm shard_order = dynamic_cast<hsdp::mpi::MpiComm&>((*mesh)->shardGroup()).raw();
-  Bench b{world, raw, shard_order, hier, *dt, es, std::move(*send), std::move(*recv), {}};
+  Bench b{world,
+          raw,
+          shard_order,
+          hier,
+          *world_off,
+          hier_off,
+          *dt,
+          es,
+          std::move(*send),
+          std::move(*recv),
+          {}};
   b.fill(b.send.data(), max_count, rank);
 
   const double bus = o.op == "allreduce" ? 2.0 * (n - 1) / n : double(n - 1) / n;
@@ -211,9 +253,9 @@ int benchMain(const Options& o, hsdp::Comm& world) {
     for (int q = 0; q < n; ++q)
       std::printf("#  rank %2d  node %d (%s)\n", q, layout->node_of_rank[q],
                   layout->node_names[layout->node_of_rank[q]].c_str());
-    std::printf("#\n# %10s %12s %6s %6s %5s %11s %8s %8s %7s %9s %9s\n", "size", "count",
-                "type", "redop", "algo", "time", "algbw", "busbw", "#wrong", "xnode", "xnode_min");
-    std::printf("# %10s %12s %6s %6s %5s %11s %8s %8s %7s %9s %9s\n", "(B)", "(elements)", "", "",
+    std::printf("#\n# %10s %12s %6s %6s %8s %11s %8s %8s %7s %9s %9s\n", "size", "count", "type",
+                "redop", "algo", "time", "algbw", "busbw", "#wrong", "xnode", "xnode_min");
+    std::printf("# %10s %12s %6s %6s %8s %11s %8s %8s %7s %9s %9s\n", "(B)", "(elements)", "", "",
                 "", "(us)", "(GB/s)", "(GB/s)", "", "(MB/op)", "(MB/op)");
   }
   std::string json = "[";
@@ -284,7 +326,7 @@ int benchMain(const Options& o, hsdp::Comm& world) {
                                ",\"busbw\":", algbw * bus, ",\"wrong\":", total_bad,
                                ",\"xnode_bytes\":", tx_all, ",\"xnode_min_bytes\":", tx_min, "}");
         } else {
-          std::printf("  %10zu %12zu %6s %6s %5s %11.1f %8.3f %8.3f %7ld %9.2f %9.2f\n", size,
+          std::printf("  %10zu %12zu %6s %6s %8s %11.1f %8.3f %8.3f %7ld %9.2f %9.2f\n", size,
                       count, o.dtype.c_str(), o.op == "allgather" ? "none" : "sum", algo.c_str(),
                       t * 1e6, algbw, algbw * bus, total_bad, tx_all / 1e6, tx_min / 1e6);
         }
@@ -318,7 +360,9 @@ int main(int argc, char** argv) {
   app.add_option("-c,--check", o.check, "Check results against the MPI library (0/1)");
   app.add_option("--op", o.op, "allgather | reducescatter | allreduce")
       ->check(CLI::IsMember({"allgather", "reducescatter", "allreduce"}));
-  app.add_option("--algo", o.algo, "Comma list of hier, flat, mpi (mpi: the library's own)");
+  app.add_option("--algo", o.algo,
+                 "Comma list of hier, flat, mpi (mpi: the library's own), hier-off, flat-off "
+                 "(hier, flat untraced: the watchdog's cost)");
   app.add_option("--dtype", o.dtype, "float | bf16");
   app.add_option("--inter-dtype", o.inter_dtype, "Wire type across nodes for hier: float | bf16");
   app.add_option("--chunks", o.chunks, "Pipeline chunks of the hierarchical schedule");

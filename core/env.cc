@@ -92,10 +92,23 @@ const std::vector<Param>& registry() {
       {"HSDP_CUDA_DEVICE", "int", "",
        "CUDA device of this rank's NCCL communicators (CUDA builds); unset: the rank's index on "
        "its host modulo the visible devices."},
-      {"HSDP_NCCL_TIMEOUT_S", "int", "300",
-       "NCCL transport: seconds one NCCL operation (creation, split, a collective) may take "
-       "before the communicator is aborted and the call fails naming the rank and collective; "
-       "0 waits forever (asynchronous NCCL errors still abort)."},
+      {"HSDP_TIMEOUT_S", "number", "600",
+       "Seconds a wait (a collective, or the engine's unshard / reduceGrad / step waits) may go "
+       "without progress before the watchdog ends the job: every live rank prints one line "
+       "naming the collective, its communicator and sequence number and the ranks that did not "
+       "arrive (stopped, gone, unreachable), and the job exits with code 3. Every transport. A "
+       "positive number (fractions allowed); also EngineConfig::timeout_s. docs/reliability.md."},
+      {"HSDP_WATCHDOG", "bool", "1",
+       "The watchdog: fingerprints of every collective in a node-local table, the out-of-band "
+       "TCP channel and the timeout. 0 turns all of it off (for measuring its cost; then nothing "
+       "bounds a wait)."},
+      {"HSDP_CHECK_COLLECTIVES", "bool", "0",
+       "Compare every collective's fingerprint (sequence number, operation, count, dtype, "
+       "communicator, unit) across its members before it starts (one small all-gather each); a "
+       "mismatch prints both ranks' collectives on every rank and ends the job with exit 3."},
+      {"HSDP_NCCL_TIMEOUT_S", "int", "",
+       "Deprecated: read as HSDP_TIMEOUT_S (with a warning) when that is unset; 0 meant no "
+       "timeout."},
   };
   return params;
 }

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <thread>
 #include <vector>
+
+#include "core/watchdog.h"
 
 namespace hsdp {
 namespace {
@@ -136,6 +138,7 @@ StatusOr<bool> ProgressiveWork::isComplete(Work& w) {
 }
 
 Status ProgressiveWork::wait() {
+  watchdog::CommWait watched(trace_, trace_seq_, "wait");
   g_waiters.fetch_add(1);
   struct Leave {
     ~Leave() { g_waiters.fetch_sub(1); }

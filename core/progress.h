@@ -40,6 +40,12 @@ class ProgressiveWork : public Work {
   // Complete without test(): for schedules checking their sub-operations from inside advance().
   static StatusOr<bool> isComplete(Work& w);
 
+  // The collective this work is, for the watchdog's report of a wait on it (core/watchdog.h).
+  void watchAs(const CommTrace* t, uint64_t seq) {
+    trace_ = t;
+    trace_seq_ = seq;
+  }
+
  protected:
   ProgressiveWork();
   // One non-blocking step of this operation; calls finish() when complete.
@@ -52,6 +58,8 @@ class ProgressiveWork : public Work {
  private:
   Status status_;
   bool done_ = false;
+  const CommTrace* trace_ = nullptr;
+  uint64_t trace_seq_ = 0;
 };
 
 // The progress thread. start() is idempotent; stop() joins it (mpi::Session calls it before

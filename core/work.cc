@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/watchdog.h"
 #include "hsdp/transport.h"
 
 namespace hsdp {
@@ -157,6 +158,11 @@ StatusOr<WorkHandle> Comm::igroup(std::span<const CollectiveOp> ops) {
   }
   if (works.empty()) return completedWork();
   return allOf(std::move(works));
+}
+
+void Comm::setName(std::string name) {
+  if (trace_) trace_->setName(name);
+  name_ = std::move(name);
 }
 
 WorkHandle completedWork(Status status) {

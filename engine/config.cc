@@ -1,6 +1,7 @@
 #include "hsdp/config.h"
 
 #include "hsdp/env.h"
+#include "hsdp/watchdog.h"
 
 namespace hsdp {
 
@@ -55,6 +56,12 @@ StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
   if (*cfg.cpu_adam_threads < 1)
     return invalidArgument("EngineConfig::cpu_adam_threads=", *cfg.cpu_adam_threads,
                            " must be >= 1");
+  if (!cfg.timeout_s) {
+    HSDP_ASSIGN_OR_RETURN(watchdog::Config wd, watchdog::resolveConfig({}));
+    cfg.timeout_s = wd.timeout_s;
+  }
+  if (!(*cfg.timeout_s > 0))
+    return invalidArgument("EngineConfig::timeout_s=", *cfg.timeout_s, " must be > 0");
   if (!cfg.cpu_adam_isa) {
     HSDP_ASSIGN_OR_RETURN(cfg.cpu_adam_isa, cpuAdamIsaFromEnv());
   } else if (!cpuIsaSupported(*cfg.cpu_adam_isa)) {

@@ -78,6 +78,16 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::create(Comm& world, const NodeLayout& layo
   HSDP_ASSIGN_OR_RETURN(m->replica_,
                         selectLevelTransport(MeshLevel::kInter, std::move(m->replica_)));
 
+  // Names in messages and in the watchdog's reports ("... (shard group, inter level, seq 12)").
+  m->node_->setName("node");
+  m->intra_->setName("intra level");
+  m->inter_->setName("inter level");
+  m->intra_reduce_->setName("intra level/reduce");
+  m->inter_reduce_->setName("inter level/reduce");
+  m->shard_group_->setName("shard group");
+  m->shard_group_reduce_->setName("shard group/reduce");
+  m->replica_->setName("replica");
+
   // The layout arithmetic and the communicators must agree; a mismatch is a bug, not bad input.
   if (m->intra_->size() != s.intra_shard || m->intra_->rank() != c.intra_idx ||
       m->inter_->size() != s.inter_shard || m->inter_->rank() != c.inter_idx ||

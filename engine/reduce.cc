@@ -4,6 +4,7 @@
 // and starts the replica all-reduce; a landed all-reduce may launch the unit's offloaded step.
 #include "engine/sharded_model_impl.h"
 #include "hsdp/log.h"
+#include "hsdp/watchdog.h"
 
 namespace hsdp {
 
@@ -43,6 +44,8 @@ StatusOr<WorkHandle> ShardedModel::Impl::reduceScatter(const void* full, void* s
 // Moves pending gradient reductions along without blocking (or, with `block`, to the end):
 // a finished reduce-scatter frees its full-gradient block and starts the replica all-reduce.
 Status ShardedModel::Impl::pollReductions(bool block) {
+  std::optional<watchdog::WaitScope> wait;
+  if (block) wait.emplace("step: gradient reductions");
   for (engine::PendingReduce& p : pending) {
     Unit& u = units[p.unit];
     if (!p.scatter_done) {
@@ -62,6 +65,7 @@ Status ShardedModel::Impl::pollReductions(bool block) {
       p.scatter_done = true;
       Comm& dp = dataParallel();
       if (dp.size() > 1) {
+        watchdog::Label label(u.name, "replica group");
         HSDP_ASSIGN_OR_RETURN(p.replicate,
                               space->iallReduce(dp, u.grad_shard.data(), u.layout.shardNumel(),
                                                 DType::kFloat32, RedOp::kAvg));
@@ -118,6 +122,7 @@ Status ShardedModel::reduceGrad(int unit) {
     // Average over the shard group into our shard; the replica average follows once it lands.
     // On a device the scatter waits for the compute stream: the backward kernels that wrote
     // the gradient (and the bf16 rounding below) come first.
+    watchdog::Label label(u.name, "shard group");
     StatusOr<WorkHandle> w = [&]() -> StatusOr<WorkHandle> {
       if (!m.bf16Reduce())
         return m.reduceScatter(u.full_grad, u.grad_shard.data(), u.layout.shardNumel(),

@@ -7,6 +7,7 @@
 #include "engine/sharded_model_impl.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
+#include "hsdp/watchdog.h"
 
 namespace hsdp {
 
@@ -75,6 +76,7 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
                                                              EngineConfig config) {
   HSDP_ASSIGN_OR_RETURN(EngineConfig cfg, resolveEngineConfig(std::move(config)));
   HSDP_RETURN_IF_ERROR(checkConfig(mesh, cfg));
+  HSDP_RETURN_IF_ERROR(watchdog::setTimeout(*cfg.timeout_s));
   auto impl = std::make_unique<Impl>();
   impl->mesh = &mesh;
   if (cfg.device == Device::kHost || cfg.offload_cpu) {  // the CPU Adam steps host shards
@@ -211,8 +213,10 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
   }
   HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/false));
   // The fp32 masters (with bf16 parameters the gathered compute copies are roundings).
+  watchdog::Label label(u.name, "shard group");
   auto w = m.gatherAny(m.master(u), static_cast<float*>(block), u.layout.shardNumel(),
                        DType::kFloat32);
+  watchdog::WaitScope wait("gatherFullParameters", u.name);
   Status s = w.ok() ? m.space->reached(*w, Lane::kCompute, /*block=*/true, /*exposed=*/false)
                           .status()
                     : w.status();

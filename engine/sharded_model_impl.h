@@ -201,7 +201,9 @@ struct ShardedModel::Impl {
   Status issueGather(Unit& u);
   Status issueDeferred();
   StatusOr<WorkHandle> gatherAny(const void* shard, void* full, size_t count, DType t);
-  StatusOr<WorkHandle> gatherGroup(std::span<const CollectiveOp> ops);
+  // The all-gathers `ops` of the units `op_units` (one per op), as one Work.
+  StatusOr<WorkHandle> gatherGroup(std::span<const CollectiveOp> ops,
+                                   std::span<const int> op_units);
   Status checkTensors(Unit& u, std::span<const TensorRef> tensors, const char* verb,
                       bool into_flat);
   Status runCopies(Unit& u, std::span<const TensorRef> tensors, const char* verb, float* flat,

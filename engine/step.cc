@@ -8,6 +8,7 @@
 
 #include "engine/sharded_model_impl.h"
 #include "hsdp/log.h"
+#include "hsdp/watchdog.h"
 
 namespace hsdp {
 
@@ -76,6 +77,7 @@ Status ShardedModel::Impl::launchStep(Unit& u, int64_t t, float scale) {
 // the compute stream waits for the upload).
 Status ShardedModel::Impl::waitForStep(Unit& u) {
   if (u.step_ticket == 0) return okStatus();
+  watchdog::WaitScope wait("offloaded optimizer step", u.name);
   HSDP_RETURN_IF_ERROR(queue->waitFor(u.step_ticket));
   u.step_ticket = 0;
   return space->awaitUpload(*u.offload);
@@ -137,6 +139,7 @@ Status ShardedModel::Impl::gatherReplicated(bool frozen_too) {
   }
   HSDP_ASSIGN_OR_RETURN(WorkHandle gathers, gatherGroup(group_ops));
   // On a device the compute stream waits for them: step() returns without the host waiting.
+  watchdog::WaitScope wait("step: parameter all-gathers");
   HSDP_RETURN_IF_ERROR(blockOn(gathers).withContext("parameter all-gathers after the step"));
   for (size_t k = 0; k < blocks16.size(); ++k) {
     Unit& u = units[group_units[k]];
@@ -170,7 +173,10 @@ Status ShardedModel::step() {
     if (!u.frozen)
       HSDP_RETURN_IF_ERROR(
           m.space->normAccumulate(u.grad_shard.as<float>(), u.layout.shardNumel()));
-  HSDP_RETURN_IF_ERROR(m.space->normReduce(m.shards > 1 ? &m.mesh->shardGroup() : nullptr));
+  {
+    watchdog::Label label("gradient norm", "shard group");
+    HSDP_RETURN_IF_ERROR(m.space->normReduce(m.shards > 1 ? &m.mesh->shardGroup() : nullptr));
+  }
   m.norm_pending = true;
   // The host needs the norm now only to clip; otherwise a device reads it back when asked.
   if (m.cfg.clip_norm > 0 || !m.onDevice()) HSDP_RETURN_IF_ERROR(m.readNorm());
@@ -197,6 +203,7 @@ Status ShardedModel::step() {
   }
   if (m.queue) {
     // What backward did not hide of the offloaded steps is waited for here.
+    watchdog::WaitScope wait("step: offloaded optimizer");
     HSDP_RETURN_IF_ERROR(m.queue->waitAll());
     for (Unit& u : m.units) {
       if (u.frozen) continue;

@@ -5,6 +5,7 @@
 
 #include "engine/sharded_model_impl.h"
 #include "hsdp/log.h"
+#include "hsdp/watchdog.h"
 
 namespace hsdp {
 
@@ -13,6 +14,8 @@ using engine::Unit;
 Status ShardedModel::Impl::issueGather(Unit& u) {
   HSDP_ASSIGN_OR_RETURN(void* block, pool.acquire(/*zero=*/false));
   u.gathered = static_cast<float*>(block);
+  // The unit's name goes into the fingerprints of the collectives below.
+  watchdog::Label label(u.name, u.hpz_valid ? "hpZ node group" : "shard group");
   StatusOr<WorkHandle> w = [&]() -> StatusOr<WorkHandle> {
     if (u.hpz_valid)  // hpZ: the secondary partition is re-gathered inside the node only
       return space->iallGather(mesh->intraShard(), u.hpz_block.data(), u.gathered,
@@ -48,11 +51,17 @@ StatusOr<WorkHandle> ShardedModel::Impl::gatherAny(const void* shard, void* full
 }
 // All-gathers over the shard group that move together, as one Work. The hierarchical
 // schedules keep them all in flight (pipelined in start order); otherwise one group.
-StatusOr<WorkHandle> ShardedModel::Impl::gatherGroup(std::span<const CollectiveOp> ops) {
-  if (!hierarchical) return space->igroup(mesh->shardGroup(), ops);
+StatusOr<WorkHandle> ShardedModel::Impl::gatherGroup(std::span<const CollectiveOp> ops,
+                                                     std::span<const int> op_units) {
+  if (!hierarchical) {
+    watchdog::Label label("parameters after step", "shard group");
+    return space->igroup(mesh->shardGroup(), ops);
+  }
   std::vector<WorkHandle> works;
   works.reserve(ops.size());
-  for (const CollectiveOp& o : ops) {
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const CollectiveOp& o = ops[k];
+    watchdog::Label label(units[op_units[k]].name, "shard group");
     HSDP_ASSIGN_OR_RETURN(WorkHandle w, hier->iallGather(o.send, o.recv, o.count, o.dtype));
     works.push_back(std::move(w));
   }
@@ -148,6 +157,7 @@ Status ShardedModel::waitForUnshard(int unit) {
     HSDP_RETURN_IF_ERROR(m.issueGather(u));
   }
   if (u.gather) {  // on a device: the compute stream waits for the gather, the host does not
+    watchdog::WaitScope wait("waitForUnshard", u.name);
     HSDP_RETURN_IF_ERROR(
         m.blockOn(u.gather).withContext(strCat("all-gather of unit '", u.name, "'")));
     u.gather.reset();
@@ -167,6 +177,7 @@ Status ShardedModel::reshard(int unit) {
   Unit& u = m.units[unit];
   if (!u.unsharded) return failedPrecondition("reshard: unit '", u.name, "' is not unsharded");
   if (u.gather) {  // resharding a unit whose gather is still in flight: let it land first
+    watchdog::WaitScope wait("reshard", u.name);
     HSDP_RETURN_IF_ERROR(m.blockOn(u.gather));
     u.gather.reset();
   }

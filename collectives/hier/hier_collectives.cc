@@ -8,6 +8,7 @@
 
 #include "core/progress.h"
 #include "core/scratch_pool.h"
+#include "core/watchdog.h"
 #include "hsdp/log.h"
 
 namespace hsdp {
@@ -75,7 +76,9 @@ struct hier_detail::State {
 // A schedule of sub-communicator operations, advanced by the process-wide progress loop.
 class ScheduleWork : public ProgressiveWork {
  public:
-  ScheduleWork(State& h, HostBuffer* slot) : h_(h), slot_(slot) {
+  // The caller's Label goes with the schedule: its sub-collectives are issued later, from any
+  // wait or the progress thread, and carry the unit they move in their fingerprints.
+  ScheduleWork(State& h, HostBuffer* slot) : h_(h), slot_(slot), label_(watchdog::currentLabel()) {
     h_.issuing_.push_back(this);
   }
   ~ScheduleWork() override {
@@ -86,6 +89,7 @@ class ScheduleWork : public ProgressiveWork {
  protected:
   // Runs step() until it makes no more progress; converts failures into the Work's status.
   void advance() final {
+    watchdog::LabelRestore label(label_);
     for (int guard = 0; guard < 64; ++guard) {
       StatusOr<bool> moved = step();
       if (!moved.ok()) return complete(moved.status());
@@ -112,6 +116,7 @@ class ScheduleWork : public ProgressiveWork {
 
   State& h_;
   HostBuffer* slot_;
+  watchdog::LabelData label_;
 };
 
 // A pipelined schedule. The data is cut into C chunks, and every chunk passes through the same

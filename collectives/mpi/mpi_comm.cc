@@ -1,11 +1,12 @@
 #include "collectives/mpi/mpi_comm.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
-#include <algorithm>
 #include <vector>
 
 #include "collectives/mpi/mpi_check.h"
+#include "core/watchdog.h"
 #include "hsdp/log.h"
 
 namespace hsdp::mpi {
@@ -41,12 +42,34 @@ bool isFloating(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16;
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Comm>> MpiComm::adopt(MPI_Comm comm) {
+StatusOr<std::unique_ptr<Comm>> MpiComm::adopt(MPI_Comm comm, bool traced) {
   HSDP_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
   int rank = 0, size = 0;
   HSDP_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   HSDP_MPI_CHECK(MPI_Comm_size(comm, &size));
-  return std::unique_ptr<Comm>(new MpiComm(comm, rank, size));
+  std::unique_ptr<MpiComm> c(new MpiComm(comm, rank, size));
+  if (traced && size > 1 && watchdog::tracing()) {
+    // The members' world ranks (local: MPI knows them).
+    MPI_Group group, world;
+    HSDP_MPI_CHECK(MPI_Comm_group(comm, &group));
+    HSDP_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+    std::vector<int> local(size), members(size);
+    for (int q = 0; q < size; ++q) local[q] = q;
+    const int rc = MPI_Group_translate_ranks(group, size, local.data(), world, members.data());
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    HSDP_MPI_CHECK(rc);
+    // With HSDP_CHECK_COLLECTIVES the fingerprints travel over a duplicate of this communicator,
+    // so the checks never interleave with the collectives they check.
+    HSDP_ASSIGN_OR_RETURN(
+        c->trace_, traceComm(std::move(members), rank, [comm]() -> StatusOr<std::shared_ptr<Comm>> {
+          MPI_Comm dup;
+          HSDP_MPI_CHECK(MPI_Comm_dup(comm, &dup));
+          HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> checker, adopt(dup, /*traced=*/false));
+          return std::shared_ptr<Comm>(std::move(checker));
+        }));
+  }
+  return std::unique_ptr<Comm>(std::move(c));
 }
 
 MpiComm::~MpiComm() {
@@ -62,9 +85,13 @@ Status MpiComm::allGather(const void* send, void* recv, size_t count, DType dtyp
   const void* src = send;
   if (static_cast<const char*>(send) == static_cast<char*>(recv) + rank_ * count * es)
     src = MPI_IN_PLACE;
-  HSDP_MPI_CHECK(MPI_Allgather(src, static_cast<int>(count), mpiType(dtype), recv,
-                               static_cast<int>(count), mpiType(dtype), comm_));
-  return okStatus();
+  return runCollective(
+      trace_.get(), OpKind::kAllGather, count, dtype, RedOp::kSum, -1, "MPI_Allgather",
+      [&]() -> Status {
+        HSDP_MPI_CHECK(MPI_Allgather(src, static_cast<int>(count), mpiType(dtype), recv,
+                                     static_cast<int>(count), mpiType(dtype), comm_));
+        return okStatus();
+      });
 }
 
 StatusOr<WorkHandle> MpiComm::iallGather(const void* send, void* recv, size_t count,
@@ -75,10 +102,14 @@ StatusOr<WorkHandle> MpiComm::iallGather(const void* send, void* recv, size_t co
   const void* src = send;
   if (static_cast<const char*>(send) == static_cast<char*>(recv) + rank_ * count * es)
     src = MPI_IN_PLACE;
-  MPI_Request req;
-  HSDP_MPI_CHECK(MPI_Iallgather(src, static_cast<int>(count), mpiType(dtype), recv,
-                                static_cast<int>(count), mpiType(dtype), comm_, &req));
-  return WorkHandle(std::make_unique<RequestWork>(req, nullptr));
+  return startCollective(
+      trace_.get(), OpKind::kAllGather, count, dtype, RedOp::kSum,
+      [this, src, recv, count, dtype]() -> StatusOr<WorkHandle> {
+        MPI_Request req;
+        HSDP_MPI_CHECK(MPI_Iallgather(src, static_cast<int>(count), mpiType(dtype), recv,
+                                      static_cast<int>(count), mpiType(dtype), comm_, &req));
+        return watched(std::make_unique<RequestWork>(req, nullptr));
+      });
 }
 
 // Ring reduce-scatter over point-to-point messages, as a state machine. Step s sends our partial
@@ -228,26 +259,31 @@ StatusOr<WorkHandle> MpiComm::ireduceScatter(const void* send, void* recv, size_
   // Bad input on any communicator, also where there is nothing to reduce.
   if (op == RedOp::kAvg && !isFloating(dtype))
     return invalidArgument("reduceScatter: avg of ", dtypeName(dtype));
-  if (size_ == 1 || count == 0) {
+  if (size_ == 1) {
     std::memcpy(recv, send, count * dtypeSize(dtype));
     return completedWork();
   }
-  if (!isFloating(dtype)) {
-    MPI_Request req;
-    HSDP_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), mpiType(dtype),
-                                             MPI_SUM, comm_, &req));
-    return WorkHandle(std::make_unique<RequestWork>(req, nullptr));
-  }
-  const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
-  if (dtype == DType::kBFloat16) {
-    HSDP_ASSIGN_OR_RETURN(HostBuffer * slot,
-                          scratch_.acquire((size_ - 1) * count * dtypeSize(dtype)));
-    return WorkHandle(
-        std::make_unique<ExchangeReduceScatterWork>(*this, send, recv, count, op, slot, tag));
-  }
-  HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, scratch_.acquire(2 * count * dtypeSize(dtype)));
-  return WorkHandle(
-      std::make_unique<RingReduceScatterWork>(*this, send, recv, count, dtype, op, slot, tag));
+  return startCollective(
+      trace_.get(), OpKind::kReduceScatter, count, dtype, op,
+      [this, send, recv, count, dtype, op]() -> StatusOr<WorkHandle> {
+        if (count == 0) return completedWork();
+        if (!isFloating(dtype)) {
+          MPI_Request req;
+          HSDP_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count),
+                                                   mpiType(dtype), MPI_SUM, comm_, &req));
+          return watched(std::make_unique<RequestWork>(req, nullptr));
+        }
+        const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
+        if (dtype == DType::kBFloat16) {
+          HSDP_ASSIGN_OR_RETURN(HostBuffer * slot,
+                                scratch_.acquire((size_ - 1) * count * dtypeSize(dtype)));
+          return watched(
+              std::make_unique<ExchangeReduceScatterWork>(*this, send, recv, count, op, slot, tag));
+        }
+        HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, scratch_.acquire(2 * count * dtypeSize(dtype)));
+        return watched(std::make_unique<RingReduceScatterWork>(*this, send, recv, count, dtype, op,
+                                                               slot, tag));
+      });
 }
 
 Status MpiComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
@@ -257,8 +293,12 @@ Status MpiComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
     return invalidArgument("allReduce: avg of ", dtypeName(dtype));
   if (size_ == 1) return okStatus();
   MPI_Op mop = dtype == DType::kBFloat16 ? bf16SumOp() : MPI_SUM;
-  HSDP_MPI_CHECK(
-      MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpiType(dtype), mop, comm_));
+  HSDP_RETURN_IF_ERROR(runCollective(
+      trace_.get(), OpKind::kAllReduce, count, dtype, op, -1, "MPI_Allreduce", [&]() -> Status {
+        HSDP_MPI_CHECK(
+            MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpiType(dtype), mop, comm_));
+        return okStatus();
+      }));
   if (op == RedOp::kAvg) scale(buf, count, dtype, 1.0f / static_cast<float>(size_));
   return okStatus();
 }
@@ -269,16 +309,19 @@ StatusOr<WorkHandle> MpiComm::iallReduce(void* buf, size_t count, DType dtype, R
   if (op == RedOp::kAvg && !isFloating(dtype))
     return invalidArgument("allReduce: avg of ", dtypeName(dtype));
   if (size_ == 1) return completedWork();
-  MPI_Op mop = dtype == DType::kBFloat16 ? bf16SumOp() : MPI_SUM;
-  MPI_Request req;
-  HSDP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpiType(dtype), mop,
-                                comm_, &req));
-  std::function<void()> done;
-  if (op == RedOp::kAvg) {
-    const float f = 1.0f / static_cast<float>(size_);
-    done = [buf, count, dtype, f] { scale(buf, count, dtype, f); };
-  }
-  return WorkHandle(std::make_unique<RequestWork>(req, std::move(done)));
+  return startCollective(trace_.get(), OpKind::kAllReduce, count, dtype, op,
+                         [this, buf, count, dtype, op]() -> StatusOr<WorkHandle> {
+                           MPI_Op mop = dtype == DType::kBFloat16 ? bf16SumOp() : MPI_SUM;
+                           MPI_Request req;
+                           HSDP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count),
+                                                         mpiType(dtype), mop, comm_, &req));
+                           std::function<void()> done;
+                           if (op == RedOp::kAvg) {
+                             const float f = 1.0f / static_cast<float>(size_);
+                             done = [buf, count, dtype, f] { scale(buf, count, dtype, f); };
+                           }
+                           return watched(std::make_unique<RequestWork>(req, std::move(done)));
+                         });
 }
 
 Status MpiComm::broadcast(void* buf, size_t count, DType dtype, int root) {
@@ -286,28 +329,41 @@ Status MpiComm::broadcast(void* buf, size_t count, DType dtype, int root) {
   HSDP_RETURN_IF_ERROR(checkCount(count, "broadcast"));
   if (root < 0 || root >= size_)
     return invalidArgument("broadcast: root ", root, " outside communicator of size ", size_);
-  HSDP_MPI_CHECK(MPI_Bcast(buf, static_cast<int>(count), mpiType(dtype), root, comm_));
-  return okStatus();
+  return runCollective(
+      trace_.get(), OpKind::kBroadcast, count, dtype, RedOp::kSum, root, "MPI_Bcast",
+      [&]() -> Status {
+        HSDP_MPI_CHECK(MPI_Bcast(buf, static_cast<int>(count), mpiType(dtype), root, comm_));
+        return okStatus();
+      });
 }
 
 Status MpiComm::barrier() {
   auto lock = progressLock();
-  HSDP_MPI_CHECK(MPI_Barrier(comm_));
-  return okStatus();
+  return runCollective(trace_.get(), OpKind::kBarrier, 0, DType::kUInt8, RedOp::kSum, -1,
+                       "MPI_Barrier", [&]() -> Status {
+                         HSDP_MPI_CHECK(MPI_Barrier(comm_));
+                         return okStatus();
+                       });
 }
 
 StatusOr<std::unique_ptr<Comm>> MpiComm::split(int color, int key) {
   auto lock = progressLock();
   if (color < 0) return invalidArgument("split: color ", color, " must be >= 0");
   MPI_Comm out;
-  HSDP_MPI_CHECK(MPI_Comm_split(comm_, color, key, &out));
+  {
+    watchdog::WaitScope wait("MPI_Comm_split");
+    HSDP_MPI_CHECK(MPI_Comm_split(comm_, color, key, &out));
+  }
   return adopt(out);
 }
 
 StatusOr<std::unique_ptr<Comm>> MpiComm::splitByHost() {
   auto lock = progressLock();
   MPI_Comm out;
-  HSDP_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out));
+  {
+    watchdog::WaitScope wait("MPI_Comm_split_type");
+    HSDP_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out));
+  }
   return adopt(out);
 }
 
@@ -318,6 +374,11 @@ Status MpiComm::reserveScratch(size_t bytes) {
   HSDP_RETURN_IF_ERROR(scratch_.reserve(std::max<size_t>(2 * bytes, (size_ - 1) * bytes / 2)));
   HSDP_INFO(kColl, "mpi comm (size ", size_, ") scratch ", scratch_.totalBytes(), " bytes");
   return okStatus();
+}
+
+WorkHandle MpiComm::watched(std::unique_ptr<ProgressiveWork> w) const {
+  if (trace_) w->watchAs(trace_.get(), trace_->entered());
+  return WorkHandle(std::move(w));
 }
 
 void MpiComm::abortJob(int code) {

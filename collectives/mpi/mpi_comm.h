@@ -12,7 +12,9 @@ namespace hsdp::mpi {
 class MpiComm final : public Comm {
  public:
   // Takes ownership of `comm` (freed in the destructor, unless MPI is already finalized).
-  static StatusOr<std::unique_ptr<Comm>> adopt(MPI_Comm comm);
+  // `traced`: the watchdog traces its collectives (collective: one all-gather); the watchdog's
+  // own communicators are not.
+  static StatusOr<std::unique_ptr<Comm>> adopt(MPI_Comm comm, bool traced = true);
   ~MpiComm() override;
 
   int rank() const override { return rank_; }
@@ -40,6 +42,8 @@ class MpiComm final : public Comm {
 
  private:
   explicit MpiComm(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  // `w` as the Work of the collective just entered (named in the watchdog's reports).
+  WorkHandle watched(std::unique_ptr<ProgressiveWork> w) const;
   friend class RingReduceScatterWork;
   friend class ExchangeReduceScatterWork;
 

@@ -8,10 +8,11 @@
 #include "collectives/mpi/mpi_check.h"
 #include "collectives/mpi/mpi_comm.h"
 #include "core/progress.h"
+#include "core/watchdog.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
-#include "hsdp/transport_registry.h"
 #include "hsdp/mpi.h"
+#include "hsdp/transport_registry.h"
 
 namespace hsdp::mpi {
 namespace {
@@ -56,6 +57,7 @@ struct SessionEnv {
   int64_t tcp_eager = 0;
   bool progress_thread = false;
   int64_t interval_us = 100;
+  watchdog::Config wd;
 };
 
 StatusOr<SessionEnv> readSessionEnv() {
@@ -73,6 +75,7 @@ StatusOr<SessionEnv> readSessionEnv() {
   HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
                         env::getInt("HSDP_PROGRESS_INTERVAL_US", 1));
   e.interval_us = interval.value_or(100);
+  HSDP_ASSIGN_OR_RETURN(e.wd, watchdog::resolveConfig({}));
   return e;
 }
 
@@ -115,7 +118,11 @@ Status startHsdpInMpi(const SessionEnv& e, int provided) {
   } else if (e.progress_thread) {
     progress_thread::start(static_cast<int>(e.interval_us));
   }
-  return okStatus();
+  // The watchdog, over a communicator of its own (exchanges addresses, maps the node's table).
+  MPI_Comm dup;
+  HSDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> boot, MpiComm::adopt(dup, /*traced=*/false));
+  return watchdog::start(*boot, e.wd).withContext("starting the watchdog");
 }
 
 }  // namespace
@@ -201,7 +208,12 @@ Session::~Session() {
   MPI_Finalized(&finalized);
   if (!finalized && g_bf16_sum != MPI_OP_NULL) MPI_Op_free(&g_bf16_sum);
   g_bf16_sum = MPI_OP_NULL;
-  if (owns_mpi_ && !finalized) MPI_Finalize();
+  if (owns_mpi_ && !finalized) {
+    // MPI_Finalize waits for the other ranks: a stopped one is named like in any other wait.
+    watchdog::WaitScope wait("MPI_Finalize");
+    MPI_Finalize();
+  }
+  watchdog::stop();
 }
 
 StatusOr<std::unique_ptr<Comm>> Session::world() { return adopt(MPI_COMM_WORLD); }
@@ -210,7 +222,9 @@ StatusOr<std::unique_ptr<Comm>> adopt(MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return invalidArgument("mpi::adopt: MPI_COMM_NULL");
   MPI_Comm dup;
   HSDP_MPI_CHECK(MPI_Comm_dup(comm, &dup));
-  return MpiComm::adopt(dup);
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> w, MpiComm::adopt(dup));
+  if (comm == MPI_COMM_WORLD) w->setName("world");
+  return w;
 }
 
 }  // namespace hsdp::mpi

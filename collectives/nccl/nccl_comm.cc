@@ -1,10 +1,9 @@
-#include "hsdp/nccl.h"
-
 #include <nccl.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -12,10 +11,12 @@
 #include <vector>
 
 #include "collectives/nccl/nccl_check.h"
+#include "core/watchdog.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_resources.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
+#include "hsdp/nccl.h"
 #include "hsdp/transport_registry.h"
 
 namespace hsdp::nccl {
@@ -83,8 +84,9 @@ StatusOr<NcclOptions> NcclOptions::fromEnv() {
   NcclOptions o;
   HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> device, env::getInt("HSDP_CUDA_DEVICE", 0));
   if (device) o.device = static_cast<int>(*device);
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> timeout, env::getInt("HSDP_NCCL_TIMEOUT_S", 0));
-  if (timeout) o.timeout_s = static_cast<double>(*timeout);
+  // HSDP_TIMEOUT_S, the timeout of every transport (or its old name, HSDP_NCCL_TIMEOUT_S).
+  HSDP_ASSIGN_OR_RETURN(watchdog::Config wd, watchdog::resolveConfig({}));
+  o.timeout_s = std::isfinite(*wd.timeout_s) ? *wd.timeout_s : 0;
   return o;
 }
 
@@ -115,9 +117,13 @@ struct NcclComm::State {
 
   cudaStream_t stream(StreamRole role) const { return streams[static_cast<int>(role)].get(); }
 
+  // Past this communicator's timeout. While the watchdog runs with a timeout no longer than
+  // ours, it ends the job first, naming the ranks that did not arrive (hsdp/watchdog.h): then
+  // NCCL's wait goes on until it does.
   bool expired(Clock::time_point start) const {
-    return options.timeout_s > 0 &&
-           std::chrono::duration<double>(Clock::now() - start).count() > options.timeout_s;
+    if (options.timeout_s <= 0) return false;
+    if (watchdog::running() && *watchdog::config().timeout_s <= options.timeout_s) return false;
+    return std::chrono::duration<double>(Clock::now() - start).count() > options.timeout_s;
   }
 
   // Aborts the NCCL communicator once; later calls fail with the first reason.
@@ -164,14 +170,16 @@ struct NcclComm::State {
   // Waits until `c` has left ncclInProgress (after an init, a split, an enqueue or a finalize
   // on a nonblocking communicator), polling for errors; aborts `c` on an error or a timeout.
   Status waitReady(ncclComm_t c, const char* op, uint64_t seq_no, Clock::time_point start) {
+    watchdog::WaitScope wait("nccl", op);
     for (int round = 0;; ++round) {
       bool in_progress = false;
       Status s = asyncError(c, op, seq_no, &in_progress);
       if (!s.ok()) return c == comm ? fail(op, seq_no, s.message()) : s;
       if (!in_progress) return okStatus();
       if (expired(start)) {
-        std::string what = strCat("still in progress after ", options.timeout_s,
-                                  " s (HSDP_NCCL_TIMEOUT_S): a peer did not take part or died");
+        std::string what =
+            strCat("still in progress after ", options.timeout_s,
+                   " s (NcclOptions::timeout_s, HSDP_TIMEOUT_S): a peer did not take part or died");
         if (c == comm) return fail(op, seq_no, what);
         return internalError("nccl ", op, " on ", describe(), ": ", what);
       }
@@ -256,8 +264,14 @@ namespace {
 class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<NcclComm::State> s, const char* op, uint64_t seq, gpu::Event done,
-           Clock::time_point start)
-      : s_(std::move(s)), op_(op), seq_(seq), done_event_(std::move(done)), start_(start) {}
+           Clock::time_point start, const CommTrace* trace)
+      : s_(std::move(s)),
+        op_(op),
+        seq_(seq),
+        done_event_(std::move(done)),
+        start_(start),
+        trace_(trace),
+        trace_seq_(trace ? trace->entered() : 0) {}
 
   ~NcclWork() override {
     // Reuse the event unless the collective may still be running (abandoned) or the
@@ -273,6 +287,7 @@ class NcclWork final : public Work {
   }
 
   Status wait() override {
+    watchdog::CommWait watched(trace_, trace_seq_, "nccl wait");
     for (int round = 0; !finished_; ++round) {
       poll();
       if (!finished_) backoff(round);
@@ -314,11 +329,12 @@ class NcclWork final : public Work {
       return;
     }
     if (s.expired(start_))
-      finish(s.fail(op_, seq_,
-                    strCat("did not complete within ", s.options.timeout_s,
-                           " s (HSDP_NCCL_TIMEOUT_S): another rank did not start the same "
-                           "collective (every rank must start the same collectives in the same "
-                           "order, with the same counts), or a peer died")));
+      finish(s.fail(
+          op_, seq_,
+          strCat("did not complete within ", s.options.timeout_s,
+                 " s (NcclOptions::timeout_s, HSDP_TIMEOUT_S): another rank did not start the same "
+                 "collective (every rank must start the same collectives in the same "
+                 "order, with the same counts), or a peer died")));
   }
 
   std::shared_ptr<NcclComm::State> s_;
@@ -326,6 +342,8 @@ class NcclWork final : public Work {
   uint64_t seq_;
   gpu::Event done_event_;
   Clock::time_point start_;
+  const CommTrace* trace_;  // the communicator's, for the watchdog's report of a wait on it
+  uint64_t trace_seq_;
   bool finished_ = false;
   Status result_;
 };
@@ -403,7 +421,14 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(std::unique_ptr<Comm> boots
   HSDP_RETURN_IF_ERROR(agreeOnSuccess(boot, joined, strCat("nccl: joining ", s->describe())));
   HSDP_INFO(kColl, s->describe(), " created (", std::chrono::duration<double>(Clock::now() - start).count(),
             " s); timeout ", options.timeout_s, " s");
-  return std::unique_ptr<NcclComm>(new NcclComm(std::move(s)));
+  std::unique_ptr<NcclComm> comm(new NcclComm(std::move(s)));
+  HSDP_RETURN_IF_ERROR(comm->traceOverBootstrap());
+  return comm;
+}
+
+Status NcclComm::traceOverBootstrap() {
+  HSDP_ASSIGN_OR_RETURN(trace_, traceOver(*s_->bootstrap));
+  return okStatus();
 }
 
 StatusOr<std::unique_ptr<Comm>> createNcclComm(std::unique_ptr<Comm> bootstrap,
@@ -478,7 +503,9 @@ StatusOr<std::unique_ptr<Comm>> NcclComm::split(int color, int key) {
   HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> sub, s.bootstrap->split(color, key));
   HSDP_ASSIGN_OR_RETURN(std::shared_ptr<State> child,
                         splitInto(s, std::move(sub), color, strCat(s.name, "/", color)));
-  return std::unique_ptr<Comm>(new NcclComm(std::move(child)));
+  std::unique_ptr<NcclComm> comm(new NcclComm(std::move(child)));
+  HSDP_RETURN_IF_ERROR(comm->traceOverBootstrap());
+  return std::unique_ptr<Comm>(std::move(comm));
 }
 
 StatusOr<std::unique_ptr<Comm>> NcclComm::splitByHost() {
@@ -490,7 +517,9 @@ StatusOr<std::unique_ptr<Comm>> NcclComm::splitByHost() {
   HSDP_RETURN_IF_ERROR(sub->broadcast(&color, 1, DType::kInt32, 0));
   HSDP_ASSIGN_OR_RETURN(std::shared_ptr<State> child,
                         splitInto(s, std::move(sub), color, strCat(s.name, "/host", color)));
-  return std::unique_ptr<Comm>(new NcclComm(std::move(child)));
+  std::unique_ptr<NcclComm> comm(new NcclComm(std::move(child)));
+  HSDP_RETURN_IF_ERROR(comm->traceOverBootstrap());
+  return std::unique_ptr<Comm>(std::move(comm));
 }
 
 // ---- collectives -------------------------------------------------------------------------------
@@ -500,8 +529,9 @@ namespace {
 // Everything a collective does around its NCCL call: checks, the device, ordering after the
 // caller's stream, the enqueue (waiting out ncclInProgress) and the completion event.
 template <typename Launch>
-StatusOr<WorkHandle> startCollective(const std::shared_ptr<NcclComm::State>& sp, const char* op,
-                                     StreamRole role, Launch launch) {
+StatusOr<WorkHandle> launchCollective(const std::shared_ptr<NcclComm::State>& sp,
+                                      const CommTrace* trace, const char* op, StreamRole role,
+                                      Launch launch) {
   NcclComm::State& s = *sp;
   HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard guard, gpu::DeviceGuard::set(s.device));
   const cudaStream_t stream = s.stream(role);
@@ -513,7 +543,18 @@ StatusOr<WorkHandle> startCollective(const std::shared_ptr<NcclComm::State>& sp,
   HSDP_CUDA_CHECK(cudaEventRecord(done.get(), stream));
   HSDP_TRACE(kColl, s.describe(), ": ", op, " #", seq_no, " on stream ",
              s.streams[static_cast<int>(role)].name());
-  return WorkHandle(std::make_unique<NcclWork>(sp, op, seq_no, std::move(done), start));
+  return WorkHandle(std::make_unique<NcclWork>(sp, op, seq_no, std::move(done), start, trace));
+}
+
+// The fingerprint published and, with HSDP_CHECK_COLLECTIVES, compared before the launch. The
+// comparison blocks: the engine issues NCCL collectives in program order, the same on every rank
+// (no progress-driven issue as in the host schedules), so a blocking check cannot deadlock.
+Status enterChecked(CommTrace* t, OpKind kind, size_t count, DType dtype, RedOp op, int root = -1,
+                    int ops = 1) {
+  if (t == nullptr) return okStatus();
+  const uint64_t seq = t->enter(kind, count, dtype, op, root, ops);
+  if (t->checker() != nullptr) return checkNow(*t, seq);
+  return okStatus();
 }
 
 }  // namespace
@@ -536,14 +577,28 @@ ncclResult_t launch(const CollectiveOp& o, ncclComm_t comm, cudaStream_t stream)
   return ncclInvalidArgument;
 }
 
-StatusOr<WorkHandle> startOne(const std::shared_ptr<NcclComm::State>& sp, const CollectiveOp& o) {
+OpKind opKindOf(CollectiveOp::Kind kind) {
+  switch (kind) {
+    case CollectiveOp::Kind::kAllGather:
+      return OpKind::kAllGather;
+    case CollectiveOp::Kind::kReduceScatter:
+      return OpKind::kReduceScatter;
+    case CollectiveOp::Kind::kAllReduce:
+      return OpKind::kAllReduce;
+  }
+  return OpKind::kGroup;
+}
+
+StatusOr<WorkHandle> startOne(const std::shared_ptr<NcclComm::State>& sp, CommTrace* trace,
+                              const CollectiveOp& o) {
   NcclComm::State& s = *sp;
   const char* name = collectiveKindName(o.kind);
   HSDP_RETURN_IF_ERROR(s.usable(name));
   HSDP_RETURN_IF_ERROR(s.checkOp(o));
+  HSDP_RETURN_IF_ERROR(enterChecked(trace, opKindOf(o.kind), o.count, o.dtype, o.op));
   if (o.count == 0) return completedWork();
-  return startCollective(sp, name, streamRoleOf(o.kind),
-                         [&](cudaStream_t st) { return launch(o, s.comm, st); });
+  return launchCollective(sp, trace, name, streamRoleOf(o.kind),
+                          [&](cudaStream_t st) { return launch(o, s.comm, st); });
 }
 
 // NCCL's limit on the operations between one ncclGroupStart and its ncclGroupEnd.
@@ -553,16 +608,16 @@ constexpr size_t kMaxGroupOps = 2048;
 
 StatusOr<WorkHandle> NcclComm::iallGather(const void* send, void* recv, size_t count,
                                           DType dtype) {
-  return startOne(s_, CollectiveOp::allGather(send, recv, count, dtype));
+  return startOne(s_, trace(), CollectiveOp::allGather(send, recv, count, dtype));
 }
 
 StatusOr<WorkHandle> NcclComm::ireduceScatter(const void* send, void* recv, size_t count,
                                               DType dtype, RedOp op) {
-  return startOne(s_, CollectiveOp::reduceScatter(send, recv, count, dtype, op));
+  return startOne(s_, trace(), CollectiveOp::reduceScatter(send, recv, count, dtype, op));
 }
 
 StatusOr<WorkHandle> NcclComm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
-  return startOne(s_, CollectiveOp::allReduce(buf, count, dtype, op));
+  return startOne(s_, trace(), CollectiveOp::allReduce(buf, count, dtype, op));
 }
 
 StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {
@@ -576,6 +631,11 @@ StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {
     if (ops[i].count > 0) ++live;
   }
   HSDP_RETURN_IF_ERROR(checkIndependent(ops, s.size));
+  size_t total = 0;
+  for (const CollectiveOp& o : ops) total += o.count;
+  HSDP_RETURN_IF_ERROR(enterChecked(trace(), OpKind::kGroup, total,
+                                    ops.empty() ? DType::kFloat32 : ops.front().dtype, RedOp::kSum,
+                                    -1, static_cast<int>(live)));
   if (live == 0) return completedWork();
 
   HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard guard, gpu::DeviceGuard::set(s.device));
@@ -623,7 +683,8 @@ StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {
   HSDP_CUDA_CHECK(cudaEventRecord(done.get(), stream));
   HSDP_TRACE(kColl, s.describe(), ": group #", seq_no, " of ", live, " operations on stream ",
              s.streams[static_cast<int>(role)].name());
-  return WorkHandle(std::make_unique<NcclWork>(s_, "group", seq_no, std::move(done), start));
+  return WorkHandle(
+      std::make_unique<NcclWork>(s_, "group", seq_no, std::move(done), start, trace()));
 }
 
 Status NcclComm::broadcast(void* buf, size_t count, DType dtype, int root) {
@@ -631,12 +692,14 @@ Status NcclComm::broadcast(void* buf, size_t count, DType dtype, int root) {
   HSDP_RETURN_IF_ERROR(s.usable("broadcast"));
   if (root < 0 || root >= s.size)
     return invalidArgument("broadcast: root ", root, " outside communicator of size ", s.size);
+  HSDP_RETURN_IF_ERROR(enterChecked(trace(), OpKind::kBroadcast, count, dtype, RedOp::kSum, root));
   if (count == 0) return okStatus();
   HSDP_RETURN_IF_ERROR(s.checkBuffer(buf, "in-place", "broadcast"));
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w,
-                        startCollective(s_, "broadcast", StreamRole::kControl, [&](cudaStream_t st) {
-                          return ncclBroadcast(buf, buf, count, ncclType(dtype), root, s.comm, st);
-                        }));
+  HSDP_ASSIGN_OR_RETURN(
+      WorkHandle w,
+      launchCollective(s_, trace(), "broadcast", StreamRole::kControl, [&](cudaStream_t st) {
+        return ncclBroadcast(buf, buf, count, ncclType(dtype), root, s.comm, st);
+      }));
   return w->wait();
 }
 
@@ -650,10 +713,12 @@ Status NcclComm::barrier() {
                                     s.stream(StreamRole::kControl)));
   }
   void* word = s.barrier_word.data();
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w,
-                        startCollective(s_, "barrier", StreamRole::kControl, [&](cudaStream_t st) {
-                          return ncclAllReduce(word, word, 1, ncclInt32, ncclSum, s.comm, st);
-                        }));
+  HSDP_RETURN_IF_ERROR(enterChecked(trace(), OpKind::kBarrier, 0, DType::kUInt8, RedOp::kSum));
+  HSDP_ASSIGN_OR_RETURN(
+      WorkHandle w,
+      launchCollective(s_, trace(), "barrier", StreamRole::kControl, [&](cudaStream_t st) {
+        return ncclAllReduce(word, word, 1, ncclInt32, ncclSum, s.comm, st);
+      }));
   return w->wait();
 }
 

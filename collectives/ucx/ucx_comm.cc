@@ -1,7 +1,5 @@
 #include "collectives/ucx/ucx_comm.h"
 
-#include "core/progress.h"
-
 #include <ucp/api/ucp.h>
 #include <ucs/memory/memory_type.h>
 
@@ -14,6 +12,8 @@
 #include "collectives/ucx/ucx_check.h"
 #include "collectives/ucx/ucx_engine.h"
 #include "collectives/ucx/ucx_resources.h"
+#include "core/progress.h"
+#include "core/watchdog.h"
 #include "hsdp/env.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/log.h"
@@ -338,11 +338,12 @@ class CollectiveOp final : public ActiveOp {
 
 class UcxWork final : public Work {
  public:
-  UcxWork(std::shared_ptr<Engine> engine, std::shared_ptr<CollectiveOp> op)
-      : engine_(std::move(engine)), op_(std::move(op)) {}
+  UcxWork(std::shared_ptr<Engine> engine, std::shared_ptr<CollectiveOp> op, const CommTrace* t)
+      : engine_(std::move(engine)), op_(std::move(op)), trace_(t), seq_(t ? t->entered() : 0) {}
 
   Status wait() override {
     auto lock = progressLock();
+    watchdog::CommWait watched(trace_, seq_, "ucx wait");
     engine_->progressUntil([this] { return op_->done(); });
     return op_->status();
   }
@@ -358,6 +359,8 @@ class UcxWork final : public Work {
  private:
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<CollectiveOp> op_;
+  const CommTrace* trace_;  // for the watchdog's report of a wait on it
+  uint64_t seq_;
 };
 
 }  // namespace
@@ -459,6 +462,8 @@ StatusOr<std::unique_ptr<UcxComm>> UcxComm::create(std::unique_ptr<Comm> bootstr
   // A first collective over the new endpoints: wires them up now, and a transport that cannot
   // carry messages fails here rather than in the first training step.
   HSDP_RETURN_IF_ERROR(comm->barrier().withContext("first barrier over the UCX endpoints"));
+  // Traced from now on (its members are the bootstrap's); checked over the bootstrap's checker.
+  HSDP_ASSIGN_OR_RETURN(comm->trace_, traceOver(*comm->s_->bootstrap));
   HSDP_INFO(kColl, "ucx communicator ", comm->s_->describe(), " ready; small-message limit ",
             options.small_bytes, " bytes");
   if (n > 1)
@@ -512,45 +517,58 @@ uint32_t UcxComm::id() const { return s_->id; }
 StatusOr<WorkHandle> UcxComm::iallGather(const void* send, void* recv, size_t count,
                                          DType dtype) {
   auto lock = progressLock();
-  State& s = *s_;
-  const Algorithm a = chooseAllGather(s.size, count, dtype, s.options.small_bytes);
-  HSDP_ASSIGN_OR_RETURN(
-      auto op, s.start("allGather", a, allGatherScratchBytes(a, s.size, count, dtype),
-                       [&](Schedule& sched, void* scratch) {
-                         buildAllGather(sched, a, s.rank, s.size, send, recv, count, dtype,
-                                        scratch);
-                       }));
-  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(op)));
+  return startCollective(
+      trace(), OpKind::kAllGather, count, dtype, RedOp::kSum,
+      [this, send, recv, count, dtype]() -> StatusOr<WorkHandle> {
+        State& s = *s_;
+        const Algorithm a = chooseAllGather(s.size, count, dtype, s.options.small_bytes);
+        HSDP_ASSIGN_OR_RETURN(
+            auto op, s.start("allGather", a, allGatherScratchBytes(a, s.size, count, dtype),
+                             [&](Schedule& sched, void* scratch) {
+                               buildAllGather(sched, a, s.rank, s.size, send, recv, count, dtype,
+                                              scratch);
+                             }));
+        return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(op), trace()));
+      });
 }
 
 StatusOr<WorkHandle> UcxComm::ireduceScatter(const void* send, void* recv, size_t count,
                                              DType dtype, RedOp op) {
   auto lock = progressLock();
-  State& s = *s_;
   if (op == RedOp::kAvg && !isFloating(dtype))
     return invalidArgument("reduceScatter: avg of ", dtypeName(dtype));
-  const Algorithm a = chooseReduceScatter(s.size, count, dtype, s.options.small_bytes);
-  HSDP_ASSIGN_OR_RETURN(
-      auto o, s.start("reduceScatter", a, reduceScatterScratchBytes(a, s.size, count, dtype),
-                      [&](Schedule& sched, void* scratch) {
-                        buildReduceScatter(sched, a, s.rank, s.size, send, recv, count, dtype,
-                                           op, scratch);
-                      }));
-  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o)));
+  return startCollective(
+      trace(), OpKind::kReduceScatter, count, dtype, op,
+      [this, send, recv, count, dtype, op]() -> StatusOr<WorkHandle> {
+        State& s = *s_;
+        const Algorithm a = chooseReduceScatter(s.size, count, dtype, s.options.small_bytes);
+        HSDP_ASSIGN_OR_RETURN(
+            auto o, s.start("reduceScatter", a, reduceScatterScratchBytes(a, s.size, count, dtype),
+                            [&](Schedule& sched, void* scratch) {
+                              buildReduceScatter(sched, a, s.rank, s.size, send, recv, count, dtype,
+                                                 op, scratch);
+                            }));
+        return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
+      });
 }
 
 StatusOr<WorkHandle> UcxComm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
   auto lock = progressLock();
-  State& s = *s_;
   if (op == RedOp::kAvg && !isFloating(dtype))
     return invalidArgument("allReduce: avg of ", dtypeName(dtype));
-  const Algorithm a = chooseAllReduce(s.size, count, dtype, s.options.small_bytes);
-  HSDP_ASSIGN_OR_RETURN(
-      auto o, s.start("allReduce", a, allReduceScratchBytes(a, s.size, count, dtype),
-                      [&](Schedule& sched, void* scratch) {
-                        buildAllReduce(sched, a, s.rank, s.size, buf, count, dtype, op, scratch);
-                      }));
-  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o)));
+  return startCollective(
+      trace(), OpKind::kAllReduce, count, dtype, op,
+      [this, buf, count, dtype, op]() -> StatusOr<WorkHandle> {
+        State& s = *s_;
+        const Algorithm a = chooseAllReduce(s.size, count, dtype, s.options.small_bytes);
+        HSDP_ASSIGN_OR_RETURN(
+            auto o, s.start("allReduce", a, allReduceScratchBytes(a, s.size, count, dtype),
+                            [&](Schedule& sched, void* scratch) {
+                              buildAllReduce(sched, a, s.rank, s.size, buf, count, dtype, op,
+                                             scratch);
+                            }));
+        return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
+      });
 }
 
 Status UcxComm::broadcast(void* buf, size_t count, DType dtype, int root) {
@@ -558,22 +576,28 @@ Status UcxComm::broadcast(void* buf, size_t count, DType dtype, int root) {
   State& s = *s_;
   if (root < 0 || root >= s.size)
     return invalidArgument("broadcast: root ", root, " outside communicator of size ", s.size);
-  HSDP_ASSIGN_OR_RETURN(auto op, s.start("broadcast", Algorithm::kBinomial, 0,
-                                         [&](Schedule& sched, void*) {
-                                           buildBroadcast(sched, s.rank, s.size, buf,
-                                                          count * dtypeSize(dtype), root);
-                                         }));
-  return s.wait(*op);
+  return runCollective(
+      trace(), OpKind::kBroadcast, count, dtype, RedOp::kSum, root, "ucx broadcast",
+      [&]() -> Status {
+        HSDP_ASSIGN_OR_RETURN(
+            auto op, s.start("broadcast", Algorithm::kBinomial, 0, [&](Schedule& sched, void*) {
+              buildBroadcast(sched, s.rank, s.size, buf, count * dtypeSize(dtype), root);
+            }));
+        return s.wait(*op);
+      });
 }
 
 Status UcxComm::barrier() {
   auto lock = progressLock();
   State& s = *s_;
-  HSDP_ASSIGN_OR_RETURN(auto op, s.start("barrier", Algorithm::kDissemination, 0,
-                                         [&](Schedule& sched, void*) {
-                                           buildBarrier(sched, s.rank, s.size, &s.token);
-                                         }));
-  return s.wait(*op);
+  return runCollective(
+      trace(), OpKind::kBarrier, 0, DType::kUInt8, RedOp::kSum, -1, "ucx barrier", [&]() -> Status {
+        HSDP_ASSIGN_OR_RETURN(
+            auto op, s.start("barrier", Algorithm::kDissemination, 0, [&](Schedule& sched, void*) {
+              buildBarrier(sched, s.rank, s.size, &s.token);
+            }));
+        return s.wait(*op);
+      });
 }
 
 // ---- communicators, memory ---------------------------------------------------------------------

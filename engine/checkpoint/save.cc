@@ -21,6 +21,7 @@
 #include "engine/checkpoint/io.h"
 #include "engine/sharded_model_impl.h"
 #include "hsdp/log.h"
+#include "hsdp/watchdog.h"
 
 namespace hsdp {
 namespace engine {
@@ -464,8 +465,10 @@ StatusOr<SaveResult> ShardedModel::waitForSave() {
   Impl& m = *impl_;
   if (!m.saver || !m.saver->in_flight) return failedPrecondition("waitForSave: no save in flight");
   engine::Saver& s = *m.saver;
-  // Watchdog hook: the join waits for this rank's write (and on rank 0 the commit, bounded by
-  // SaveOptions::commit_timeout_s); the agreement below is a world collective.
+  // The join waits for this rank's write (and on rank 0 the commit, bounded by
+  // SaveOptions::commit_timeout_s); the agreement below is a world collective. Both are a wait
+  // the watchdog times, so a rank stopped during a save is named like in any other wait.
+  watchdog::WaitScope wait("save", s.result.dir);
   s.writer.join();
   s.in_flight = false;
   HSDP_RETURN_IF_ERROR(m.agree(s.status, s.status_secondary));

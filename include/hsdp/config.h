@@ -83,6 +83,13 @@ struct EngineConfig {
   std::optional<int> cpu_adam_threads;
   // The kernel: avx512, avx2 or scalar. HSDP_CPU_ADAM_ISA; default the best this CPU runs.
   std::optional<CpuIsa> cpu_adam_isa;
+
+  // ---- failures ----
+  // Seconds a wait of the engine or a transport may go without progress before the watchdog
+  // ends the job, naming the collective and the ranks that did not arrive (hsdp/watchdog.h,
+  // docs/reliability.md); > 0, the same on every rank. HSDP_TIMEOUT_S; default 600. The
+  // watchdog is one per process: ShardedModel::create sets its timeout (the last model wins).
+  std::optional<double> timeout_s;
 };
 
 // `cfg` with every unset optional filled from its HSDP_* variable, else its default, so that every

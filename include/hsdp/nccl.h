@@ -24,9 +24,11 @@
 //
 // Errors: communicators are nonblocking (ncclConfig_t::blocking = 0), so no NCCL call can hang
 // the host. Every wait (creation, split, enqueue, completion) polls ncclCommGetAsyncError; on an
-// asynchronous error or after HSDP_NCCL_TIMEOUT_S seconds the communicator is aborted
-// (ncclCommAbort) and the Status names the rank, the collective and NCCL's message. An aborted
-// communicator fails every later call with that first error.
+// asynchronous error or after NcclOptions::timeout_s seconds (HSDP_TIMEOUT_S) the communicator
+// is aborted (ncclCommAbort) and the Status names the rank, the collective and NCCL's message. An
+// aborted communicator fails every later call with that first error. While the watchdog runs
+// (hsdp/watchdog.h) with a timeout no longer than this one, the watchdog ends the job instead,
+// naming the ranks that did not arrive, like on every other transport.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -44,8 +46,9 @@ struct NcclOptions {
   int device = -1;
   // Longest wait for one NCCL operation (creation, split, a collective) before the communicator
   // is aborted; <= 0 waits forever (asynchronous errors still abort).
-  double timeout_s = 300;
-  // HSDP_CUDA_DEVICE and HSDP_NCCL_TIMEOUT_S, or the defaults above.
+  double timeout_s = 600;
+  // HSDP_CUDA_DEVICE and HSDP_TIMEOUT_S (its old name HSDP_NCCL_TIMEOUT_S, with a warning), or
+  // the defaults above.
   static StatusOr<NcclOptions> fromEnv();
 };
 
@@ -120,6 +123,8 @@ class NcclComm final : public Comm {
   struct State;  // defined in nccl_comm.cc
 
  private:
+  // The watchdog's trace of this communicator, over its bootstrap's members.
+  Status traceOverBootstrap();
   explicit NcclComm(std::shared_ptr<State> state);
   std::shared_ptr<State> s_;  // shared with the Work handles in flight
 };

@@ -23,6 +23,8 @@
 
 namespace hsdp {
 
+class CommTrace;  // core/watchdog.h: a communicator's entry in the watchdog's table
+
 // A collective in flight. The buffers passed to the call must stay alive and untouched until the
 // Work completes. Transports progress their operations inside test() and wait() (and, where they
 // have one, on a progress thread).
@@ -133,6 +135,21 @@ class Comm {
   // Ends the whole job from any rank: for errors after which ranks can no longer agree
   // (a failed collective). Bad input is reported with a Status instead, on every rank.
   [[noreturn]] virtual void abortJob(int code) = 0;
+
+  // The communicator's name in messages and in the watchdog's reports ("world", "inter level";
+  // the Mesh names the ones it builds). Empty until set.
+  void setName(std::string name);
+  const std::string& name() const { return name_; }
+  // The watchdog's record of this communicator's collectives (hsdp/watchdog.h): every
+  // collective's sequence number and fingerprint. Null when untraced (the watchdog is off, or
+  // the communicator has one rank). Transports make it when they build the communicator.
+  CommTrace* trace() const { return trace_.get(); }
+
+ protected:
+  std::shared_ptr<CommTrace> trace_;
+
+ private:
+  std::string name_;
 };
 
 }  // namespace hsdp

@@ -1,0 +1,240 @@
+// The watchdog's settings, labels and waits: what every thread touches on the hot path (a
+// Label around each engine collective, a WaitScope around each wait), apart from the watchdog's
+// own life (watchdog.cc).
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/watchdog_state.h"
+#include "hsdp/env.h"
+#include "hsdp/log.h"
+
+namespace hsdp::watchdog {
+
+// ---- settings ----------------------------------------------------------------------------------
+
+namespace detail {
+Config& mutableConfig() {
+  static Config c = [] {
+    Config d;
+    d.enabled = true;
+    d.timeout_s = 600;
+    d.check_collectives = false;
+    return d;
+  }();
+  return c;
+}
+}  // namespace detail
+
+namespace {
+
+Config& current() { return detail::mutableConfig(); }
+
+// A positive, finite number of seconds, or an InvalidArgument naming `name` and the value.
+StatusOr<double> parseSeconds(const char* name, const std::string& v) {
+  errno = 0;
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || errno != 0 || end == v.c_str() || *end != '\0' || !std::isfinite(x) || x <= 0)
+    return invalidArgument(name, "='", v, "' is not a positive number of seconds");
+  return x;
+}
+
+}  // namespace
+
+StatusOr<Config> resolveConfig(Config cfg) {
+  if (!cfg.enabled) {
+    HSDP_ASSIGN_OR_RETURN(cfg.enabled, env::getBool("HSDP_WATCHDOG"));
+  }
+  if (!cfg.check_collectives) {
+    HSDP_ASSIGN_OR_RETURN(cfg.check_collectives, env::getBool("HSDP_CHECK_COLLECTIVES"));
+  }
+  if (!cfg.timeout_s) {
+    const std::string v = env::getString("HSDP_TIMEOUT_S");
+    const std::string old = env::getString("HSDP_NCCL_TIMEOUT_S");
+    if (!v.empty()) {
+      HSDP_ASSIGN_OR_RETURN(cfg.timeout_s, parseSeconds("HSDP_TIMEOUT_S", v));
+    } else if (!old.empty()) {
+      // The old NCCL-only name: an integer, 0 meaning no timeout.
+      HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> s, env::getInt("HSDP_NCCL_TIMEOUT_S", 0));
+      static bool warned = false;
+      if (!warned) {
+        HSDP_WARN(kInit, "HSDP_NCCL_TIMEOUT_S is deprecated: it now sets HSDP_TIMEOUT_S, the ",
+                  "timeout of every transport; use HSDP_TIMEOUT_S");
+        warned = true;
+      }
+      cfg.timeout_s = *s > 0 ? static_cast<double>(*s) : HUGE_VAL;
+    } else {
+      cfg.timeout_s = 600;
+    }
+  } else if (!(*cfg.timeout_s > 0)) {
+    return invalidArgument("watchdog timeout_s=", *cfg.timeout_s, " must be > 0");
+  }
+  return cfg;
+}
+
+const Config& config() { return current(); }
+
+Status setTimeout(double seconds) {
+  if (!(seconds > 0))
+    return invalidArgument("watchdog timeout ", seconds, " s must be a positive number");
+  current().timeout_s = seconds;
+  if (detail::State* s = detail::state()) s->timeout_s.store(seconds);
+  return okStatus();
+}
+
+// ---- labels ------------------------------------------------------------------------------------
+
+namespace {
+thread_local LabelData t_label = {};
+
+void copyField(char* dst, size_t cap, std::string_view s) {
+  const size_t n = std::min(cap - 1, s.size());
+  std::memcpy(dst, s.data(), n);
+  std::memset(dst + n, 0, cap - n);
+}
+}  // namespace
+
+Label::Label(std::string_view unit, const char* group) {
+  static_assert(sizeof(saved_) >= sizeof(LabelData));
+  std::memcpy(saved_, &t_label, sizeof(LabelData));
+  copyField(t_label.unit, sizeof t_label.unit, unit);
+  copyField(t_label.group, sizeof t_label.group, group ? group : "");
+}
+Label::~Label() { std::memcpy(&t_label, saved_, sizeof(LabelData)); }
+
+LabelData currentLabel() { return t_label; }
+LabelRestore::LabelRestore(const LabelData& label) : saved_(t_label) { t_label = label; }
+LabelRestore::~LabelRestore() { t_label = saved_; }
+
+namespace detail {
+const LabelData& threadLabel() { return t_label; }
+}  // namespace detail
+
+// ---- waits -------------------------------------------------------------------------------------
+
+namespace {
+
+// One waiting thread. The owner writes; the watchdog thread reads. The descriptive fields are
+// written under a sequence count (odd while writing) and read only after a long wait.
+struct ThreadWait {
+  std::atomic<bool> used{false};
+  std::atomic<int64_t> since_ns{0};  // last start or end of a wait inside the outermost one
+  std::atomic<int> depth{0};
+  std::atomic<uint32_t> version{0};
+  char what[48] = {};
+  char detail[48] = {};
+  std::atomic<uint64_t> comm_id{0};
+  std::atomic<uint64_t> seq{0};
+};
+constexpr int kMaxThreads = 64;
+ThreadWait g_waits[kMaxThreads];
+thread_local ThreadWait* t_wait = nullptr;
+
+std::atomic<bool> g_watching{false};  // the watchdog thread reads the slots
+thread_local bool t_untraced = false;
+
+ThreadWait* myWait() {
+  if (t_wait != nullptr) return t_wait;
+  for (ThreadWait& w : g_waits) {
+    bool expected = false;
+    if (w.used.compare_exchange_strong(expected, true)) {
+      t_wait = &w;
+      return t_wait;
+    }
+  }
+  static ThreadWait overflow;  // more than 64 waiting threads: shared, best effort
+  t_wait = &overflow;
+  return t_wait;
+}
+
+}  // namespace
+
+Untraced::Untraced() : prev_(t_untraced) { t_untraced = true; }
+Untraced::~Untraced() { t_untraced = prev_; }
+bool untracedHere() { return t_untraced; }
+
+namespace detail {
+void setWatching(bool on) { g_watching.store(on); }
+}  // namespace detail
+
+WaitScope::WaitScope(const char* what, std::string_view detail)
+    : active_(g_watching.load(std::memory_order_relaxed) && !t_untraced), outer_(false) {
+  if (!active_) return;
+  ThreadWait* w = myWait();
+  const int d = w->depth.fetch_add(1, std::memory_order_relaxed);
+  outer_ = d == 0;
+  if (outer_) {
+    w->version.fetch_add(1, std::memory_order_acq_rel);
+    copyField(w->what, sizeof w->what, what ? what : "");
+    copyField(w->detail, sizeof w->detail, detail);
+    w->version.fetch_add(1, std::memory_order_release);
+  }
+  w->since_ns.store(monotonicNs(), std::memory_order_release);
+}
+
+WaitScope::~WaitScope() {
+  if (!active_) return;
+  ThreadWait* w = t_wait;
+  // The end of a wait is progress: the clock restarts for the wait around it.
+  if (outer_) {
+    w->since_ns.store(0, std::memory_order_release);
+    w->comm_id.store(0, std::memory_order_relaxed);
+  } else {
+    w->since_ns.store(monotonicNs(), std::memory_order_release);
+  }
+  w->depth.fetch_sub(1, std::memory_order_relaxed);
+}
+
+CommWait::CommWait(const CommTrace* t, uint64_t seq, const char* what)
+    : scope_(what), prev_comm_(0), prev_seq_(0) {
+  if (!scope_.active_) return;
+  ThreadWait* w = t_wait;
+  prev_comm_ = w->comm_id.load(std::memory_order_relaxed);
+  prev_seq_ = w->seq.load(std::memory_order_relaxed);
+  if (t != nullptr) {
+    w->seq.store(seq, std::memory_order_relaxed);
+    w->comm_id.store(t->id(), std::memory_order_release);
+  }
+}
+
+CommWait::~CommWait() {
+  if (!scope_.active_) return;
+  ThreadWait* w = t_wait;
+  w->comm_id.store(prev_comm_, std::memory_order_relaxed);
+  w->seq.store(prev_seq_, std::memory_order_relaxed);
+}
+
+namespace detail {
+
+// The longest-waiting thread (or none).
+WaitInfo longestWait(int64_t now) {
+  WaitInfo best;
+  for (ThreadWait& w : g_waits) {
+    if (!w.used.load(std::memory_order_relaxed) || w.depth.load() == 0) continue;
+    const int64_t since = w.since_ns.load(std::memory_order_acquire);
+    if (since == 0) continue;
+    const double s = (now - since) * 1e-9;
+    if (best.waiting && s <= best.seconds) continue;
+    WaitInfo info;
+    info.waiting = true;
+    info.seconds = s;
+    for (int tries = 0; tries < 100; ++tries) {
+      const uint32_t v0 = w.version.load(std::memory_order_acquire);
+      if (v0 & 1) continue;
+      info.what = std::string(w.what, strnlen(w.what, sizeof w.what));
+      info.detail = std::string(w.detail, strnlen(w.detail, sizeof w.detail));
+      if (w.version.load(std::memory_order_acquire) == v0) break;
+    }
+    info.comm_id = w.comm_id.load(std::memory_order_acquire);
+    info.seq = w.seq.load(std::memory_order_relaxed);
+    best = info;
+  }
+  return best;
+}
+
+}  // namespace detail
+
+}  // namespace hsdp::watchdog
