@@ -137,7 +137,7 @@ Status ShardedModel::Impl::gatherReplicated(bool frozen_too) {
           CollectiveOp::allGather(master(u), u.full_params.data(), n, DType::kFloat32));
     }
   }
-  HSDP_ASSIGN_OR_RETURN(WorkHandle gathers, gatherGroup(group_ops));
+  HSDP_ASSIGN_OR_RETURN(WorkHandle gathers, gatherGroup(group_ops, group_units));
   // On a device the compute stream waits for them: step() returns without the host waiting.
   watchdog::WaitScope wait("step: parameter all-gathers");
   HSDP_RETURN_IF_ERROR(blockOn(gathers).withContext("parameter all-gathers after the step"));
