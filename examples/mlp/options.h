@@ -51,6 +51,8 @@ struct Options {
   std::string dims = "32,1000,333,128,10";
   uint64_t seed = 1234;
   double tolerance = 1e-5;
+  // After training: the mean loss over this many held-out samples (train_mlp; 0: none).
+  int val_samples = 0;
 };
 
 // Exit codes of the examples: bad input (every rank sees it alike), a failure while training.
