@@ -11,15 +11,22 @@
 // hier-off and flat-off are hier and flat over communicators the watchdog does not trace, with
 // their waits unwatched (watchdog::Untraced): the watchdog's and the fingerprints' cost, taking
 // turns with hier and flat iteration by iteration (docs/reliability.md).
+//
+// --inter-dtype int8|int4 runs hier's all-gather and reduce-scatter over the block-quantized
+// inter wire (--quant-block elements per scale). #wrong is then judged against the quantized
+// closed form: an all-gather element is wrong unless it equals decode(encode(its shard)) exactly;
+// a reduce-scatter element unless it is within the bound its blocks' scales give, the sum over
+// the other nodes j of (1/2 + 2^-12) * (the largest partial sum of node j in the block) / L
+// (L = 127 for int8, 7 for int4), plus fp32 rounding. xnode_min stays the fp32 minimum.
 #include <dirent.h>
-#include <unistd.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <fstream>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -30,6 +37,7 @@
 #include "hsdp/host_buffer.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
+#include "hsdp/quantize.h"
 #include "hsdp/topology.h"
 
 namespace {
@@ -43,6 +51,7 @@ struct Options {
   int iters = 10, warmup = 3, check = 1;
   std::string op = "allgather", algo = "hier,mpi", dtype = "float", inter_dtype = "";
   int chunks = 32;
+  uint32_t quant_block = hsdp::kDefaultQuantBlock;
   std::string min_chunk = "1M";  // below ~1 MiB per chunk, per-chunk latency dominates here
   bool json = false;
 };
@@ -75,6 +84,8 @@ struct Bench {
   hsdp::HierarchicalCollectives& hier;
   hsdp::Comm& world_off;  // the same, untraced (the -off algorithms)
   hsdp::HierarchicalCollectives& hier_off;
+  hsdp::Mesh& mesh;
+  hsdp::WireFormat wire;  // hier's inter wire
   DType dtype;
   size_t es;
   hsdp::HostBuffer send, recv, expect;
@@ -135,13 +146,57 @@ struct Bench {
       MPI_Reduce_scatter_block(in.data(), want.data(), int(per), MPI_FLOAT, MPI_SUM, raw);
     else
       MPI_Allreduce(in.data(), want.data(), int(count), MPI_FLOAT, MPI_SUM, raw);
+    std::vector<double> tolerance;
+    if (algo == "hier" && hier.gatherQuantizes() && dtype == DType::kFloat32) {
+      if (op == "allgather") quantizedShards(want, per);
+      if (op == "reducescatter") tolerance = reduceTolerance(in, per);
+    }
     long bad = 0;
     for (size_t i = 0; i < want.size(); ++i) {
       float got = dtype == DType::kFloat32 ? recv.as<float>()[i]
                                            : hsdp::toFloat(recv.as<hsdp::bf16>()[i]);
-      if (got != want[i]) ++bad;
+      if (tolerance.empty() ? got != want[i] : !(std::fabs(double(got) - want[i]) <= tolerance[i]))
+        ++bad;
     }
     return bad;
+  }
+
+  // The gathered fp32 shards as the quantized wire delivers them: decode(encode(shard)).
+  void quantizedShards(std::vector<float>& full, size_t per) const {
+    std::vector<unsigned char> enc(hsdp::encodedBytes(wire, per));
+    for (size_t k = 0; k * per < full.size(); ++k) {
+      hsdp::wireEncode(wire, full.data() + k * per, per, enc.data());
+      hsdp::wireDecode(wire, enc.data(), per, full.data() + k * per);
+    }
+  }
+
+  // Per element of our block: the quantized reduce-scatter's bound (see the top of the file).
+  // The values are >= 0, so a node's partial sum is its ranks' sum, from MPI.
+  std::vector<double> reduceTolerance(const std::vector<float>& in, size_t per) const {
+    MPI_Comm intra = dynamic_cast<hsdp::mpi::MpiComm&>(mesh.intraShard()).raw();
+    MPI_Comm inter = dynamic_cast<hsdp::mpi::MpiComm&>(mesh.interShard()).raw();
+    const int J = mesh.interShard().size(), me = mesh.interShard().rank();
+    const size_t k = static_cast<size_t>(mesh.shardGroup().rank()), n = in.size();
+    std::vector<float> node(n), nodes(J * n);
+    MPI_Allreduce(in.data(), node.data(), int(n), MPI_FLOAT, MPI_SUM, intra);
+    MPI_Allgather(node.data(), int(n), MPI_FLOAT, nodes.data(), int(n), MPI_FLOAT, inter);
+    const double levels = wire.wire == hsdp::Wire::kInt8 ? 127 : 7;
+    std::vector<double> tol(per);
+    for (size_t b0 = 0; b0 < per; b0 += wire.block) {
+      const size_t b1 = std::min(per, b0 + wire.block);
+      double quant = 0;
+      for (int j = 0; j < J; ++j) {
+        double amax = 0;
+        for (size_t i = b0; i < b1; ++i) amax = std::max<double>(amax, nodes[j * n + k * per + i]);
+        if (j != me) quant += (0.5 + std::ldexp(1.0, -12)) * amax * (1 + 1e-6) / levels;
+      }
+      for (size_t i = b0; i < b1; ++i) {
+        double total = 0;
+        for (int j = 0; j < J; ++j) total += nodes[j * n + k * per + i];
+        tol[i] = quant + 4.0 * world.size() * std::ldexp(1.0, -24) * total;
+      }
+    }
+    return tol;
   }
 };
 
@@ -191,15 +246,24 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   if (!mesh.ok()) return fail(rank, mesh.status().message());
   hsdp::HierarchicalCollectives hier((*mesh)->intraShard(), (*mesh)->interShard());
   hsdp::HierOptions hopts{o.chunks, *dt};
+  hsdp::WireFormat wire{hsdp::Wire::kFp32, o.quant_block};
   if (o.min_chunk != "0") {
     auto min_chunk = parseBytes(o.min_chunk);
     if (!min_chunk.ok()) return fail(rank, "--min-chunk-bytes: " + min_chunk.status().message());
     hopts.min_chunk_bytes = *min_chunk;
   }
   if (!o.inter_dtype.empty()) {
-    auto w = hsdp::parseDType(o.inter_dtype);
-    if (!w.ok()) return fail(rank, w.status().message());
-    hopts.inter_dtype = *w;
+    // float/bf16: the inter dtype of both directions, as before; int8/int4: the quantized wire.
+    auto w = hsdp::parseWire(o.inter_dtype);
+    if (!w.ok()) return fail(rank, "--inter-dtype: " + w.status().message());
+    if (*w == hsdp::Wire::kBf16) hopts.inter_dtype = DType::kBFloat16;
+    if (*w == hsdp::Wire::kFp32) hopts.inter_dtype = DType::kFloat32;
+    if (hsdp::wireQuantized(*w)) {
+      wire.wire = *w;
+      if (auto v = hsdp::validate(wire); !v.ok())
+        return fail(rank, "--quant-block: " + v.message());
+      hopts.gather_wire = hopts.reduce_wire = wire;
+    }
   }
   if (auto s = hier.setOptions(hopts); !s.ok()) return fail(rank, s.message());
   // hier-off, flat-off: the same communicators again, untraced.
@@ -236,6 +300,8 @@ int benchMain(const Options& o, hsdp::Comm& world) {
           hier,
           *world_off,
           hier_off,
+          **mesh,
+          wire,
           *dt,
           es,
           std::move(*send),
@@ -245,11 +311,16 @@ int benchMain(const Options& o, hsdp::Comm& world) {
 
   const double bus = o.op == "allreduce" ? 2.0 * (n - 1) / n : double(n - 1) / n;
   if (rank == 0 && !o.json) {
-    std::printf("# hsdp-bench: op %s, dtype %s, %d ranks = %d nodes x %d, iters %d, warmup %d, "
-                "pipeline chunks %d (each >= %zu B), inter dtype %s\n",
-                o.op.c_str(), o.dtype.c_str(), n, layout->num_nodes, layout->ranks_per_node,
-                o.iters, o.warmup, hopts.chunks, hopts.min_chunk_bytes,
-                hsdp::dtypeName(hopts.inter_dtype));
+    std::printf(
+        "# hsdp-bench: op %s, dtype %s, %d ranks = %d nodes x %d, iters %d, warmup %d, "
+        "pipeline chunks %d (each >= %zu B), inter dtype %s%s\n",
+        o.op.c_str(), o.dtype.c_str(), n, layout->num_nodes, layout->ranks_per_node, o.iters,
+        o.warmup, hopts.chunks, hopts.min_chunk_bytes,
+        hsdp::wireQuantized(wire.wire) ? hsdp::wireName(wire.wire)
+                                       : hsdp::dtypeName(hopts.inter_dtype),
+        hsdp::wireQuantized(wire.wire)
+            ? hsdp::strCat(" (blocks of ", wire.block, ", all-gather and reduce-scatter)").c_str()
+            : "");
     for (int q = 0; q < n; ++q)
       std::printf("#  rank %2d  node %d (%s)\n", q, layout->node_of_rank[q],
                   layout->node_names[layout->node_of_rank[q]].c_str());
@@ -364,7 +435,10 @@ int main(int argc, char** argv) {
                  "Comma list of hier, flat, mpi (mpi: the library's own), hier-off, flat-off "
                  "(hier, flat untraced: the watchdog's cost)");
   app.add_option("--dtype", o.dtype, "float | bf16");
-  app.add_option("--inter-dtype", o.inter_dtype, "Wire type across nodes for hier: float | bf16");
+  app.add_option("--inter-dtype", o.inter_dtype,
+                 "Wire type across nodes for hier: float | bf16 | int8 | int4 (int8/int4: "
+                 "block-quantized all-gather and reduce-scatter)");
+  app.add_option("--quant-block", o.quant_block, "Elements per scale of the int8/int4 wire");
   app.add_option("--chunks", o.chunks, "Pipeline chunks of the hierarchical schedule");
   app.add_option("--min-chunk-bytes", o.min_chunk,
                  "Smallest pipeline chunk of the full buffer (fewer chunks below; 0: off)");

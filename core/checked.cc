@@ -30,6 +30,8 @@ const char* opKindName(OpKind kind) {
       return "barrier";
     case OpKind::kGroup:
       return "group";
+    case OpKind::kAllToAll:
+      return "all-to-all";
   }
   return "collective";
 }

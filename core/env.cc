@@ -29,7 +29,29 @@ const std::vector<Param>& registry() {
        "latency once. 0: always HSDP_PIPELINE_CHUNKS."},
       {"HSDP_INTER_DTYPE", "enum", "float",
        "Wire type of the inter-node phase of the engine's hierarchical collectives: float or "
-       "bf16 (halves the bytes across nodes; the reduction across nodes rounds to bf16)."},
+       "bf16 (halves the bytes across nodes; the reduction across nodes rounds to bf16). The "
+       "shorthand for both inter wires: the default of HSDP_INTER_PARAM_WIRE and "
+       "HSDP_INTER_GRAD_WIRE when they are unset."},
+      {"HSDP_INTER_PARAM_WIRE", "enum", "",
+       "Inter-node wire of the engine's parameter all-gathers: fp32, bf16, int8 or int4 "
+       "(block-quantized, one fp32 scale per HSDP_QUANT_BLOCK elements; the master shard is "
+       "encoded once per step, every gather decodes the same codes). int8/int4 need zero3, "
+       "hierarchical host collectives and fp32 parameters. Unset: HSDP_INTER_DTYPE's."},
+      {"HSDP_INTER_GRAD_WIRE", "enum", "",
+       "Inter-node wire of the engine's gradient reduce-scatters: fp32, bf16, int8 or int4 "
+       "(int8/int4: an all-to-all of encoded pieces, each rank sums its block in fp32; error "
+       "feedback per HSDP_GRAD_ERROR_FEEDBACK). Unset: HSDP_INTER_DTYPE's."},
+      {"HSDP_REPLICA_WIRE", "enum", "fp32",
+       "Wire of the all-reduce of gradient shards over the data-parallel replicas (mode none: "
+       "the gradient over the world): fp32 (exact), bf16, int8 or int4 (all-to-all of encoded "
+       "pieces summed in fp32, the sum encoded once and all-gathered). Host only."},
+      {"HSDP_QUANT_BLOCK", "int", "2048",
+       "Elements per fp32 scale of the int8/int4 wires: a multiple of 16 in [16, 1048576]. "
+       "int8 moves 1 + 4/block bytes per element (0.2505x fp32 at 2048)."},
+      {"HSDP_GRAD_ERROR_FEEDBACK", "bool", "1",
+       "Error feedback for the encoded gradient wires (int8/int4 inter gradient wire, a bf16/"
+       "int8/int4 replica wire): each rank adds what its last encoding dropped to what it sends "
+       "next (a residual buffer per unit, allocated once)."},
       {"HSDP_MALLOC_TUNE", "bool", "1",
        "Keep freed heap memory mapped (glibc mallopt) so the MPI library's per-call temporary "
        "buffers reuse pre-faulted pages instead of faulting in fresh ones each call."},

@@ -32,7 +32,8 @@ enum class OpKind : uint8_t {
   kAllReduce,
   kBroadcast,
   kBarrier,
-  kGroup
+  kGroup,
+  kAllToAll
 };
 const char* opKindName(OpKind kind);  // "all-gather", "reduce-scatter", ...
 

@@ -169,6 +169,10 @@ WorkHandle completedWork(Status status) {
   return std::make_unique<CompletedWork>(std::move(status));
 }
 
+StatusOr<WorkHandle> Comm::iallToAll(const void*, void*, size_t, DType) {
+  return unimplemented("the '", transportName(), "' transport has no all-to-all");
+}
+
 Status Comm::allGather(const void* send, void* recv, size_t count, DType dtype) {
   HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallGather(send, recv, count, dtype));
   return w->wait();

@@ -17,6 +17,7 @@
 
 #include "hsdp/dtype.h"
 #include "hsdp/optimizer.h"
+#include "hsdp/quantize.h"
 #include "hsdp/status.h"
 
 namespace hsdp::gpu {
@@ -61,5 +62,15 @@ Status batchedCopy(const CopyPiece* pieces, size_t count, bool accumulate, cudaS
 
 // out[i] = float(in[i]) (round to nearest).
 Status castDoubleToFloat(const double* in, float* out, size_t n, cudaStream_t stream);
+
+// Block quantization (f.wire int8 or int4, hsdp/quantize.h): the bytes hsdp::wireEncode writes
+// and the values hsdp::wireDecode returns for the same input, bit for bit (NaN payloads aside).
+// quantize: src (+ residual, updated as error feedback when not null) -> dst, encodedBytes(f, n)
+// bytes; dequantize: dst = decode(src), or dst += decode(src) with `accumulate`. Errors
+// (InvalidArgument, nothing enqueued): another wire, a bad block size, a null array with n > 0.
+Status quantize(const WireFormat& f, const float* src, size_t n, void* dst, float* residual,
+                cudaStream_t stream);
+Status dequantize(const WireFormat& f, const void* src, size_t n, float* dst, bool accumulate,
+                  cudaStream_t stream);
 
 }  // namespace hsdp::gpu

@@ -65,6 +65,42 @@ std::vector<DecaySpan> decaySpans(const FlatLayout& l, int k) {
 
 }  // namespace
 
+// The encoded replica wire: the schedules' encoded all-reduce over the data-parallel
+// communicator split in two levels, the replicas on this node (intra, reduced in fp32) and one
+// per node (inter, where the encoded bytes cross), so that bytes cross nodes once per node as
+// in a hierarchical all-reduce. Collective over that communicator (finalize() is collective);
+// the mesh is uniform, so every node holds as many replicas.
+Status ShardedModel::Impl::createReplicaWire() {
+  Comm& dp = dataParallel();
+  if (*cfg.replica_wire == Wire::kFp32 || dp.size() < 2) return okStatus();
+  const int node = mesh->coords().node;
+  HSDP_ASSIGN_OR_RETURN(replica_intra, dp.split(node, dp.rank()));
+  HSDP_ASSIGN_OR_RETURN(replica_inter, dp.split(replica_intra->rank(), node));
+  HierOptions o;
+  o.allreduce_wire = {*cfg.replica_wire, *cfg.quant_block};
+  replica_coll = std::make_unique<HierarchicalCollectives>(*replica_intra, *replica_inter);
+  return replica_coll->setOptions(o);
+}
+
+// Error feedback buffers of the unit's encoded gradient wires, zeroed once.
+Status ShardedModel::Impl::allocateResiduals(Unit& u) {
+  if (!*cfg.grad_error_feedback || u.frozen) return okStatus();
+  const size_t n = u.layout.shardNumel();
+  const size_t inter = shards > 1 && hierarchical ? hier_reduce->residualCount(n) : 0;
+  const size_t replica = replica_coll ? replica_coll->allReduceResidualCount(n) : 0;
+  if (inter > 0) {
+    HSDP_ASSIGN_OR_RETURN(u.grad_residual, space->allocate(inter * sizeof(float)));
+    HSDP_RETURN_IF_ERROR(
+        space->zero(u.grad_residual.data(), inter * sizeof(float), Lane::kCompute));
+  }
+  if (replica > 0) {
+    HSDP_ASSIGN_OR_RETURN(u.replica_residual, space->allocate(replica * sizeof(float)));
+    HSDP_RETURN_IF_ERROR(
+        space->zero(u.replica_residual.data(), replica * sizeof(float), Lane::kCompute));
+  }
+  return okStatus();
+}
+
 Status ShardedModel::finalize() {
   Impl& m = *impl_;
   if (m.finalized) return failedPrecondition("finalize() called twice");
@@ -82,6 +118,7 @@ Status ShardedModel::finalize() {
                              std::dec, "); every rank must add the same units and parameters");
   }
   if (m.units.empty()) return failedPrecondition("finalize(): no units registered");
+  HSDP_RETURN_IF_ERROR(m.createReplicaWire());
 
   size_t max_shard = 0, max_padded = 0;
   MemorySpace& sp = *m.space;
@@ -107,6 +144,9 @@ Status ShardedModel::finalize() {
     if (m.cfg.hpz) {
       HSDP_ASSIGN_OR_RETURN(u.hpz_block, sp.allocate(m.mesh->shape().inter_shard * bytes));
     }
+    if (m.encodedParams()) {
+      HSDP_ASSIGN_OR_RETURN(u.encoded_shard, sp.allocate(encodedBytes(m.paramWire(), n)));
+    }
     max_shard = std::max(max_shard, n);
     max_padded = std::max(max_padded, u.layout.paddedNumel());
     if (u.frozen) continue;  // no gradient, no optimizer state
@@ -131,6 +171,7 @@ Status ShardedModel::finalize() {
     if (m.bf16Reduce()) {
       HSDP_ASSIGN_OR_RETURN(u.grad16, sp.allocate(n * sizeof(bf16)));
     }
+    HSDP_RETURN_IF_ERROR(m.allocateResiduals(u));
   }
   if (m.bf16Params() || m.bf16Reduce()) {
     HSDP_RETURN_IF_ERROR(m.pool16.init(m.space.get(), max_padded * sizeof(bf16), 4));
@@ -153,6 +194,7 @@ Status ShardedModel::finalize() {
       HSDP_RETURN_IF_ERROR(m.mesh->shardGroupReduce().reserveScratch(max_shard * sizeof(float)));
     }
   }
+  if (m.replica_coll) HSDP_RETURN_IF_ERROR(m.replica_coll->reserve(max_shard, DType::kFloat32));
   m.group_ops.reserve(m.units.size());
   m.blocks16.reserve(m.units.size());
   m.group_units.reserve(m.units.size());
@@ -174,15 +216,18 @@ MemoryReport ShardedModel::memoryReport() const {
       r.offload_host_bytes += u.exp_avg.size() + u.exp_avg_sq.size() + u.host_master.size() +
                               u.host_grad.size() + u.host16.size();
     r.hpz_bytes += u.hpz_block.size();
+    // The encoded wires' per-unit state counts as communication memory.
+    r.comm_bytes += u.encoded_shard.size() + u.grad_residual.size() + u.replica_residual.size();
   }
   r.gathered_peak_bytes = m.pool.peakBytes();
   r.gathered_capacity_bytes = m.pool.capacityBytes();
   const Mesh& mesh = *m.mesh;
-  r.comm_bytes = m.hier->scratchBytes() + m.hier_reduce->scratchBytes() +
-                 mesh.intraShard().scratchBytes() + mesh.interShard().scratchBytes() +
-                 mesh.intraShardReduce().scratchBytes() + mesh.interShardReduce().scratchBytes() +
-                 mesh.shardGroup().scratchBytes() + mesh.shardGroupReduce().scratchBytes() +
-                 mesh.replica().scratchBytes() + mesh.world().scratchBytes();
+  r.comm_bytes += m.hier->scratchBytes() + m.hier_reduce->scratchBytes() +
+                  mesh.intraShard().scratchBytes() + mesh.interShard().scratchBytes() +
+                  mesh.intraShardReduce().scratchBytes() + mesh.interShardReduce().scratchBytes() +
+                  mesh.shardGroup().scratchBytes() + mesh.shardGroupReduce().scratchBytes() +
+                  mesh.replica().scratchBytes() + mesh.world().scratchBytes() +
+                  (m.replica_coll ? m.replica_coll->scratchBytes() : 0);
   return r;
 }
 

@@ -9,6 +9,20 @@ namespace {
 // Every chunk pays each level's latency and a staging copy: beyond a few thousand chunks a
 // collective is all latency (a 1 GiB unit in 4096 chunks moves 256 KiB per chunk).
 constexpr int kMaxPipelineChunks = 4096;
+
+// An unset wire from its variable, else `fallback`; a bad value names the variable.
+Status wireFromEnv(std::optional<Wire>* field, const char* var, Wire fallback) {
+  if (field->has_value()) return okStatus();
+  const std::string v = env::getString(var);
+  if (v.empty()) {
+    *field = fallback;
+    return okStatus();
+  }
+  StatusOr<Wire> w = parseWire(v);
+  if (!w.ok()) return invalidArgument(var, "='", v, "': ", w.status().message());
+  *field = *w;
+  return okStatus();
+}
 }  // namespace
 
 StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
@@ -46,6 +60,24 @@ StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
   if (*cfg.inter_dtype != DType::kFloat32 && *cfg.inter_dtype != DType::kBFloat16)
     return invalidArgument("inter-node wire dtype ", dtypeName(*cfg.inter_dtype),
                            " is not float or bf16");
+  // The wires: HSDP_INTER_DTYPE is the default of both inter wires.
+  const Wire alias = *cfg.inter_dtype == DType::kBFloat16 ? Wire::kBf16 : Wire::kFp32;
+  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.inter_param_wire, "HSDP_INTER_PARAM_WIRE", alias));
+  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.inter_grad_wire, "HSDP_INTER_GRAD_WIRE", alias));
+  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.replica_wire, "HSDP_REPLICA_WIRE", Wire::kFp32));
+  const char* block_from = "EngineConfig::quant_block";
+  if (!cfg.quant_block) {
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> b, env::getInt("HSDP_QUANT_BLOCK", 1));
+    if (b && *b > kMaxQuantBlock)
+      return invalidArgument("HSDP_QUANT_BLOCK=", *b, " exceeds ", kMaxQuantBlock);
+    cfg.quant_block = b ? static_cast<uint32_t>(*b) : kDefaultQuantBlock;
+    block_from = "HSDP_QUANT_BLOCK";
+  }
+  if (Status s = validate(WireFormat{Wire::kInt8, *cfg.quant_block}); !s.ok())
+    return invalidArgument(block_from, "=", *cfg.quant_block, ": ", s.message());
+  if (!cfg.grad_error_feedback) {
+    HSDP_ASSIGN_OR_RETURN(cfg.grad_error_feedback, env::getBool("HSDP_GRAD_ERROR_FEEDBACK"));
+  }
   if (!cfg.cpu_adam_threads) {
     // One thread per rank unless HSDP_CPU_ADAM_THREADS says otherwise: ranks share the node's
     // cores, and the CPU Adam's pool does not know about the other ranks.

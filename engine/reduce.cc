@@ -35,11 +35,25 @@ Status ShardedModel::Impl::ensureGrad(Unit& u, const char* verb, std::string_vie
   return okStatus();
 }
 
-StatusOr<WorkHandle> ShardedModel::Impl::reduceScatter(const void* full, void* shard, size_t count, DType t) {
-  if (hierarchical) return hier_reduce->ireduceScatter(full, shard, count, t, RedOp::kAvg);
+StatusOr<WorkHandle> ShardedModel::Impl::reduceScatter(Unit& u, const void* full, void* shard,
+                                                       DType t) {
+  const size_t count = u.layout.shardNumel();
+  if (hierarchical)  // an int8/int4 inter wire with error feedback carries the unit's residual
+    return hier_reduce->ireduceScatter(full, shard, count, t, RedOp::kAvg,
+                                       u.grad_residual.as<float>());
   return space->ireduceScatter(mesh->shardGroupReduce(), full, shard, count, t, RedOp::kAvg);
 }
 
+// The average of the unit's gradient shard over the data-parallel replicas: the transport's
+// exact all-reduce, or the encoded one (replica_wire; with the unit's residual for error
+// feedback).
+StatusOr<WorkHandle> ShardedModel::Impl::replicaAllReduce(Unit& u) {
+  const size_t n = u.layout.shardNumel();
+  if (replica_coll)
+    return replica_coll->iallReduce(u.grad_shard.data(), n, DType::kFloat32, RedOp::kAvg,
+                                    u.replica_residual.as<float>());
+  return space->iallReduce(dataParallel(), u.grad_shard.data(), n, DType::kFloat32, RedOp::kAvg);
+}
 
 // Moves pending gradient reductions along without blocking (or, with `block`, to the end):
 // a finished reduce-scatter frees its full-gradient block and starts the replica all-reduce.
@@ -63,12 +77,9 @@ Status ShardedModel::Impl::pollReductions(bool block) {
       }
       u.full_grad = nullptr;
       p.scatter_done = true;
-      Comm& dp = dataParallel();
-      if (dp.size() > 1) {
+      if (dataParallel().size() > 1) {
         watchdog::Label label(u.name, "replica group");
-        HSDP_ASSIGN_OR_RETURN(p.replicate,
-                              space->iallReduce(dp, u.grad_shard.data(), u.layout.shardNumel(),
-                                                DType::kFloat32, RedOp::kAvg));
+        HSDP_ASSIGN_OR_RETURN(p.replicate, replicaAllReduce(u));
       }
     }
   }
@@ -125,14 +136,13 @@ Status ShardedModel::reduceGrad(int unit) {
     watchdog::Label label(u.name, "shard group");
     StatusOr<WorkHandle> w = [&]() -> StatusOr<WorkHandle> {
       if (!m.bf16Reduce())
-        return m.reduceScatter(u.full_grad, u.grad_shard.data(), u.layout.shardNumel(),
-                               DType::kFloat32);
+        return m.reduceScatter(u, u.full_grad, u.grad_shard.data(), DType::kFloat32);
       // Round the whole gradient to bf16 and reduce 2-byte data.
       HSDP_ASSIGN_OR_RETURN(u.full_grad16, m.pool16.acquire(/*zero=*/false));
       bf16* g16 = static_cast<bf16*>(u.full_grad16);
       HSDP_RETURN_IF_ERROR(
           m.space->castToBf16(u.full_grad, g16, u.layout.paddedNumel(), Lane::kCompute));
-      return m.reduceScatter(g16, u.grad16.data(), u.layout.shardNumel(), DType::kBFloat16);
+      return m.reduceScatter(u, g16, u.grad16.data(), DType::kBFloat16);
     }();
     if (!w.ok()) return w.status().withContext(strCat("reduce-scatter of unit '", u.name, "'"));
     p.scatter = std::move(*w);

@@ -3,6 +3,7 @@
 // (engine/sharded_model_impl.h lists them).
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "engine/sharded_model_impl.h"
 #include "hsdp/env.h"
@@ -14,6 +15,49 @@ namespace hsdp {
 using engine::Unit;
 
 namespace {
+
+// The inter wires (config.h): int8/int4 run in the hierarchical host schedules, gather fp32
+// masters (zero3 only: zero1/zero2 gather into the replicated parameters that hold the master)
+// and reduce fp32 gradients; the encoded replica wire is host only. Nothing is quantized where
+// nothing crosses nodes (inter_shard 1), so those settings are accepted there.
+Status checkWires(const MeshShape& s, const EngineConfig& cfg) {
+  const Wire pw = *cfg.inter_param_wire, gw = *cfg.inter_grad_wire, rw = *cfg.replica_wire;
+  if (cfg.device == Device::kCuda && (wireQuantized(pw) || wireQuantized(gw) || rw != Wire::kFp32))
+    return invalidArgument("the ",
+                           wireQuantized(pw)   ? "parameter"
+                           : wireQuantized(gw) ? "gradient"
+                                               : "replica",
+                           " wire ",
+                           wireName(wireQuantized(pw)   ? pw
+                                    : wireQuantized(gw) ? gw
+                                                        : rw),
+                           " runs in the hierarchical host schedules; on a device parameters and "
+                           "gradients move with NCCL (use fp32 or bf16 wires)");
+  if (s.inter_shard < 2) return okStatus();
+  for (auto [w, what, var] : {std::tuple{pw, "parameter", "HSDP_INTER_PARAM_WIRE"},
+                              std::tuple{gw, "gradient", "HSDP_INTER_GRAD_WIRE"}}) {
+    if (!wireQuantized(w)) continue;
+    if (!*cfg.hierarchical)
+      return invalidArgument("the ", wireName(w), " inter ", what, " wire (", var,
+                             ") needs the hierarchical schedules (HSDP_HIER=1)");
+  }
+  if (wireQuantized(pw) && cfg.mode != ShardMode::kZero3)
+    return invalidArgument("the ", wireName(pw), " inter parameter wire needs mode zero3 (got ",
+                           shardModeName(cfg.mode),
+                           "): zero1/zero2 gather into the replicated "
+                           "parameters that hold the fp32 master");
+  if (wireQuantized(pw) && cfg.param_dtype != DType::kFloat32)
+    return invalidArgument("the ", wireName(pw),
+                           " inter parameter wire encodes the fp32 master; "
+                           "param_dtype ",
+                           dtypeName(cfg.param_dtype), " would gather bf16: pick one");
+  if (wireQuantized(gw) && cfg.reduce_dtype != DType::kFloat32)
+    return invalidArgument("the ", wireName(gw),
+                           " inter gradient wire encodes fp32 gradients; "
+                           "reduce_dtype ",
+                           dtypeName(cfg.reduce_dtype), ": pick one");
+  return okStatus();
+}
 
 // Every combination the engine cannot run is named here, before anything is allocated, so every
 // rank reaches the same verdict with no collective.
@@ -57,7 +101,7 @@ Status checkConfig(const Mesh& mesh, const EngineConfig& cfg) {
     return invalidArgument("clip_norm=", cfg.clip_norm, " must be finite and >= 0");
   if (cfg.max_gathered_units < 0)
     return invalidArgument("max_gathered_units=", cfg.max_gathered_units, " must be >= 0");
-  return okStatus();
+  return checkWires(s, cfg);
 }
 
 }  // namespace
@@ -121,12 +165,15 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
   HierOptions hopts;
   hopts.chunks = *cfg.pipeline_chunks;
   hopts.min_chunk_bytes = *cfg.pipeline_min_chunk_bytes;
-  hopts.inter_dtype = *cfg.inter_dtype;
+  // The wires per direction (inter_dtype, their shorthand, is already resolved into them).
+  HierOptions gather_opts = hopts, reduce_opts = hopts;
+  gather_opts.gather_wire = {*cfg.inter_param_wire, *cfg.quant_block};
+  reduce_opts.reduce_wire = {*cfg.inter_grad_wire, *cfg.quant_block};
   impl->hier = std::make_unique<HierarchicalCollectives>(mesh.intraShard(), mesh.interShard());
   impl->hier_reduce =
       std::make_unique<HierarchicalCollectives>(mesh.intraShardReduce(), mesh.interShardReduce());
-  HSDP_RETURN_IF_ERROR(impl->hier->setOptions(hopts));
-  HSDP_RETURN_IF_ERROR(impl->hier_reduce->setOptions(hopts));
+  HSDP_RETURN_IF_ERROR(impl->hier->setOptions(gather_opts));
+  HSDP_RETURN_IF_ERROR(impl->hier_reduce->setOptions(reduce_opts));
   return std::unique_ptr<ShardedModel>(new ShardedModel(std::move(impl)));
 }
 
@@ -197,6 +244,7 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
   if (m.queue && !u.frozen)  // the host master mirrors the shard
     HSDP_RETURN_IF_ERROR(sp.copyToHost(u.host_master.data(), m.master(u),
                                        u.layout.shardNumel() * sizeof(float)));
+  HSDP_RETURN_IF_ERROR(m.refreshEncoded(u));
   return m.refresh16(u);
 }
 
@@ -212,10 +260,13 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
     return m.space->copyToHost(out->data(), src, u.layout.numel() * sizeof(float));
   }
   HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/false));
-  // The fp32 masters (with bf16 parameters the gathered compute copies are roundings).
+  // The fp32 masters (with bf16 parameters the gathered compute copies are roundings; an
+  // int8/int4 parameter wire is bypassed: this gather is exact).
   watchdog::Label label(u.name, "shard group");
-  auto w = m.gatherAny(m.master(u), static_cast<float*>(block), u.layout.shardNumel(),
-                       DType::kFloat32);
+  auto w = m.encodedParams() ? m.hier->iallGather(m.master(u), block, u.layout.shardNumel(),
+                                                  DType::kFloat32, WireFormat{})
+                             : m.gatherAny(m.master(u), static_cast<float*>(block),
+                                           u.layout.shardNumel(), DType::kFloat32);
   watchdog::WaitScope wait("gatherFullParameters", u.name);
   Status s = w.ok() ? m.space->reached(*w, Lane::kCompute, /*block=*/true, /*exposed=*/false)
                           .status()

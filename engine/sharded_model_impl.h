@@ -65,6 +65,15 @@ struct Unit {
   SpaceBuffer shard16, grad16;
   // hpZ: this rank's intra-node block of the unit's parameters (J shards), kept from forward.
   SpaceBuffer hpz_block;
+  // int8/int4 parameter wire: the fp32 master shard encoded for the gathers (hsdp/quantize.h),
+  // refreshed after every optimizer step and setParameter (step.cc), so that all gathers of a
+  // step (zero3: forward and backward) send and decode the same codes.
+  SpaceBuffer encoded_shard;
+  bool encoded_valid = false;
+  // Error feedback of the encoded gradient wires: what this rank's encodings of the unit's
+  // gradient dropped last step, added to what it sends next (zeros at first): the inter
+  // reduce-scatter's (J-1 pieces of the shard) and the replica all-reduce's.
+  SpaceBuffer grad_residual, replica_residual;
 
   // ---- the gather path (unshard.cc) ----
   bool hpz_valid = false;
@@ -130,6 +139,11 @@ struct ShardedModel::Impl {
   // Gathers and reductions run on separate communicators (mesh.h): both are in flight at once.
   std::unique_ptr<HierarchicalCollectives> hier;         // parameter all-gathers
   std::unique_ptr<HierarchicalCollectives> hier_reduce;  // gradient reduce-scatters
+  // An encoded replica wire (replica_wire bf16/int8/int4): the replica all-reduce as the
+  // schedules' encoded all-reduce over the data-parallel communicator split by node (the
+  // replicas on this node; one per node); built by finalize().
+  std::unique_ptr<Comm> replica_intra, replica_inter;
+  std::unique_ptr<HierarchicalCollectives> replica_coll;
   // Every host shard is stepped by the SIMD CPU Adam (bitwise equal to adamStep, ~4x faster).
   std::unique_ptr<CpuAdam> cpu_adam;
   NumaTopology numa;
@@ -174,6 +188,11 @@ struct ShardedModel::Impl {
     return shards > 1 && (cfg.mode == ShardMode::kZero2 || cfg.mode == ShardMode::kZero3);
   }
   bool bf16Params() const { return shards > 1 && cfg.param_dtype == DType::kBFloat16; }
+  // Gathers move the encoded master shard (int8/int4 parameter wire across nodes, zero3).
+  bool encodedParams() const {
+    return shards > 1 && hierarchical && cfg.mode == ShardMode::kZero3 && hier->gatherQuantizes();
+  }
+  WireFormat paramWire() const { return {*cfg.inter_param_wire, *cfg.quant_block}; }
   bool bf16Reduce() const { return shards > 1 && cfg.reduce_dtype == DType::kBFloat16; }
   // This rank's shard index in every unit's layout.
   int shardIndex() const { return shards == 1 ? 0 : mesh->coords().shard_rank; }
@@ -192,6 +211,9 @@ struct ShardedModel::Impl {
   }
 
   Status checkUnit(int u, const char* verb) const;
+  // allocate.cc
+  Status createReplicaWire();
+  Status allocateResiduals(Unit& u);
   // Waits (host) or orders `lane` (device) for `w`, counting host waiting as exposed time.
   Status blockOn(WorkHandle& w, Lane lane = Lane::kCompute) {
     return space->reached(w, lane, /*block=*/true).status();
@@ -211,7 +233,8 @@ struct ShardedModel::Impl {
 
   // reduce.cc
   Status ensureGrad(Unit& u, const char* verb, std::string_view param);
-  StatusOr<WorkHandle> reduceScatter(const void* full, void* shard, size_t count, DType t);
+  StatusOr<WorkHandle> reduceScatter(Unit& u, const void* full, void* shard, DType t);
+  StatusOr<WorkHandle> replicaAllReduce(Unit& u);
   Status pollReductions(bool block);
 
   // step.cc
@@ -219,6 +242,7 @@ struct ShardedModel::Impl {
   // (bf16: the roundings); frozen units too with `frozen_too` (after a load).
   Status gatherReplicated(bool frozen_too);
   Status refresh16(Unit& u);
+  Status refreshEncoded(Unit& u);
   Status readNorm() const;
   Status launchStep(Unit& u, int64_t t, float scale);
   Status waitForStep(Unit& u);

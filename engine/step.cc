@@ -30,6 +30,15 @@ Status ShardedModel::Impl::refresh16(Unit& u) {
                            Lane::kCompute);
 }
 
+// The int8/int4 parameter wire: encode the master shard once, for every gather until the next
+// step. (Host only: the quantized wires run in the host schedules.)
+Status ShardedModel::Impl::refreshEncoded(Unit& u) {
+  if (!encodedParams()) return okStatus();
+  wireEncode(paramWire(), master(u), u.layout.shardNumel(), u.encoded_shard.data());
+  u.encoded_valid = true;
+  return okStatus();
+}
+
 Status ShardedModel::Impl::readNorm() const {
   if (!norm_pending) return okStatus();
   HSDP_ASSIGN_OR_RETURN(double sumsq, space->normResult());
@@ -51,10 +60,14 @@ Status ShardedModel::Impl::launchStep(Unit& u, int64_t t, float scale) {
   // The bf16 copy: straight into shard16 on the host; on a device into host16, then uploaded.
   bf16* out16 = !bf16Params() ? nullptr : onDevice() ? u.host16.as<bf16>() : u.shard16.as<bf16>();
   bf16* up16 = bf16Params() && onDevice() ? u.shard16.as<bf16>() : nullptr;
+  // The int8/int4 parameter wire: the worker encodes the new master too, off the training thread.
+  const bool encode = encodedParams();
+  const WireFormat wire = paramWire();
   HSDP_RETURN_IF_ERROR(
       sp->startDownload(*u.offload, u.host_grad.data(), u.grad_shard.data(), n * sizeof(float)));
-  u.step_ticket = queue->submit([&u, space_master, n, adam, opt, sp, t, scale, out16,
-                                 up16]() -> Status {
+  u.encoded_valid = false;
+  u.step_ticket = queue->submit([&u, space_master, n, adam, opt, sp, t, scale, out16, up16, encode,
+                                 wire]() -> Status {
     HSDP_RETURN_IF_ERROR(sp->finishDownload(*u.offload, u.host_grad.data(), u.grad_shard.data(),
                                             n * sizeof(float)));
     for (const DecaySpan& s : u.decay_spans) {
@@ -67,7 +80,9 @@ Status ShardedModel::Impl::launchStep(Unit& u, int64_t t, float scale) {
     }
     HSDP_RETURN_IF_ERROR(
         sp->upload(*u.offload, space_master, u.host_master.data(), n * sizeof(float)));
-    if (up16 != nullptr) HSDP_RETURN_IF_ERROR(sp->upload(*u.offload, up16, out16, n * sizeof(bf16)));
+    if (up16 != nullptr)
+      HSDP_RETURN_IF_ERROR(sp->upload(*u.offload, up16, out16, n * sizeof(bf16)));
+    if (encode) wireEncode(wire, u.host_master.as<float>(), n, u.encoded_shard.data());
     return okStatus();
   });
   return okStatus();
@@ -80,6 +95,7 @@ Status ShardedModel::Impl::waitForStep(Unit& u) {
   watchdog::WaitScope wait("offloaded optimizer step", u.name);
   HSDP_RETURN_IF_ERROR(queue->waitFor(u.step_ticket));
   u.step_ticket = 0;
+  u.encoded_valid = encodedParams();  // the job encoded the new master
   return space->awaitUpload(*u.offload);
 }
 
@@ -198,6 +214,7 @@ Status ShardedModel::step() {
             {p + s.begin, u.grad_shard.as<float>() + s.begin, u.exp_avg.as<float>() + s.begin,
              u.exp_avg_sq.as<float>() + s.begin, s.n, p16 ? p16 + s.begin : nullptr},
             coef));
+      HSDP_RETURN_IF_ERROR(m.refreshEncoded(u));  // once per step, while the shard is warm
     }
     u.grad_reduced = false;
   }
@@ -208,6 +225,7 @@ Status ShardedModel::step() {
     for (Unit& u : m.units) {
       if (u.frozen) continue;
       u.step_ticket = 0;
+      u.encoded_valid = m.encodedParams();
       HSDP_RETURN_IF_ERROR(m.space->awaitUpload(*u.offload));
     }
   }

@@ -1,6 +1,6 @@
 // The gather path: unshard / waitForUnshard / reshard (FSDP2's verbs), param() and copy-out, and
-// how a unit's parameters get gathered (pool blocks, bf16 on the wire, hpZ's intra-node
-// re-gather, the rate limiter's deferred gathers).
+// how a unit's parameters get gathered (pool blocks, bf16 on the wire, the int8/int4 wire's
+// encoded master, hpZ's intra-node re-gather, the rate limiter's deferred gathers).
 #include <algorithm>
 
 #include "engine/sharded_model_impl.h"
@@ -21,6 +21,10 @@ Status ShardedModel::Impl::issueGather(Unit& u) {
       return space->iallGather(mesh->intraShard(), u.hpz_block.data(), u.gathered,
                                mesh->shape().inter_shard * u.layout.shardNumel(),
                                DType::kFloat32);
+    if (encodedParams()) {  // int8/int4 across nodes: the step's encoded master, decoded here
+      if (!u.encoded_valid) HSDP_RETURN_IF_ERROR(refreshEncoded(u));
+      return hier->iallGatherEncoded(u.encoded_shard.data(), u.gathered, u.layout.shardNumel());
+    }
     if (bf16Params()) {  // 2 bytes on the wire; upcast in waitForUnshard
       HSDP_ASSIGN_OR_RETURN(u.gathered16, pool16.acquire(/*zero=*/false));
       return gatherAny(u.shard16.data(), u.gathered16, u.layout.shardNumel(), DType::kBFloat16);

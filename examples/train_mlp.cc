@@ -76,6 +76,28 @@ hsdp::StatusOr<float> microStep(Run& run, int64_t step, int micro, bool last) {
   return loss;
 }
 
+// The loss of the trained model on `samples` held-out samples (data of a step no training step
+// draws), forward only, each rank its slice; the mean over every rank.
+hsdp::StatusOr<float> validationLoss(Run& run, int samples) {
+  constexpr int64_t kHeldOutStep = int64_t{1} << 40;
+  const mlp::Spec& spec = run.spec;
+  const int L = spec.layers(), per_rank = samples / run.world.size();
+  mlp::Batch batch = mlp::makeBatch(spec, kHeldOutStep, run.world.rank() * per_rank, per_rank);
+  mlp::Matrix a = batch.x;
+  HSDP_RETURN_IF_ERROR(hsdp::forwardUnits(run.model, run.order, [&](int l) -> hsdp::Status {
+    HSDP_ASSIGN_OR_RETURN(hsdp::ParamView w, run.model.param(l, "weight"));
+    HSDP_ASSIGN_OR_RETURN(hsdp::ParamView b, run.model.param(l, "bias"));
+    mlp::Matrix z;
+    mlp::linearForward(w.data, b.data, spec.dims[l + 1], spec.dims[l], a, &z);
+    a = l + 1 < L ? mlp::Matrix(z.array().tanh()) : z;
+    return hsdp::okStatus();
+  }));
+  mlp::Matrix unused;
+  float loss = mlp::crossEntropy(a, batch.labels, &unused) / run.world.size();
+  HSDP_RETURN_IF_ERROR(run.world.allReduce(&loss, 1, hsdp::DType::kFloat32, hsdp::RedOp::kSum));
+  return loss;
+}
+
 // One optimizer step: `accum` micro-steps, then the step on the shards; returns the mean loss.
 hsdp::StatusOr<float> trainStep(Run& run, int64_t step) {
   float loss = 0;
@@ -114,8 +136,17 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
 
   Run run{world, model, spec, opt, {}};
   for (int l = 0; l < spec.layers(); ++l) run.order.push_back(l);
-  return mlp::trainAndReport(kProgram, world, world, **mesh, model, spec, cfg, opt,
-                             [&](int step) { return trainStep(run, step); });
+  int rc = mlp::trainAndReport(kProgram, world, world, **mesh, model, spec, cfg, opt,
+                               [&](int step) { return trainStep(run, step); });
+  if (opt.val_samples > 0) {
+    auto val = validationLoss(run, opt.val_samples);
+    if (!val.ok()) {
+      mlp::printError(kProgram, rank, val.status().toString());
+      world.abortJob(mlp::kExitRuntime);
+    }
+    if (rank == 0) std::printf("validation loss: %.6f (%d samples)\n", *val, opt.val_samples);
+  }
+  return rc;
 }
 
 }  // namespace

@@ -227,6 +227,8 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
   };
   if (hsdp::Status s = mlp::configure(opt, world.size(), &spec, &cfg, &mesh_spec); !s.ok())
     return fail(s);
+  if (opt.val_samples > 0)
+    return fail(hsdp::invalidArgument("--val-samples: validation is train_mlp's (host) only"));
   cfg.device = hsdp::Device::kCuda;
 
   // Declaration order is destruction order reversed: the workspace, cuBLAS handle and model go

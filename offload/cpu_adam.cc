@@ -78,43 +78,6 @@ using cpu_adam_detail::KernelFn;
 // The kernels write bf16 through uint16_t*: the same two bytes.
 static_assert(sizeof(bf16) == sizeof(uint16_t));
 
-const char* cpuIsaName(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kScalar: return "scalar";
-    case CpuIsa::kAvx2: return "avx2";
-    case CpuIsa::kAvx512: return "avx512";
-  }
-  return "?";
-}
-
-StatusOr<CpuIsa> parseCpuIsa(std::string_view name) {
-  if (name == "scalar") return CpuIsa::kScalar;
-  if (name == "avx2") return CpuIsa::kAvx2;
-  if (name == "avx512") return CpuIsa::kAvx512;
-  return invalidArgument("unknown CPU ISA '", name, "' (expected avx512, avx2 or scalar)");
-}
-
-bool cpuIsaSupported(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kScalar: return true;
-#if defined(HSDP_CPU_ADAM_X86)
-    // __builtin_cpu_supports also checks that the OS saves the wider registers (XCR0).
-    case CpuIsa::kAvx2: return __builtin_cpu_supports("avx2");
-    case CpuIsa::kAvx512: return __builtin_cpu_supports("avx512f");
-#else
-    default: return false;
-#endif
-  }
-  return false;
-}
-
-std::vector<CpuIsa> supportedCpuIsas() {
-  std::vector<CpuIsa> out;
-  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kScalar})
-    if (cpuIsaSupported(isa)) out.push_back(isa);
-  return out;
-}
-
 StatusOr<CpuIsa> cpuAdamIsaFromEnv() {
   return cpu_adam_detail::resolveCpuIsa(env::getString("HSDP_CPU_ADAM_ISA"), supportedCpuIsas());
 }

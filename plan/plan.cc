@@ -52,6 +52,16 @@ Status validatePlanInput(const PlanInput& in) {
     return invalidArgument("mode none replicates everything and needs intra_shard=1 and "
                            "inter_shard=1 (got intra_shard=", in.intra_shard, ", inter_shard=",
                            in.inter_shard, "); use zero1, zero2 or zero3 to shard");
+  HSDP_RETURN_IF_ERROR(validate(WireFormat{Wire::kInt8, in.quant_block}));
+  const bool qp = in.param_wire && wireQuantized(*in.param_wire);
+  const bool qg = in.grad_wire && wireQuantized(*in.grad_wire);
+  if (in.inter_shard > 1 && qp && in.mode != ShardMode::kZero3)
+    return invalidArgument("--inter-param-wire ", wireName(*in.param_wire),
+                           " needs mode zero3 (got ", shardModeName(in.mode),
+                           "), as in the engine");
+  if (in.inter_shard > 1 && (qp || qg) && in.param_dtype != DType::kFloat32)
+    return invalidArgument("a ", wireName(qp ? *in.param_wire : *in.grad_wire),
+                           " inter wire encodes fp32 data: use --param-dtype fp32, as the engine");
   if (in.hpz) {
     if (in.mode != ShardMode::kZero3)
       return invalidArgument("--hpz with mode ", shardModeName(in.mode),
@@ -66,6 +76,47 @@ Status validatePlanInput(const PlanInput& in) {
   }
   return okStatus();
 }
+
+namespace {
+
+// D on a wire: Σ over units of S shards' encoded bytes (unset wire: e bytes per element, the
+// plain D = e·ΣP).
+uint64_t wireData(const Plan& p, std::optional<Wire> wire) {
+  const uint64_t S = static_cast<uint64_t>(p.shard_group);
+  uint64_t d = 0;
+  for (uint64_t n : p.input.units) {
+    const uint64_t s = (n + S - 1) / S;
+    d += S * (wire ? encodedBytes({*wire, p.input.quant_block}, s)
+                   : static_cast<uint64_t>(p.elem_bytes) * s);
+  }
+  return d;
+}
+
+PlanTraffic traffic(const Plan& p, std::optional<Wire> pw, std::optional<Wire> gw,
+                    std::optional<Wire> rw) {
+  const PlanInput& in = p.input;
+  const uint64_t J = in.inter_shard, N = in.nodes, R = p.replicas, M = p.replica_nodes;
+  PlanTraffic t;
+  switch (in.mode) {
+    case ShardMode::kNone:
+      t.all_reduce = 2 * (N - 1) * wireData(p, rw);
+      break;
+    case ShardMode::kZero1:
+    case ShardMode::kZero2:
+      t.all_gather = R * (J - 1) * wireData(p, pw);
+      t.reduce_scatter = R * (J - 1) * wireData(p, gw);
+      t.all_reduce = 2 * (M - 1) * wireData(p, rw);
+      break;
+    case ShardMode::kZero3:
+      t.all_gather = (in.hpz ? 1 : 2) * R * (J - 1) * wireData(p, pw);
+      t.reduce_scatter = R * (J - 1) * wireData(p, gw);
+      t.all_reduce = 2 * (M - 1) * wireData(p, rw);
+      break;
+  }
+  return t;
+}
+
+}  // namespace
 
 StatusOr<Plan> makePlan(const PlanInput& in) {
   HSDP_RETURN_IF_ERROR(validatePlanInput(in));
@@ -128,24 +179,9 @@ StatusOr<Plan> makePlan(const PlanInput& in) {
     p.host_pinned_per_node = G * p.host_pinned_per_rank;
   }
 
-  const uint64_t D = e * whole;
-  PlanTraffic& t = p.cross_node;
-  switch (in.mode) {
-    case ShardMode::kNone:
-      t.all_reduce = 2 * (N - 1) * D;
-      break;
-    case ShardMode::kZero1:
-    case ShardMode::kZero2:
-      t.all_gather = R * (J - 1) * D;
-      t.reduce_scatter = R * (J - 1) * D;
-      t.all_reduce = 2 * (M - 1) * D;
-      break;
-    case ShardMode::kZero3:
-      t.all_gather = (in.hpz ? 1 : 2) * R * (J - 1) * D;
-      t.reduce_scatter = R * (J - 1) * D;
-      t.all_reduce = 2 * (M - 1) * D;
-      break;
-  }
+  p.cross_node = traffic(p, in.param_wire, in.grad_wire, in.replica_wire);
+  for (Wire w : {Wire::kFp32, Wire::kBf16, Wire::kInt8, Wire::kInt4})
+    p.traffic_by_wire.push_back({w, traffic(p, w, w, w)});
   return p;
 }
 

@@ -1,11 +1,14 @@
 // hsdp-plan: per-GPU memory and cross-node traffic of a sharding configuration, predicted without
 // running anything (the formulas: include/hsdp/plan.h; the guide: docs/plan.md).
 //
-//   hsdp-plan --params 7.5e9 --nodes 2 --gpus-per-node 8 --intra-shard 8 --inter-shard 1 --mode zero3
+//   hsdp-plan --params 7.5e9 --nodes 2 --gpus-per-node 8 --intra-shard 8 --inter-shard 1 --mode
+//   zero3
 //   hsdp-plan --layers units.txt --nodes 4 --gpus-per-node 8 --mode zero3 --intra-shard 8 \
 //             --inter-shard 2 --hpz --param-dtype bf16 --offload cpu --json
 //   hsdp-plan --params 7.5e9 --units 32 --nodes 2 --gpus-per-node 8 --auto --mem-budget 80G \
 //             --svg plan.svg
+//   hsdp-plan --params 1e9 --nodes 4 --gpus-per-node 8 --inter-shard 4 --param-dtype fp32 \
+//             --inter-param-wire int8 --inter-grad-wire int8 --replica-wire bf16
 //
 // Exit codes: 0 ok; 1 --auto found no configuration within the budget; 2 bad input (the message
 // names the flag, value, file or line).
@@ -14,6 +17,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "hsdp/plan.h"
@@ -27,6 +31,8 @@ constexpr int64_t kDefaultUnits = 32;
 
 struct Options {
   std::string params, layers, mode = "zero3", dtype = "bf16", offload = "none", budget, svg;
+  std::string param_wire, grad_wire, replica_wire;  // "": the policy's element type
+  uint32_t quant_block = hsdp::kDefaultQuantBlock;
   int64_t units = kDefaultUnits;
   int64_t nodes = 0, gpus = 0, intra = 0, inter = 0;
   bool hpz = false, json = false, automatic = false;
@@ -101,7 +107,39 @@ json planJson(const hsdp::Plan& p) {
         {"all_reduce", p.cross_node.all_reduce},
         {"total", p.cross_node.total()},
         {"per_node", p.crossNodePerNode()}}}};
+  auto wireOr = [&](const std::optional<hsdp::Wire>& w) {
+    return w ? std::string(hsdp::wireName(*w)) : std::string(hsdp::planDTypeName(in.param_dtype));
+  };
+  j["wires"] = {{"param", wireOr(in.param_wire)},
+                {"grad", wireOr(in.grad_wire)},
+                {"replica", wireOr(in.replica_wire)},
+                {"quant_block", in.quant_block}};
+  json by = json::object();
+  for (const hsdp::PlanWireTraffic& w : p.traffic_by_wire)
+    by[hsdp::wireName(w.wire)] = {{"all_gather", w.traffic.all_gather},
+                                  {"reduce_scatter", w.traffic.reduce_scatter},
+                                  {"all_reduce", w.traffic.all_reduce},
+                                  {"total", w.traffic.total()}};
+  j["cross_node_bytes_per_step_by_wire"] = by;
   return j;
+}
+
+// The step's cross-node bytes with all three collectives on each wire in turn.
+void printByWire(const hsdp::Plan& p) {
+  std::printf(
+      "\ncross-node bytes per step by wire (every collective on it; int8/int4: one fp32 "
+      "scale per %u elements)\n",
+      p.input.quant_block);
+  std::printf("  %-6s %14s %14s %14s %14s %8s\n", "wire", "all-gather", "reduce-scatter",
+              "all-reduce", "total", "vs fp32");
+  const double fp32 = static_cast<double>(p.traffic_by_wire.front().traffic.total());
+  for (const hsdp::PlanWireTraffic& w : p.traffic_by_wire)
+    std::printf("  %-6s %14s %14s %14s %14s %7.4fx\n", hsdp::wireName(w.wire),
+                hsdp::formatBytes(w.traffic.all_gather).c_str(),
+                hsdp::formatBytes(w.traffic.reduce_scatter).c_str(),
+                hsdp::formatBytes(w.traffic.all_reduce).c_str(),
+                hsdp::formatBytes(w.traffic.total()).c_str(),
+                fp32 > 0 ? static_cast<double>(w.traffic.total()) / fp32 : 0.0);
 }
 
 void printPlan(const hsdp::Plan& p, uint64_t budget) {
@@ -181,6 +219,7 @@ void printPlan(const hsdp::Plan& p, uint64_t budget) {
   row("all-reduce", p.cross_node.all_reduce, ar);
   row("total", p.cross_node.total(), "all-gather + reduce-scatter + all-reduce");
   row("per node", p.crossNodePerNode(), "total / N");
+  printByWire(p);
 }
 
 void printAuto(const std::vector<hsdp::Plan>& fits, size_t considered, uint64_t budget) {
@@ -239,6 +278,16 @@ int run(const Options& opt, bool intra_given, bool inter_given, bool mode_given)
   if (opt.offload != "cpu" && opt.offload != "none")
     return fail(hsdp::invalidArgument("--offload '", opt.offload, "': expected cpu (or none)"));
   in.offload_cpu = opt.offload == "cpu";
+  for (auto [text, field, flag] :
+       {std::tuple{&opt.param_wire, &in.param_wire, "--inter-param-wire"},
+        std::tuple{&opt.grad_wire, &in.grad_wire, "--inter-grad-wire"},
+        std::tuple{&opt.replica_wire, &in.replica_wire, "--replica-wire"}}) {
+    if (text->empty()) continue;
+    auto w = hsdp::parseWire(*text);
+    if (!w.ok()) return fail(hsdp::invalidArgument(flag, ": ", w.status().message()));
+    *field = *w;
+  }
+  in.quant_block = opt.quant_block;
   uint64_t budget = 0;
   if (!opt.budget.empty()) {
     auto b = hsdp::parseByteSize(opt.budget, "--mem-budget");
@@ -347,6 +396,14 @@ int main(int argc, char** argv) {
   app.add_flag("--hpz", opt.hpz, "zero3: keep an intra-node secondary partition for backward");
   app.add_option("--param-dtype", opt.dtype, "bf16 (mixed precision, default) | fp32");
   app.add_option("--offload", opt.offload, "cpu: optimizer state in pinned host memory");
+  app.add_option("--inter-param-wire", opt.param_wire,
+                 "wire of parameter all-gathers across nodes: fp32 | bf16 | int8 | int4 "
+                 "(default: the --param-dtype's)");
+  app.add_option("--inter-grad-wire", opt.grad_wire,
+                 "wire of gradient reduce-scatters across nodes (default: the --param-dtype's)");
+  app.add_option("--replica-wire", opt.replica_wire,
+                 "wire of the replica all-reduce (default: the --param-dtype's)");
+  app.add_option("--quant-block", opt.quant_block, "elements per scale of int8/int4 (2048)");
   app.add_flag("--json", opt.json, "print JSON");
   app.add_flag("--auto", opt.automatic,
                "list every factorization x mode that fits --mem-budget, by cross-node bytes");

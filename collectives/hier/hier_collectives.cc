@@ -1,18 +1,20 @@
+// The fp32/bf16 schedules (two-phase, pipelined, the all-reduce) and the public class; the
+// shared machinery is in hier_internal.h, the block-quantized schedules in hier_quantized.cc.
 #include "hsdp/hier_collectives.h"
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <vector>
 
-#include "core/progress.h"
-#include "core/scratch_pool.h"
-#include "core/watchdog.h"
+#include "collectives/hier/hier_internal.h"
 #include "hsdp/log.h"
 
 namespace hsdp {
 
+using hier_detail::ChunkPipeline;
+using hier_detail::chunkRange;
+using hier_detail::PhasedSchedule;
 using hier_detail::State;
 
 namespace {
@@ -31,190 +33,7 @@ void convert(const void* src, DType from, void* dst, DType to, size_t n) {
   }
 }
 
-// Chunk c of `count` elements cut into `chunks` nearly equal parts (the first count % chunks
-// parts are one longer), so any chunk count works with any size.
-std::pair<size_t, size_t> chunkRange(size_t count, size_t chunks, size_t c) {
-  const size_t base = count / chunks, extra = count % chunks;
-  const size_t off = c * base + std::min(c, extra);
-  return {off, base + (c < extra ? 1 : 0)};
-}
-
 }  // namespace
-
-// Everything the schedules of one HierarchicalCollectives share: the two levels, the options,
-// the staging slots and the issue order. The public class is a handle to it (pImpl), so the
-// schedule classes below need no friendship.
-struct hier_detail::State {
-  State(Comm& intra, Comm& inter, HierOptions options)
-      : intra_(intra), inter_(inter), options_(options),
-        pool_(std::make_unique<ScratchPool>()) {}
-
-  int groupSize() const { return intra_.size() * inter_.size(); }
-  size_t chunkCount(size_t count, DType dtype) const;
-  bool pipelined(size_t count, DType dtype) const;
-  DType wireType(DType dtype) const;
-  size_t stagingBytes(size_t count, DType dtype) const;
-  size_t allReduceBytes(size_t count, DType dtype) const;
-  // The one level to hand a small all-reduce to (null: run the schedule).
-  Comm* singleLevelAllReduce(size_t count, DType dtype);
-  bool mayIssue(const void* w) const { return !issuing_.empty() && issuing_.front() == w; }
-  void doneIssuing(const void* w);
-
-  StatusOr<WorkHandle> iallGather(const void* shard, void* full, size_t count, DType dtype);
-  StatusOr<WorkHandle> ireduceScatter(const void* full, void* shard, size_t count, DType dtype,
-                                      RedOp op);
-  StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op);
-
-  Comm& intra_;
-  Comm& inter_;
-  HierOptions options_;
-  // Staging for pipelined chunks and the all-reduce's padded buffer: one slot per work in flight.
-  std::unique_ptr<ScratchPool> pool_;
-  std::deque<const void*> issuing_;  // works that still have steps to issue, in order
-};
-
-// A schedule of sub-communicator operations, advanced by the process-wide progress loop.
-class ScheduleWork : public ProgressiveWork {
- public:
-  // The caller's Label goes with the schedule: its sub-collectives are issued later, from any
-  // wait or the progress thread, and carry the unit they move in their fingerprints.
-  ScheduleWork(State& h, HostBuffer* slot) : h_(h), slot_(slot), label_(watchdog::currentLabel()) {
-    h_.issuing_.push_back(this);
-  }
-  ~ScheduleWork() override {
-    auto lock = progressLock();
-    h_.doneIssuing(this);
-  }
-
- protected:
-  // Runs step() until it makes no more progress; converts failures into the Work's status.
-  void advance() final {
-    watchdog::LabelRestore label(label_);
-    for (int guard = 0; guard < 64; ++guard) {
-      StatusOr<bool> moved = step();
-      if (!moved.ok()) return complete(moved.status());
-      if (done()) return;
-      if (!*moved) return;
-    }
-  }
-  // One pass over the schedule; true if anything changed.
-  virtual StatusOr<bool> step() = 0;
-
-  void complete(Status s) {
-    h_.doneIssuing(this);
-    if (slot_ != nullptr) h_.pool_->release(slot_);
-    slot_ = nullptr;
-    finish(std::move(s));
-  }
-  // Tests an in-flight sub-operation; true (and resets it) once complete.
-  static StatusOr<bool> finished(WorkHandle& w) {
-    if (!w) return false;
-    HSDP_ASSIGN_OR_RETURN(bool ok, isComplete(*w));
-    if (ok) w.reset();
-    return ok;
-  }
-
-  State& h_;
-  HostBuffer* slot_;
-  watchdog::LabelData label_;
-};
-
-// A pipelined schedule. The data is cut into C chunks, and every chunk passes through the same
-// stages, each one sub-collective on one level (intra or inter). Per level, operations are issued
-// in one fixed order, the same on every rank (a communicator must see its nonblocking collectives
-// in the same order everywhere). An operation waits only for the earlier stages of its own chunk
-// and, for a chunk's first stage, for its staging slot (chunk c uses slot c % slots, free once
-// chunk c - slots is done); both come earlier in every level's order, so the schedule cannot
-// deadlock. At most `max_in_flight` operations per level are on the wire at once: two keep a link
-// busy across a chunk boundary (the next one is queued while the current one drains), where one
-// at a time leaves the link idle for a completion-and-issue round trip per chunk.
-class ChunkPipeline : public ScheduleWork {
- public:
-  // Staging slots: chunks in flight at once.
-  static constexpr size_t kSlots = 4;
-  static size_t slotsFor(size_t chunks) { return std::min(kSlots, chunks); }
-
- protected:
-  enum Level { kIntra = 0, kInter = 1 };
-  struct Op {
-    size_t chunk;
-    int stage;
-  };
-
-  ChunkPipeline(State& h, HostBuffer* slot, size_t chunks,
-                std::vector<Level> stage_levels, size_t max_in_flight)
-      : ScheduleWork(h, slot), C_(chunks), slots_(slotsFor(chunks)),
-        levels_(std::move(stage_levels)), max_in_flight_(max_in_flight), stage_(chunks, 0),
-        busy_(chunks, false), works_(chunks) {}
-
-  // The fixed issue order of each level; every (chunk, stage) of that level exactly once, each
-  // chunk's stages in stage order. Set by the subclass before its first advance().
-  void setOrder(Level level, std::vector<Op> order) { order_[level] = std::move(order); }
-  // The orders of a two-stage pipeline: every chunk's stage 0, then every chunk's stage 1.
-  void setTwoStageOrder() {
-    std::vector<Op> first, second;
-    for (size_t c = 0; c < C_; ++c) first.push_back({c, 0}), second.push_back({c, 1});
-    setOrder(levels_[0], std::move(first));
-    setOrder(levels_[1], std::move(second));
-  }
-
-  // Starts `stage` of chunk `c`; its inputs are ready.
-  virtual StatusOr<WorkHandle> issue(size_t c, int stage) = 0;
-  // `stage` of chunk `c` has completed (unpack, convert); after its last stage the chunk's slot
-  // is reused.
-  virtual void landed(size_t c, int stage) {}
-
-  size_t slotOf(size_t c) const { return c % slots_; }
-  size_t numChunks() const { return C_; }
-
- private:
-  StatusOr<bool> step() final {
-    bool moved = false;
-    const int last = static_cast<int>(levels_.size());
-    for (size_t c = 0; c < C_; ++c) {
-      if (!busy_[c]) continue;
-      HSDP_ASSIGN_OR_RETURN(bool ok, finished(works_[c]));
-      if (!ok) continue;
-      busy_[c] = false;
-      --in_flight_[levels_[stage_[c]]];
-      landed(c, stage_[c]);
-      if (++stage_[c] == last) ++done_chunks_;
-      moved = true;
-    }
-    if (done_chunks_ == C_) {
-      complete(Status());
-      return true;
-    }
-    if (!h_.mayIssue(this)) return moved;
-    for (bool again = true; again;) {
-      again = false;
-      for (Level l : {kIntra, kInter}) {
-        while (next_[l] < order_[l].size() && in_flight_[l] < max_in_flight_) {
-          const Op op = order_[l][next_[l]];
-          if (busy_[op.chunk] || stage_[op.chunk] != op.stage) break;
-          if (op.stage == 0 && op.chunk >= slots_ && stage_[op.chunk - slots_] != last) break;
-          HSDP_ASSIGN_OR_RETURN(works_[op.chunk], issue(op.chunk, op.stage));
-          busy_[op.chunk] = true;
-          ++in_flight_[l];
-          ++next_[l];
-          again = moved = true;
-        }
-      }
-    }
-    if (next_[kIntra] == order_[kIntra].size() && next_[kInter] == order_[kInter].size())
-      h_.doneIssuing(this);
-    return moved;
-  }
-
-  size_t C_, slots_;
-  std::vector<Level> levels_;  // the level of each stage
-  size_t max_in_flight_;
-  std::vector<int> stage_;     // per chunk: stages completed
-  std::vector<bool> busy_;     // per chunk: a stage in flight
-  std::vector<WorkHandle> works_;
-  std::vector<Op> order_[2];
-  size_t next_[2] = {0, 0}, in_flight_[2] = {0, 0}, done_chunks_ = 0;
-};
 
 // Staging regions start on 64-byte boundaries: a float stage that followed an odd number of bf16
 // elements would be misaligned (stores through it are undefined behaviour), and a region per
@@ -249,11 +68,16 @@ struct TwoLevelStaging {
 // pieces), then `full` is unpacked into the user's buffer at (i*J + j)*count + offset.
 class PipelinedAllGather final : public ChunkPipeline {
  public:
-  PipelinedAllGather(State& h, HostBuffer* slot, const void* shard, void* full,
-                     size_t count, DType dtype)
+  PipelinedAllGather(State& h, HostBuffer* slot, const void* shard, void* full, size_t count,
+                     DType dtype, DType wire)
       : ChunkPipeline(h, slot, h.chunkCount(count, dtype), {kInter, kIntra}, 2),
-        shard_(static_cast<const char*>(shard)), full_(static_cast<char*>(full)), count_(count),
-        dtype_(dtype), wire_(h.wireType(dtype)), I_(h.intra_.size()), J_(h.inter_.size()),
+        shard_(static_cast<const char*>(shard)),
+        full_(static_cast<char*>(full)),
+        count_(count),
+        dtype_(dtype),
+        wire_(wire),
+        I_(h.intra_.size()),
+        J_(h.inter_.size()),
         st_(slot, slotsFor(numChunks()), I_, J_, chunkRange(count, numChunks(), 0).second,
             dtypeSize(dtype), wire_ != dtype) {
     setTwoStageOrder();
@@ -293,11 +117,16 @@ class PipelinedAllGather final : public ChunkPipeline {
 // inside the node (full -> half, J pieces), then across nodes (half -> the shard's chunk).
 class PipelinedReduceScatter final : public ChunkPipeline {
  public:
-  PipelinedReduceScatter(State& h, HostBuffer* slot, const void* full,
-                         void* shard, size_t count, DType dtype, RedOp op)
+  PipelinedReduceScatter(State& h, HostBuffer* slot, const void* full, void* shard, size_t count,
+                         DType dtype, RedOp op, DType wire)
       : ChunkPipeline(h, slot, h.chunkCount(count, dtype), {kIntra, kInter}, 2),
-        full_(static_cast<const char*>(full)), shard_(static_cast<char*>(shard)), count_(count),
-        dtype_(dtype), op_(op), wire_(h.wireType(dtype)), I_(h.intra_.size()),
+        full_(static_cast<const char*>(full)),
+        shard_(static_cast<char*>(shard)),
+        count_(count),
+        dtype_(dtype),
+        op_(op),
+        wire_(wire),
+        I_(h.intra_.size()),
         J_(h.inter_.size()),
         st_(slot, slotsFor(numChunks()), I_, J_, chunkRange(count, numChunks(), 0).second,
             dtypeSize(dtype), wire_ != dtype) {
@@ -337,43 +166,6 @@ class PipelinedReduceScatter final : public ChunkPipeline {
   DType wire_;
   size_t I_, J_;
   TwoLevelStaging st_;
-};
-
-// A schedule of phases that run one after another, each one sub-operation (the unpipelined
-// two-phase forms and the all-reduce). A phase is issued only in this object's turn (start
-// order), and the work completes when the last phase has.
-class PhasedSchedule : public ScheduleWork {
- public:
-  PhasedSchedule(State& h, HostBuffer* slot, int phases)
-      : ScheduleWork(h, slot), phases_(phases) {}
-
- protected:
-  // Starts phase `p` (0-based).
-  virtual StatusOr<WorkHandle> issue(int p) = 0;
-  // Runs after the last phase completed (e.g. copies a staged result out).
-  virtual void finishPhases() {}
-
- private:
-  StatusOr<bool> step() final {
-    if (work_) {
-      HSDP_ASSIGN_OR_RETURN(bool ok, finished(work_));
-      if (!ok) return false;
-      ++phase_;
-    }
-    if (phase_ == phases_) {
-      finishPhases();
-      complete(Status());
-      return true;
-    }
-    if (!h_.mayIssue(this)) return false;
-    HSDP_ASSIGN_OR_RETURN(work_, issue(phase_));
-    if (phase_ == phases_ - 1) h_.doneIssuing(this);
-    return true;
-  }
-
-  int phases_;
-  int phase_ = 0;
-  WorkHandle work_;
 };
 
 // Unpipelined two-phase all-gather (one chunk, one wire type): lands in place, no staging.
@@ -575,6 +367,8 @@ Status HierarchicalCollectives::setOptions(HierOptions options) {
   if (options.inter_dtype != DType::kFloat32 && options.inter_dtype != DType::kBFloat16)
     return invalidArgument("inter-node dtype ", dtypeName(options.inter_dtype),
                            " is not float or bf16");
+  for (const WireFormat* w : {&options.gather_wire, &options.reduce_wire, &options.allreduce_wire})
+    if (wireQuantized(w->wire)) HSDP_RETURN_IF_ERROR(validate(*w));
   options_ = options;
   return okStatus();
 }
@@ -589,20 +383,15 @@ size_t State::chunkCount(size_t count, DType dtype) const {
   return std::max<size_t>(1, c);
 }
 
-bool State::pipelined(size_t count, DType dtype) const {
-  return chunkCount(count, dtype) > 1 || wireType(dtype) != dtype;
+bool State::pipelined(size_t count, DType dtype, DType wire) const {
+  return chunkCount(count, dtype) > 1 || wire != dtype;
 }
 
-DType State::wireType(DType dtype) const {
-  return options_.inter_dtype == DType::kBFloat16 && dtype == DType::kFloat32 ? DType::kBFloat16
-                                                                              : dtype;
-}
-
-size_t State::stagingBytes(size_t count, DType dtype) const {
+size_t State::stagingBytes(size_t count, DType dtype, DType wire) const {
   const size_t I = intra_.size(), J = inter_.size(), es = dtypeSize(dtype);
-  if (!pipelined(count, dtype)) return J * count * es;  // two-phase reduce-scatter's middle
+  if (!pipelined(count, dtype, wire)) return J * count * es;  // two-phase reduce-scatter's middle
   const size_t nmax = (count + chunkCount(count, dtype) - 1) / chunkCount(count, dtype);
-  const size_t w = wireType(dtype) != dtype ? sizeof(bf16) : 0;
+  const size_t w = wire != dtype ? sizeof(bf16) : 0;
   return ChunkPipeline::slotsFor(chunkCount(count, dtype)) *
          (stageBytes(I * J * nmax * es) + stageBytes(J * nmax * es) + stageBytes(nmax * w) +
           stageBytes(J * nmax * w));
@@ -620,7 +409,17 @@ Status HierarchicalCollectives::reserve(size_t max_count, DType dtype) {
   auto lock = progressLock();
   State& s = *s_;
   const size_t es = dtypeSize(dtype);
-  HSDP_RETURN_IF_ERROR(s.pool_->reserve(s.stagingBytes(max_count, dtype)));
+  // The largest staging any operation of this object may take: the plain schedules (an exact
+  // gather ignores the wires), the bf16 ones, the quantized ones.
+  size_t staging = s.stagingBytes(max_count, dtype, dtype);
+  for (const WireFormat& w : {s.gatherWire(), s.reduceWire()})
+    staging = std::max(staging, s.stagingBytes(max_count, dtype, State::wire16(w, dtype)));
+  if (s.quantizes(s.gatherWire(), dtype))
+    staging = std::max(staging, quantGatherBytes(s, max_count, s.gatherWire()));
+  if (s.quantizes(s.reduceWire(), dtype))
+    staging = std::max(staging, quantReduceBytes(s, max_count, s.reduceWire()));
+  if (s.encodesAllReduce(dtype)) staging = std::max(staging, encodedAllReduceBytes(s, max_count));
+  HSDP_RETURN_IF_ERROR(s.pool_->reserve(staging));
   const size_t chunk =
       (max_count + s.chunkCount(max_count, dtype) - 1) / s.chunkCount(max_count, dtype);
   HSDP_RETURN_IF_ERROR(s.intra_.reserveScratch(s.inter_.size() * std::max(chunk, max_count) * es));
@@ -628,44 +427,62 @@ Status HierarchicalCollectives::reserve(size_t max_count, DType dtype) {
   return okStatus();
 }
 
-StatusOr<WorkHandle> State::iallGather(const void* shard, void* full,
-                                                         size_t count, DType dtype) {
+StatusOr<WorkHandle> State::iallGather(const void* shard, void* full, size_t count, DType dtype,
+                                       const WireFormat& wire, const void* encoded) {
   auto lock = progressLock();
-  const size_t es = dtypeSize(dtype);
-  const bool same_wire = options_.inter_dtype == dtype || dtype != DType::kFloat32 ||
-                         inter_.size() == 1;
-  if (issuing_.empty() && same_wire && (intra_.size() == 1 || inter_.size() == 1)) {
+  if (quantizes(wire, dtype)) {
+    HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, pool_->acquire(quantGatherBytes(*this, count, wire)));
+    return startQuantAllGather(*this, slot, static_cast<const float*>(shard), encoded,
+                               static_cast<float*>(full), count, wire);
+  }
+  if (encoded != nullptr)
+    return failedPrecondition("all-gather of an encoded shard, but the ", wireName(wire.wire),
+                              " wire over ", inter_.size(), " node(s) quantizes nothing");
+  const DType w = wire16(wire, dtype);
+  if (issuing_.empty() && (w == dtype || inter_.size() == 1) &&
+      (intra_.size() == 1 || inter_.size() == 1)) {
     // One level only: the sub-communicator's own collective lands shards in place.
     if (inter_.size() > 1) return inter_.iallGather(shard, full, count, dtype);
-    (void)es;
     return intra_.iallGather(shard, full, count, dtype);
   }
-  if (!pipelined(count, dtype))
+  if (!pipelined(count, dtype, w))
     return WorkHandle(std::make_unique<TwoPhaseAllGather>(*this, shard, full, count, dtype));
-  HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, pool_->acquire(stagingBytes(count, dtype)));
-  return WorkHandle(std::make_unique<PipelinedAllGather>(*this, slot, shard, full, count, dtype));
+  HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, pool_->acquire(stagingBytes(count, dtype, w)));
+  return WorkHandle(
+      std::make_unique<PipelinedAllGather>(*this, slot, shard, full, count, dtype, w));
 }
 
-StatusOr<WorkHandle> State::ireduceScatter(const void* full, void* shard,
-                                                             size_t count, DType dtype, RedOp op) {
+StatusOr<WorkHandle> State::ireduceScatter(const void* full, void* shard, size_t count, DType dtype,
+                                           RedOp op, float* residual) {
   auto lock = progressLock();
-  const bool same_wire = options_.inter_dtype == dtype || dtype != DType::kFloat32 ||
-                         inter_.size() == 1;
-  if (issuing_.empty() && same_wire && (intra_.size() == 1 || inter_.size() == 1)) {
+  const WireFormat wire = reduceWire();
+  if (quantizes(wire, dtype)) {
+    HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, pool_->acquire(quantReduceBytes(*this, count, wire)));
+    return startQuantReduceScatter(*this, slot, static_cast<const float*>(full),
+                                   static_cast<float*>(shard), count, op, wire, residual);
+  }
+  const DType w = wire16(wire, dtype);
+  if (issuing_.empty() && (w == dtype || inter_.size() == 1) &&
+      (intra_.size() == 1 || inter_.size() == 1)) {
     if (intra_.size() == 1) return inter_.ireduceScatter(full, shard, count, dtype, op);
     return intra_.ireduceScatter(full, shard, count, dtype, op);
   }
-  HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, pool_->acquire(stagingBytes(count, dtype)));
-  if (!pipelined(count, dtype))
+  HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, pool_->acquire(stagingBytes(count, dtype, w)));
+  if (!pipelined(count, dtype, w))
     return WorkHandle(
         std::make_unique<TwoPhaseReduceScatter>(*this, slot, full, shard, count, dtype, op));
   return WorkHandle(
-      std::make_unique<PipelinedReduceScatter>(*this, slot, full, shard, count, dtype, op));
+      std::make_unique<PipelinedReduceScatter>(*this, slot, full, shard, count, dtype, op, w));
 }
 
-StatusOr<WorkHandle> State::iallReduce(void* buf, size_t count, DType dtype,
-                                                         RedOp op) {
+StatusOr<WorkHandle> State::iallReduce(void* buf, size_t count, DType dtype, RedOp op,
+                                       float* residual) {
   auto lock = progressLock();
+  if (encodesAllReduce(dtype)) {
+    if (count == 0) return completedWork();
+    HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, pool_->acquire(encodedAllReduceBytes(*this, count)));
+    return startEncodedAllReduce(*this, slot, static_cast<float*>(buf), count, op, residual);
+  }
   if (Comm* level = singleLevelAllReduce(count, dtype))
     return level->iallReduce(buf, count, dtype, op);
   HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, pool_->acquire(allReduceBytes(count, dtype)));
@@ -682,7 +499,9 @@ Status HierarchicalCollectives::allGather(const void* shard, void* full, size_t 
   constexpr size_t kBlockingBytes = size_t(2) << 20;
   const size_t total = count * static_cast<size_t>(groupSize()) * dtypeSize(dtype);
   State& s = *s_;
-  if (s.issuing_.empty() && total < kBlockingBytes && s.wireType(dtype) == dtype) {
+  const WireFormat wire = s.gatherWire();
+  if (s.issuing_.empty() && total < kBlockingBytes && !s.quantizes(wire, dtype) &&
+      State::wire16(wire, dtype) == dtype) {
     if (s.inter_.size() == 1) return s.intra_.allGather(shard, full, count, dtype);
     if (s.intra_.size() == 1) return s.inter_.allGather(shard, full, count, dtype);
   }
@@ -691,9 +510,9 @@ Status HierarchicalCollectives::allGather(const void* shard, void* full, size_t 
 }
 
 Status HierarchicalCollectives::reduceScatter(const void* full, void* shard, size_t count,
-                                              DType dtype, RedOp op) {
+                                              DType dtype, RedOp op, float* residual) {
   auto lock = progressLock();
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(full, shard, count, dtype, op));
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(full, shard, count, dtype, op, residual));
   return w->wait();
 }
 
@@ -708,28 +527,57 @@ Comm* State::singleLevelAllReduce(size_t count, DType dtype) {
   return nullptr;
 }
 
-Status HierarchicalCollectives::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
+Status HierarchicalCollectives::allReduce(void* buf, size_t count, DType dtype, RedOp op,
+                                          float* residual) {
   auto lock = progressLock();
   // Blocking: the transport's blocking call (MPI's tuned MPI_Allreduce, not libnbc's schedule).
-  if (Comm* level = s_->singleLevelAllReduce(count, dtype))
-    return level->allReduce(buf, count, dtype, op);
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallReduce(buf, count, dtype, op));
+  if (!s_->encodesAllReduce(dtype))
+    if (Comm* level = s_->singleLevelAllReduce(count, dtype))
+      return level->allReduce(buf, count, dtype, op);
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallReduce(buf, count, dtype, op, residual));
   return w->wait();
 }
 
 StatusOr<WorkHandle> HierarchicalCollectives::iallGather(const void* shard, void* full,
                                                          size_t count, DType dtype) {
-  return s_->iallGather(shard, full, count, dtype);
+  return s_->iallGather(shard, full, count, dtype, s_->gatherWire(), nullptr);
+}
+
+StatusOr<WorkHandle> HierarchicalCollectives::iallGather(const void* shard, void* full,
+                                                         size_t count, DType dtype,
+                                                         const WireFormat& wire) {
+  if (wireQuantized(wire.wire)) HSDP_RETURN_IF_ERROR(validate(wire));
+  return s_->iallGather(shard, full, count, dtype, wire, nullptr);
+}
+
+StatusOr<WorkHandle> HierarchicalCollectives::iallGatherEncoded(const void* encoded, float* full,
+                                                                size_t count) {
+  return s_->iallGather(nullptr, full, count, DType::kFloat32, s_->gatherWire(), encoded);
+}
+
+bool HierarchicalCollectives::gatherQuantizes() const {
+  return s_->quantizes(s_->gatherWire(), DType::kFloat32);
+}
+
+size_t HierarchicalCollectives::residualCount(size_t count) const {
+  if (!s_->quantizes(s_->reduceWire(), DType::kFloat32)) return 0;
+  return static_cast<size_t>(s_->inter_.size() - 1) * count;
 }
 
 StatusOr<WorkHandle> HierarchicalCollectives::ireduceScatter(const void* full, void* shard,
-                                                             size_t count, DType dtype, RedOp op) {
-  return s_->ireduceScatter(full, shard, count, dtype, op);
+                                                             size_t count, DType dtype, RedOp op,
+                                                             float* residual) {
+  return s_->ireduceScatter(full, shard, count, dtype, op, residual);
 }
 
 StatusOr<WorkHandle> HierarchicalCollectives::iallReduce(void* buf, size_t count, DType dtype,
-                                                         RedOp op) {
-  return s_->iallReduce(buf, count, dtype, op);
+                                                         RedOp op, float* residual) {
+  return s_->iallReduce(buf, count, dtype, op, residual);
+}
+
+size_t HierarchicalCollectives::allReduceResidualCount(size_t count) const {
+  if (!s_->encodesAllReduce(DType::kFloat32)) return 0;
+  return encodedAllReduceResidual(*s_, count);
 }
 
 }  // namespace hsdp

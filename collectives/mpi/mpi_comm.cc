@@ -286,6 +286,68 @@ StatusOr<WorkHandle> MpiComm::ireduceScatter(const void* send, void* recv, size_
       });
 }
 
+// All-to-all as one round of point-to-point messages: a receive from and a send to every peer,
+// in the order (r+1, r+2, ...) so that no peer is everyone's first target; our own block is
+// copied. Completes when every request has (MPI_Testall).
+class AllToAllWork final : public ProgressiveWork {
+ public:
+  AllToAllWork(MpiComm& c, const char* send, char* recv, size_t count, DType dtype, int tag)
+      : reqs_(2 * (c.size() - 1), MPI_REQUEST_NULL) {
+    const int n = c.size(), r = c.rank();
+    const size_t block = count * dtypeSize(dtype);
+    std::memcpy(recv + static_cast<size_t>(r) * block, send + static_cast<size_t>(r) * block,
+                block);
+    int rc = MPI_SUCCESS;
+    for (int i = 1; i < n && rc == MPI_SUCCESS; ++i) {
+      const int from = (r - i + n) % n, to = (r + i) % n;
+      rc = MPI_Irecv(recv + static_cast<size_t>(from) * block, static_cast<int>(count),
+                     mpiType(dtype), from, tag, c.raw(), &reqs_[2 * (i - 1)]);
+      if (rc == MPI_SUCCESS)
+        rc = MPI_Isend(send + static_cast<size_t>(to) * block, static_cast<int>(count),
+                       mpiType(dtype), to, tag, c.raw(), &reqs_[2 * (i - 1) + 1]);
+    }
+    if (rc != MPI_SUCCESS) {
+      for (MPI_Request& q : reqs_)
+        if (q != MPI_REQUEST_NULL) {
+          MPI_Cancel(&q);
+          MPI_Request_free(&q);
+        }
+      finish(mpiError(rc, "MPI_Isend/Irecv", __FILE__, __LINE__));
+    }
+  }
+  ~AllToAllWork() override { waitForDestruction(); }
+
+ private:
+  void advance() override {
+    int flag = 0;
+    int rc = MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return finish(mpiError(rc, "MPI_Testall", __FILE__, __LINE__));
+    if (flag) finish(Status());
+  }
+
+  std::vector<MPI_Request> reqs_;
+};
+
+StatusOr<WorkHandle> MpiComm::iallToAll(const void* send, void* recv, size_t count, DType dtype) {
+  auto lock = progressLock();
+  HSDP_RETURN_IF_ERROR(checkCount(count * size_, "iallToAll"));
+  const size_t bytes = count * size_ * dtypeSize(dtype);
+  const auto* s = static_cast<const char*>(send);
+  auto* d = static_cast<char*>(recv);
+  if (count > 0 && s < d + bytes && d < s + bytes)
+    return invalidArgument("allToAll: send and recv buffers overlap");
+  if (size_ == 1 || count == 0) {
+    std::memcpy(recv, send, bytes);
+    return completedWork();
+  }
+  return startCollective(trace_.get(), OpKind::kAllToAll, count, dtype, RedOp::kSum,
+                         [this, s, d, count, dtype]() -> StatusOr<WorkHandle> {
+                           const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
+                           return watched(
+                               std::make_unique<AllToAllWork>(*this, s, d, count, dtype, tag));
+                         });
+}
+
 Status MpiComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
   auto lock = progressLock();
   HSDP_RETURN_IF_ERROR(checkCount(count, "allReduce"));

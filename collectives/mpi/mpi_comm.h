@@ -30,6 +30,8 @@ class MpiComm final : public Comm {
   StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
                                       RedOp op) override;
   StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override;
+  // Point-to-point exchange (Isend/Irecv to every peer, posted from r+1 on), no staging.
+  StatusOr<WorkHandle> iallToAll(const void* send, void* recv, size_t count, DType dtype) override;
   Status broadcast(void* buf, size_t count, DType dtype, int root) override;
   Status barrier() override;
   StatusOr<std::unique_ptr<Comm>> split(int color, int key) override;

@@ -620,6 +620,31 @@ StatusOr<WorkHandle> NcclComm::iallReduce(void* buf, size_t count, DType dtype, 
   return startOne(s_, trace(), CollectiveOp::allReduce(buf, count, dtype, op));
 }
 
+StatusOr<WorkHandle> NcclComm::iallToAll(const void* send, void* recv, size_t count, DType dtype) {
+  State& s = *s_;
+  HSDP_RETURN_IF_ERROR(s.usable("allToAll"));
+  // Checked as an all-gather of the same shape: device memory of this communicator's device.
+  HSDP_RETURN_IF_ERROR(s.checkOp(CollectiveOp::allGather(send, recv, count, dtype)));
+  HSDP_RETURN_IF_ERROR(enterChecked(trace(), OpKind::kAllToAll, count, dtype, RedOp::kSum));
+  if (count == 0) return completedWork();
+  const size_t block = count * dtypeSize(dtype);
+  return launchCollective(s_, trace(), "allToAll", StreamRole::kReduceScatter, [&](cudaStream_t st) {
+    ncclResult_t rc = ncclGroupStart();
+    if (rc != ncclSuccess) return rc;
+    ncclResult_t first = ncclSuccess;
+    for (int j = 0; j < s.size; ++j) {
+      const auto* from = static_cast<const char*>(send) + static_cast<size_t>(j) * block;
+      auto* to = static_cast<char*>(recv) + static_cast<size_t>(j) * block;
+      for (ncclResult_t r : {ncclSend(from, count, ncclType(dtype), j, s.comm, st),
+                             ncclRecv(to, count, ncclType(dtype), j, s.comm, st)})
+        if (r != ncclSuccess && r != ncclInProgress && first == ncclSuccess) first = r;
+    }
+    // Closed even after a failed call (the group depth is per thread; see igroup).
+    const ncclResult_t end = ncclGroupEnd();
+    return first != ncclSuccess ? first : end;
+  });
+}
+
 StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {
   State& s = *s_;
   HSDP_RETURN_IF_ERROR(s.usable("group"));

@@ -158,6 +158,8 @@ const char* algorithmName(Algorithm a) {
     case Algorithm::kBruck: return "bruck";
     case Algorithm::kBinomial: return "binomial";
     case Algorithm::kDissemination: return "dissemination";
+    case Algorithm::kPairwise:
+      return "pairwise";
   }
   return "?";
 }
@@ -326,6 +328,20 @@ void buildAllReduce(Schedule& s, Algorithm a, int rank, int size, void* buf, siz
     s.recv(prev, at(buf, off(in)), len(in) * es, n - 1 + t);
     s.endStep();
   }
+}
+
+// ---- all-to-all ---------------------------------------------------------------------------------
+
+void buildAllToAll(Schedule& s, int rank, int size, const void* send, void* recv, size_t count,
+                   DType dtype) {
+  const size_t b = count * dtypeSize(dtype);
+  for (int i = 1; i < size; ++i) {
+    const int to = mod(rank + i, size), from = mod(rank - i, size);
+    s.send(to, at(send, to * b), b, 0);
+    s.recv(from, at(recv, from * b), b, 0);
+  }
+  s.copy(at(recv, rank * b), at(send, rank * b), b);
+  s.endStep();
 }
 
 // ---- broadcast, barrier ------------------------------------------------------------------------

@@ -84,6 +84,7 @@ enum class Algorithm {
   kBruck,              // all-gather in ceil(log2 n) steps for any n, then a local rotation
   kBinomial,           // broadcast tree
   kDissemination,      // barrier
+  kPairwise,           // all-to-all: one step, a message to and from every peer
 };
 const char* algorithmName(Algorithm a);
 
@@ -113,6 +114,11 @@ Algorithm chooseAllReduce(int size, size_t count, DType dtype, size_t small_byte
 size_t allReduceScratchBytes(Algorithm a, int size, size_t count, DType dtype);
 void buildAllReduce(Schedule& s, Algorithm a, int rank, int size, void* buf, size_t count,
                     DType dtype, RedOp op, void* scratch);
+
+// Contract of Comm::iallToAll: one step of n-1 sends and receives (peers r+1, r+2, ... in turn)
+// and the copy of our own block; no scratch.
+void buildAllToAll(Schedule& s, int rank, int size, const void* send, void* recv, size_t count,
+                   DType dtype);
 
 // Binomial tree from `root`; no scratch. Broadcast is not on the engine's hot path, so large
 // messages do not get a scatter + all-gather variant.

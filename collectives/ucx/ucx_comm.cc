@@ -571,6 +571,20 @@ StatusOr<WorkHandle> UcxComm::iallReduce(void* buf, size_t count, DType dtype, R
       });
 }
 
+StatusOr<WorkHandle> UcxComm::iallToAll(const void* send, void* recv, size_t count, DType dtype) {
+  auto lock = progressLock();
+  State& s = *s_;
+  return startCollective(
+      trace(), OpKind::kAllToAll, count, dtype, RedOp::kSum,
+      [this, &s, send, recv, count, dtype]() -> StatusOr<WorkHandle> {
+        HSDP_ASSIGN_OR_RETURN(
+            auto o, s.start("allToAll", Algorithm::kPairwise, 0, [&](Schedule& sched, void*) {
+              buildAllToAll(sched, s.rank, s.size, send, recv, count, dtype);
+            }));
+        return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
+      });
+}
+
 Status UcxComm::broadcast(void* buf, size_t count, DType dtype, int root) {
   auto lock = progressLock();
   State& s = *s_;

@@ -60,6 +60,7 @@ class UcxComm final : public Comm {
   StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
                                       RedOp op) override;
   StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override;
+  StatusOr<WorkHandle> iallToAll(const void* send, void* recv, size_t count, DType dtype) override;
   Status broadcast(void* buf, size_t count, DType dtype, int root) override;
   Status barrier() override;
   // Splits the bootstrap and builds a UCX communicator over each part (collective, like the

@@ -133,6 +133,9 @@ std::optional<int> parseCommandLine(const char* program, const char* description
   app.add_option("--seed", opt.seed, "Seed of data and initialisation");
   app.add_option("--tolerance", opt.tolerance, "Largest max_rel_err that passes --check");
   addCheckpointFlags(app, opt);
+  app.add_option("--val-samples", opt.val_samples,
+                 "After training, print the mean loss over this many held-out samples "
+                 "(a multiple of the ranks; 0: none)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -163,6 +166,9 @@ hsdp::Status configure(const Options& opt, int world_size, Spec* spec, hsdp::Eng
   if (opt.accum <= 0 || opt.batch % (opt.accum * world_size) != 0)
     return hsdp::invalidArgument("--accum ", opt.accum, " must be positive and --batch ", opt.batch,
                                  " a multiple of accum x ranks = ", opt.accum * world_size);
+  if (opt.val_samples < 0 || opt.val_samples % world_size != 0)
+    return hsdp::invalidArgument("--val-samples ", opt.val_samples, " must be a multiple of the ",
+                                 world_size, " ranks (each rank evaluates an equal slice)");
   if (!(opt.clip_norm >= 0))
     return hsdp::invalidArgument("--clip-norm ", opt.clip_norm, " must be >= 0");
   cfg->clip_norm = opt.clip_norm;

@@ -60,6 +60,8 @@ struct Options {
   std::string resume;  // a checkpoint directory, a root with `latest`, or "latest" (--save-dir)
   std::string export_path;
   std::string init_from;
+  // After training: the mean loss over this many held-out samples (train_mlp; 0: none).
+  int val_samples = 0;
 };
 
 // Exit codes of the examples: bad input (every rank sees it alike), a failure while training.

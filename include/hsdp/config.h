@@ -11,6 +11,7 @@
 #include "hsdp/cpu_adam.h"
 #include "hsdp/dtype.h"
 #include "hsdp/optimizer.h"
+#include "hsdp/quantize.h"
 #include "hsdp/status.h"
 
 namespace hsdp {
@@ -75,7 +76,32 @@ struct EngineConfig {
   std::optional<size_t> pipeline_min_chunk_bytes;
   // Wire type of the inter-node phase for float32 data: kFloat32 or kBFloat16 (half the bytes
   // across nodes; the reduction across nodes rounds to bf16). HSDP_INTER_DTYPE; default float32.
+  // The shorthand for both inter wires below: it is the default of any of them left unset.
   std::optional<DType> inter_dtype;
+  // ---- the wires across nodes (docs/collectives.md, "Wire formats"; hsdp/quantize.h) ----
+  // Inter-node wire of the parameter all-gathers: fp32, bf16, int8 or int4 (block-quantized:
+  // the fp32 master shard is encoded once per step, after the optimizer step, and every gather
+  // of the step decodes the same codes). int8/int4 need zero3, the hierarchical host schedules
+  // and fp32 param_dtype; with inter_shard 1 nothing crosses nodes and nothing is quantized.
+  // HSDP_INTER_PARAM_WIRE; default: inter_dtype's (fp32 or bf16).
+  std::optional<Wire> inter_param_wire;
+  // Inter-node wire of the gradient reduce-scatters: fp32, bf16, int8 or int4 (int8/int4: an
+  // all-to-all of encoded pieces, each rank sums its block in fp32, with error feedback). Needs
+  // the hierarchical host schedules and fp32 reduce_dtype. HSDP_INTER_GRAD_WIRE; default:
+  // inter_dtype's.
+  std::optional<Wire> inter_grad_wire;
+  // Wire of the all-reduce of gradient shards over the data-parallel replicas (mode none: the
+  // whole gradient over the world): fp32 (exact, the transport's own all-reduce), or bf16, int8,
+  // int4 (an all-to-all of encoded pieces summed in fp32, the sum encoded once and all-gathered:
+  // every replica decodes the same bytes). Host only. HSDP_REPLICA_WIRE; default fp32.
+  std::optional<Wire> replica_wire;
+  // Elements per fp32 scale of the int8/int4 wires: a multiple of 16 in [16, 2^20].
+  // HSDP_QUANT_BLOCK; default 2048 (int8 then moves 0.2505x the bytes of fp32).
+  std::optional<uint32_t> quant_block;
+  // Error feedback for the encoded gradient wires (int8/int4 inter gradient wire, any encoded
+  // replica wire): each rank keeps what its encoding dropped (a buffer per unit, allocated once)
+  // and adds it to what it sends next step. HSDP_GRAD_ERROR_FEEDBACK; default on.
+  std::optional<bool> grad_error_feedback;
 
   // ---- CPU Adam (host shards and CPU offload) ----
   // Threads of the CPU Adam step, the caller included; >= 1. HSDP_CPU_ADAM_THREADS; default 1
@@ -94,8 +120,9 @@ struct EngineConfig {
 
 // `cfg` with every unset optional filled from its HSDP_* variable, else its default, so that every
 // field has a value. A malformed variable is an InvalidArgument naming it and its value; a field
-// out of range (pipeline_chunks < 1, an inter dtype other than float32/bf16, cpu_adam_threads < 1)
-// names the field. ShardedModel::create() calls it; call it yourself to see what a run will use.
+// out of range (pipeline_chunks < 1, an inter dtype other than float32/bf16, a quantization
+// block that is not a multiple of 16 in [16, 2^20], cpu_adam_threads < 1) names the field.
+// ShardedModel::create() calls it; call it yourself to see what a run will use.
 StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg);
 
 }  // namespace hsdp

@@ -25,21 +25,14 @@
 #include <string_view>
 #include <vector>
 
+#include "hsdp/cpu_isa.h"
 #include "hsdp/dtype.h"
 #include "hsdp/optimizer.h"
 #include "hsdp/status.h"
 
 namespace hsdp {
 
-enum class CpuIsa { kScalar, kAvx2, kAvx512 };
-
-const char* cpuIsaName(CpuIsa isa);  // "scalar", "avx2", "avx512"
-// "scalar", "avx2" or "avx512"; anything else is InvalidArgument naming the value.
-StatusOr<CpuIsa> parseCpuIsa(std::string_view name);
-// Compiled into this build (the AVX paths only in x86-64 builds) and runnable on this CPU.
-bool cpuIsaSupported(CpuIsa isa);
-// The ISAs cpuIsaSupported accepts, best first (scalar is always last).
-std::vector<CpuIsa> supportedCpuIsas();
+// CpuIsa, cpuIsaName, parseCpuIsa, cpuIsaSupported, supportedCpuIsas: hsdp/cpu_isa.h.
 // HSDP_CPU_ADAM_ISA: unset/empty/"auto" gives the best supported ISA; a named ISA gives that ISA
 // if supported, else FailedPrecondition naming it and what this CPU supports; anything else is
 // InvalidArgument naming the value.

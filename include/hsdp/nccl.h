@@ -86,6 +86,9 @@ class NcclComm final : public Comm {
   StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
                                       RedOp op) override;
   StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override;
+  // ncclSend/ncclRecv to and from every rank in one group, on the reduce-scatter stream (the
+  // quantized reduce-scatter exchanges its codes with it).
+  StatusOr<WorkHandle> iallToAll(const void* send, void* recv, size_t count, DType dtype) override;
   // One fused launch: ncclGroupStart, the operations in order, ncclGroupEnd, all on the stream
   // of the first operation's role (streamRoleOf), and one completion event recorded after the
   // group ended (NCCL enqueues nothing before). Every argument, and the group's independence

@@ -80,7 +80,13 @@
 // The replica all-reduce: S replica groups, each of R ranks on M nodes, each reducing a shard
 // of D/S: S·2·(M−1)·D/S. Only the inter phase of the hierarchical collectives crosses nodes,
 // which is why J (not I) drives the all-gather/reduce-scatter terms. per_node = total / N.
-// HSDP_INTER_DTYPE=bf16 would halve fp32 terms; the plan does not model it.
+//
+// Wires (PlanInput::param_wire, grad_wire, replica_wire; EngineConfig's inter_param_wire,
+// inter_grad_wire, replica_wire): each term's e·s per shard becomes the shard's encoded size,
+// encodedBytes(wire, s) (hsdp/quantize.h: 4 or 2 bytes per element, int8 1 + 4/B, int4
+// 0.5 + 4/B with B = quant_block), summed per unit: all-gather 2·R·(J−1)·Σ S·enc(s_u) and so on
+// (the replica all-reduce's pieces are taken at the shard's rate). Unset wires keep e.
+// traffic_by_wire has the three terms with all of them on each wire in turn.
 #pragma once
 
 #include <cstdint>
@@ -90,6 +96,7 @@
 
 #include "hsdp/config.h"
 #include "hsdp/dtype.h"
+#include "hsdp/quantize.h"
 #include "hsdp/status.h"
 
 namespace hsdp {
@@ -110,6 +117,11 @@ struct PlanInput {
   bool hpz = false;
   DType param_dtype = DType::kBFloat16;
   bool offload_cpu = false;
+  // The wires across nodes; unset: the policy's element type (param_dtype's e bytes). A
+  // quantized (int8/int4) parameter or gradient wire across nodes needs the fp32 policy, and a
+  // quantized parameter wire mode zero3, as in the engine.
+  std::optional<Wire> param_wire, grad_wire, replica_wire;
+  uint32_t quant_block = kDefaultQuantBlock;
 };
 
 // Per-rank bytes, the categories of MemoryReport.
@@ -132,6 +144,12 @@ struct PlanTraffic {
   uint64_t total() const { return all_gather + reduce_scatter + all_reduce; }
 };
 
+// The cross-node bytes of one step with every collective on `wire` (blocks of quant_block).
+struct PlanWireTraffic {
+  Wire wire;
+  PlanTraffic traffic;
+};
+
 struct Plan {
   PlanInput input;
   int world = 0, shard_group = 0, replicas = 0, replica_nodes = 0;  // W, S, R, M
@@ -147,7 +165,8 @@ struct Plan {
   PlanMemory gpu;                 // per GPU
   uint64_t host_pinned_per_rank = 0;  // offload cpu only
   uint64_t host_pinned_per_node = 0;  // G · per rank
-  PlanTraffic cross_node;             // total over all nodes, per step
+  PlanTraffic cross_node;             // total over all nodes, per step, on the input's wires
+  std::vector<PlanWireTraffic> traffic_by_wire;  // fp32, bf16, int8, int4
   uint64_t crossNodePerNode() const { return cross_node.total() / input.nodes; }
   // "I4xJ2 zero3+hpz"
   std::string label() const;
@@ -157,7 +176,8 @@ struct Plan {
 // factors < 1, a factor that does not divide G or N, mode none with S > 1, hpz outside zero3
 // (zero1/zero2 keep whole parameters; none has no shards), hpz with intra_shard 1 (the
 // secondary partition would be a whole copy) or inter_shard 1 (the shard group is already
-// inside the node; hpz would change nothing).
+// inside the node; hpz would change nothing), a bad quant_block, a quantized parameter wire
+// across nodes outside zero3, a quantized parameter or gradient wire with the bf16 policy.
 Status validatePlanInput(const PlanInput& in);
 StatusOr<Plan> makePlan(const PlanInput& in);
 

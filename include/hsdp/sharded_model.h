@@ -200,7 +200,8 @@ class ShardedModel {
   // seconds step() waited for it (the part backward did not hide). Zero without offload.
   void takeOptimizerSeconds(double* total, double* exposed);
 
-  // Collective over the shard group: the unit's whole flat parameter vector (unpadded).
+  // Collective over the shard group: the unit's whole flat parameter vector (unpadded); with an
+  // int8/int4 parameter wire the exact fp32 masters (this gather does not quantize).
   [[nodiscard]] Status gatherFullParameters(int unit, std::vector<float>* out);
 
   // ---- checkpoints (hsdp/checkpoint.h: what is saved, the commit, the format) ----

@@ -6,7 +6,8 @@
 // entry, not an #if in the engine.
 //
 // What a transport implements: the nonblocking collectives (iallGather, ireduceScatter,
-// iallReduce), broadcast, barrier, split, splitByHost, scratch and abortJob. The blocking
+// iallReduce), broadcast, barrier, split, splitByHost, scratch and abortJob; optionally the
+// all-to-all (iallToAll; the default says the transport has none). The blocking
 // collectives default to the nonblocking call and wait(), and igroup to starting each operation
 // in turn; a transport overrides only what it does differently (MPI's blocking calls go to MPI's
 // own blocking collectives, NCCL fuses a group into one launch).
@@ -100,6 +101,14 @@ class Comm {
   // iallReduce: in-place all-reduce of `count` elements.
   [[nodiscard]] virtual StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype,
                                                         RedOp op) = 0;
+
+  // iallToAll: `send` holds size()*count elements, block j for rank j; `recv` (size()*count
+  // elements, not overlapping `send`) receives rank j's block for this rank at j*count (its own
+  // block copied). Used by the quantized reduce-scatter (collectives/hier/), which exchanges
+  // encoded pieces instead of summing partial sums hop by hop. The default is Unimplemented,
+  // naming the transport: a transport without one cannot carry an int8/int4 reduce wire.
+  [[nodiscard]] virtual StatusOr<WorkHandle> iallToAll(const void* send, void* recv, size_t count,
+                                                       DType dtype);
 
   // Blocking forms, same contracts: by default the nonblocking call, then wait().
   [[nodiscard]] virtual Status allGather(const void* send, void* recv, size_t count, DType dtype);

@@ -2,6 +2,8 @@
 // misaligned offsets (the vector path's scalar tail, the scalar-only path), for Adam and AdamW,
 // with and without a gradient scale and the bf16 copy, over several steps. Argument validation
 // runs without a device; everything else skips without one.
+#include "cuda/kernels.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,9 +12,9 @@
 #include <vector>
 
 #include "cuda/cuda_resources.h"
-#include "cuda/kernels.h"
 #include "hsdp/dtype.h"
 #include "hsdp/optimizer.h"
+#include "hsdp/quantize.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace hsdp {
@@ -304,6 +306,72 @@ TEST(GpuResources, OwnersReleaseAndMove) {
   auto bad = gpu::DeviceGuard::set(1 << 20);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("cudaSetDevice"), std::string::npos);
+}
+
+// Block quantization: the device encoding byte for byte the host's (the scalar kernel, which
+// the AVX paths equal: tests/core/quantize_test.cc), with and without error feedback, a NaN
+// block and a zero block in the input; decoding (stored and accumulated) bitwise, NaN-ness for
+// the poisoned block.
+TEST(GpuQuantize, MatchesHostKernelsBitwise) {
+  HSDP_REQUIRE_GPU();
+  for (Wire w : {Wire::kInt8, Wire::kInt4}) {
+    for (uint32_t block : {16u, 2048u}) {
+      for (size_t n : {size_t{1}, size_t{17}, size_t{2049}, size_t{70001}}) {
+        SCOPED_TRACE(strCat(wireName(w), " block=", block, " n=", n));
+        const WireFormat f{w, block};
+        std::vector<float> x = castInputs(n), r0(n);
+        std::mt19937 rng(3);
+        std::normal_distribution<float> dist(0.0f, 1e-3f);
+        for (size_t i = 0; i < n; ++i) {
+          if (!std::isfinite(x[i]) && i > 40) x[i] = dist(rng) * 1e3f;  // a few NaN blocks only
+          r0[i] = dist(rng);
+        }
+        if (n > 4096) std::fill(x.begin() + 4096, x.begin() + 4096 + block, 0.0f);
+        const size_t bytes = encodedBytes(f, n);
+        std::vector<unsigned char> want(bytes), got(bytes);
+        std::vector<float> r_want = r0, r_got(n);
+        wireEncode(CpuIsa::kScalar, f, x.data(), n, want.data(), r_want.data());
+        auto dx = gpu::DeviceBuffer::allocate(n * 4), dr = gpu::DeviceBuffer::allocate(n * 4);
+        auto dq = gpu::DeviceBuffer::allocate(bytes), dd = gpu::DeviceBuffer::allocate(n * 4);
+        ASSERT_TRUE(dx.ok() && dr.ok() && dq.ok() && dd.ok());
+        ASSERT_EQ(cudaMemcpy(dx->data(), x.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(dr->data(), r0.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_OK(gpu::quantize(f, dx->as<float>(), n, dq->data(), dr->as<float>(), nullptr));
+        ASSERT_EQ(cudaMemcpy(got.data(), dq->data(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(r_got.data(), dr->data(), n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(firstDifference(got, want), -1);
+        EXPECT_EQ(firstDifference(r_got, r_want), -1);
+        ASSERT_OK(gpu::quantize(f, dx->as<float>(), n, dq->data(), nullptr, nullptr));
+        wireEncode(CpuIsa::kScalar, f, x.data(), n, want.data());
+        ASSERT_EQ(cudaMemcpy(got.data(), dq->data(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(firstDifference(got, want), -1) << "without error feedback";
+        for (bool acc : {false, true}) {
+          std::vector<float> d_want = r0, d_got(n);
+          wireDecode(CpuIsa::kScalar, f, want.data(), n, d_want.data(), acc);
+          ASSERT_EQ(cudaMemcpy(dd->data(), r0.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+          ASSERT_OK(gpu::dequantize(f, dq->data(), n, dd->as<float>(), acc, nullptr));
+          ASSERT_EQ(cudaMemcpy(d_got.data(), dd->data(), n * 4, cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          for (size_t i = 0; i < n; ++i)
+            if (std::isnan(d_want[i])) {
+              EXPECT_TRUE(std::isnan(d_got[i])) << i;
+              d_got[i] = d_want[i];
+            }
+          EXPECT_EQ(firstDifference(d_got, d_want), -1) << "accumulate " << acc;
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuQuantize, ValidationNamesTheValue) {
+  float x = 0;
+  Status s = gpu::quantize({Wire::kBf16}, &x, 1, &x, nullptr, nullptr);
+  EXPECT_NE(s.message().find("bf16"), std::string::npos) << s.toString();
+  s = gpu::dequantize({Wire::kInt8, 24}, &x, 1, &x, false, nullptr);
+  EXPECT_NE(s.message().find("block 24"), std::string::npos) << s.toString();
+  s = gpu::quantize({Wire::kInt8}, nullptr, 5, &x, nullptr, nullptr);
+  EXPECT_NE(s.message().find("null"), std::string::npos) << s.toString();
 }
 
 }  // namespace

@@ -269,6 +269,7 @@ struct NcclBackend {
   }
   static constexpr bool kBroadcast = true;
   static constexpr bool kRejectsBadArguments = true;
+  static constexpr bool kAllToAll = true;
   static conformance::Memory& memory() {
     static DeviceMemory m;
     return m;

@@ -185,6 +185,28 @@ TEST(PlanCli, SvgWrittenAndWellFormed) {
   fs::remove_all(d);
 }
 
+// --inter-param-wire / --inter-grad-wire / --replica-wire and the table by wire.
+TEST(PlanCli, WiresAndTheTableByWire) {
+  Result r = plan(
+      "--params 1e6 --units 1 --nodes 2 --gpus-per-node 4 --intra-shard 4 "
+      "--inter-shard 2 --param-dtype fp32 --inter-param-wire int8 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["cross_node_bytes_per_step"]["all_gather"], 2ull * 8 * 125'248);
+  EXPECT_EQ(j["cross_node_bytes_per_step"]["reduce_scatter"], 8ull * 125'000 * 4);
+  EXPECT_EQ(j["wires"]["param"], "int8");
+  EXPECT_EQ(j["cross_node_bytes_per_step_by_wire"]["bf16"]["total"], 3ull * 8 * 125'000 * 2);
+  Result t = plan(
+      "--params 1e6 --units 1 --nodes 2 --gpus-per-node 4 --intra-shard 4 "
+      "--inter-shard 2 --param-dtype fp32");
+  ASSERT_EQ(t.rc, 0) << t.out;
+  EXPECT_NE(t.out.find("cross-node bytes per step by wire"), std::string::npos) << t.out;
+  EXPECT_NE(line(t.out, "  int8").find("0.25"), std::string::npos) << t.out;
+  Result bad = plan("--params 1e6 --nodes 2 --gpus-per-node 4 --inter-grad-wire fp8");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.out.find("--inter-grad-wire"), std::string::npos) << bad.out;
+}
+
 TEST(PlanCli, HelpExitsZero) {
   Result r = plan("--help");
   EXPECT_EQ(r.rc, 0);

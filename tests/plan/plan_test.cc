@@ -298,6 +298,39 @@ TEST(PlanParse, Counts) {
   }
 }
 
+// The wires: each term's e·s per shard becomes the shard's encoded size (hsdp/quantize.h). One
+// unit of 10^6 on 2 nodes x 4, I4 J2 (S = 8, s = 125,000), zero3, fp32 policy: int8 blocks of
+// 2048 are 61 full blocks of 2052 bytes and one of 72 elements (76 bytes): 125,248 per shard.
+TEST(PlanWires, EncodedShardBytesPerCollective) {
+  PlanInput in = input({1'000'000}, 2, 4, 4, 2, ShardMode::kZero3, DType::kFloat32);
+  const Plan fp32 = mustPlan(in);
+  EXPECT_EQ(fp32.cross_node.all_gather, 2ull * 8 * 125'000 * 4);  // 2·R·(J−1)·D
+  in.param_wire = Wire::kInt8;
+  in.grad_wire = Wire::kInt4;
+  const Plan q = mustPlan(in);
+  EXPECT_EQ(q.cross_node.all_gather, 2ull * 8 * 125'248);
+  // int4: 61 blocks of 4 + 1024 bytes and one of 4 + 36.
+  EXPECT_EQ(q.cross_node.reduce_scatter, 8ull * (61 * 1028 + 40));
+  EXPECT_EQ(q.cross_node.all_reduce, 0ull);  // one replica
+  ASSERT_EQ(q.traffic_by_wire.size(), 4u);
+  EXPECT_EQ(q.traffic_by_wire[0].traffic.total(), fp32.cross_node.total());
+  EXPECT_EQ(q.traffic_by_wire[1].traffic.total(), fp32.cross_node.total() / 2);
+  EXPECT_LT(double(q.traffic_by_wire[2].traffic.total()) / fp32.cross_node.total(), 0.27);
+  // The replica all-reduce on its wire: mode none over 2 nodes, 2·(N−1)·enc(10^6) with bf16.
+  PlanInput none = input({1'000'000}, 2, 4, 1, 1, ShardMode::kNone, DType::kFloat32);
+  none.replica_wire = Wire::kBf16;
+  EXPECT_EQ(mustPlan(none).cross_node.all_reduce, 2ull * 2'000'000);
+  // What the engine refuses: int8 parameters outside zero3, int8 with the bf16 policy, bad blocks.
+  in.mode = ShardMode::kZero2;
+  EXPECT_NE(makePlan(in).status().message().find("zero3"), std::string::npos);
+  PlanInput bf = input({1'000'000}, 2, 4, 4, 2, ShardMode::kZero3);
+  bf.grad_wire = Wire::kInt8;
+  EXPECT_NE(makePlan(bf).status().message().find("fp32"), std::string::npos);
+  PlanInput blk = input({1'000'000}, 2, 4, 4, 2, ShardMode::kZero3, DType::kFloat32);
+  blk.quant_block = 100;
+  EXPECT_NE(makePlan(blk).status().message().find("block 100"), std::string::npos);
+}
+
 TEST(PlanParse, ByteSizes) {
   EXPECT_EQ(*parseByteSize("80G", "b"), 80ull << 30);
   EXPECT_EQ(*parseByteSize("80GiB", "b"), 80ull << 30);

@@ -122,6 +122,7 @@ struct MpiBackend : HostBackend {
   static const char* name() { return "mpi"; }
   static constexpr bool kBroadcast = true;
   static constexpr bool kRejectsBadArguments = true;
+  static constexpr bool kAllToAll = true;
   static std::vector<Case>& cases() {
     static std::vector<Case>* c = [] {
       auto* v = new std::vector<Case>();
@@ -153,6 +154,7 @@ struct UcxBackend : HostBackend {
   }
   static constexpr bool kBroadcast = true;
   static constexpr bool kRejectsBadArguments = true;
+  static constexpr bool kAllToAll = true;
   static std::vector<Case>& cases() {
     static std::vector<Case>* c = [] {
       auto* v = new std::vector<Case>();

@@ -267,6 +267,26 @@ TEST(UcxSchedule, BroadcastFromEveryRootAndBarrier) {
   }
 }
 
+// All-to-all: block j of rank r lands at block r of rank j, for every size and count.
+TEST(UcxSchedule, AllToAllDeliversEveryBlockToItsRank) {
+  for (int n : kSizes) {
+    for (size_t count : kCounts) {
+      SCOPED_TRACE(strCat("n=", n, " count=", count));
+      std::vector<std::vector<int>> send(n, std::vector<int>(n * count)), recv(send);
+      std::vector<Schedule> s(n);
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < send[r].size(); ++i) send[r][i] = int(1000000 * r + i);
+        buildAllToAll(s[r], r, n, send[r].data(), recv[r].data(), count, DType::kInt32);
+      }
+      ASSERT_TRUE(execute(s));
+      for (int r = 0; r < n; ++r)
+        for (int j = 0; j < n; ++j)
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(recv[r][j * count + i], send[j][r * count + i]) << "rank " << r;
+    }
+  }
+}
+
 TEST(UcxSchedule, ChoosesLogarithmicAlgorithmsForSmallMessagesOnly) {
   EXPECT_EQ(chooseAllGather(1, 1000, DType::kFloat32, 0), Algorithm::kLocal);
   EXPECT_EQ(chooseAllGather(8, 10, DType::kFloat32, 1024), Algorithm::kRecursiveDoubling);

@@ -1,0 +1,323 @@
+// The block-quantized inter wire (int8/int4, hsdp/quantize.h) of the hierarchical all-gather and
+// reduce-scatter. Both are ChunkPipelines (hier_internal.h) whose chunks are whole blocks of the
+// shard, so a chunk's codes are one contiguous range of the shard's encoding:
+//   all-gather      inter all-gather of the chunk's codes (J pieces), intra all-gather of those
+//                   (I*J pieces), then every piece decoded into the gathered buffer. Codes, not
+//                   floats, cross the node's ranks too, and every rank decodes the same bytes.
+//   reduce-scatter  intra reduce-scatter in fp32 (J pieces of partial sums), then each rank
+//                   encodes the J-1 pieces other nodes own (with error feedback), one inter
+//                   all-to-all of the codes, and the J pieces of its own block summed in fp32 in
+//                   node order, its own piece exact (qgZ: no partial sum is quantized twice).
+//   all-reduce      (HierOptions::allreduce_wire, bf16/int8/int4; one chunk) intra
+//                   reduce-scatter in fp32, inter all-to-all of encoded pieces summed in fp32, the
+//                   sum encoded once and all-gathered, every piece decoded by every rank, intra
+//                   all-gather: all ranks hold bitwise the same result (replicas stay equal).
+#include <cstring>
+
+#include "collectives/hier/hier_internal.h"
+
+namespace hsdp::hier_detail {
+namespace {
+
+// Chunk c of a quantized operation over shards of `count` elements: elements [off, off + n),
+// whole blocks but the shard's last, and where its codes start in the shard's encoding.
+struct QuantChunk {
+  size_t off, n, byte_off, bytes;
+};
+QuantChunk quantChunk(size_t count, size_t chunks, const WireFormat& w, size_t c) {
+  const size_t blocks = (count + w.block - 1) / w.block;
+  auto [b0, nb] = chunkRange(blocks, chunks, c);
+  const size_t off = b0 * w.block, n = std::min(count, (b0 + nb) * w.block) - off;
+  return {off, n, encodedOffset(w, b0), encodedBytes(w, n)};
+}
+
+// The largest chunk (the first: chunkRange makes the leading chunks the longer ones).
+QuantChunk largest(const State& h, size_t count, const WireFormat& w) {
+  return quantChunk(count, quantChunkCount(h, count, w), w, 0);
+}
+
+class QuantAllGather final : public ChunkPipeline {
+ public:
+  QuantAllGather(State& h, HostBuffer* slot, const float* shard, const void* encoded, float* full,
+                 size_t count, const WireFormat& w)
+      : ChunkPipeline(h, slot, quantChunkCount(h, count, w), {kInter, kIntra}, 2),
+        shard_(shard),
+        encoded_(static_cast<const char*>(encoded)),
+        full_(full),
+        count_(count),
+        w_(w),
+        I_(h.intra_.size()),
+        J_(h.inter_.size()) {
+    const size_t q = largest(h, count, w).bytes;
+    char* p = slot->as<char>();
+    for (size_t b = 0; b < slotsFor(numChunks()); ++b) {
+      one_[b] = p, p += q;
+      half_[b] = p, p += J_ * q;
+      all_[b] = p, p += I_ * J_ * q;
+    }
+    setTwoStageOrder();
+    advance();
+  }
+  ~QuantAllGather() override { waitForDestruction(); }
+
+  static size_t bytes(const State& h, size_t count, const WireFormat& w) {
+    const size_t I = h.intra_.size(), J = h.inter_.size();
+    return slotsFor(quantChunkCount(h, count, w)) * (1 + J + I * J) * largest(h, count, w).bytes;
+  }
+
+ private:
+  StatusOr<WorkHandle> issue(size_t c, int stage) override {
+    const QuantChunk k = quantChunk(count_, numChunks(), w_, c);
+    const size_t b = slotOf(c);
+    if (stage == 1) return h_.intra_.iallGather(half_[b], all_[b], J_ * k.bytes, DType::kUInt8);
+    const char* mine = encoded_ != nullptr ? encoded_ + k.byte_off : one_[b];
+    if (encoded_ == nullptr) wireEncode(w_, shard_ + k.off, k.n, one_[b]);
+    return h_.inter_.iallGather(mine, half_[b], k.bytes, DType::kUInt8);
+  }
+  void landed(size_t c, int stage) override {
+    if (stage != 1) return;
+    const QuantChunk k = quantChunk(count_, numChunks(), w_, c);
+    const char* pieces = all_[slotOf(c)];
+    for (size_t q = 0; q < I_ * J_; ++q)  // piece q is shard q (q = intra_idx * J + inter_idx)
+      wireDecode(w_, pieces + q * k.bytes, k.n, full_ + q * count_ + k.off);
+  }
+
+  const float* shard_;
+  const char* encoded_;
+  float* full_;
+  size_t count_;
+  WireFormat w_;
+  size_t I_, J_;
+  char* one_[kSlots];   // our chunk's codes (when not given encoded)
+  char* half_[kSlots];  // J pieces of codes, after the inter phase
+  char* all_[kSlots];   // I*J pieces, after the intra phase
+};
+
+class QuantReduceScatter final : public ChunkPipeline {
+ public:
+  QuantReduceScatter(State& h, HostBuffer* slot, const float* full, float* shard, size_t count,
+                     RedOp op, const WireFormat& w, float* residual)
+      : ChunkPipeline(h, slot, quantChunkCount(h, count, w), {kIntra, kInter}, 2),
+        full_(full),
+        shard_(shard),
+        count_(count),
+        op_(op),
+        w_(w),
+        residual_(residual),
+        I_(h.intra_.size()),
+        J_(h.inter_.size()),
+        me_(h.inter_.rank()) {
+    const QuantChunk big = largest(h, count, w);
+    char* p = slot->as<char>();
+    for (size_t b = 0; b < slotsFor(numChunks()); ++b) {
+      pack_[b] = reinterpret_cast<float*>(p), p += I_ * J_ * big.n * sizeof(float);
+      half_[b] = reinterpret_cast<float*>(p), p += J_ * big.n * sizeof(float);
+      send_[b] = p, p += J_ * big.bytes;
+      recv_[b] = p, p += J_ * big.bytes;
+    }
+    setTwoStageOrder();
+    advance();
+  }
+  ~QuantReduceScatter() override { waitForDestruction(); }
+
+  static size_t bytes(const State& h, size_t count, const WireFormat& w) {
+    const size_t I = h.intra_.size(), J = h.inter_.size();
+    const QuantChunk big = largest(h, count, w);
+    return slotsFor(quantChunkCount(h, count, w)) *
+           ((I * J + J) * big.n * sizeof(float) + 2 * J * big.bytes);
+  }
+
+ private:
+  StatusOr<WorkHandle> issue(size_t c, int stage) override {
+    const QuantChunk k = quantChunk(count_, numChunks(), w_, c);
+    const size_t b = slotOf(c);
+    if (stage == 0) {
+      for (size_t q = 0; q < I_ * J_; ++q)
+        std::memcpy(pack_[b] + q * k.n, full_ + q * count_ + k.off, k.n * sizeof(float));
+      return h_.intra_.ireduceScatter(pack_[b], half_[b], J_ * k.n, DType::kFloat32, op_);
+    }
+    // The pieces the other nodes own, encoded; our own piece stays here, exact.
+    for (size_t j = 0; j < J_; ++j) {
+      if (j == me_) continue;
+      float* res =
+          residual_ == nullptr ? nullptr : residual_ + (j < me_ ? j : j - 1) * count_ + k.off;
+      wireEncode(w_, half_[b] + j * k.n, k.n, send_[b] + j * k.bytes, res);
+    }
+    return h_.inter_.iallToAll(send_[b], recv_[b], k.bytes, DType::kUInt8);
+  }
+  void landed(size_t c, int stage) override {
+    if (stage != 1) return;
+    const QuantChunk k = quantChunk(count_, numChunks(), w_, c);
+    const size_t b = slotOf(c);
+    float* acc = shard_ + k.off;
+    // In node order, so every run sums the same way. With avg the intra phase divided by I and
+    // this one divides by J (as the transports do, by multiplying with 1/J).
+    for (size_t j = 0; j < J_; ++j) {
+      if (j != me_) {
+        wireDecode(w_, recv_[b] + j * k.bytes, k.n, acc, /*accumulate=*/j > 0);
+        continue;
+      }
+      const float* own = half_[b] + j * k.n;
+      if (j == 0)
+        std::memcpy(acc, own, k.n * sizeof(float));
+      else
+        for (size_t i = 0; i < k.n; ++i) acc[i] += own[i];
+    }
+    if (op_ == RedOp::kAvg) {
+      const float f = 1.0f / static_cast<float>(J_);
+      for (size_t i = 0; i < k.n; ++i) acc[i] *= f;
+    }
+  }
+
+  const float* full_;
+  float* shard_;
+  size_t count_;
+  RedOp op_;
+  WireFormat w_;
+  float* residual_;
+  size_t I_, J_, me_;
+  float* pack_[kSlots];  // the chunk's I*J pieces, packed from the user's buffer
+  float* half_[kSlots];  // J pieces of this node's partial sums, after the intra phase
+  char* send_[kSlots];   // J pieces of codes (our own slot unused)
+  char* recv_[kSlots];   // J pieces of codes from the other nodes
+};
+
+// The encoded all-reduce: the buffer padded to G*m (G = I*J ranks, m = ceil(count/G) elements
+// each) in P; phases: intra reduce-scatter P -> Q (J*m: our node's partial sums of J pieces),
+// inter all-to-all of the encoded pieces, inter all-gather of our encoded sum, intra
+// all-gather Q -> P; the sums and decodes run as each phase is issued.
+class EncodedAllReduce final : public PhasedSchedule {
+ public:
+  EncodedAllReduce(State& h, HostBuffer* slot, float* buf, size_t count, RedOp op,
+                   const WireFormat& w, float* residual)
+      : PhasedSchedule(h, slot, 4),
+        buf_(buf),
+        count_(count),
+        op_(op),
+        w_(w),
+        residual_(residual),
+        I_(h.intra_.size()),
+        J_(h.inter_.size()),
+        me_(h.inter_.rank()),
+        m_(pieceCount(h, count)),
+        q_(encodedBytes(w, m_)) {
+    char* p = slot->as<char>();
+    P_ = reinterpret_cast<float*>(p), p += I_ * J_ * m_ * sizeof(float);
+    Q_ = reinterpret_cast<float*>(p), p += J_ * m_ * sizeof(float);
+    sum_ = reinterpret_cast<float*>(p), p += m_ * sizeof(float);
+    send_ = p, p += J_ * q_;
+    recv_ = p, p += J_ * q_;
+    gathered_ = p;
+    std::memcpy(P_, buf, count * sizeof(float));
+    std::memset(P_ + count, 0, (I_ * J_ * m_ - count) * sizeof(float));
+    advance();
+  }
+  ~EncodedAllReduce() override { waitForDestruction(); }
+
+  static size_t pieceCount(const State& h, size_t count) {
+    const size_t g = static_cast<size_t>(h.groupSize());
+    return (count + g - 1) / g;
+  }
+  static size_t bytes(const State& h, size_t count, const WireFormat& w) {
+    const size_t I = h.intra_.size(), J = h.inter_.size(), m = pieceCount(h, count);
+    return (I * J + J + 1) * m * sizeof(float) + 3 * J * encodedBytes(w, m);
+  }
+
+ private:
+  float* res(size_t j) const { return residual_ == nullptr ? nullptr : residual_ + j * m_; }
+
+  StatusOr<WorkHandle> issue(int phase) override {
+    switch (phase) {
+      case 0:
+        return h_.intra_.ireduceScatter(P_, Q_, J_ * m_, DType::kFloat32, op_);
+      case 1:
+        for (size_t j = 0; j < J_; ++j)
+          if (j != me_) wireEncode(w_, Q_ + j * m_, m_, send_ + j * q_, res(j));
+        return h_.inter_.iallToAll(send_, recv_, q_, DType::kUInt8);
+      case 2: {
+        // Our piece's sum in node order (ours exact), averaged as the transports do; then
+        // encoded once, with its own residual (the slot of our piece).
+        for (size_t j = 0; j < J_; ++j) {
+          if (j != me_) {
+            wireDecode(w_, recv_ + j * q_, m_, sum_, /*accumulate=*/j > 0);
+          } else if (j == 0) {
+            std::memcpy(sum_, Q_ + j * m_, m_ * sizeof(float));
+          } else {
+            for (size_t i = 0; i < m_; ++i) sum_[i] += Q_[j * m_ + i];
+          }
+        }
+        if (op_ == RedOp::kAvg) {
+          const float f = 1.0f / static_cast<float>(J_);
+          for (size_t i = 0; i < m_; ++i) sum_[i] *= f;
+        }
+        char* mine = gathered_ + me_ * q_;
+        wireEncode(w_, sum_, m_, mine, res(me_));
+        return h_.inter_.iallGather(mine, gathered_, q_, DType::kUInt8);
+      }
+      default: {
+        for (size_t j = 0; j < J_; ++j) wireDecode(w_, gathered_ + j * q_, m_, Q_ + j * m_);
+        float* mine = P_ + static_cast<size_t>(h_.intra_.rank()) * J_ * m_;
+        std::memcpy(mine, Q_, J_ * m_ * sizeof(float));
+        return h_.intra_.iallGather(mine, P_, J_ * m_, DType::kFloat32);
+      }
+    }
+  }
+  void finishPhases() override { std::memcpy(buf_, P_, count_ * sizeof(float)); }
+
+  float* buf_;
+  size_t count_;
+  RedOp op_;
+  WireFormat w_;
+  float* residual_;
+  size_t I_, J_, me_, m_, q_;
+  float* P_;        // the padded buffer, I*J*m
+  float* Q_;        // our intra block: J pieces of m
+  float* sum_;      // our piece's sum
+  char* send_;      // J encoded pieces (ours unused)
+  char* recv_;      // J encoded pieces from the other nodes
+  char* gathered_;  // J encoded sums
+};
+
+}  // namespace
+
+size_t encodedAllReduceBytes(const State& h, size_t count) {
+  return EncodedAllReduce::bytes(h, count, h.options_.allreduce_wire);
+}
+
+size_t encodedAllReduceResidual(const State& h, size_t count) {
+  return static_cast<size_t>(h.inter_.size()) * EncodedAllReduce::pieceCount(h, count);
+}
+
+StatusOr<WorkHandle> startEncodedAllReduce(State& h, HostBuffer* slot, float* buf, size_t count,
+                                           RedOp op, float* residual) {
+  return WorkHandle(std::make_unique<EncodedAllReduce>(h, slot, buf, count, op,
+                                                       h.options_.allreduce_wire, residual));
+}
+
+size_t quantChunkCount(const State& h, size_t count, const WireFormat& wire) {
+  const size_t blocks = (count + wire.block - 1) / wire.block;
+  return std::max<size_t>(1, std::min(h.chunkCount(count, DType::kFloat32), blocks));
+}
+
+size_t quantGatherBytes(const State& h, size_t count, const WireFormat& wire) {
+  return QuantAllGather::bytes(h, count, wire);
+}
+
+size_t quantReduceBytes(const State& h, size_t count, const WireFormat& wire) {
+  return QuantReduceScatter::bytes(h, count, wire);
+}
+
+StatusOr<WorkHandle> startQuantAllGather(State& h, HostBuffer* slot, const float* shard,
+                                         const void* encoded, float* full, size_t count,
+                                         const WireFormat& wire) {
+  return WorkHandle(std::make_unique<QuantAllGather>(h, slot, shard, encoded, full, count, wire));
+}
+
+StatusOr<WorkHandle> startQuantReduceScatter(State& h, HostBuffer* slot, const float* full,
+                                             float* shard, size_t count, RedOp op,
+                                             const WireFormat& wire, float* residual) {
+  return WorkHandle(
+      std::make_unique<QuantReduceScatter>(h, slot, full, shard, count, op, wire, residual));
+}
+
+}  // namespace hsdp::hier_detail
