@@ -5,7 +5,7 @@
 # from /usr/bin/time -v. Medians of REPEATS. Needs ~4x the model state free under DIR.
 #   bench/ckpt_bench.sh [DIR [GIB [REPEATS]]]
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd -P "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD:-$root/build}
 dir=${1:-/tmp/hsdp-ckpt-bench}; gib=${2:-1}; reps=${3:-3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -17,7 +17,7 @@ build=$(cd "$1" && pwd)
 mpirun=$2
 shift 2
 mpiflags=("$@")
-src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+src=$(cd -P "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/hsdp-consumer.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix
