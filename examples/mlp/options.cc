@@ -285,25 +285,36 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::
 hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::ShardedModel& model,
                          const std::vector<uint64_t>& unit_numels, const hsdp::EngineConfig& cfg) {
   const hsdp::MemoryReport r = model.memoryReport();
-  int64_t mine[7] = {int64_t(r.param_bytes + r.hpz_bytes),
-                     int64_t(r.grad_bytes),
-                     int64_t(r.optim_bytes),
-                     int64_t(r.gathered_peak_bytes),
-                     int64_t(r.comm_bytes),
-                     int64_t(r.total()),
-                     mesh.coords().node};
-  std::vector<int64_t> all(7 * world.size());
-  HSDP_RETURN_IF_ERROR(world.allGather(mine, all.data(), 7, hsdp::DType::kInt64));
+  // `gathered` is what the engine allocated for gathered units and full gradients (the blocks of
+  // its pool: the same on every rank of a role, and what `total` counts); how many of them were
+  // in use at once depends on timing (how far prefetches ran ahead), so it is reported apart.
+  constexpr int kFields = 8;
+  int64_t mine[kFields] = {int64_t(r.param_bytes + r.hpz_bytes),
+                           int64_t(r.grad_bytes),
+                           int64_t(r.optim_bytes),
+                           int64_t(r.gathered_capacity_bytes),
+                           int64_t(r.comm_bytes),
+                           int64_t(r.total()),
+                           mesh.coords().node,
+                           int64_t(r.gathered_peak_bytes)};
+  std::vector<int64_t> all(kFields * world.size());
+  HSDP_RETURN_IF_ERROR(world.allGather(mine, all.data(), kFields, hsdp::DType::kInt64));
   if (world.rank() != 0) return hsdp::okStatus();
   std::printf("\nper-rank memory held by model state (engine allocations):\n");
-  std::printf("%5s %5s %12s %12s %12s %14s %12s %12s\n", "rank", "node", "params", "grads", "optim",
-              "gathered_peak", "comm", "total");
+  std::printf("%5s %5s %12s %12s %12s %12s %12s %12s\n", "rank", "node", "params", "grads", "optim",
+              "gathered", "comm", "total");
+  int64_t peak_lo = INT64_MAX, peak_hi = 0;
   for (int q = 0; q < world.size(); ++q) {
-    const int64_t* v = &all[7 * q];
-    std::printf("%5d %5lld %12s %12s %12s %14s %12s %12s\n", q, (long long)v[6],
+    const int64_t* v = &all[kFields * q];
+    std::printf("%5d %5lld %12s %12s %12s %12s %12s %12s\n", q, (long long)v[6],
                 bytesStr(v[0]).c_str(), bytesStr(v[1]).c_str(), bytesStr(v[2]).c_str(),
                 bytesStr(v[3]).c_str(), bytesStr(v[4]).c_str(), bytesStr(v[5]).c_str());
+    peak_lo = std::min(peak_lo, v[7]);
+    peak_hi = std::max(peak_hi, v[7]);
   }
+  std::printf("gathered in use at the peak: %s to %s over the ranks (of the allocated `gathered`; "
+              "depends on how far prefetches ran ahead)\n",
+              bytesStr(peak_lo).c_str(), bytesStr(peak_hi).c_str());
   // hsdp-plan's prediction for this very configuration (fp32 policy; the plan models what
   // the engine allocates), beside what rank 0 measured.
   hsdp::PlanInput in;
