@@ -92,7 +92,7 @@ thread_local LabelData t_label = {};
 
 void copyField(char* dst, size_t cap, std::string_view s) {
   const size_t n = std::min(cap - 1, s.size());
-  std::memcpy(dst, s.data(), n);
+  if (n > 0) std::memcpy(dst, s.data(), n);  // an empty view may have no data() at all
   std::memset(dst + n, 0, cap - n);
 }
 }  // namespace
