@@ -27,7 +27,7 @@ uint32_t absMax(const float* s, const float* r, size_t len) {
   h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
   h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
   const uint32_t vec = static_cast<uint32_t>(_mm_cvtsi128_si32(h));
-  const uint32_t tail = absMaxBits(s + i, kRes ? r + i : nullptr, len - i);
+  const uint32_t tail = absMaxBits<kRes>(s + i, kRes ? r + i : nullptr, len - i);
   return vec > tail ? vec : tail;
 }
 

@@ -93,10 +93,12 @@ inline size_t blockBytes8(size_t len) { return 4 + len; }
 inline size_t blockBytes4(size_t len) { return 4 + (len + 1) / 2; }
 
 // The scalar block functions: the scalar kernel, and the tails of the vector kernels.
+// The largest |x|'s bits (x = s + r with kRes); branch-free, so the compiler vectorises it.
+template <bool kRes>
 inline uint32_t absMaxBits(const float* s, const float* r, size_t len) {
   uint32_t m = 0;
   for (size_t i = 0; i < len; ++i) {
-    const float x = r ? s[i] + r[i] : s[i];
+    const float x = kRes ? s[i] + r[i] : s[i];
     const uint32_t a = floatToBits(x) & kAbsMask;
     m = a > m ? a : m;
   }
@@ -133,19 +135,8 @@ inline void decodeTail8(float scale, const signed char* codes, size_t from, size
 constexpr size_t kPiece4 = 256;
 
 template <bool kRes>
-inline uint32_t absMaxBits4(const float* s, const float* r, size_t len) {
-  uint32_t m = 0;
-  for (size_t i = 0; i < len; ++i) {
-    const float x = kRes ? s[i] + r[i] : s[i];
-    const uint32_t a = floatToBits(x) & kAbsMask;
-    m = a > m ? a : m;
-  }
-  return m;
-}
-
-template <bool kRes>
 inline void encodeBlock4(const float* s, float* r, size_t len, unsigned char* out) {
-  const BlockParams p = blockParams(absMaxBits4<kRes>(s, r, len), 7.0f);
+  const BlockParams p = blockParams(absMaxBits<kRes>(s, r, len), 7.0f);
   storeScale(out, p.scale);
   unsigned char* codes = out + 4;
   const bool normal = p.kind == BlockKind::kNormal, zero = p.kind == BlockKind::kZero;

@@ -10,7 +10,7 @@ namespace {
 struct Blocks {
   template <bool kRes>
   static void encode(const float* s, float* r, size_t len, unsigned char* out) {
-    const BlockParams p = blockParams(absMaxBits(s, r, len), 127.0f);
+    const BlockParams p = blockParams(absMaxBits<kRes>(s, r, len), 127.0f);
     storeScale(out, p.scale);
     encodeTail8(p, s, r, 0, len, reinterpret_cast<signed char*>(out + 4));
   }
