@@ -33,6 +33,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/bench_util.h"
 #include "hsdp/cpu_adam.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/optimizer.h"
@@ -98,18 +99,8 @@ long involuntarySwitches() {
   return ru.ru_nivcsw;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t k = v.size() / 2;
-  return v.size() % 2 ? v[k] : 0.5 * (v[k - 1] + v[k]);
-}
-
-std::string loadAverage() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  f >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
+using hsdp::bench::loadAverage;
+using hsdp::bench::median;
 
 // The process's anonymous memory on transparent huge pages (smaps_rollup), e.g. "1843200 kB".
 std::string anonHugePages() {
@@ -164,15 +155,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-reference", no_reference, "skip hsdp::adamStep (the slow scalar loop)");
   CLI11_PARSE(app, argc, argv);
 
-  std::vector<hsdp::CpuIsa> isas;
-  for (const std::string& name : isa_names) {
-    auto isa = hsdp::parseCpuIsa(name);
-    if (!isa.ok()) return fail(isa.status());
-    if (!hsdp::cpuIsaSupported(*isa))
-      return fail(hsdp::failedPrecondition("ISA ", name, " is not supported on this CPU"));
-    isas.push_back(*isa);
-  }
-  if (isas.empty()) isas = hsdp::supportedCpuIsas();
+  auto parsed = hsdp::bench::parseIsas(isa_names);
+  if (!parsed.ok()) return fail(parsed.status());
+  const std::vector<hsdp::CpuIsa> isas = *parsed;
 
   // Optimizer-shard memory as offload allocates it: NUMA-bound, pre-faulted, huge pages.
   auto topo = hsdp::NumaTopology::load();

@@ -13,11 +13,13 @@
 // turns with hier and flat iteration by iteration (docs/reliability.md).
 //
 // --inter-dtype int8|int4 runs hier's all-gather and reduce-scatter over the block-quantized
-// inter wire (--quant-block elements per scale). #wrong is then judged against the quantized
-// closed form: an all-gather element is wrong unless it equals decode(encode(its shard)) exactly;
-// a reduce-scatter element unless it is within the bound its blocks' scales give, the sum over
-// the other nodes j of (1/2 + 2^-12) * (the largest partial sum of node j in the block) / L
-// (L = 127 for int8, 7 for int4), plus fp32 rounding. xnode_min stays the fp32 minimum.
+// inter wire (--quant-block elements per scale). A comma list (--inter-dtype float,bf16,int8)
+// runs one hier per wire, named hier/<wire>, side by side in the same interleaved rounds. #wrong is
+// then judged against the quantized closed form: an all-gather element is wrong unless it equals
+// decode(encode(its shard)) exactly; a reduce-scatter element unless it is within the bound its
+// blocks' scales give, the sum over the other nodes j of (1/2 + 2^-12) * (the largest partial sum
+// of node j in the block) / L (L = 127 for int8, 7 for int4), plus fp32 rounding. xnode_min stays
+// the fp32 minimum.
 #include <dirent.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -60,8 +62,11 @@ hsdp::StatusOr<size_t> parseBytes(const std::string& text) {
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
   std::string unit = end ? end : "";
-  double mul = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0
-                            : unit == "G"    ? 1073741824.0 : -1;
+  double mul = unit.empty()  ? 1
+               : unit == "K" ? 1024.0
+               : unit == "M" ? 1048576.0
+               : unit == "G" ? 1073741824.0
+                             : -1;
   if (end == text.c_str() || mul < 0 || !(v > 0))
     return hsdp::invalidArgument("size '", text, "' is not a byte count (e.g. 4096, 64K, 1M, 1G)");
   return static_cast<size_t>(v * mul);
@@ -77,15 +82,30 @@ std::vector<std::string> split(const std::string& s) {
 // Small integers: exact in float and bf16 whatever the summation order, so #wrong is exact.
 float value(int rank, size_t i) { return float(((rank + 1) * (i % 13 + 3)) % 17 % 9); }
 
+// One hierarchical schedule under test and its inter wire ("hier", or "hier/<wire>").
+struct HierCase {
+  std::string name;
+  std::unique_ptr<hsdp::HierarchicalCollectives> hier;
+  hsdp::WireFormat wire;
+  hsdp::HierOptions options;
+};
+
+// "<algo>-off": the algorithm over the untraced communicators.
+bool isOff(const std::string& name) {
+  return name.size() > 4 && name.compare(name.size() - 4, 4, "-off") == 0;
+}
+std::string baseAlgo(const std::string& name) {
+  return isOff(name) ? name.substr(0, name.size() - 4) : name;
+}
+
 struct Bench {
   hsdp::Comm& world;
   MPI_Comm raw;
   MPI_Comm shard_order;  // the world ordered by shard index k: hier's result layout
-  hsdp::HierarchicalCollectives& hier;
-  hsdp::Comm& world_off;  // the same, untraced (the -off algorithms)
-  hsdp::HierarchicalCollectives& hier_off;
+  std::vector<HierCase>& hiers;
+  hsdp::Comm& world_off;             // the same, untraced (the -off algorithms)
+  std::vector<HierCase>& hiers_off;  // hiers over world_off, in the same order
   hsdp::Mesh& mesh;
-  hsdp::WireFormat wire;  // hier's inter wire
   DType dtype;
   size_t es;
   hsdp::HostBuffer send, recv, expect;
@@ -93,38 +113,48 @@ struct Bench {
   void fill(void* buf, size_t n, int rank) {
     for (size_t i = 0; i < n; ++i) {
       float v = value(rank, i);
-      if (dtype == DType::kFloat32) static_cast<float*>(buf)[i] = v;
-      else static_cast<hsdp::bf16*>(buf)[i] = hsdp::toBf16(v);
+      if (dtype == DType::kFloat32)
+        static_cast<float*>(buf)[i] = v;
+      else
+        static_cast<hsdp::bf16*>(buf)[i] = hsdp::toBf16(v);
     }
+  }
+
+  const HierCase* hierOf(const std::string& name) const {
+    const std::string algo = baseAlgo(name);
+    const std::vector<HierCase>& v = isOff(name) ? hiers_off : hiers;
+    for (size_t k = 0; k < hiers.size(); ++k)
+      if (hiers[k].name == algo) return &v[k];
+    return nullptr;
   }
 
   // Runs one operation; `count` is the whole buffer's element count.
   hsdp::Status run(const std::string& op, const std::string& name, size_t count) {
-    const bool off = name.size() > 4 && name.compare(name.size() - 4, 4, "-off") == 0;
     std::optional<hsdp::watchdog::Untraced> untraced;
-    if (off) untraced.emplace();
-    const std::string algo = off ? name.substr(0, name.size() - 4) : name;
-    hsdp::Comm& world = off ? world_off : this->world;
-    hsdp::HierarchicalCollectives& hier = off ? hier_off : this->hier;
+    if (isOff(name)) untraced.emplace();
+    const std::string algo = baseAlgo(name);
+    hsdp::Comm& world = isOff(name) ? world_off : this->world;
     const int n = world.size();
+    const HierCase* h = hierOf(name);
     const size_t per = count / n;
     MPI_Datatype mt = dtype == DType::kFloat32 ? MPI_FLOAT : MPI_UINT16_T;
     if (op == "allgather") {
       void* mine = send.data();
-      if (algo == "hier") return hier.allGather(mine, recv.data(), per, dtype);
+      if (h) return h->hier->allGather(mine, recv.data(), per, dtype);
       if (algo == "flat") return world.allGather(mine, recv.data(), per, dtype);
       MPI_Allgather(mine, int(per), mt, recv.data(), int(per), mt, raw);
       return hsdp::okStatus();
     }
     if (op == "reducescatter") {
-      if (algo == "hier") return hier.reduceScatter(send.data(), recv.data(), per, dtype, RedOp::kSum);
-      if (algo == "flat") return world.reduceScatter(send.data(), recv.data(), per, dtype, RedOp::kSum);
+      if (h) return h->hier->reduceScatter(send.data(), recv.data(), per, dtype, RedOp::kSum);
+      if (algo == "flat")
+        return world.reduceScatter(send.data(), recv.data(), per, dtype, RedOp::kSum);
       if (dtype != DType::kFloat32) return hsdp::unimplemented("MPI has no bf16 reduce-scatter");
       MPI_Reduce_scatter_block(send.data(), recv.data(), int(per), MPI_FLOAT, MPI_SUM, raw);
       return hsdp::okStatus();
     }
     std::memcpy(recv.data(), send.data(), count * es);  // all-reduce is in place
-    if (algo == "hier") return hier.allReduce(recv.data(), count, dtype, RedOp::kSum);
+    if (h) return h->hier->allReduce(recv.data(), count, dtype, RedOp::kSum);
     if (algo == "flat") return world.allReduce(recv.data(), count, dtype, RedOp::kSum);
     if (dtype != DType::kFloat32) return hsdp::unimplemented("MPI has no bf16 all-reduce");
     MPI_Allreduce(MPI_IN_PLACE, recv.data(), int(count), MPI_FLOAT, MPI_SUM, raw);
@@ -135,7 +165,8 @@ struct Bench {
   // (hier lays shards out by shard index k, so its oracle runs on the k-ordered communicator.)
   long wrong(const std::string& op, const std::string& algo, size_t count) {
     const int n = world.size(), r = world.rank();
-    MPI_Comm raw = algo.rfind("hier", 0) == 0 ? shard_order : this->raw;
+    const HierCase* h = hierOf(algo);
+    MPI_Comm raw = h ? shard_order : this->raw;
     const size_t per = count / n;
     std::vector<float> in(op == "allgather" ? per : count);
     for (size_t i = 0; i < in.size(); ++i) in[i] = value(r, i);
@@ -147,14 +178,14 @@ struct Bench {
     else
       MPI_Allreduce(in.data(), want.data(), int(count), MPI_FLOAT, MPI_SUM, raw);
     std::vector<double> tolerance;
-    if (algo == "hier" && hier.gatherQuantizes() && dtype == DType::kFloat32) {
-      if (op == "allgather") quantizedShards(want, per);
-      if (op == "reducescatter") tolerance = reduceTolerance(in, per);
+    if (h && h->hier->gatherQuantizes() && dtype == DType::kFloat32) {
+      if (op == "allgather") quantizedShards(h->wire, want, per);
+      if (op == "reducescatter") tolerance = reduceTolerance(h->wire, in, per);
     }
     long bad = 0;
     for (size_t i = 0; i < want.size(); ++i) {
-      float got = dtype == DType::kFloat32 ? recv.as<float>()[i]
-                                           : hsdp::toFloat(recv.as<hsdp::bf16>()[i]);
+      float got =
+          dtype == DType::kFloat32 ? recv.as<float>()[i] : hsdp::toFloat(recv.as<hsdp::bf16>()[i]);
       if (tolerance.empty() ? got != want[i] : !(std::fabs(double(got) - want[i]) <= tolerance[i]))
         ++bad;
     }
@@ -162,7 +193,7 @@ struct Bench {
   }
 
   // The gathered fp32 shards as the quantized wire delivers them: decode(encode(shard)).
-  void quantizedShards(std::vector<float>& full, size_t per) const {
+  static void quantizedShards(const hsdp::WireFormat& wire, std::vector<float>& full, size_t per) {
     std::vector<unsigned char> enc(hsdp::encodedBytes(wire, per));
     for (size_t k = 0; k * per < full.size(); ++k) {
       hsdp::wireEncode(wire, full.data() + k * per, per, enc.data());
@@ -172,7 +203,8 @@ struct Bench {
 
   // Per element of our block: the quantized reduce-scatter's bound (see the top of the file).
   // The values are >= 0, so a node's partial sum is its ranks' sum, from MPI.
-  std::vector<double> reduceTolerance(const std::vector<float>& in, size_t per) const {
+  std::vector<double> reduceTolerance(const hsdp::WireFormat& wire, const std::vector<float>& in,
+                                      size_t per) const {
     MPI_Comm intra = dynamic_cast<hsdp::mpi::MpiComm&>(mesh.intraShard()).raw();
     MPI_Comm inter = dynamic_cast<hsdp::mpi::MpiComm&>(mesh.interShard()).raw();
     const int J = mesh.interShard().size(), me = mesh.interShard().rank();
@@ -218,6 +250,14 @@ uint64_t txBytes() {
   return total;
 }
 
+// The header's inter dtype: as before for one schedule ("float", "bf16", "int8"), else the list.
+std::string wireTitle(const Options& o, const std::vector<HierCase>& hiers) {
+  if (hiers.size() > 1) return o.inter_dtype;
+  const HierCase& c = hiers.front();
+  if (hsdp::wireQuantized(c.wire.wire)) return hsdp::wireName(c.wire.wire);
+  return hsdp::dtypeName(c.hier->options().inter_dtype);
+}
+
 int fail(int rank, const std::string& msg) {
   std::fprintf(stderr, "hsdp-bench [rank %d]: error: %s\n", rank, msg.c_str());
   return 2;
@@ -244,29 +284,39 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   // The whole world is one shard group: intra = every rank of a node, inter = every node.
   auto mesh = hsdp::Mesh::create(world, *layout, {layout->ranks_per_node, layout->num_nodes});
   if (!mesh.ok()) return fail(rank, mesh.status().message());
-  hsdp::HierarchicalCollectives hier((*mesh)->intraShard(), (*mesh)->interShard());
   hsdp::HierOptions hopts{o.chunks, *dt};
-  hsdp::WireFormat wire{hsdp::Wire::kFp32, o.quant_block};
   if (o.min_chunk != "0") {
     auto min_chunk = parseBytes(o.min_chunk);
     if (!min_chunk.ok()) return fail(rank, "--min-chunk-bytes: " + min_chunk.status().message());
     hopts.min_chunk_bytes = *min_chunk;
   }
-  if (!o.inter_dtype.empty()) {
-    // float/bf16: the inter dtype of both directions, as before; int8/int4: the quantized wire.
-    auto w = hsdp::parseWire(o.inter_dtype);
-    if (!w.ok()) return fail(rank, "--inter-dtype: " + w.status().message());
-    if (*w == hsdp::Wire::kBf16) hopts.inter_dtype = DType::kBFloat16;
-    if (*w == hsdp::Wire::kFp32) hopts.inter_dtype = DType::kFloat32;
-    if (hsdp::wireQuantized(*w)) {
-      wire.wire = *w;
-      if (auto v = hsdp::validate(wire); !v.ok())
-        return fail(rank, "--quant-block: " + v.message());
-      hopts.gather_wire = hopts.reduce_wire = wire;
+  // One schedule per inter wire: float/bf16 set the inter dtype of both directions, as before;
+  // int8/int4 the quantized wire of the all-gather and the reduce-scatter.
+  std::vector<HierCase> hiers;
+  const std::vector<std::string> wires = split(o.inter_dtype.empty() ? "" : o.inter_dtype);
+  for (const std::string& text : wires.empty() ? std::vector<std::string>{""} : wires) {
+    HierCase c{wires.size() > 1 ? "hier/" + text : "hier",
+               std::make_unique<hsdp::HierarchicalCollectives>((*mesh)->intraShard(),
+                                                               (*mesh)->interShard()),
+               {hsdp::Wire::kFp32, o.quant_block}};
+    hsdp::HierOptions ho = hopts;
+    if (!text.empty()) {
+      auto w = hsdp::parseWire(text);
+      if (!w.ok()) return fail(rank, "--inter-dtype: " + w.status().message());
+      if (*w == hsdp::Wire::kBf16) ho.inter_dtype = DType::kBFloat16;
+      if (*w == hsdp::Wire::kFp32) ho.inter_dtype = DType::kFloat32;
+      if (hsdp::wireQuantized(*w)) {
+        c.wire.wire = *w;
+        if (auto v = hsdp::validate(c.wire); !v.ok())
+          return fail(rank, "--quant-block: " + v.message());
+        ho.gather_wire = ho.reduce_wire = c.wire;
+      }
     }
+    if (auto st = c.hier->setOptions(ho); !st.ok()) return fail(rank, st.message());
+    c.options = ho;
+    hiers.push_back(std::move(c));
   }
-  if (auto s = hier.setOptions(hopts); !s.ok()) return fail(rank, s.message());
-  // hier-off, flat-off: the same communicators again, untraced.
+  // hier-off, flat-off: the same communicators again, untraced, with the same schedules.
   std::unique_ptr<hsdp::Comm> world_off;
   std::unique_ptr<hsdp::Mesh> mesh_off;
   {
@@ -278,8 +328,27 @@ int benchMain(const Options& o, hsdp::Comm& world) {
     if (!m.ok()) return fail(rank, m.status().message());
     mesh_off = std::move(*m);
   }
-  hsdp::HierarchicalCollectives hier_off(mesh_off->intraShard(), mesh_off->interShard());
-  if (auto s = hier_off.setOptions(hopts); !s.ok()) return fail(rank, s.message());
+  std::vector<HierCase> hiers_off;
+  for (const HierCase& c : hiers) {
+    HierCase off{c.name,
+                 std::make_unique<hsdp::HierarchicalCollectives>(mesh_off->intraShard(),
+                                                                 mesh_off->interShard()),
+                 c.wire, c.options};
+    if (auto st = off.hier->setOptions(c.options); !st.ok()) return fail(rank, st.message());
+    hiers_off.push_back(std::move(off));
+  }
+  // "hier" in --algo stands for every schedule, in --inter-dtype order.
+  std::vector<std::string> expanded;
+  for (const std::string& a : algos) {
+    if (a != "hier" && a != "hier-off") {
+      expanded.push_back(a);
+      continue;
+    }
+    for (const HierCase& c : hiers) expanded.push_back(c.name + (a == "hier-off" ? "-off" : ""));
+  }
+  algos = expanded;
+  int algo_w = 5;  // the algo column: as wide as the longest name
+  for (const std::string& a : algos) algo_w = std::max(algo_w, static_cast<int>(a.size()));
 
   const size_t es = hsdp::dtypeSize(*dt);
   // Buffers for the largest size, allocated and pre-faulted once.
@@ -288,20 +357,19 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   auto recv = hsdp::HostBuffer::allocate(max_count * es);
   if (!send.ok() || !recv.ok()) return fail(rank, "out of host memory for the buffers");
   MPI_Comm raw = dynamic_cast<hsdp::mpi::MpiComm&>(world).raw();
-  if (auto s = hier.reserve(max_count / n, *dt); !s.ok()) return fail(rank, s.message());
-  if (auto s = world.reserveScratch(max_count / n * es); !s.ok()) return fail(rank, s.message());
-  if (auto s = hier_off.reserve(max_count / n, *dt); !s.ok()) return fail(rank, s.message());
-  if (auto s = world_off->reserveScratch(max_count / n * es); !s.ok())
-    return fail(rank, s.message());
+  for (std::vector<HierCase>* v : {&hiers, &hiers_off})
+    for (HierCase& c : *v)
+      if (auto s = c.hier->reserve(max_count / n, *dt); !s.ok()) return fail(rank, s.message());
+  for (hsdp::Comm* c : {&world, world_off.get()})
+    if (auto s = c->reserveScratch(max_count / n * es); !s.ok()) return fail(rank, s.message());
   MPI_Comm shard_order = dynamic_cast<hsdp::mpi::MpiComm&>((*mesh)->shardGroup()).raw();
   Bench b{world,
           raw,
           shard_order,
-          hier,
+          hiers,
           *world_off,
-          hier_off,
+          hiers_off,
           **mesh,
-          wire,
           *dt,
           es,
           std::move(*send),
@@ -310,29 +378,35 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   b.fill(b.send.data(), max_count, rank);
 
   const double bus = o.op == "allreduce" ? 2.0 * (n - 1) / n : double(n - 1) / n;
+  bool quantized = false;
+  for (const HierCase& c : hiers) quantized |= hsdp::wireQuantized(c.wire.wire);
   if (rank == 0 && !o.json) {
     std::printf(
         "# hsdp-bench: op %s, dtype %s, %d ranks = %d nodes x %d, iters %d, warmup %d, "
         "pipeline chunks %d (each >= %zu B), inter dtype %s%s\n",
         o.op.c_str(), o.dtype.c_str(), n, layout->num_nodes, layout->ranks_per_node, o.iters,
-        o.warmup, hopts.chunks, hopts.min_chunk_bytes,
-        hsdp::wireQuantized(wire.wire) ? hsdp::wireName(wire.wire)
-                                       : hsdp::dtypeName(hopts.inter_dtype),
-        hsdp::wireQuantized(wire.wire)
-            ? hsdp::strCat(" (blocks of ", wire.block, ", all-gather and reduce-scatter)").c_str()
-            : "");
+        o.warmup, hopts.chunks, hopts.min_chunk_bytes, wireTitle(o, hiers).c_str(),
+        quantized ? hsdp::strCat(" (int8/int4 blocks of ", o.quant_block,
+                                 ", all-gather and reduce-scatter)")
+                        .c_str()
+                  : "");
     for (int q = 0; q < n; ++q)
       std::printf("#  rank %2d  node %d (%s)\n", q, layout->node_of_rank[q],
                   layout->node_names[layout->node_of_rank[q]].c_str());
-    std::printf("#\n# %10s %12s %6s %6s %8s %11s %8s %8s %7s %9s %9s\n", "size", "count", "type",
-                "redop", "algo", "time", "algbw", "busbw", "#wrong", "xnode", "xnode_min");
-    std::printf("# %10s %12s %6s %6s %8s %11s %8s %8s %7s %9s %9s\n", "(B)", "(elements)", "", "",
-                "", "(us)", "(GB/s)", "(GB/s)", "", "(MB/op)", "(MB/op)");
+    // xnode is measured, xnode_min is arithmetic: xnode below it means the traffic did not go
+    // through a network interface at all (virtual nodes on one host).
+    std::printf("#\n# xnode: bytes the nodes' network interfaces sent during one run (on the emulated "
+                "cluster, what crossed between nodes; with virtual nodes on one host ~0: nothing "
+                "leaves the host). xnode_min: the least any algorithm must move between the nodes.\n");
+    std::printf("#\n# %10s %12s %6s %6s %*s %11s %8s %8s %7s %9s %9s\n", "size", "count", "type",
+                "redop", algo_w, "algo", "time", "algbw", "busbw", "#wrong", "xnode", "xnode_min");
+    std::printf("# %10s %12s %6s %6s %*s %11s %8s %8s %7s %9s %9s\n", "(B)", "(elements)", "", "",
+                algo_w, "", "(us)", "(GB/s)", "(GB/s)", "", "(MB/op)", "(MB/op)");
   }
   std::string json = "[";
   for (double bytes = double(*lo); bytes <= double(*hi) * 1.0001; bytes *= o.factor) {
     const size_t count = std::max<size_t>(n, size_t(bytes) / es / n * n);
-    std::map<std::string, double> median_us;
+    std::map<std::string, double> median_us, xnode;
     // The algorithms take turns iteration by iteration (warm-ups first), so a noisy spell on
     // this shared machine hits all of them alike and the ratios compare like with like.
     const bool leader = layout->local_rank_of_rank[rank] == 0;
@@ -377,6 +451,7 @@ int benchMain(const Options& o, hsdp::Comm& world) {
       MPI_Barrier(raw);
       double tx = tx_bytes[algo], tx_all = 0;
       MPI_Allreduce(&tx, &tx_all, 1, MPI_DOUBLE, MPI_SUM, raw);
+      xnode[algo] = tx_all;
       // Least traffic between N nodes: every node must receive the (N-1)/N of the result it
       // does not hold (all-gather, reduce-scatter), twice over for all-reduce.
       const double N = layout->num_nodes;
@@ -385,7 +460,7 @@ int benchMain(const Options& o, hsdp::Comm& world) {
       MPI_Allreduce(&bad, &total_bad, 1, MPI_LONG, MPI_SUM, raw);
       std::vector<double>& ts = times[algo];
       std::sort(ts.begin(), ts.end());
-      const double t = ts[ts.size() / 2];
+      const double t = ts[ts.size() / 2], t_min = ts.front();
       const size_t size = count * es;
       const double algbw = size / t / 1e9;
       median_us[algo] = t * 1e6;
@@ -393,12 +468,14 @@ int benchMain(const Options& o, hsdp::Comm& world) {
         if (o.json) {
           json += hsdp::strCat(json.size() > 1 ? "," : "", "{\"op\":\"", o.op, "\",\"algo\":\"",
                                algo, "\",\"size\":", size, ",\"count\":", count, ",\"type\":\"",
-                               o.dtype, "\",\"time_us\":", t * 1e6, ",\"algbw\":", algbw,
-                               ",\"busbw\":", algbw * bus, ",\"wrong\":", total_bad,
-                               ",\"xnode_bytes\":", tx_all, ",\"xnode_min_bytes\":", tx_min, "}");
+                               o.dtype, "\",\"time_us\":", t * 1e6, ",\"min_us\":", t_min * 1e6,
+                               ",\"algbw\":", algbw, ",\"busbw\":", algbw * bus,
+                               ",\"wrong\":", total_bad, ",\"xnode_bytes\":", tx_all,
+                               ",\"xnode_min_bytes\":", tx_min, "}");
         } else {
-          std::printf("  %10zu %12zu %6s %6s %8s %11.1f %8.3f %8.3f %7ld %9.2f %9.2f\n", size,
-                      count, o.dtype.c_str(), o.op == "allgather" ? "none" : "sum", algo.c_str(),
+          std::printf("  %10zu %12zu %6s %6s %*s %11.1f %8.3f %8.3f %7ld %9.2f %9.2f\n", size,
+                      count, o.dtype.c_str(), o.op == "allgather" ? "none" : "sum", algo_w,
+                      algo.c_str(),
                       t * 1e6, algbw, algbw * bus, total_bad, tx_all / 1e6, tx_min / 1e6);
         }
       }
@@ -408,6 +485,17 @@ int benchMain(const Options& o, hsdp::Comm& world) {
         if (algo != "mpi")
           std::printf("# %zu B: %s is %.2fx the speed of mpi\n", count * es, algo.c_str(),
                       median_us["mpi"] / us);
+    // Several wires: each against the first (e.g. hier/int8 against hier/float).
+    if (rank == 0 && !o.json && hiers.size() > 1 && median_us.count(hiers[0].name))
+      for (size_t k = 1; k < hiers.size(); ++k)
+        if (median_us.count(hiers[k].name))
+          std::printf("# %zu B: %s is %.2fx the speed of %s%s\n", count * es, hiers[k].name.c_str(),
+                      median_us[hiers[0].name] / median_us[hiers[k].name], hiers[0].name.c_str(),
+                      xnode[hiers[0].name] > 0
+                          ? hsdp::strCat(", ", xnode[hiers[k].name] / xnode[hiers[0].name],
+                                         "x its cross-node bytes")
+                                .c_str()
+                          : "");
     std::fflush(stdout);
   }
   if (rank == 0 && o.json) std::printf("%s]\n", json.c_str());
@@ -437,7 +525,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "float | bf16");
   app.add_option("--inter-dtype", o.inter_dtype,
                  "Wire type across nodes for hier: float | bf16 | int8 | int4 (int8/int4: "
-                 "block-quantized all-gather and reduce-scatter)");
+                 "block-quantized all-gather and reduce-scatter); a comma list runs one hier per "
+                 "wire (hier/<wire>) side by side");
   app.add_option("--quant-block", o.quant_block, "Elements per scale of the int8/int4 wire");
   app.add_option("--chunks", o.chunks, "Pipeline chunks of the hierarchical schedule");
   app.add_option("--min-chunk-bytes", o.min_chunk,

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/quantize.h"
 
@@ -75,18 +76,8 @@ HSDP_BENCH_CLONES void triad(float* __restrict a, const float* __restrict b,
   for (size_t i = 0; i < n; ++i) a[i] = b[i] + 0.5f * c[i];
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t k = v.size() / 2;
-  return v.size() % 2 ? v[k] : 0.5 * (v[k - 1] + v[k]);
-}
-
-std::string loadAverage() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  f >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
+using hsdp::bench::loadAverage;
+using hsdp::bench::median;
 
 struct Row {
   std::string name;
@@ -116,15 +107,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   const hsdp::WireFormat f8{hsdp::Wire::kInt8, block}, f4{hsdp::Wire::kInt4, block};
   if (hsdp::Status s = validate(f8); !s.ok()) return fail(s);
-  std::vector<hsdp::CpuIsa> isas;
-  for (const std::string& name : isa_names) {
-    auto isa = hsdp::parseCpuIsa(name);
-    if (!isa.ok()) return fail(isa.status());
-    if (!hsdp::cpuIsaSupported(*isa))
-      return fail(hsdp::failedPrecondition("ISA ", name, " is not supported on this CPU"));
-    isas.push_back(*isa);
-  }
-  if (isas.empty()) isas = hsdp::supportedCpuIsas();
+  auto parsed = hsdp::bench::parseIsas(isa_names);
+  if (!parsed.ok()) return fail(parsed.status());
+  const std::vector<hsdp::CpuIsa> isas = *parsed;
 
   // Pre-faulted buffers, allocated once: source, residual, codes, decoded.
   std::vector<hsdp::HostBuffer> bufs;

@@ -27,7 +27,7 @@ uint32_t absMax(const float* s, const float* r, size_t len) {
   h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
   h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
   const uint32_t vec = static_cast<uint32_t>(_mm_cvtsi128_si32(h));
-  const uint32_t tail = absMaxBits(s + i, kRes ? r + i : nullptr, len - i);
+  const uint32_t tail = absMaxBits<kRes>(s + i, kRes ? r + i : nullptr, len - i);
   return vec > tail ? vec : tail;
 }
 
@@ -42,58 +42,42 @@ inline __m256i codes8(const float* s, float* r, size_t i, __m256 inv, __m256 sca
   return q;
 }
 
-template <bool kRes>
-void encodeBlock(const float* s, float* r, size_t len, unsigned char* out) {
-  const BlockParams p = blockParams(absMax<kRes>(s, r, len), 127.0f);
-  storeScale(out, p.scale);
-  auto* codes = reinterpret_cast<signed char*>(out + 4);
-  if (p.kind != BlockKind::kNormal) return encodeTail8(p, s, kRes ? r : nullptr, 0, len, codes);
-  const __m256 inv = _mm256_set1_ps(p.inv), scale = _mm256_set1_ps(p.scale);
-  size_t i = 0;
-  for (; i + 16 <= len; i += 16) {
-    const __m256i a = codes8<kRes>(s, r, i, inv, scale);
-    const __m256i b = codes8<kRes>(s, r, i + 8, inv, scale);
-    const __m128i wa = _mm_packs_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    const __m128i wb = _mm_packs_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm_packs_epi16(wa, wb));
+// The block functions, for encodeAll8 / decodeAll8 (quantize_kernels.h).
+struct Blocks {
+  template <bool kRes>
+  static void encode(const float* s, float* r, size_t len, unsigned char* out) {
+    const BlockParams p = blockParams(absMax<kRes>(s, r, len), 127.0f);
+    storeScale(out, p.scale);
+    auto* codes = reinterpret_cast<signed char*>(out + 4);
+    if (p.kind != BlockKind::kNormal) return encodeTail8(p, s, kRes ? r : nullptr, 0, len, codes);
+    const __m256 inv = _mm256_set1_ps(p.inv), scale = _mm256_set1_ps(p.scale);
+    size_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+      const __m256i a = codes8<kRes>(s, r, i, inv, scale);
+      const __m256i b = codes8<kRes>(s, r, i + 8, inv, scale);
+      const __m128i wa = _mm_packs_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+      const __m128i wb = _mm_packs_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm_packs_epi16(wa, wb));
+    }
+    encodeTail8(p, s, kRes ? r : nullptr, i, len, codes);
   }
-  encodeTail8(p, s, kRes ? r : nullptr, i, len, codes);
-}
 
-template <bool kAcc>
-void decodeBlock(float scale_value, const signed char* codes, size_t len, float* d) {
-  const __m256 scale = _mm256_set1_ps(scale_value);
-  size_t i = 0;
-  for (; i + 8 <= len; i += 8) {
-    const __m256i q =
-        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
-    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(q), scale);
-    if constexpr (kAcc) v = _mm256_add_ps(_mm256_loadu_ps(d + i), v);
-    _mm256_storeu_ps(d + i, v);
+  template <bool kAcc>
+  static void decode(float scale_value, const signed char* codes, size_t len, float* d) {
+    const __m256 scale = _mm256_set1_ps(scale_value);
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+      const __m256i q =
+          _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
+      __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(q), scale);
+      if constexpr (kAcc) v = _mm256_add_ps(_mm256_loadu_ps(d + i), v);
+      _mm256_storeu_ps(d + i, v);
+    }
+    decodeTail8(scale_value, codes, i, len, d, kAcc);
   }
-  decodeTail8(scale_value, codes, i, len, d, kAcc);
-}
+};
 
-void encode8(const float* src, float* res, size_t n, uint32_t block, unsigned char* dst) {
-  forEachBlock(n, block, blockBytes8(block), [&](size_t off, size_t len, size_t at) {
-    if (res)
-      encodeBlock<true>(src + off, res + off, len, dst + at);
-    else
-      encodeBlock<false>(src + off, nullptr, len, dst + at);
-  });
-}
-
-void decode8(const unsigned char* src, size_t n, uint32_t block, float* dst, bool accumulate) {
-  forEachBlock(n, block, blockBytes8(block), [&](size_t off, size_t len, size_t at) {
-    const auto* codes = reinterpret_cast<const signed char*>(src + at + 4);
-    if (accumulate)
-      decodeBlock<true>(loadScale(src + at), codes, len, dst + off);
-    else
-      decodeBlock<false>(loadScale(src + at), codes, len, dst + off);
-  });
-}
-
-constexpr Kernels kTable = {encode8, decode8, encode4All, decode4All};
+constexpr Kernels kTable = {encodeAll8<Blocks>, decodeAll8<Blocks>, encode4All, decode4All};
 
 }  // namespace
 

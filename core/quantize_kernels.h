@@ -19,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/float_bits.h"
+
 namespace hsdp::quant_detail {
 
 // Encodes n floats (src + residual when residual is not null; residual updated) in blocks of
@@ -40,16 +42,8 @@ const Kernels& kernelsAvx512();
 
 namespace {
 
-inline float bitsToFloat(uint32_t u) {
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
-inline uint32_t floatToBits(float f) {
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  return u;
-}
+using simd::bitsToFloat;
+using simd::floatToBits;
 
 constexpr uint32_t kAbsMask = 0x7fffffffu;
 constexpr uint32_t kInfBits = 0x7f800000u;     // |x| bits at or above this: Inf or NaN
@@ -99,10 +93,12 @@ inline size_t blockBytes8(size_t len) { return 4 + len; }
 inline size_t blockBytes4(size_t len) { return 4 + (len + 1) / 2; }
 
 // The scalar block functions: the scalar kernel, and the tails of the vector kernels.
+// The largest |x|'s bits (x = s + r with kRes); branch-free, so the compiler vectorises it.
+template <bool kRes>
 inline uint32_t absMaxBits(const float* s, const float* r, size_t len) {
   uint32_t m = 0;
   for (size_t i = 0; i < len; ++i) {
-    const float x = r ? s[i] + r[i] : s[i];
+    const float x = kRes ? s[i] + r[i] : s[i];
     const uint32_t a = floatToBits(x) & kAbsMask;
     m = a > m ? a : m;
   }
@@ -133,35 +129,46 @@ inline void decodeTail8(float scale, const signed char* codes, size_t from, size
   }
 }
 
-// int4: element i's nibble is byte i/2, low half for even i; stored as code + 8 (1..15).
+// int4: element i's nibble is byte i/2, low half for even i; stored as code + 8 (1..15). Written
+// as branch-free loops over pieces of kPiece4 elements (codes first, then the nibbles packed),
+// which the compiler vectorises with each translation unit's ISA.
+constexpr size_t kPiece4 = 256;
+
+template <bool kRes>
 inline void encodeBlock4(const float* s, float* r, size_t len, unsigned char* out) {
-  const BlockParams p = blockParams(absMaxBits(s, r, len), 7.0f);
+  const BlockParams p = blockParams(absMaxBits<kRes>(s, r, len), 7.0f);
   storeScale(out, p.scale);
   unsigned char* codes = out + 4;
-  for (size_t i = 0; i < len; i += 2) {
-    unsigned char byte = 0;
-    for (size_t k = i; k < i + 2 && k < len; ++k) {
-      const float x = r ? s[k] + r[k] : s[k];
-      int q = 0;
-      if (p.kind == BlockKind::kNormal) {
-        q = codeOf(x, p.inv, 7);
-        if (r) r[k] = x - static_cast<float>(q) * p.scale;
-      } else if (r) {
-        r[k] = p.kind == BlockKind::kZero ? x : 0.0f;
-      }
-      byte = static_cast<unsigned char>(byte | ((q + 8) << (4 * (k - i))));
+  const bool normal = p.kind == BlockKind::kNormal, zero = p.kind == BlockKind::kZero;
+  for (size_t b = 0; b < len; b += kPiece4) {
+    const size_t m = len - b < kPiece4 ? len - b : kPiece4;
+    unsigned char q[kPiece4];  // code + 8
+    for (size_t i = 0; i < m; ++i) {
+      const float x = kRes ? s[b + i] + r[b + i] : s[b + i];
+      const int c = normal ? codeOf(x, p.inv, 7) : 0;
+      q[i] = static_cast<unsigned char>(c + 8);
+      if constexpr (kRes) r[b + i] = normal ? x - static_cast<float>(c) * p.scale : zero ? x : 0.0f;
     }
-    codes[i / 2] = byte;
+    unsigned char* o = codes + b / 2;  // b is even: whole bytes
+    for (size_t j = 0; j < m / 2; ++j)
+      o[j] = static_cast<unsigned char>(q[2 * j] | (q[2 * j + 1] << 4));
+    if (m % 2) o[m / 2] = q[m - 1];
   }
 }
 
-inline void decodeBlock4(const unsigned char* in, size_t len, float* d, bool accumulate) {
+template <bool kAcc>
+inline void decodeBlock4(const unsigned char* in, size_t len, float* d) {
   const float scale = loadScale(in);
   const unsigned char* codes = in + 4;
-  for (size_t i = 0; i < len; ++i) {
-    const int q = static_cast<int>((codes[i / 2] >> (4 * (i & 1))) & 15) - 8;
-    const float v = static_cast<float>(q) * scale;
-    d[i] = accumulate ? d[i] + v : v;
+  for (size_t j = 0; j < len / 2; ++j) {
+    const float lo = static_cast<float>(static_cast<int>(codes[j] & 15) - 8) * scale;
+    const float hi = static_cast<float>(static_cast<int>(codes[j] >> 4) - 8) * scale;
+    d[2 * j] = kAcc ? d[2 * j] + lo : lo;
+    d[2 * j + 1] = kAcc ? d[2 * j + 1] + hi : hi;
+  }
+  if (len % 2) {
+    const float v = static_cast<float>(static_cast<int>(codes[len / 2] & 15) - 8) * scale;
+    d[len - 1] = kAcc ? d[len - 1] + v : v;
   }
 }
 
@@ -173,17 +180,46 @@ inline void forEachBlock(size_t n, uint32_t block, size_t stride, F&& f) {
     f(off, n - off < block ? n - off : block, b * stride);
 }
 
-// The int4 kernels: scalar code in every translation unit (compiled with its ISA's flags; the
-// packing of nibbles gains little from vectors next to the memory traffic).
+// The int8 kernels over every block of n elements, from an ISA's block functions:
+// B::encode<kRes>(src, residual, len, out) and B::decode<kAcc>(scale, codes, len, dst).
+template <typename B>
+inline void encodeAll8(const float* src, float* res, size_t n, uint32_t block, unsigned char* dst) {
+  forEachBlock(n, block, blockBytes8(block), [&](size_t off, size_t len, size_t at) {
+    if (res)
+      B::template encode<true>(src + off, res + off, len, dst + at);
+    else
+      B::template encode<false>(src + off, nullptr, len, dst + at);
+  });
+}
+template <typename B>
+inline void decodeAll8(const unsigned char* src, size_t n, uint32_t block, float* dst,
+                       bool accumulate) {
+  forEachBlock(n, block, blockBytes8(block), [&](size_t off, size_t len, size_t at) {
+    const auto* codes = reinterpret_cast<const signed char*>(src + at + 4);
+    if (accumulate)
+      B::template decode<true>(loadScale(src + at), codes, len, dst + off);
+    else
+      B::template decode<false>(loadScale(src + at), codes, len, dst + off);
+  });
+}
+
+// The int4 kernels: the same portable code in every translation unit, vectorised by the compiler
+// with that unit's ISA flags.
 inline void encode4All(const float* src, float* res, size_t n, uint32_t block, unsigned char* dst) {
   forEachBlock(n, block, blockBytes4(block), [&](size_t off, size_t len, size_t at) {
-    encodeBlock4(src + off, res ? res + off : nullptr, len, dst + at);
+    if (res)
+      encodeBlock4<true>(src + off, res + off, len, dst + at);
+    else
+      encodeBlock4<false>(src + off, nullptr, len, dst + at);
   });
 }
 inline void decode4All(const unsigned char* src, size_t n, uint32_t block, float* dst,
                        bool accumulate) {
   forEachBlock(n, block, blockBytes4(block), [&](size_t off, size_t len, size_t at) {
-    decodeBlock4(src + at, len, dst + off, accumulate);
+    if (accumulate)
+      decodeBlock4<true>(src + at, len, dst + off);
+    else
+      decodeBlock4<false>(src + at, len, dst + off);
   });
 }
 

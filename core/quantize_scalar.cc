@@ -6,24 +6,21 @@
 namespace hsdp::quant_detail {
 namespace {
 
-void encode8(const float* src, float* res, size_t n, uint32_t block, unsigned char* dst) {
-  forEachBlock(n, block, blockBytes8(block), [&](size_t off, size_t len, size_t at) {
-    const float* s = src + off;
-    float* r = res ? res + off : nullptr;
-    const BlockParams p = blockParams(absMaxBits(s, r, len), 127.0f);
-    storeScale(dst + at, p.scale);
-    encodeTail8(p, s, r, 0, len, reinterpret_cast<signed char*>(dst + at + 4));
-  });
-}
+// The scalar block functions, for encodeAll8 / decodeAll8 (quantize_kernels.h).
+struct Blocks {
+  template <bool kRes>
+  static void encode(const float* s, float* r, size_t len, unsigned char* out) {
+    const BlockParams p = blockParams(absMaxBits<kRes>(s, r, len), 127.0f);
+    storeScale(out, p.scale);
+    encodeTail8(p, s, r, 0, len, reinterpret_cast<signed char*>(out + 4));
+  }
+  template <bool kAcc>
+  static void decode(float scale, const signed char* codes, size_t len, float* d) {
+    decodeTail8(scale, codes, 0, len, d, kAcc);
+  }
+};
 
-void decode8(const unsigned char* src, size_t n, uint32_t block, float* dst, bool accumulate) {
-  forEachBlock(n, block, blockBytes8(block), [&](size_t off, size_t len, size_t at) {
-    decodeTail8(loadScale(src + at), reinterpret_cast<const signed char*>(src + at + 4), 0, len,
-                dst + off, accumulate);
-  });
-}
-
-constexpr Kernels kTable = {encode8, decode8, encode4All, decode4All};
+constexpr Kernels kTable = {encodeAll8<Blocks>, decodeAll8<Blocks>, encode4All, decode4All};
 
 }  // namespace
 

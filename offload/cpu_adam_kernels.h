@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/float_bits.h"
 #include "hsdp/adam_coeffs.h"
 
 namespace hsdp::cpu_adam_detail {
@@ -61,16 +62,8 @@ void chunkBoundaries(const float* param, size_t n, int parts, size_t* out);
 
 namespace {
 
-inline float bitsToFloat(uint32_t u) {
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
-inline uint32_t floatToBits(float f) {
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  return u;
-}
+using simd::bitsToFloat;
+using simd::floatToBits;
 
 // Round to nearest even, NaN stays a (quiet) NaN: the same function as hsdp::toBf16
 // (include/hsdp/dtype.h), restated here for the linkage reason above; the tests compare the two.

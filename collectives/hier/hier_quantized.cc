@@ -36,6 +36,26 @@ QuantChunk largest(const State& h, size_t count, const WireFormat& w) {
   return quantChunk(count, quantChunkCount(h, count, w), w, 0);
 }
 
+// Our block's J pieces summed in node order into `acc` (n elements): piece j decoded from
+// `recv` (q bytes each) for j != me, `own` exactly for j == me; with avg times 1/J, as the
+// transports divide (the intra phase already divided by I).
+void sumPieces(const WireFormat& w, const char* recv, size_t q, const float* own, size_t n,
+               size_t me, size_t J, RedOp op, float* acc) {
+  for (size_t j = 0; j < J; ++j) {
+    if (j != me) {
+      wireDecode(w, recv + j * q, n, acc, /*accumulate=*/j > 0);
+    } else if (j == 0) {
+      std::memcpy(acc, own, n * sizeof(float));
+    } else {
+      for (size_t i = 0; i < n; ++i) acc[i] += own[i];
+    }
+  }
+  if (op == RedOp::kAvg) {
+    const float f = 1.0f / static_cast<float>(J);
+    for (size_t i = 0; i < n; ++i) acc[i] *= f;
+  }
+}
+
 class QuantAllGather final : public ChunkPipeline {
  public:
   QuantAllGather(State& h, HostBuffer* slot, const float* shard, const void* encoded, float* full,
@@ -110,7 +130,8 @@ class QuantReduceScatter final : public ChunkPipeline {
     const QuantChunk big = largest(h, count, w);
     char* p = slot->as<char>();
     for (size_t b = 0; b < slotsFor(numChunks()); ++b) {
-      pack_[b] = reinterpret_cast<float*>(p), p += I_ * J_ * big.n * sizeof(float);
+      pack_[b] = reinterpret_cast<float*>(p);
+      if (numChunks() > 1) p += I_ * J_ * big.n * sizeof(float);  // one chunk needs no packing
       half_[b] = reinterpret_cast<float*>(p), p += J_ * big.n * sizeof(float);
       send_[b] = p, p += J_ * big.bytes;
       recv_[b] = p, p += J_ * big.bytes;
@@ -123,8 +144,8 @@ class QuantReduceScatter final : public ChunkPipeline {
   static size_t bytes(const State& h, size_t count, const WireFormat& w) {
     const size_t I = h.intra_.size(), J = h.inter_.size();
     const QuantChunk big = largest(h, count, w);
-    return slotsFor(quantChunkCount(h, count, w)) *
-           ((I * J + J) * big.n * sizeof(float) + 2 * J * big.bytes);
+    const size_t chunks = quantChunkCount(h, count, w), pack = chunks == 1 ? 0 : I * J;
+    return slotsFor(chunks) * ((pack + J) * big.n * sizeof(float) + 2 * J * big.bytes);
   }
 
  private:
@@ -132,6 +153,9 @@ class QuantReduceScatter final : public ChunkPipeline {
     const QuantChunk k = quantChunk(count_, numChunks(), w_, c);
     const size_t b = slotOf(c);
     if (stage == 0) {
+      // One chunk is already laid out as the intra reduce-scatter wants it: no packing copy.
+      if (numChunks() == 1)
+        return h_.intra_.ireduceScatter(full_, half_[b], J_ * k.n, DType::kFloat32, op_);
       for (size_t q = 0; q < I_ * J_; ++q)
         std::memcpy(pack_[b] + q * k.n, full_ + q * count_ + k.off, k.n * sizeof(float));
       return h_.intra_.ireduceScatter(pack_[b], half_[b], J_ * k.n, DType::kFloat32, op_);
@@ -149,24 +173,8 @@ class QuantReduceScatter final : public ChunkPipeline {
     if (stage != 1) return;
     const QuantChunk k = quantChunk(count_, numChunks(), w_, c);
     const size_t b = slotOf(c);
-    float* acc = shard_ + k.off;
-    // In node order, so every run sums the same way. With avg the intra phase divided by I and
-    // this one divides by J (as the transports do, by multiplying with 1/J).
-    for (size_t j = 0; j < J_; ++j) {
-      if (j != me_) {
-        wireDecode(w_, recv_[b] + j * k.bytes, k.n, acc, /*accumulate=*/j > 0);
-        continue;
-      }
-      const float* own = half_[b] + j * k.n;
-      if (j == 0)
-        std::memcpy(acc, own, k.n * sizeof(float));
-      else
-        for (size_t i = 0; i < k.n; ++i) acc[i] += own[i];
-    }
-    if (op_ == RedOp::kAvg) {
-      const float f = 1.0f / static_cast<float>(J_);
-      for (size_t i = 0; i < k.n; ++i) acc[i] *= f;
-    }
+    // In node order, so every run sums the same way.
+    sumPieces(w_, recv_[b], k.bytes, half_[b] + me_ * k.n, k.n, me_, J_, op_, shard_ + k.off);
   }
 
   const float* full_;
@@ -235,21 +243,9 @@ class EncodedAllReduce final : public PhasedSchedule {
           if (j != me_) wireEncode(w_, Q_ + j * m_, m_, send_ + j * q_, res(j));
         return h_.inter_.iallToAll(send_, recv_, q_, DType::kUInt8);
       case 2: {
-        // Our piece's sum in node order (ours exact), averaged as the transports do; then
-        // encoded once, with its own residual (the slot of our piece).
-        for (size_t j = 0; j < J_; ++j) {
-          if (j != me_) {
-            wireDecode(w_, recv_ + j * q_, m_, sum_, /*accumulate=*/j > 0);
-          } else if (j == 0) {
-            std::memcpy(sum_, Q_ + j * m_, m_ * sizeof(float));
-          } else {
-            for (size_t i = 0; i < m_; ++i) sum_[i] += Q_[j * m_ + i];
-          }
-        }
-        if (op_ == RedOp::kAvg) {
-          const float f = 1.0f / static_cast<float>(J_);
-          for (size_t i = 0; i < m_; ++i) sum_[i] *= f;
-        }
+        // Our piece's sum in node order (ours exact), then encoded once, with its own residual
+        // (the slot of our piece).
+        sumPieces(w_, recv_, q_, Q_ + me_ * m_, m_, me_, J_, op_, sum_);
         char* mine = gathered_ + me_ * q_;
         wireEncode(w_, sum_, m_, mine, res(me_));
         return h_.inter_.iallGather(mine, gathered_, q_, DType::kUInt8);

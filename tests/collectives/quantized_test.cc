@@ -86,51 +86,59 @@ HierOptions optionsFor(int chunks, const WireFormat& w) {
   return o;
 }
 
-TEST(QuantizedHier, AllGatherIsEveryShardDecoded) {
-  SKIP_WITHOUT_NODES();
+// f(mesh, wire, hier, count) for every mesh, wire, chunk count (1 and 3) and element count, with
+// a schedule on that wire reserved for the count.
+template <typename F>
+void forEachCase(std::initializer_list<size_t> counts, F f) {
   for (auto& mesh : meshes()) {
-    Comm& group = mesh->shardGroup();
-    const int S = group.size();
     for (const WireFormat& w : wires()) {
       for (int chunks : {1, 3}) {
         HierarchicalCollectives hier(mesh->intraShard(), mesh->interShard());
         ASSERT_TRUE(hier.setOptions(optionsFor(chunks, w)).ok());
         ASSERT_TRUE(hier.gatherQuantizes());
-        for (size_t count : {size_t(1), size_t(7), size_t(2049), size_t(20011)}) {
+        for (size_t count : counts) {
           SCOPED_TRACE(strCat(mesh->describe(), " ", wireName(w.wire), "/", w.block,
                               " chunks=", chunks, " count=", count));
           ASSERT_TRUE(hier.reserve(count, DType::kFloat32).ok());
-          const std::vector<float> shard = values(world().rank(), count);
-          std::vector<float> exact(S * count), full(S * count), from_encoded(S * count);
-          MPI_Allgather(shard.data(), int(count), MPI_FLOAT, exact.data(), int(count), MPI_FLOAT,
-                        raw(group));
-          std::vector<unsigned char> mine(encodedBytes(w, count));
-          wireEncode(w, shard.data(), count, mine.data());
-          // Two in flight at once on one object, waited in reverse order.
-          auto a = hier.iallGather(shard.data(), full.data(), count, DType::kFloat32);
-          auto b = hier.iallGatherEncoded(mine.data(), from_encoded.data(), count);
-          ASSERT_TRUE(a.ok() && b.ok()) << a.status().toString() << b.status().toString();
-          ASSERT_TRUE((*b)->wait().ok());
-          ASSERT_TRUE((*a)->wait().ok());
-          std::vector<unsigned char> enc(encodedBytes(w, count));
-          for (int k = 0; k < S; ++k) {
-            std::vector<float> want(count);
-            wireEncode(w, exact.data() + k * count, count, enc.data());
-            wireDecode(w, enc.data(), count, want.data());
-            for (size_t i = 0; i < count; ++i) {
-              const size_t e = k * count + i;
-              ASSERT_EQ(full[e], want[i]) << "shard " << k << " element " << i;
-              ASSERT_EQ(from_encoded[e], want[i])
-                  << "encoded path, shard " << k << " element " << i;
-              const double bound =
-                  (0.5 + std::ldexp(1.0, -12)) * blockScale(w, enc.data(), i / w.block);
-              ASSERT_LE(std::fabs(double(full[e]) - exact[e]), bound) << "vs fp32 at " << e;
-            }
-          }
+          f(*mesh, w, hier, count);
         }
       }
     }
   }
+}
+
+TEST(QuantizedHier, AllGatherIsEveryShardDecoded) {
+  SKIP_WITHOUT_NODES();
+  forEachCase({1, 7, 2049, 20011}, [](Mesh& mesh, const WireFormat& w,
+                                      HierarchicalCollectives& hier, size_t count) {
+    Comm& group = mesh.shardGroup();
+    const int S = group.size();
+    const std::vector<float> shard = values(world().rank(), count);
+    std::vector<float> exact(S * count), full(S * count), from_encoded(S * count);
+    MPI_Allgather(shard.data(), int(count), MPI_FLOAT, exact.data(), int(count), MPI_FLOAT,
+                  raw(group));
+    std::vector<unsigned char> mine(encodedBytes(w, count));
+    wireEncode(w, shard.data(), count, mine.data());
+    // Two in flight at once on one object, waited in reverse order.
+    auto a = hier.iallGather(shard.data(), full.data(), count, DType::kFloat32);
+    auto b = hier.iallGatherEncoded(mine.data(), from_encoded.data(), count);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status().toString() << b.status().toString();
+    ASSERT_TRUE((*b)->wait().ok());
+    ASSERT_TRUE((*a)->wait().ok());
+    std::vector<unsigned char> enc(encodedBytes(w, count));
+    for (int k = 0; k < S; ++k) {
+      std::vector<float> want(count);
+      wireEncode(w, exact.data() + k * count, count, enc.data());
+      wireDecode(w, enc.data(), count, want.data());
+      for (size_t i = 0; i < count; ++i) {
+        const size_t e = k * count + i;
+        ASSERT_EQ(full[e], want[i]) << "shard " << k << " element " << i;
+        ASSERT_EQ(from_encoded[e], want[i]) << "encoded path, shard " << k << " element " << i;
+        const double bound = (0.5 + std::ldexp(1.0, -12)) * blockScale(w, enc.data(), i / w.block);
+        ASSERT_LE(std::fabs(double(full[e]) - exact[e]), bound) << "vs fp32 at " << e;
+      }
+    }
+  });
 }
 
 // Bound of the quantized reduce-scatter's result against MPI's fp32 one, per element of our
@@ -172,44 +180,31 @@ Bound reduceBound(Mesh& mesh, const std::vector<float>& full, size_t count, cons
 
 TEST(QuantizedHier, ReduceScatterWithinTheBoundOfItsBlocks) {
   SKIP_WITHOUT_NODES();
-  for (auto& mesh : meshes()) {
-    Comm& group = mesh->shardGroup();
+  forEachCase({7, 2049, 20011}, [](Mesh& mesh, const WireFormat& w, HierarchicalCollectives& hier,
+                                   size_t count) {
+    Comm& group = mesh.shardGroup();
     const int S = group.size();
-    for (const WireFormat& w : wires()) {
-      for (int chunks : {1, 3}) {
-        HierarchicalCollectives hier(mesh->intraShard(), mesh->interShard());
-        ASSERT_TRUE(hier.setOptions(optionsFor(chunks, w)).ok());
-        for (size_t count : {size_t(7), size_t(2049), size_t(20011)}) {
-          SCOPED_TRACE(strCat(mesh->describe(), " ", wireName(w.wire), "/", w.block,
-                              " chunks=", chunks, " count=", count));
-          ASSERT_TRUE(hier.reserve(count, DType::kFloat32).ok());
-          const std::vector<float> full = values(world().rank() + 100, S * count);
-          std::vector<float> exact(count), sum(count), avg(count);
-          MPI_Reduce_scatter_block(full.data(), exact.data(), int(count), MPI_FLOAT, MPI_SUM,
-                                   raw(group));
-          auto a =
-              hier.ireduceScatter(full.data(), sum.data(), count, DType::kFloat32, RedOp::kSum);
-          auto b =
-              hier.ireduceScatter(full.data(), avg.data(), count, DType::kFloat32, RedOp::kAvg);
-          ASSERT_TRUE(a.ok() && b.ok());
-          ASSERT_TRUE((*a)->wait().ok());
-          ASSERT_TRUE((*b)->wait().ok());
-          const Bound bound = reduceBound(*mesh, full, count, w);
-          double worst = 0;
-          for (size_t i = 0; i < count; ++i) {
-            const double err = std::fabs(double(sum[i]) - exact[i]);
-            ASSERT_LE(err, bound.at(i)) << "sum, element " << i << " (exact " << exact[i] << ")";
-            ASSERT_LE(std::fabs(double(avg[i]) - exact[i] / S), bound.at(i) / S * (1 + 1e-5))
-                << "avg, element " << i;
-            worst = std::max(worst, err);
-          }
-          double any = 0;  // the wire quantized something somewhere
-          MPI_Allreduce(&worst, &any, 1, MPI_DOUBLE, MPI_MAX, raw(group));
-          EXPECT_GT(any, 0.0);
-        }
-      }
+    const std::vector<float> full = values(world().rank() + 100, S * count);
+    std::vector<float> exact(count), sum(count), avg(count);
+    MPI_Reduce_scatter_block(full.data(), exact.data(), int(count), MPI_FLOAT, MPI_SUM, raw(group));
+    auto a = hier.ireduceScatter(full.data(), sum.data(), count, DType::kFloat32, RedOp::kSum);
+    auto b = hier.ireduceScatter(full.data(), avg.data(), count, DType::kFloat32, RedOp::kAvg);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_TRUE((*a)->wait().ok());
+    ASSERT_TRUE((*b)->wait().ok());
+    const Bound bound = reduceBound(mesh, full, count, w);
+    double worst = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const double err = std::fabs(double(sum[i]) - exact[i]);
+      ASSERT_LE(err, bound.at(i)) << "sum, element " << i << " (exact " << exact[i] << ")";
+      ASSERT_LE(std::fabs(double(avg[i]) - exact[i] / S), bound.at(i) / S * (1 + 1e-5))
+          << "avg, element " << i;
+      worst = std::max(worst, err);
     }
-  }
+    double any = 0;  // the wire quantized something somewhere
+    MPI_Allreduce(&worst, &any, 1, MPI_DOUBLE, MPI_MAX, raw(group));
+    EXPECT_GT(any, 0.0);
+  });
 }
 
 TEST(QuantizedHier, ErrorFeedbackAveragesToTheExactSum) {

@@ -1,0 +1,23 @@
+// Private to the SIMD kernels (core/quantize_*.cc, offload/cpu_adam_*.cc): a float's bit pattern
+// and back. Freestanding and of internal linkage, as those translation units require (every one
+// gets its own copy, compiled with its own ISA flags; offload/cpu_adam_kernels.h explains why).
+#pragma once
+
+#include <cstdint>
+
+namespace hsdp::simd {
+namespace {
+
+inline float bitsToFloat(uint32_t u) {
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t floatToBits(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  return u;
+}
+
+}  // namespace
+}  // namespace hsdp::simd
