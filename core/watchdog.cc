@@ -55,7 +55,7 @@ void tick();
 State* state() { return g_state; }
 }  // namespace detail
 
-bool running() { return detail::g_state != nullptr && detail::g_state->server != nullptr; }
+bool running() { return detail::g_state != nullptr && detail::g_state->watching; }
 bool tracing() { return detail::g_state != nullptr; }
 
 Status start(Comm& world, const Config& cfg) {
@@ -140,9 +140,12 @@ Status start(Comm& world, const Config& cfg) {
   slot.pid = getpid();
   slot.heartbeat_ns.store(monotonicNs(), std::memory_order_release);
   g_state = s.release();
-  if (g_state->server) {
+  if (*cfg.enabled) {
+    // Without a server of its own (listen failed) this rank still times out and asks the
+    // others; only they cannot ask it.
+    if (g_state->server) g_state->server->start(detail::handle);
+    g_state->watching = true;
     detail::setWatching(true);
-    g_state->server->start(detail::handle);
     detail::g_thread = std::thread([] {
       while (!g_state->stop.load()) {
         detail::tick();
@@ -240,6 +243,8 @@ std::string secondsText(double s) {
 int64_t g_last_tick_ns = 0;
 int64_t g_gap_ns = 0;
 int64_t g_gap_at_ns = 0;
+int64_t g_notice_at_ns = 0;  // when another rank's abort notice was first seen
+constexpr int64_t kMismatchGraceNs = 1'000'000'000;
 
 std::string ownGap(int64_t now) {
   if (g_gap_ns < kStaleMs * 1000000 || now - g_gap_at_ns > 30'000'000'000) return "";
@@ -263,7 +268,12 @@ void tick() {
   int from = -1;
   std::string reason;
   const double timeout = s.timeout_s.load();
-  if (s.table->abortNotice(&from, &reason) && from != s.rank) {
+  // A mismatch is seen by every member of the communicator alike: a member whose own comparison
+  // is under way gets a moment to print its own verdict (both ranks' collectives) first.
+  const bool notice = s.table->abortNotice(&from, &reason) && from != s.rank;
+  if (notice && g_notice_at_ns == 0) g_notice_at_ns = now;
+  const bool mismatch = reason.rfind("collective mismatch", 0) == 0;
+  if (notice && (!mismatch || now - g_notice_at_ns > kMismatchGraceNs)) {
     const std::string cause = strCat("rank ", from, ": ", reason);
     std::string line;
     if (wait.waiting)
@@ -292,9 +302,10 @@ void fatal(const std::string& line, const std::string& reason) {
   std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
   detail::State* sp = detail::g_state;
-  if (sp == nullptr || !sp->server) {
-    // No channel to the others: they detect the same failure themselves (a mismatch is seen
-    // by every member alike); give their lines a moment before mpirun ends the job.
+  if (sp == nullptr || !sp->watching) {
+    // No watchdog (only HSDP_CHECK_COLLECTIVES): the others detect the same mismatch
+    // themselves (every member sees the same fingerprints); give their lines a moment before
+    // mpirun ends the job.
     std::this_thread::sleep_for(std::chrono::seconds(1));
     _exit(kExitCode);
   }

@@ -30,7 +30,8 @@ struct State {
   int my_group = -1;
   int my_local = -1;            // my slot in `table`
   GroupTable* table = nullptr;  // never unmapped: traces may outlive stop()
-  std::unique_ptr<oob::Server> server;
+  std::unique_ptr<oob::Server> server;  // null when listening failed
+  bool watching = false;                // the watchdog thread runs
   std::atomic<double> timeout_s{600};
   std::atomic<bool> stop{false};
   // The live traces, for reports; guarded by `mu`.

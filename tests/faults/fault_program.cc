@@ -11,6 +11,9 @@
 //   size      starts fc1 with 333 floats
 //   dtype     starts fc1 as bf16
 //   missing   skips fc1 (starts fc2, then waits at a barrier the others never reach)
+//   unshard   the engine: a ShardedModel (zero3 over the whole world as one shard group, the
+//             inter level on the chosen transport) with units fc1 (1000 floats) and fc2 (333);
+//             rank R skips unshard(fc1) and unshards fc2 first
 //   none      nothing: the job must succeed (the tests' control)
 // Exit codes: 0 done, 2 bad arguments, 3 a failure reported by a Status, 77 no CUDA device (nccl).
 #include <signal.h>
@@ -24,7 +27,10 @@
 #include <string>
 #include <vector>
 
+#include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
+#include "hsdp/sharded_model.h"
+#include "hsdp/topology.h"
 #include "hsdp/transport_registry.h"
 #include "hsdp/watchdog.h"
 #if HSDP_HAVE_CUDA
@@ -84,8 +90,33 @@ hsdp::Status gather(hsdp::Comm& c, const Buffers& b, const char* unit, size_t co
   return w->wait();
 }
 
+// The engine's own labels: the hierarchical gather's sub-collectives carry the unit's name.
+int runEngine(const Args& a, hsdp::Comm& world) {
+  const int me = world.rank();
+  if (a.transport != "mpi") setenv("HSDP_TRANSPORT_INTER", a.transport.c_str(), 1);
+  auto layout = hsdp::groupRanksIntoNodes(world);
+  if (!layout.ok()) return fail(me, layout.status());
+  auto mesh = hsdp::Mesh::create(world, *layout, {0, layout->num_nodes});
+  if (!mesh.ok()) return fail(me, mesh.status());
+  auto model_or = hsdp::ShardedModel::create(**mesh, hsdp::EngineConfig{});
+  if (!model_or.ok()) return fail(me, model_or.status());
+  hsdp::ShardedModel& model = **model_or;
+  hsdp::Status s = model.addUnit("fc1", {{"weight", {1000}}}).status();
+  if (s.ok()) s = model.addUnit("fc2", {{"weight", {333}}}).status();
+  if (s.ok()) s = model.finalize();
+  for (int u : me == a.rank ? std::vector<int>{1, 0} : std::vector<int>{0, 1}) {
+    if (s.ok()) s = model.unshard(u);
+    if (s.ok()) s = model.waitForUnshard(u);
+    if (s.ok()) s = model.reshard(u);
+  }
+  if (!s.ok()) return fail(me, s);
+  if (me == 0) std::printf("fault_program: unshard on %s done\n", a.transport.c_str());
+  return 0;
+}
+
 int run(const Args& a, hsdp::Comm& world) {
   const int me = world.rank();
+  if (a.fault == "unshard") return runEngine(a, world);
   auto own = world.split(0, me);
   if (!own.ok()) return fail(me, own.status());
   auto comm_or = hsdp::createTransport(a.transport, std::move(*own));
