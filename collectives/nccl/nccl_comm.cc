@@ -81,9 +81,9 @@ StreamRole streamRoleOf(CollectiveOp::Kind kind) {
 
 StatusOr<NcclOptions> NcclOptions::fromEnv() {
   NcclOptions o;
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> device, env::getInt("HSDP_CUDA_DEVICE", 0));
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> device, env::getInt("HSDP_CUDA_DEVICE"));
   if (device) o.device = static_cast<int>(*device);
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> timeout, env::getInt("HSDP_NCCL_TIMEOUT_S", 0));
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> timeout, env::getInt("HSDP_NCCL_TIMEOUT_S"));
   if (timeout) o.timeout_s = static_cast<double>(*timeout);
   return o;
 }
