@@ -179,7 +179,7 @@ StatusOr<bool> parseBool(std::string_view text, std::string_view name) {
 }
 
 namespace {
-// A non-negative finite number in decimal or e-notation (plain digits exact below 2^64).
+// A finite number in decimal or e-notation (plain digits exact below 2^64).
 bool parseMagnitude(const std::string& s, long double* out) {
   if (allDigits(s)) {
     uint64_t v = 0;
@@ -187,7 +187,9 @@ bool parseMagnitude(const std::string& s, long double* out) {
     *out = static_cast<long double>(v);
     return true;
   }
-  if (s.empty() || !(s[0] == '.' || (s[0] >= '0' && s[0] <= '9'))) return false;
+  // A sign is read (a negative count is "must be positive", not "not a number").
+  if (s.empty() || !(s[0] == '.' || s[0] == '+' || s[0] == '-' || (s[0] >= '0' && s[0] <= '9')))
+    return false;
   if (s.find_first_of("xXnNiI") != std::string::npos) return false;  // hex, nan, inf
   errno = 0;
   char* end = nullptr;
