@@ -9,7 +9,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
+#include "cli.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -236,7 +236,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return (*world)->rank() == 0 ? app.exit(e) : 2;
+    const int rank = (*world)->rank();
+    return hsdp::cli::reportParseError(app, e, "ckpt_bench", rank, rank == 0);
   }
   int rc = run(**world, dir, gib, repeats, units, steps, keep);
   world->reset();

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
+#include "cli.h"
 
 #include "bench/bench_util.h"
 #include "hsdp/cpu_adam.h"
@@ -147,13 +147,23 @@ int main(int argc, char** argv) {
   std::vector<std::string> isa_names;
   bool no_reference = false;
   CLI::App app{"CPU Adam step bandwidth against a memory-only ceiling"};
-  app.add_option("--elements", n, "parameters in the shard")->check(CLI::PositiveNumber);
-  app.add_option("--rounds", rounds, "rounds (medians over these)")->check(CLI::Range(1, 1000));
+  hsdp::cli::addInt(app, "--elements", n, "parameters in the shard", size_t{1});
+  hsdp::cli::addInt(app, "--rounds", rounds, "rounds (medians over these)", 1, 1000);
   app.add_option("--threads", thread_counts, "thread counts")->delimiter(',')
       ->check(CLI::Range(1, 4096));
   app.add_option("--isa", isa_names, "ISAs (default: all this CPU supports)")->delimiter(',');
   app.add_flag("--no-reference", no_reference, "skip hsdp::adamStep (the slow scalar loop)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return hsdp::cli::reportParseError(app, e, "cpu_adam_bench");
+  }
+  // Four float arrays and one bf16 array of n elements: refused with the limit named before
+  // allocating (n near 2^64 wrapped n * 4 and segfaulted).
+  if (auto b = hsdp::checkedAllocation(n, 4 * sizeof(float) + sizeof(uint16_t),
+                                       hsdp::strCat("--elements ", n));
+      !b.ok())
+    return fail(b.status());
 
   auto parsed = hsdp::bench::parseIsas(isa_names);
   if (!parsed.ok()) return fail(parsed.status());

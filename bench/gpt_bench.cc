@@ -15,7 +15,7 @@
 //                    1 - (step - compute) / comm
 //   --part sharding  under mpirun on one machine: tokens/s of mode none against zero3 over all
 //                    ranks (one node: intra_shard = world), the same batch per rank
-#include <CLI/CLI.hpp>
+#include "cli.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -308,7 +308,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return (*world)->rank() == 0 ? app.exit(e) : 2;
+    const int rank = (*world)->rank();
+    return hsdp::cli::reportParseError(app, e, "gpt_bench", rank, rank == 0);
   }
   auto cfg = gpt::preset(a.preset);
   if (!cfg.ok()) {

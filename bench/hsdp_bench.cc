@@ -33,6 +33,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cli.h"
 #include "collectives/mpi/mpi_comm.h"
 #include "core/watchdog.h"
 #include "hsdp/hier_collectives.h"
@@ -58,19 +59,6 @@ struct Options {
   bool json = false;
 };
 
-hsdp::StatusOr<size_t> parseBytes(const std::string& text) {
-  char* end = nullptr;
-  double v = std::strtod(text.c_str(), &end);
-  std::string unit = end ? end : "";
-  double mul = unit.empty()  ? 1
-               : unit == "K" ? 1024.0
-               : unit == "M" ? 1048576.0
-               : unit == "G" ? 1073741824.0
-                             : -1;
-  if (end == text.c_str() || mul < 0 || !(v > 0))
-    return hsdp::invalidArgument("size '", text, "' is not a byte count (e.g. 4096, 64K, 1M, 1G)");
-  return static_cast<size_t>(v * mul);
-}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -265,12 +253,10 @@ int fail(int rank, const std::string& msg) {
 
 int benchMain(const Options& o, hsdp::Comm& world) {
   const int rank = world.rank(), n = world.size();
-  auto lo = parseBytes(o.min_bytes), hi = parseBytes(o.max_bytes);
+  auto lo = hsdp::parseByteSize(o.min_bytes, "-b"), hi = hsdp::parseByteSize(o.max_bytes, "-e");
   if (!lo.ok()) return fail(rank, lo.status().message());
   if (!hi.ok()) return fail(rank, hi.status().message());
   if (*hi < *lo) return fail(rank, hsdp::strCat("-e ", o.max_bytes, " is below -b ", o.min_bytes));
-  if (!(o.factor > 1)) return fail(rank, hsdp::strCat("-f ", o.factor, " must be > 1"));
-  if (o.iters < 1 || o.warmup < 0) return fail(rank, "-n must be >= 1 and -w >= 0");
   auto dt = hsdp::parseDType(o.dtype);
   if (!dt.ok()) return fail(rank, dt.status().message());
   std::vector<std::string> algos = split(o.algo);
@@ -286,8 +272,8 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   if (!mesh.ok()) return fail(rank, mesh.status().message());
   hsdp::HierOptions hopts{o.chunks, *dt};
   if (o.min_chunk != "0") {
-    auto min_chunk = parseBytes(o.min_chunk);
-    if (!min_chunk.ok()) return fail(rank, "--min-chunk-bytes: " + min_chunk.status().message());
+    auto min_chunk = hsdp::parseByteSize(o.min_chunk, "--min-chunk-bytes");
+    if (!min_chunk.ok()) return fail(rank, min_chunk.status().message());
     hopts.min_chunk_bytes = *min_chunk;
   }
   // One schedule per inter wire: float/bf16 set the inter dtype of both directions, as before;
@@ -353,6 +339,9 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   const size_t es = hsdp::dtypeSize(*dt);
   // Buffers for the largest size, allocated and pre-faulted once.
   const size_t max_count = (*hi / es + n - 1) / n * n;
+  // Two buffers of the largest size: refused with the limit named, not killed by the kernel.
+  if (auto b = hsdp::checkedAllocation(max_count, 2 * es, hsdp::strCat("-e ", o.max_bytes)); !b.ok())
+    return fail(rank, b.status().message());
   auto send = hsdp::HostBuffer::allocate(max_count * es);
   auto recv = hsdp::HostBuffer::allocate(max_count * es);
   if (!send.ok() || !recv.ok()) return fail(rank, "out of host memory for the buffers");
@@ -511,12 +500,15 @@ int main(int argc, char** argv) {
   if (!world.ok()) return fail(-1, world.status().toString());
   Options o;
   CLI::App app{"hsdp-bench: collective bandwidth, nccl-tests style"};
-  app.add_option("-b,--minbytes", o.min_bytes, "Smallest size (bytes; K, M, G suffixes)");
-  app.add_option("-e,--maxbytes", o.max_bytes, "Largest size");
-  app.add_option("-f,--stepfactor", o.factor, "Size multiplier between rows");
-  app.add_option("-n,--iters", o.iters, "Timed iterations per size (median reported)");
-  app.add_option("-w,--warmup_iters", o.warmup, "Untimed iterations per size");
-  app.add_option("-c,--check", o.check, "Check results against the MPI library (0/1)");
+  hsdp::cli::addByteSize(app, "-b,--minbytes", o.min_bytes, "Smallest size (bytes; K, M, G suffixes)");
+  hsdp::cli::addByteSize(app, "-e,--maxbytes", o.max_bytes, "Largest size");
+  // At most 1024 and 10^6: a factor of at least 1.001 and bounded counts keep a run finite.
+  hsdp::cli::addReal(app, "-f,--stepfactor", o.factor, "Size multiplier between rows",
+                     hsdp::RealRange::closed(1.001, 1024));
+  hsdp::cli::addInt(app, "-n,--iters", o.iters, "Timed iterations per size (median reported)", 1,
+                    1000000);
+  hsdp::cli::addInt(app, "-w,--warmup_iters", o.warmup, "Untimed iterations per size", 0, 1000000);
+  hsdp::cli::addInt(app, "-c,--check", o.check, "Check results against the MPI library (0/1)", 0, 1);
   app.add_option("--op", o.op, "allgather | reducescatter | allreduce")
       ->check(CLI::IsMember({"allgather", "reducescatter", "allreduce"}));
   app.add_option("--algo", o.algo,
@@ -527,18 +519,19 @@ int main(int argc, char** argv) {
                  "Wire type across nodes for hier: float | bf16 | int8 | int4 (int8/int4: "
                  "block-quantized all-gather and reduce-scatter); a comma list runs one hier per "
                  "wire (hier/<wire>) side by side");
-  app.add_option("--quant-block", o.quant_block, "Elements per scale of the int8/int4 wire");
-  app.add_option("--chunks", o.chunks, "Pipeline chunks of the hierarchical schedule");
+  hsdp::cli::addInt(app, "--quant-block", o.quant_block,
+                    "Elements per scale of the int8/int4 wire (a multiple of 16)", uint32_t{16},
+                    uint32_t{1} << 20);
+  hsdp::cli::addInt(app, "--chunks", o.chunks, "Pipeline chunks of the hierarchical schedule", 1,
+                    4096);
   app.add_option("--min-chunk-bytes", o.min_chunk,
                  "Smallest pipeline chunk of the full buffer (fewer chunks below; 0: off)");
   app.add_flag("--json", o.json, "One JSON array instead of the table");
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    if ((*world)->rank() == 0) app.exit(e);
-    return 0;
   } catch (const CLI::ParseError& e) {
-    return fail((*world)->rank(), e.what());
+    const int rank = (*world)->rank();
+    return hsdp::cli::reportParseError(app, e, "hsdp-bench", rank, rank == 0);
   }
   return benchMain(o, **world);
 }

@@ -58,7 +58,7 @@ StatusOr<Config> resolveConfig(Config cfg) {
       HSDP_ASSIGN_OR_RETURN(cfg.timeout_s, parseSeconds("HSDP_TIMEOUT_S", v));
     } else if (!old.empty()) {
       // The old NCCL-only name: an integer, 0 meaning no timeout.
-      HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> s, env::getInt("HSDP_NCCL_TIMEOUT_S", 0));
+      HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> s, env::getInt("HSDP_NCCL_TIMEOUT_S"));
       static bool warned = false;
       if (!warned) {
         HSDP_WARN(kInit, "HSDP_NCCL_TIMEOUT_S is deprecated: it now sets HSDP_TIMEOUT_S, the ",

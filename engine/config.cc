@@ -33,15 +33,13 @@ StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
   // pays both levels' latency); set, exactly that many chunks unless a minimum is set too.
   const bool chunks_given = cfg.pipeline_chunks.has_value();
   if (!cfg.pipeline_chunks) {
-    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> c, env::getInt("HSDP_PIPELINE_CHUNKS", 1));
-    if (c && *c > kMaxPipelineChunks)
-      return invalidArgument("HSDP_PIPELINE_CHUNKS=", *c, " exceeds ", kMaxPipelineChunks);
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> c, env::getInt("HSDP_PIPELINE_CHUNKS"));
     if (c) cfg.pipeline_chunks = static_cast<int>(*c);
   }
   const bool chunks_set = chunks_given || cfg.pipeline_chunks.has_value();
   if (!cfg.pipeline_min_chunk_bytes) {
     HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> m,
-                          env::getInt("HSDP_PIPELINE_MIN_CHUNK_BYTES", 0));
+                          env::getInt("HSDP_PIPELINE_MIN_CHUNK_BYTES"));
     cfg.pipeline_min_chunk_bytes = m ? static_cast<size_t>(*m) : (chunks_set ? 0 : size_t{1} << 20);
   }
   if (!cfg.pipeline_chunks) cfg.pipeline_chunks = 32;
@@ -67,7 +65,7 @@ StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
   HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.replica_wire, "HSDP_REPLICA_WIRE", Wire::kFp32));
   const char* block_from = "EngineConfig::quant_block";
   if (!cfg.quant_block) {
-    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> b, env::getInt("HSDP_QUANT_BLOCK", 1));
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> b, env::getInt("HSDP_QUANT_BLOCK"));
     if (b && *b > kMaxQuantBlock)
       return invalidArgument("HSDP_QUANT_BLOCK=", *b, " exceeds ", kMaxQuantBlock);
     cfg.quant_block = b ? static_cast<uint32_t>(*b) : kDefaultQuantBlock;
@@ -81,8 +79,7 @@ StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
   if (!cfg.cpu_adam_threads) {
     // One thread per rank unless HSDP_CPU_ADAM_THREADS says otherwise: ranks share the node's
     // cores, and the CPU Adam's pool does not know about the other ranks.
-    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> t, env::getInt("HSDP_CPU_ADAM_THREADS", 1));
-    if (t && *t > 4096) return invalidArgument("HSDP_CPU_ADAM_THREADS=", *t, " exceeds 4096");
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> t, env::getInt("HSDP_CPU_ADAM_THREADS"));
     cfg.cpu_adam_threads = t ? static_cast<int>(*t) : 1;
   }
   if (*cfg.cpu_adam_threads < 1)

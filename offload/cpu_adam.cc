@@ -95,9 +95,8 @@ KernelFn kernelFor(CpuIsa isa) {
 }
 
 StatusOr<int> defaultThreads() {
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> env, env::getInt("HSDP_CPU_ADAM_THREADS", 1));
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> env, env::getInt("HSDP_CPU_ADAM_THREADS"));
   if (env) {
-    if (*env > 4096) return invalidArgument("HSDP_CPU_ADAM_THREADS=", *env, " must be <= 4096");
     return static_cast<int>(*env);
   }
   cpu_set_t set;

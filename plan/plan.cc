@@ -205,72 +205,7 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b));
 }
 
-// A non-negative finite number written in decimal or e-notation; nullopt-like via ok flag.
-bool parseNumber(const std::string& s, long double* out) {
-  if (s.empty()) return false;
-  // Plain digits: exact, beyond double's 2^53.
-  if (std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    if (s.size() > 19) return false;
-    *out = static_cast<long double>(std::strtoull(s.c_str(), nullptr, 10));
-    return true;
-  }
-  if (s[0] != '-' && s[0] != '+' && s[0] != '.' && !(s[0] >= '0' && s[0] <= '9')) return false;
-  errno = 0;
-  char* end = nullptr;
-  long double v = std::strtold(s.c_str(), &end);
-  if (end != s.c_str() + s.size() || errno != 0 || !std::isfinite(v)) return false;
-  *out = v;
-  return true;
-}
-
 }  // namespace
-
-StatusOr<uint64_t> parseCount(std::string_view text, std::string_view what) {
-  const std::string s = trim(text);
-  if (std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
-      !s.empty()) {
-    errno = 0;
-    unsigned long long v = std::strtoull(s.c_str(), nullptr, 10);
-    if (errno == ERANGE) return invalidArgument(what, " '", s, "' is too large");
-    if (v == 0) return invalidArgument(what, " '", s, "' must be positive");
-    return static_cast<uint64_t>(v);
-  }
-  long double v = 0;
-  if (!parseNumber(s, &v))
-    return invalidArgument(what, " '", s, "' is not a number (e.g. 7500000000 or 7.5e9)");
-  if (v <= 0) return invalidArgument(what, " '", s, "' must be positive");
-  if (v != std::floor(v)) return invalidArgument(what, " '", s, "' is not a whole number");
-  if (v > 1.8e19L) return invalidArgument(what, " '", s, "' is too large");
-  return static_cast<uint64_t>(v);
-}
-
-StatusOr<uint64_t> parseByteSize(std::string_view text, std::string_view what) {
-  const std::string s = trim(text);
-  size_t split = s.size();
-  while (split > 0 && std::isalpha(static_cast<unsigned char>(s[split - 1]))) --split;
-  const std::string num = s.substr(0, split), unit = s.substr(split);
-  long double mul = -1;
-  std::string u;
-  for (char c : unit) u += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  const char* prefixes = "KMGT";
-  if (u.empty() || u == "B") {
-    mul = 1;
-  } else if (const char* p = std::strchr(prefixes, u[0]); p != nullptr && u[0] != '\0') {
-    const int power = static_cast<int>(p - prefixes) + 1;
-    const std::string rest = u.substr(1);
-    if (rest.empty() || rest == "IB" || rest == "I") mul = std::pow(1024.0L, power);
-    else if (rest == "B") mul = std::pow(1000.0L, power);
-  }
-  long double v = 0;
-  if (mul < 0 || !parseNumber(num, &v) || !(v > 0))
-    return invalidArgument(what, " '", s,
-                           "' is not a positive byte size (e.g. 80G or 80GiB = 80*2^30, 80GB = "
-                           "80*10^9, 85899345920)");
-  const long double bytes = std::floor(v * mul);
-  if (bytes > 1.8e19L) return invalidArgument(what, " '", s, "' is too large");
-  if (bytes < 1) return invalidArgument(what, " '", s, "' is less than one byte");
-  return static_cast<uint64_t>(bytes);
-}
 
 StatusOr<std::vector<uint64_t>> parseUnitsText(std::string_view text, std::string_view file) {
   std::vector<uint64_t> units;

@@ -10,7 +10,7 @@
 //
 // DIR is a checkpoint directory or a root whose `latest` names one. Exit codes: 0 success (diff:
 // identical), 1 a checkpoint that fails verification (diff: different), 2 bad input.
-#include <CLI/CLI.hpp>
+#include "cli.h"
 #include <chrono>
 #include <cstdio>
 
@@ -51,26 +51,33 @@ int main(int argc, char** argv) {
   CLI::App* reshard = app.add_subcommand("reshard", "Rewrite for another mesh (streaming)");
   reshard->add_option("DIR", dir, "Checkpoint directory")->required();
   reshard->add_option("OUT", out, "New checkpoint directory (must not exist)")->required();
-  reshard->add_option("--world", target.world_size, "Ranks of the target job")->required();
-  reshard->add_option("--ranks-per-node", target.ranks_per_node, "Ranks per node")->required();
-  reshard->add_option("--intra-shard", target.intra_shard, "Ranks per node that shard a unit")
+  constexpr int kMax = 1 << 20;  // ranks, ranks per node, factors
+  hsdp::cli::addInt(*reshard, "--world", target.world_size, "Ranks of the target job", 1, kMax)
       ->required();
-  reshard->add_option("--inter-shard", target.inter_shard, "Nodes that shard a unit")->required();
+  hsdp::cli::addInt(*reshard, "--ranks-per-node", target.ranks_per_node, "Ranks per node", 1, kMax)
+      ->required();
+  hsdp::cli::addInt(*reshard, "--intra-shard", target.intra_shard,
+                    "Ranks per node that shard a unit", 1, kMax)
+      ->required();
+  hsdp::cli::addInt(*reshard, "--inter-shard", target.inter_shard, "Nodes that shard a unit", 1,
+                    kMax)
+      ->required();
   reshard->add_option("--mode", mode, "none | zero1 | zero2 | zero3")
       ->check(CLI::IsMember({"none", "zero1", "zero2", "zero3"}));
   CLI::App* exp = app.add_subcommand("export", "Full weights as safetensors");
   exp->add_option("DIR", dir, "Checkpoint directory")->required();
   exp->add_option("OUT", out, "Output .safetensors")->required();
   exp->add_option("--dtype", dtype, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
-  exp->add_option("--max-shard-size", max_shard,
-                  "Bytes per file before HF-style shards and an index (default 4 GiB)");
+  hsdp::cli::addInt(*exp, "--max-shard-size", max_shard,
+                    "Bytes per file before HF-style shards and an index (default 4 GiB)",
+                    uint64_t{1});
   CLI::App* diff = app.add_subcommand("diff", "Per-tensor max abs/rel difference");
   diff->add_option("A", dir, "Checkpoint A")->required();
   diff->add_option("B", other, "Checkpoint B")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return hsdp::cli::reportParseError(app, e, "hsdp-ckpt");
   }
 
   if (inspect->parsed()) {

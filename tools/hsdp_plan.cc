@@ -12,7 +12,7 @@
 //
 // Exit codes: 0 ok; 1 --auto found no configuration within the budget; 2 bad input (the message
 // names the flag, value, file or line).
-#include <CLI/CLI.hpp>
+#include "cli.h"
 #include <climits>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -383,15 +383,21 @@ int main(int argc, char** argv) {
   CLI::App app{"hsdp-plan: per-GPU memory and cross-node traffic of a sharding configuration, "
                "without running it (formulas: include/hsdp/plan.h, guide: docs/plan.md)"};
   app.add_option("--params", opt.params, "total parameter count (7500000000 or 7.5e9)");
-  auto* units = app.add_option("--units", opt.units,
-                 "with --params: split into this many equal units (default 32)");
+  auto* units = hsdp::cli::addInt(app, "--units", opt.units,
+                                  "with --params: split into this many equal units (default 32)",
+                                  int64_t{1}, int64_t{1} << 24);
   app.add_option("--layers", opt.layers, "file: one unit per line, 'COUNT' or 'NAME COUNT'");
-  app.add_option("--nodes", opt.nodes, "nodes N")->required();
-  app.add_option("--gpus-per-node", opt.gpus, "GPUs (ranks) per node G")->required();
-  auto* intra = app.add_option("--intra-shard", opt.intra,
-                               "shard factor inside a node, divides G (default G; 1 in mode none)");
-  auto* inter = app.add_option("--inter-shard", opt.inter,
-                               "shard factor across nodes, divides N (default 1)");
+  constexpr int64_t kMax = 1 << 20;  // nodes, GPUs per node, factors
+  hsdp::cli::addInt(app, "--nodes", opt.nodes, "nodes N", int64_t{1}, kMax)->required();
+  hsdp::cli::addInt(app, "--gpus-per-node", opt.gpus, "GPUs (ranks) per node G", int64_t{1}, kMax)
+      ->required();
+  auto* intra = hsdp::cli::addInt(app, "--intra-shard", opt.intra,
+                                  "shard factor inside a node, divides G (default G; 1 in mode "
+                                  "none)",
+                                  int64_t{1}, kMax);
+  auto* inter = hsdp::cli::addInt(app, "--inter-shard", opt.inter,
+                                  "shard factor across nodes, divides N (default 1)", int64_t{1},
+                                  kMax);
   auto* mode = app.add_option("--mode", opt.mode, "none | zero1 | zero2 | zero3 (default zero3)");
   app.add_flag("--hpz", opt.hpz, "zero3: keep an intra-node secondary partition for backward");
   app.add_option("--param-dtype", opt.dtype, "bf16 (mixed precision, default) | fp32");
@@ -412,7 +418,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitBadInput;
+    return hsdp::cli::reportParseError(app, e, "hsdp-plan");
   }
   opt.units_given = units->count() > 0;
   return run(opt, intra->count() > 0, inter->count() > 0, mode->count() > 0);

@@ -11,7 +11,7 @@
 // NIC PCI path, CPU and NUMA affinity), the rails, the binding of each local rank, the cluster's
 // node level and the mesh for --intra-shard/--inter-shard. --json prints the same as one object.
 // Exit codes: 0 ok, 2 bad input (the message names the file or value).
-#include <CLI/CLI.hpp>
+#include "cli.h"
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -242,18 +242,21 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--nvml", opt.nvml, "NVML snapshot per --input (hsdp-topo --dump-nvml)");
   app.add_option("--nccl", opt.nccl, "NCCL topology XML per --input (NCCL_TOPO_DUMP_FILE)");
-  app.add_option("--ranks-per-host", opt.ranks_per_host,
-                 "simulated ranks per host (default: one per GPU, 1 on CPU-only hosts)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--intra-shard", opt.intra_shard, "shard factor inside a node (default: all)");
-  app.add_option("--inter-shard", opt.inter_shard, "shard factor across nodes (default: 1)");
+  // At most 4096 ranks per host (a simulated host's views are built in memory, one per rank).
+  hsdp::cli::addInt(app, "--ranks-per-host", opt.ranks_per_host,
+                    "simulated ranks per host (default: one per GPU, 1 on CPU-only hosts)", 1,
+                    4096);
+  hsdp::cli::addInt(app, "--intra-shard", opt.intra_shard,
+                    "shard factor inside a node (default: all)", 1, 1 << 20);
+  hsdp::cli::addInt(app, "--inter-shard", opt.inter_shard,
+                    "shard factor across nodes (default: 1)", 1, 1 << 20);
   app.add_option("--bind", opt.bind, "auto|none|numa|core (default: HSDP_BIND, else auto)");
   app.add_option("--dump-nvml", opt.dump_nvml, "write this host's NVML view to FILE and exit");
   app.add_flag("--json", opt.json, "print one JSON object");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitBadInput;
+    return hsdp::cli::reportParseError(app, e, "hsdp-topo");
   }
   if (opt.intra_shard < 0 || opt.inter_shard < 0)
     return fail(hsdp::invalidArgument("--intra-shard ", opt.intra_shard, " / --inter-shard ",

@@ -63,17 +63,16 @@ struct SessionEnv {
 StatusOr<SessionEnv> readSessionEnv() {
   SessionEnv e;
   HSDP_ASSIGN_OR_RETURN(e.tune_malloc, env::getBool("HSDP_MALLOC_TUNE"));
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> links, env::getInt("HSDP_MPI_TCP_LINKS", 0));
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> links, env::getInt("HSDP_MPI_TCP_LINKS"));
   e.tcp_links = links.value_or(0);
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> eager, env::getInt("HSDP_MPI_TCP_EAGER", 0));
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> eager, env::getInt("HSDP_MPI_TCP_EAGER"));
   e.tcp_eager = eager.value_or(4 << 20);
   // Open MPI's TCP transport keeps fragments of this size on free lists: a typo in the unit
-  // (bytes, not KiB) must not become a multi-gigabyte allocation inside MPI_Init.
-  if (e.tcp_eager > (int64_t{1} << 30))
-    return invalidArgument("HSDP_MPI_TCP_EAGER=", e.tcp_eager, " exceeds 1 GiB (bytes; 0: Open MPI's default)");
+  // (bytes, not KiB) must not become a multi-gigabyte allocation inside MPI_Init (the registry
+  // caps it at 1 GiB).
   HSDP_ASSIGN_OR_RETURN(e.progress_thread, env::getBool("HSDP_PROGRESS_THREAD"));
   HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
-                        env::getInt("HSDP_PROGRESS_INTERVAL_US", 1));
+                        env::getInt("HSDP_PROGRESS_INTERVAL_US"));
   e.interval_us = interval.value_or(100);
   HSDP_ASSIGN_OR_RETURN(e.wd, watchdog::resolveConfig({}));
   return e;

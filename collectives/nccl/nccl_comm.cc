@@ -82,7 +82,7 @@ StreamRole streamRoleOf(CollectiveOp::Kind kind) {
 
 StatusOr<NcclOptions> NcclOptions::fromEnv() {
   NcclOptions o;
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> device, env::getInt("HSDP_CUDA_DEVICE", 0));
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> device, env::getInt("HSDP_CUDA_DEVICE"));
   if (device) o.device = static_cast<int>(*device);
   // HSDP_TIMEOUT_S, the timeout of every transport (or its old name, HSDP_NCCL_TIMEOUT_S).
   HSDP_ASSIGN_OR_RETURN(watchdog::Config wd, watchdog::resolveConfig({}));

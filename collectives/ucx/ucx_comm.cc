@@ -391,7 +391,7 @@ Status UcxComm::State::wait(CollectiveOp& op) {
 
 StatusOr<UcxOptions> UcxOptions::fromEnv() {
   UcxOptions o;
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> small, env::getInt("HSDP_UCX_SMALL_BYTES", 0));
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> small, env::getInt("HSDP_UCX_SMALL_BYTES"));
   if (small) o.small_bytes = static_cast<size_t>(*small);
   return o;
 }

@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli.h"
 #include "mlp/flags.h"
 
 namespace gpt {
@@ -23,18 +24,14 @@ std::optional<int> parseCommandLine(const char* program, int argc, char** argv, 
       program};
   app.add_option("--mode", c.mode, "Sharding mode: none | zero1 | zero2 | zero3")
       ->check(CLI::IsMember({"none", "zero1", "zero2", "zero3"}));
-  app.add_option("--intra-shard", c.intra_shard,
-                 "Ranks per node that shard each unit (divides ranks per node; default: all, or 1 "
-                 "in mode none)");
-  app.add_option("--inter-shard", c.inter_shard, "Nodes that shard each unit (default 1)");
-  app.add_option("--steps", c.steps, "Training steps");
-  app.add_option("--batch", c.batch,
-                 "Sequences per global batch (a multiple of accum x ranks; each rank reads its "
-                 "own slice)");
-  app.add_option("--accum", c.accum, "Micro-steps per optimizer step (gradient accumulation)");
-  app.add_option("--clip-norm", c.clip_norm, "Clip the global gradient norm (0: off)");
-  app.add_option("--max-gathered", c.max_gathered,
-                 "Rate limiter: at most N units gathered at once, 0 = no limit (zero3)");
+  mlp::addShardFlags(app, c,
+                     "Ranks per node that shard each unit (divides ranks per node; default: all, "
+                     "or 1 in mode none)",
+                     "Nodes that shard each unit (default 1)");
+  mlp::addStepFlags(app, c,
+                    "Sequences per global batch (a multiple of accum x ranks; each rank reads its "
+                    "own slice)",
+                    "Micro-steps per optimizer step (gradient accumulation)");
   app.add_flag("--hpz", c.hpz, "hpZ: backward re-gathers inside the node (zero3, I > 1, J > 1)");
   app.add_option("--param-dtype", c.param_dtype, "fp32 | bf16: parameters gathered as bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
@@ -43,47 +40,51 @@ std::optional<int> parseCommandLine(const char* program, int argc, char** argv, 
   app.add_option("--offload", c.offload, "none | cpu: optimizer state on the CPU Adam")
       ->check(CLI::IsMember({"none", "cpu"}));
   app.add_flag("--check", c.check, "Train the single-process reference and compare parameters");
-  app.add_option("--tolerance", c.tolerance, "Largest max_rel_err that passes --check");
-  app.add_option("--lr", c.lr, "Peak learning rate (after warm-up)");
-  app.add_option("--min-lr", opt.min_lr,
-                 "Learning rate at the end of the cosine decay "
-                 "(default: lr / 10)");
-  app.add_option("--warmup", opt.warmup, "Linear warm-up steps (default: steps / 10)");
-  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay (matrices only)");
-  app.add_option("--eps", c.eps, "Adam epsilon");
-  app.add_option("--beta2", opt.beta2, "Adam beta2");
+  mlp::addToleranceFlag(app, c);
+  mlp::addOptimizerFlags(app, c, "Peak learning rate (after warm-up)",
+                         "AdamW weight decay (matrices only)");
+  hsdp::cli::addReal(app, "--min-lr", opt.min_lr,
+                     "Learning rate at the end of the cosine decay (default: lr / 10)",
+                     hsdp::RealRange::above(0));
+  hsdp::cli::addInt(app, "--warmup", opt.warmup, "Linear warm-up steps (default: steps / 10)", 0);
+  hsdp::cli::addReal(app, "--beta2", opt.beta2, "Adam beta2", hsdp::RealRange::halfOpen(0, 1));
   app.add_option("--optimizer", c.optimizer, "adam | adamw")
       ->check(CLI::IsMember({"adam", "adamw"}));
-  app.add_option("--seed", c.seed, "Seed of the initialisation and the batches");
+  hsdp::cli::addInt(app, "--seed", c.seed, "Seed of the initialisation and the batches");
   app.add_option("--preset", opt.preset,
                  "tiny (4 layers, d 128, 4 heads, context 64) | small "
                  "(6 layers, d 384, 6 heads, context 128)");
-  app.add_option("--layers", opt.layers, "Transformer blocks (default: the preset's)");
-  app.add_option("--d-model", opt.d_model, "Model width (default: the preset's)");
-  app.add_option("--heads", opt.heads, "Attention heads (default: the preset's)");
-  app.add_option("--context", opt.context, "Sequence length (default: the preset's)");
+  // Shapes: at most what a model on one node could hold (each sizes memory; their products are
+  // checked in configure()).
+  hsdp::cli::addInt(app, "--layers", opt.layers, "Transformer blocks (default: the preset's)", 1,
+                    1024);
+  hsdp::cli::addInt(app, "--d-model", opt.d_model, "Model width (default: the preset's)", 1,
+                    1 << 16);
+  hsdp::cli::addInt(app, "--heads", opt.heads, "Attention heads (default: the preset's)", 1, 1024);
+  hsdp::cli::addInt(app, "--context", opt.context, "Sequence length (default: the preset's)", 1,
+                    1 << 16);
   app.add_flag("--activation-checkpointing", opt.activation_checkpointing,
                "Keep only each block's input; recompute the block's forward in backward");
   app.add_option("--data", opt.data, "Corpus: a fortune file or a directory of them");
-  app.add_option("--eval-every", opt.eval_every,
-                 "Validation loss every K steps (0: once, after the last step)");
-  app.add_option("--eval-batches", opt.eval_batches,
-                 "Micro-batches of validation sequences per evaluation (0: no evaluation)");
-  app.add_option("--sample", opt.sample, "Tokens to generate from --prompt after training");
-  app.add_option("--temperature", opt.temperature, "Sampling temperature");
-  app.add_option("--sample-seed", opt.sample_seed, "Seed of the sampler");
+  hsdp::cli::addInt(app, "--eval-every", opt.eval_every,
+                    "Validation loss every K steps (0: once, after the last step)", 0);
+  hsdp::cli::addInt(app, "--eval-batches", opt.eval_batches,
+                    "Micro-batches of validation sequences per evaluation (0: no evaluation)", 0,
+                    mlp::kMaxBatch);
+  hsdp::cli::addInt(app, "--sample", opt.sample, "Tokens to generate from --prompt after training",
+                    0, 1 << 20);
+  hsdp::cli::addReal(app, "--temperature", opt.temperature, "Sampling temperature",
+                     hsdp::RealRange::above(0));
+  hsdp::cli::addInt(app, "--sample-seed", opt.sample_seed, "Seed of the sampler");
   app.add_option("--prompt", opt.prompt, "The text generation starts from");
   mlp::addCheckpointFlags(app, c);
-  app.add_option("--prefetch", opt.prefetch,
-                 "Units whose gathers are issued ahead of the one computing (0: no prefetch)");
+  hsdp::cli::addInt(app, "--prefetch", opt.prefetch,
+                    "Units whose gathers are issued ahead of the one computing (0: no prefetch)", 0,
+                    1024);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    if (rank == 0) app.exit(e);
-    return 0;
   } catch (const CLI::ParseError& e) {
-    mlp::printError(program, rank, e.what());
-    return mlp::kExitUsage;
+    return hsdp::cli::reportParseError(app, e, program, rank, rank == 0);
   }
   c.intra_shard_given = app.count("--intra-shard") > 0;
   c.inter_shard_given = app.count("--inter-shard") > 0;

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "cli.h"
+#include "hsdp/parse.h"
 #include "hsdp/plan.h"
 #include "mlp/checkpointing.h"
 #include "mlp/flags.h"
@@ -15,15 +17,17 @@
 namespace mlp {
 namespace {
 
+constexpr int kMaxDim = 1 << 20;
+
 hsdp::StatusOr<std::vector<int>> parseDims(const std::string& text) {
   std::vector<int> dims;
   std::stringstream ss(text);
   for (std::string item; std::getline(ss, item, ',');) {
-    char* end = nullptr;
-    long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v <= 0 || v > (1 << 20))
-      return hsdp::invalidArgument("--dims '", text, "': '", item, "' is not a positive size");
-    dims.push_back(static_cast<int>(v));
+    auto v = hsdp::parseInteger<int>(item, "size", 1, kMaxDim);
+    if (!v.ok())
+      return hsdp::invalidArgument("--dims '", text, "': '", item, "' is not a positive size (at most ",
+                                   kMaxDim, ")");
+    dims.push_back(*v);
   }
   if (dims.size() < 2) return hsdp::invalidArgument("--dims '", text, "' needs >= 2 sizes");
   return dims;
@@ -76,14 +80,41 @@ std::optional<int> startMpi(const char* program, int* argc, char*** argv, Starte
   return std::nullopt;
 }
 
+void addShardFlags(CLI::App& app, Options& opt, const char* intra_help, const char* inter_help) {
+  hsdp::cli::addInt(app, "--intra-shard", opt.intra_shard, intra_help, 1, kMaxRanks);
+  hsdp::cli::addInt(app, "--inter-shard", opt.inter_shard, inter_help, 1, kMaxRanks);
+}
+
+void addStepFlags(CLI::App& app, Options& opt, const char* batch_help, const char* accum_help) {
+  hsdp::cli::addInt(app, "--steps", opt.steps, "Training steps", 0);
+  hsdp::cli::addInt(app, "--batch", opt.batch, batch_help, 1, kMaxBatch);
+  hsdp::cli::addInt(app, "--accum", opt.accum, accum_help, 1, kMaxBatch);
+  hsdp::cli::addReal(app, "--clip-norm", opt.clip_norm, "Clip the global gradient norm (0: off)",
+                     hsdp::RealRange::atLeast(0));
+  hsdp::cli::addInt(app, "--max-gathered", opt.max_gathered,
+                    "Rate limiter: at most N units gathered at once, 0 = no limit (zero3)", 0);
+}
+
+void addOptimizerFlags(CLI::App& app, Options& opt, const char* lr_help, const char* wd_help) {
+  hsdp::cli::addReal(app, "--lr", opt.lr, lr_help, hsdp::RealRange::atLeast(0));
+  hsdp::cli::addReal(app, "--weight-decay", opt.weight_decay, wd_help,
+                     hsdp::RealRange::atLeast(0));
+  hsdp::cli::addReal(app, "--eps", opt.eps, "Adam epsilon", hsdp::RealRange::above(0));
+}
+
+void addToleranceFlag(CLI::App& app, Options& opt) {
+  hsdp::cli::addReal(app, "--tolerance", opt.tolerance, "Largest max_rel_err that passes --check",
+                     hsdp::RealRange::atLeast(0));
+}
+
 void addCheckpointFlags(CLI::App& app, Options& opt) {
   app.add_option("--save-dir", opt.save_dir,
                  "Checkpoint root: <dir>/step-NNNNNNNN per save, <dir>/latest names the newest");
-  app.add_option("--save-every", opt.save_every,
-                 "Save every K steps (and after the last); 0: after the last step only");
+  hsdp::cli::addInt(app, "--save-every", opt.save_every,
+                    "Save every K steps (and after the last); 0: after the last step only", 0);
   app.add_flag("--async-save", opt.async_save,
                "Snapshot into host memory and write in the background while training goes on");
-  app.add_option("--keep", opt.keep, "Keep only the newest K checkpoints (0: all)");
+  hsdp::cli::addInt(app, "--keep", opt.keep, "Keep only the newest K checkpoints (0: all)", 0);
   app.add_option("--resume", opt.resume,
                  "Load a checkpoint (directory, root with `latest`, or 'latest' of --save-dir) "
                  "and train on to --steps; any mesh and mode");
@@ -99,18 +130,12 @@ std::optional<int> parseCommandLine(const char* program, const char* description
   CLI::App app{description, program};
   app.add_option("--mode", opt.mode, "Sharding mode: none | zero1 | zero2 | zero3")
       ->check(CLI::IsMember({"none", "zero1", "zero2", "zero3"}));
-  app.add_option("--intra-shard", opt.intra_shard,
-                 "Ranks per node that shard each unit (divides ranks per node; default: all, "
-                 "or 1 in mode none)");
-  app.add_option("--inter-shard", opt.inter_shard,
-                 "Nodes that shard each unit (divides the node count; default 1)");
-  app.add_option("--steps", opt.steps, "Training steps");
-  app.add_option("--batch", opt.batch, "Global batch size (a multiple of the world size)");
-  app.add_option("--accum", opt.accum,
-                 "Micro-steps per optimizer step (gradient accumulation; batch / accum per step)");
-  app.add_option("--clip-norm", opt.clip_norm, "Clip the global gradient norm (0: off)");
-  app.add_option("--max-gathered", opt.max_gathered,
-                 "Rate limiter: at most N units gathered at once, 0 = no limit (zero3)");
+  addShardFlags(app, opt,
+                "Ranks per node that shard each unit (divides ranks per node; default: all, "
+                "or 1 in mode none)",
+                "Nodes that shard each unit (divides the node count; default 1)");
+  addStepFlags(app, opt, "Global batch size (a multiple of the world size)",
+               "Micro-steps per optimizer step (gradient accumulation; batch / accum per step)");
   app.add_flag("--hpz", opt.hpz,
                "hpZ: keep each unit's intra-node partition after forward so backward re-gathers "
                "stay inside the node (zero3, intra_shard > 1, inter_shard > 1)");
@@ -124,26 +149,21 @@ std::optional<int> parseCommandLine(const char* program, const char* description
                  "backward runs (zero1/zero2/zero3)")
       ->check(CLI::IsMember({"none", "cpu"}));
   app.add_flag("--check", opt.check, "Train the Eigen reference and compare parameters");
-  app.add_option("--lr", opt.lr, "Learning rate");
-  app.add_option("--weight-decay", opt.weight_decay, "Weight decay");
-  app.add_option("--eps", opt.eps, "Adam epsilon");
+  addOptimizerFlags(app, opt, "Learning rate", "Weight decay");
   app.add_option("--optimizer", opt.optimizer, "adam | adamw")
       ->check(CLI::IsMember({"adam", "adamw"}));
   app.add_option("--dims", opt.dims, "Layer sizes, input to classes, comma separated");
-  app.add_option("--seed", opt.seed, "Seed of data and initialisation");
-  app.add_option("--tolerance", opt.tolerance, "Largest max_rel_err that passes --check");
+  hsdp::cli::addInt(app, "--seed", opt.seed, "Seed of data and initialisation");
+  addToleranceFlag(app, opt);
   addCheckpointFlags(app, opt);
-  app.add_option("--val-samples", opt.val_samples,
-                 "After training, print the mean loss over this many held-out samples "
-                 "(a multiple of the ranks; 0: none)");
+  hsdp::cli::addInt(app, "--val-samples", opt.val_samples,
+                    "After training, print the mean loss over this many held-out samples "
+                    "(a multiple of the ranks; 0: none)",
+                    0, kMaxBatch);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    if (rank == 0) app.exit(e);
-    return 0;
   } catch (const CLI::ParseError& e) {
-    printError(program, rank, e.what());
-    return kExitUsage;
+    return hsdp::cli::reportParseError(app, e, program, rank, rank == 0);
   }
   opt.intra_shard_given = app.count("--intra-shard") > 0;
   opt.inter_shard_given = app.count("--inter-shard") > 0;
@@ -163,9 +183,11 @@ hsdp::Status configure(const Options& opt, int world_size, Spec* spec, hsdp::Eng
   if (opt.batch <= 0 || opt.batch % world_size != 0)
     return hsdp::invalidArgument("--batch ", opt.batch, " must be a positive multiple of the ",
                                  world_size, " ranks (each rank trains on an equal slice)");
-  if (opt.accum <= 0 || opt.batch % (opt.accum * world_size) != 0)
+  // In 64 bits: accum x ranks of two ints cannot overflow (in int, 2^30 x 4 wrapped to 0).
+  const int64_t micro_ranks = int64_t{opt.accum} * world_size;
+  if (opt.accum <= 0 || opt.batch % micro_ranks != 0)
     return hsdp::invalidArgument("--accum ", opt.accum, " must be positive and --batch ", opt.batch,
-                                 " a multiple of accum x ranks = ", opt.accum * world_size);
+                                 " a multiple of accum x ranks = ", micro_ranks);
   if (opt.val_samples < 0 || opt.val_samples % world_size != 0)
     return hsdp::invalidArgument("--val-samples ", opt.val_samples, " must be a multiple of the ",
                                  world_size, " ranks (each rank evaluates an equal slice)");
@@ -372,7 +394,13 @@ int checkParity(const char* program, hsdp::Comm& world, const hsdp::Mesh& mesh,
                                          tree.levels.empty() ? nullptr : &tree, opt.accum);
     const double err = maxRelativeError(mine, ref.params);
     verdict[0] = static_cast<float>(err);
-    verdict[1] = err <= opt.tolerance ? 1.0f : 0.0f;
+    verdict[1] = err <= opt.tolerance ? 1.0f : 0.0f;  // false for NaN too
+    std::vector<std::string> names;
+    for (int l = 0; l < spec.layers(); ++l) names.push_back("fc" + std::to_string(l) + " params");
+    if (const std::string bad = firstNonFinite(mine, ref.params, names); !bad.empty()) {
+      verdict[1] = 0.0f;
+      std::printf("\nparity: %s\n", bad.c_str());
+    }
   }
   if (!world.broadcast(verdict, 2, hsdp::DType::kFloat32, 0).ok()) world.abortJob(kExitRuntime);
   if (rank == 0) {

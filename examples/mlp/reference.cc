@@ -1,6 +1,7 @@
 #include "mlp/reference.h"
 
 #include "hsdp/dtype.h"
+#include "hsdp/status.h"
 
 #include <algorithm>
 #include <cmath>
@@ -173,6 +174,21 @@ GradReduction meshGradReduction(const hsdp::NodeLayout& layout, const hsdp::Mesh
   return tree;
 }
 
+std::string firstNonFinite(const std::vector<std::vector<float>>& run,
+                           const std::vector<std::vector<float>>& ref,
+                           const std::vector<std::string>& names) {
+  const std::vector<std::vector<float>>* sets[2] = {&run, &ref};
+  const char* which[2] = {"the sharded run", "the reference"};
+  for (int k = 0; k < 2; ++k)
+    for (size_t t = 0; t < sets[k]->size(); ++t)
+      for (size_t i = 0; i < (*sets[k])[t].size(); ++i)
+        if (const float v = (*sets[k])[t][i]; !std::isfinite(v))
+          return hsdp::strCat(t < names.size() ? names[t] : hsdp::strCat("tensor ", t),
+                              " element ", i, " is ", std::isnan(v) ? "nan" : "inf", " in ",
+                              which[k]);
+  return "";
+}
+
 double maxRelativeError(const std::vector<std::vector<float>>& a,
                         const std::vector<std::vector<float>>& b) {
   if (a.size() != b.size()) return INFINITY;
@@ -181,6 +197,7 @@ double maxRelativeError(const std::vector<std::vector<float>>& a,
     if (a[t].size() != b[t].size()) return INFINITY;
     double diff = 0.0, scale = 0.0;
     for (size_t i = 0; i < a[t].size(); ++i) {
+      if (!std::isfinite(a[t][i]) || !std::isfinite(b[t][i])) return INFINITY;
       diff = std::max(diff, std::fabs(double(a[t][i]) - double(b[t][i])));
       scale = std::max(scale, std::fabs(double(b[t][i])));
     }

@@ -3,6 +3,7 @@
 // sharded runs must reproduce its parameters.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "hsdp/mesh.h"
@@ -68,7 +69,14 @@ ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, i
                                bool bf16_params = false, const GradReduction* bf16_grads = nullptr,
                                int accum = 1);
 
-// max over layers of max|a - b| / max|b|: the error relative to each tensor's scale.
+// max over layers of max|a - b| / max|b|: the error relative to each tensor's scale. Infinite
+// when any value of either is NaN or infinite (a parity check must not pass on NaN: every
+// comparison with NaN is false, so max() would skip it), or when the shapes differ.
+// The first NaN or infinite value of `run` or `ref`, as "<name of tensor t> element i is nan in
+// the sharded run" (names[t], or "tensor t"); "" when every value is finite.
+std::string firstNonFinite(const std::vector<std::vector<float>>& run,
+                           const std::vector<std::vector<float>>& ref,
+                           const std::vector<std::string>& names = {});
 double maxRelativeError(const std::vector<std::vector<float>>& a,
                         const std::vector<std::vector<float>>& b);
 

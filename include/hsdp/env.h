@@ -17,6 +17,11 @@ struct Param {
   const char* type;           // "int", "bool", "string", "enum"
   const char* default_value;  // as the user would write it; "" when unset means "not used"
   const char* doc;
+  // "int" parameters: the values accepted (parsed into int64 without wrapping; anything outside
+  // is an error naming the variable and the value as written). Every int has a finite maximum,
+  // so no setting can size a loop or an allocation without bound.
+  int64_t min = 0;
+  int64_t max = 0;
 };
 
 const std::vector<Param>& registry();
@@ -24,9 +29,9 @@ const std::vector<Param>& registry();
 // Raw value ("" when unset). Registered names only.
 std::string getString(const char* name);
 
-// Parsed integer; nullopt when unset. A value that is not an integer, or below `min`, is an
-// InvalidArgument error naming the variable and the value.
-StatusOr<std::optional<int64_t>> getInt(const char* name, int64_t min = INT64_MIN);
+// Parsed integer (hsdp/parse.h); nullopt when unset. A value that is not an integer, or outside
+// the registered [min, max], is an InvalidArgument error naming the variable and the value.
+StatusOr<std::optional<int64_t>> getInt(const char* name);
 
 // Parsed boolean (1/0, true/false, on/off, yes/no); the registered default when unset.
 StatusOr<bool> getBool(const char* name);

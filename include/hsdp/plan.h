@@ -97,6 +97,7 @@
 #include "hsdp/config.h"
 #include "hsdp/dtype.h"
 #include "hsdp/quantize.h"
+#include "hsdp/parse.h"
 #include "hsdp/status.h"
 
 namespace hsdp {
@@ -184,10 +185,7 @@ StatusOr<Plan> makePlan(const PlanInput& in);
 // Ψ split into `units` near-equal units (see the top of this file). Errors: units < 1, Ψ < units.
 StatusOr<std::vector<uint64_t>> splitUnits(uint64_t total, int64_t units);
 
-// "7500000000", "7.5e9", "1e6": a whole, positive count. Errors name `what` and the text.
-StatusOr<uint64_t> parseCount(std::string_view text, std::string_view what);
-// "80G", "80GiB" (binary: K, M, G, T, with or without "iB"), "80GB" (decimal), "1e9", "4096".
-StatusOr<uint64_t> parseByteSize(std::string_view text, std::string_view what);
+// parseCount ("7.5e9") and parseByteSize ("80GiB"): hsdp/parse.h.
 // One unit per line: "COUNT" or "NAME COUNT" (the last field is the count); blank lines and
 // text after '#' are ignored. Errors: "FILE:LINE: ..." naming the text.
 StatusOr<std::vector<uint64_t>> parseUnitsText(std::string_view text, std::string_view file);

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string>
@@ -41,6 +42,14 @@ TEST(Env, RegistryIsDocumentedAndUnique) {
     EXPECT_TRUE(std::string(p.name).rfind("HSDP_", 0) == 0) << p.name;
     EXPECT_GT(std::strlen(p.doc), 20u) << p.name;
     EXPECT_TRUE(names.insert(p.name).second) << p.name;
+    // Every int has a range that admits something, its default included.
+    if (std::strcmp(p.type, "int") == 0) {
+      EXPECT_LT(p.min, p.max) << p.name;
+      if (p.default_value[0] != '\0') {
+        const long long d = std::atoll(p.default_value);
+        EXPECT_TRUE(d >= p.min && d <= p.max) << p.name << " default " << p.default_value;
+      }
+    }
   }
 }
 

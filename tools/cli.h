@@ -1,0 +1,105 @@
+// The programs' command lines (CLI11) on hsdp's number parsing (hsdp/parse.h), and CLI11's own
+// errors in the project's style. Every program (tools/, bench/, examples/) adds its numeric flags
+// through these, so a number is refused the same way everywhere: in the type it is used as,
+// inside its range, finite, named as the user wrote it:
+//   hsdp-topo: error: --ranks-per-host 100000000 is too large (at most 4096)
+//   train_mlp [rank 3]: error: --lr 'inf' is not a finite number
+// and every parse error exits 2 (reportParseError; --help exits 0).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <type_traits>
+
+#include "hsdp/parse.h"
+
+namespace hsdp::cli {
+
+constexpr int kExitBadInput = 2;
+
+// "-b,--minbytes" -> "--minbytes": the spelling errors name (the long one).
+inline std::string flagName(const std::string& names) {
+  std::string best, item;
+  std::stringstream ss(names);
+  while (std::getline(ss, item, ','))
+    if (item.size() > best.size()) best = item;
+  return best;
+}
+
+namespace detail {
+template <class T>
+std::string show(const T& v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+// The value is parsed by `parse` (a StatusOr<T>(const std::string&)); a bad one is a
+// CLI::ValidationError whose text is the whole message (no CLI11 prefix).
+template <class T, class Parse>
+CLI::Option* add(CLI::App& app, const std::string& names, T& out, const std::string& help,
+                 const char* type, Parse parse) {
+  CLI::Option* o = app.add_option(
+      names,
+      [&out, parse](const CLI::results_t& r) {
+        auto v = parse(r.back());
+        if (!v.ok()) throw CLI::ValidationError(std::string(v.status().message()));
+        out = *v;
+        return true;
+      },
+      help);
+  o->type_name(type);
+  o->default_str(show(out));
+  return o;
+}
+}  // namespace detail
+
+// A whole number read as T, in [lo, hi] (default: the whole type).
+template <class T>
+CLI::Option* addInt(CLI::App& app, const std::string& names, T& out, const std::string& help,
+                    T lo = std::numeric_limits<T>::min(), T hi = std::numeric_limits<T>::max()) {
+  const std::string flag = flagName(names);
+  return detail::add(app, names, out, help, std::is_signed_v<T> ? "INT" : "UINT",
+                     [flag, lo, hi](const std::string& s) { return parseInteger<T>(s, flag, lo, hi); });
+}
+
+// A finite real read as T (float or double) inside `range`.
+template <class T>
+CLI::Option* addReal(CLI::App& app, const std::string& names, T& out, const std::string& help,
+                     RealRange range = RealRange::any()) {
+  const std::string flag = flagName(names);
+  return detail::add(app, names, out, help, "REAL",
+                     [flag, range](const std::string& s) { return parseFloating<T>(s, flag, range); });
+}
+
+// A byte size ("64M", "1GiB", "4096") kept as written in `out` (the program parses it later with
+// parseByteSize) but checked now, so a bad one is a parse error like any other.
+inline CLI::Option* addByteSize(CLI::App& app, const std::string& names, std::string& out,
+                                const std::string& help) {
+  const std::string flag = flagName(names);
+  return detail::add(app, names, out, help, "BYTES", [flag](const std::string& s) -> StatusOr<std::string> {
+    HSDP_RETURN_IF_ERROR(parseByteSize(s, flag).status());
+    return s;
+  });
+}
+
+// Prints a CLI11 parse error as "<program>[ [rank r]]: error: <what>" on stderr (rank < 0: no
+// rank) and returns the exit code: 0 for --help (printed by CLI11 when print_help), else 2.
+inline int reportParseError(const CLI::App& app, const CLI::ParseError& e, const char* program,
+                            int rank = -1, bool print_help = true) {
+  if (dynamic_cast<const CLI::CallForHelp*>(&e) || dynamic_cast<const CLI::CallForAllHelp*>(&e) ||
+      dynamic_cast<const CLI::CallForVersion*>(&e)) {
+    if (print_help) app.exit(e);
+    return 0;
+  }
+  if (rank >= 0)
+    std::fprintf(stderr, "%s [rank %d]: error: %s\n", program, rank, e.what());
+  else
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+  std::fflush(stderr);
+  return kExitBadInput;
+}
+
+}  // namespace hsdp::cli
