@@ -144,17 +144,18 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
   HSDP_RETURN_IF_ERROR(removeTree(tmp));
   HSDP_RETURN_IF_ERROR(makeDirs(tmp));
   std::vector<OutFile> files(W);
+  struct Cleanup {  // before the first state: a failed create leaves none behind
+    std::vector<OutFile>& f;
+    ~Cleanup() {
+      for (OutFile& o : f)
+        if (o.h != nullptr) XXH64_freeState(o.h);
+    }
+  } cleanup{files};
   for (int w = 0; w < W; ++w) {
     HSDP_ASSIGN_OR_RETURN(files[w].f, File::create(tmp + "/" + dataFileName(w)));
     files[w].h = XXH64_createState();
     XXH64_reset(files[w].h, 0);
   }
-  struct Cleanup {
-    std::vector<OutFile>& f;
-    ~Cleanup() {
-      for (OutFile& o : f) XXH64_freeState(o.h);
-    }
-  } cleanup{files};
   // Each rank's next chunk, and the ranks in piece order for every unit.
   std::vector<size_t> next(W, 0);
   StreamingReader reader(src, dir);

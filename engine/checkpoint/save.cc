@@ -93,29 +93,27 @@ Status writeDataFile(Saver& s, nlohmann::json* part) {
   HSDP_RETURN_IF_ERROR(s.space->finishSnapshot(*s.pinned));
   const std::string path = job.tmp + "/" + ckpt::dataFileName(job.rank);
   HSDP_ASSIGN_OR_RETURN(ckpt::File f, ckpt::File::create(path));
-  XXH64_state_t* st = XXH64_createState();
-  XXH64_reset(st, 0);
+  // The streaming hash of the whole file, freed on every return (a failed write included).
+  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> st(XXH64_createState(),
+                                                                       XXH64_freeState);
+  if (st == nullptr) return internalError("checkpoint: cannot allocate an xxHash state");
+  XXH64_reset(st.get(), 0);
   const char* snap = s.snapshot.as<char>();
   HSDP_RETURN_IF_ERROR(f.writeAll(snap, s.plan.bytes));
-  XXH64_update(st, snap, s.plan.bytes);
+  XXH64_update(st.get(), snap, s.plan.bytes);
   uint64_t at = s.plan.bytes;
   nlohmann::json user = nlohmann::json::array();
   static const char zeros[ckpt::kAlign] = {};
   for (const auto& [key, bytes] : job.user) {
     const uint64_t pad = ckpt::alignUp(at) - at;
-    Status w = f.writeAll(zeros, pad);
-    if (w.ok()) w = f.writeAll(bytes.data(), bytes.size());
-    if (!w.ok()) {
-      XXH64_freeState(st);
-      return w;
-    }
-    XXH64_update(st, zeros, pad);
-    XXH64_update(st, bytes.data(), bytes.size());
+    HSDP_RETURN_IF_ERROR(f.writeAll(zeros, pad));
+    HSDP_RETURN_IF_ERROR(f.writeAll(bytes.data(), bytes.size()));
+    XXH64_update(st.get(), zeros, pad);
+    XXH64_update(st.get(), bytes.data(), bytes.size());
     user.push_back({at + pad, bytes.size(), ckpt::hex64(ckpt::xxh64(bytes.data(), bytes.size()))});
     at += pad + bytes.size();
   }
-  const uint64_t file_hash = XXH64_digest(st);
-  XXH64_freeState(st);
+  const uint64_t file_hash = XXH64_digest(st.get());
   HSDP_RETURN_IF_ERROR(f.sync());
   HSDP_RETURN_IF_ERROR(f.close());
   nlohmann::json hashes = nlohmann::json::array();
