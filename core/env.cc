@@ -19,7 +19,7 @@ const std::vector<Param>& registry() {
       {"HSDP_HIER", "bool", "1",
        "Run the engine's all-gather and reduce-scatter as hierarchical schedules (inter then "
        "intra, intra then inter). 0 uses one flat collective over the shard group."},
-      {"HSDP_PIPELINE_CHUNKS", "int", "32",
+      {"HSDP_PIPELINE_CHUNKS", "int", "auto",
        "Chunks per hierarchical all-gather/reduce-scatter: chunk c's intra-node phase overlaps "
        "chunk c+1's inter-node phase. Need not divide the size. Unset: up to 32, fewer for "
        "small units (HSDP_PIPELINE_MIN_CHUNK_BYTES); set: exactly this many.", 1, 4096},

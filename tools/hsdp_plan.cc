@@ -226,7 +226,7 @@ void printAuto(const std::vector<hsdp::Plan>& fits, size_t considered, uint64_t 
   std::printf("%zu of %zu configurations fit %s per GPU, ranked by cross-node bytes per step:\n\n",
               fits.size(), considered, hsdp::formatBytes(budget).c_str());
   const bool offload = !fits.empty() && fits[0].input.offload_cpu;
-  std::printf("%4s %5s %5s %5s %8s  %-10s %12s %12s %12s %12s %12s %14s %12s%s\n", "rank", "intra",
+  std::printf("%4s %5s %5s %5s %8s  %-10s %12s %12s %12s %12s %12s %14s %12s%s\n", "#", "intra",
               "inter", "shard", "replicas", "mode", "params", "grads", "optimizer",
               "model_state", "gathered", "total/GPU", "xnode/step", offload ? "  pinned CPU/node" : "");
   int rank = 0;
@@ -409,7 +409,9 @@ int main(int argc, char** argv) {
                  "wire of gradient reduce-scatters across nodes (default: the --param-dtype's)");
   app.add_option("--replica-wire", opt.replica_wire,
                  "wire of the replica all-reduce (default: the --param-dtype's)");
-  app.add_option("--quant-block", opt.quant_block, "elements per scale of int8/int4 (2048)");
+  hsdp::cli::addInt(app, "--quant-block", opt.quant_block,
+                    "elements per scale of int8/int4 (2048; a multiple of 16)", uint32_t{16},
+                    uint32_t{1} << 20);
   app.add_flag("--json", opt.json, "print JSON");
   app.add_flag("--auto", opt.automatic,
                "list every factorization x mode that fits --mem-budget, by cross-node bytes");

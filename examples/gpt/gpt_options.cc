@@ -88,6 +88,7 @@ std::optional<int> parseCommandLine(const char* program, int argc, char** argv, 
   }
   c.intra_shard_given = app.count("--intra-shard") > 0;
   c.inter_shard_given = app.count("--inter-shard") > 0;
+  mlp::applyBf16Tolerance(app, c);
   return std::nullopt;
 }
 

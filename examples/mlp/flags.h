@@ -21,6 +21,10 @@ void addShardFlags(CLI::App& app, Options& opt, const char* intra_help, const ch
 void addStepFlags(CLI::App& app, Options& opt, const char* batch_help, const char* accum_help);
 void addOptimizerFlags(CLI::App& app, Options& opt, const char* lr_help, const char* wd_help);
 void addToleranceFlag(CLI::App& app, Options& opt);
+// After parsing: without --tolerance, a run with bf16 parameters or reductions checks against
+// kBf16Tolerance (bf16 rounds to 8 bits of mantissa; the fp32 default cannot pass).
+constexpr double kBf16Tolerance = 1e-2;
+void applyBf16Tolerance(const CLI::App& app, Options& opt);
 
 // --save-dir, --save-every, --async-save, --keep, --resume, --export, --init-from
 // (mlp/checkpointing.h carries them out; configure() checks how they combine).
