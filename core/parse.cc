@@ -95,6 +95,9 @@ StatusOr<int64_t> parseInt64(std::string_view text, std::string_view name, int64
   }
   if (negative) {
     if (mag > uint64_t{1} << 63 || -static_cast<__int128>(mag) < lo) return belowMin(name, s, lo);
+    // A range entirely below zero bounds negatives from above too ("-0" is 0).
+    if (-static_cast<__int128>(mag) > hi)
+      return invalidArgument(namedValue(name, s, false), " is too large (at most ", hi, ")");
     return static_cast<int64_t>(-static_cast<__int128>(mag));
   }
   if (mag > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||

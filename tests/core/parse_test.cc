@@ -27,6 +27,10 @@ TEST(Parse, IntegerBoundaries) {
   EXPECT_EQ(*parseInteger<int64_t>("-9223372036854775808", "x"), INT64_MIN);
   EXPECT_EQ(*parseInteger<int64_t>("9223372036854775807", "x"), INT64_MAX);
   EXPECT_EQ(*parseInteger<uint64_t>("18446744073709551615", "x"), UINT64_MAX);
+  // A range below zero bounds negatives from above too (found by parse_fuzz: "-0" was 0).
+  EXPECT_EQ(err(parseInteger<int64_t>("-0", "x", INT64_MIN, -1000).status()),
+            "x -0 is too large (at most -1000)");
+  EXPECT_EQ(*parseInteger<int64_t>("-1000", "x", INT64_MIN, -1000), -1000);
 }
 
 TEST(Parse, IntegerNeverWraps) {
