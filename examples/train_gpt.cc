@@ -104,7 +104,13 @@ int runMain(const gpt::Options& opt, hsdp::Comm& world) {
     model.takeOptimizerSeconds(&ot, &oe);
     optim_total += ot, optim_exposed += oe;
     st.optim_ms = static_cast<float>(ot * 1e3), st.optim_exposed_ms = static_cast<float>(oe * 1e3);
-    if (hsdp::Status s = gpt::printStepRow(world, model, setup, step, st); !s.ok()) abort(s);
+    if (hsdp::Status s = gpt::printStepRow(world, model, setup, step, st); !s.ok()) {
+      if (s.code() == hsdp::StatusCode::kOutOfRange) {  // checkFinite: every rank returns
+        mlp::printError(kProgram, rank, s.toString());
+        return mlp::kExitRuntime;
+      }
+      abort(s);
+    }
     if (hsdp::Status s = mlp::afterStep(world, model, opt.common, step + 1, step + 1 == steps);
         !s.ok())
       abort(s);

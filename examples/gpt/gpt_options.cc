@@ -120,6 +120,7 @@ hsdp::Status configure(const Options& opt, int world_size, Setup* out) {
   TrainSettings& t = out->train;
   t.adam = out->engine.adam;
   t.steps = opt.common.steps;
+  t.allow_nonfinite = opt.common.allow_nonfinite;
   t.batch = opt.common.batch;
   t.accum = opt.common.accum;
   t.clip_norm = opt.common.clip_norm;

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "hsdp/dtype.h"
+#include "mlp/flags.h"
 
 namespace gpt {
 
@@ -44,7 +45,6 @@ hsdp::Status printStepRow(hsdp::Comm& world, const hsdp::ShardedModel& model, co
   float mine[kStats] = {s.loss, s.time_ms, s.exposed_comm_ms, s.optim_ms, s.optim_exposed_ms};
   std::vector<float> all(kStats * world.size());
   HSDP_RETURN_IF_ERROR(world.allGather(mine, all.data(), kStats, hsdp::DType::kFloat32));
-  if (world.rank() != 0) return hsdp::okStatus();
   double loss = 0, ms = 0, exposed = 0, optim = 0, optim_exposed = 0;
   for (int q = 0; q < world.size(); ++q) {
     const float* v = &all[kStats * q];
@@ -54,18 +54,20 @@ hsdp::Status printStepRow(hsdp::Comm& world, const hsdp::ShardedModel& model, co
     optim += v[3];
     optim_exposed += v[4];
   }
+  const double norm = model.lastGradNorm();
+  if (world.rank() != 0) return mlp::checkFinite(setup.train.allow_nonfinite, step, loss, norm);
   const TrainSettings& t = setup.train;
   const double tokens = double(t.batch) * setup.model.context;
   char progress[32];
   std::snprintf(progress, sizeof progress, "%d/%d", step + 1, t.steps);
   std::printf("%9s %9.2e %8.4f %9.4f %9.1f %9.0f %10.1f %6.1f%%", progress, s.lr, loss,
-              model.lastGradNorm(), ms, tokens / (ms / 1e3), exposed,
+              norm, ms, tokens / (ms / 1e3), exposed,
               ms > 0 ? 100.0 * exposed / ms : 0.0);
   if (setup.engine.offload_cpu)
     std::printf(" %7.0f%%", optim > 0 ? 100.0 * (1.0 - std::min(1.0, optim_exposed / optim)) : 0.0);
   std::printf(" %7.0f\n", (t.steps - step - 1) * ms / 1e3);
   std::fflush(stdout);
-  return hsdp::okStatus();
+  return mlp::checkFinite(setup.train.allow_nonfinite, step, loss, norm);
 }
 
 std::string generate(const Config& cfg, const std::vector<std::vector<float>>& params,

@@ -21,6 +21,11 @@ void addShardFlags(CLI::App& app, Options& opt, const char* intra_help, const ch
 void addStepFlags(CLI::App& app, Options& opt, const char* batch_help, const char* accum_help);
 void addOptimizerFlags(CLI::App& app, Options& opt, const char* lr_help, const char* wd_help);
 void addToleranceFlag(CLI::App& app, Options& opt);
+// A loss (the mean over the ranks) or global gradient norm that is not finite stops the run at
+// that step with an error on every rank (the same verdict everywhere: both values are global),
+// unless --allow-nonfinite. The error's code is kOutOfRange: exit 3, every rank returns.
+[[nodiscard]] hsdp::Status checkFinite(bool allow_nonfinite, int step, double mean_loss,
+                                       double grad_norm);
 // After parsing: without --tolerance, a run with bf16 parameters or reductions checks against
 // kBf16Tolerance (bf16 rounds to 8 bits of mantissa; the fp32 default cannot pass).
 constexpr double kBf16Tolerance = 1e-2;

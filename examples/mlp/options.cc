@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -93,6 +94,17 @@ void addStepFlags(CLI::App& app, Options& opt, const char* batch_help, const cha
                      hsdp::RealRange::atLeast(0));
   hsdp::cli::addInt(app, "--max-gathered", opt.max_gathered,
                     "Rate limiter: at most N units gathered at once, 0 = no limit (zero3)", 0);
+  app.add_flag("--allow-nonfinite", opt.allow_nonfinite,
+               "Train on when the loss or the gradient norm is not finite (default: stop with an "
+               "error naming the step)");
+}
+
+hsdp::Status checkFinite(bool allow_nonfinite, int step, double mean_loss, double grad_norm) {
+  if (allow_nonfinite || (std::isfinite(mean_loss) && std::isfinite(grad_norm)))
+    return hsdp::okStatus();
+  return hsdp::outOfRange("step ", step + 1, ": the loss is ", mean_loss, " and the gradient norm ",
+                          grad_norm, " (not finite: a learning rate too large, or bad data); "
+                          "stopping (--allow-nonfinite trains on)");
 }
 
 void addOptimizerFlags(CLI::App& app, Options& opt, const char* lr_help, const char* wd_help) {
@@ -280,17 +292,19 @@ hsdp::Status printStepRow(hsdp::Comm& world, const hsdp::ShardedModel& model, co
   float stats[3] = {loss, time_ms, exposed_comm_ms};
   std::vector<float> all(3 * world.size());
   HSDP_RETURN_IF_ERROR(world.allGather(stats, all.data(), 3, hsdp::DType::kFloat32));
-  if (world.rank() != 0) return hsdp::okStatus();
   double mean_loss = 0, max_ms = 0, max_exposed = 0;
   for (int q = 0; q < world.size(); ++q) {
     mean_loss += all[3 * q] / world.size();
     max_ms = std::max<double>(max_ms, all[3 * q + 1]);
     max_exposed = std::max<double>(max_exposed, all[3 * q + 2]);
   }
-  std::printf("%6d %10.5f %10.4f %10.2f %12.0f %14.2f\n", step + 1, mean_loss, model.lastGradNorm(),
-              max_ms, opt.batch / (max_ms / 1e3), max_exposed);
-  std::fflush(stdout);
-  return hsdp::okStatus();
+  const double norm = model.lastGradNorm();
+  if (world.rank() == 0) {
+    std::printf("%6d %10.5f %10.4f %10.2f %12.0f %14.2f\n", step + 1, mean_loss, norm, max_ms,
+                opt.batch / (max_ms / 1e3), max_exposed);
+    std::fflush(stdout);
+  }
+  return checkFinite(opt.allow_nonfinite, step, mean_loss, norm);
 }
 
 void printOffloadSummary(const hsdp::Comm& world, const hsdp::EngineConfig& cfg, const Options& opt,
@@ -443,8 +457,11 @@ int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_com
     model.takeOptimizerSeconds(&ot, &oe);
     optim_total += ot;
     optim_exposed += oe;
-    if (!printStepRow(world, model, opt, step, *loss, ms, exposed_ms).ok())
-      abort_comm.abortJob(kExitRuntime);
+    if (hsdp::Status row = printStepRow(world, model, opt, step, *loss, ms, exposed_ms); !row.ok()) {
+      printError(program, world.rank(), row.toString());
+      if (row.code() != hsdp::StatusCode::kOutOfRange) abort_comm.abortJob(kExitRuntime);
+      return kExitRuntime;  // checkFinite: the same verdict on every rank
+    }
     if (hsdp::Status s = afterStep(world, model, opt, step + 1, step + 1 == opt.steps); !s.ok()) {
       printError(program, world.rank(), s.toString());  // the same on every rank
       return exitCodeOf(s);

@@ -43,6 +43,7 @@ struct Options {
   std::string reduce_dtype = "fp32";
   float clip_norm = 0.0f;
   bool check = false;
+  bool allow_nonfinite = false;  // --allow-nonfinite: train on through a nan/inf loss or norm
   float lr = 1e-3f;
   float weight_decay = 0.01f;
   // 1e-5, not PyTorch's 1e-8: see docs/design.md, "Parity and Adam's eps".
