@@ -2,8 +2,10 @@
 # train_gpt across a checkpoint (ctest gpt_parity.resume.8x2x4-to-4x2x2): 8 ranks (zero3, 2 x 4
 # virtual nodes, I2 J2) train 4 steps saving at steps 2 and 4; a new job of 4 ranks in mode zero2
 # resumes step 2 and trains on to 4. Both must pass --check against the single-process reference
-# trained straight through, with the same max_rel_err (the resumed job continues exactly), and
-# the resumed job's --export must name GPT-2's tensors (wte.weight, h.0.attn.c_attn.weight, ...).
+# trained straight through, the resumed one about as close as the straight one (within 2x: the
+# other mesh sums the gradients in another order, so the fp32 roundings differ; the bitwise
+# resume on the same mesh is checkpoint.resume_jobs), and the resumed job's --export must name
+# GPT-2's tensors (wte.weight, h.0.attn.c_attn.weight, ...).
 #   gpt_resume.sh MPIRUN TRAIN_GPT [MPIRUN FLAGS...]
 set -euo pipefail
 mpirun=$1 train=$2
@@ -18,11 +20,13 @@ common=(--preset tiny --steps 4 --batch 8 --eval-batches 0 --check)
   --intra-shard 2 --inter-shard 1 --resume "$work/ckpt/step-00000002" \
   --export "$work/gpt.safetensors" >"$work/b.log" 2>&1 ||
   { cat "$work/b.log"; echo "gpt_resume: FAIL: the resumed job failed"; exit 1; }
-a=$(grep -o 'max_rel_err=[^ ]*' "$work/a.log")
-b=$(grep -o 'max_rel_err=[^ ]*' "$work/b.log")
+a=$(grep -o 'max_rel_err=[^ ]* PASS' "$work/a.log" | cut -d= -f2 | cut -d' ' -f1)
+b=$(grep -o 'max_rel_err=[^ ]* PASS' "$work/b.log" | cut -d= -f2 | cut -d' ' -f1)
+[ -n "$a" ] && [ -n "$b" ] || { cat "$work/a.log" "$work/b.log"; echo "gpt_resume: FAIL: no PASS"; exit 1; }
 grep -q "resumed from .*step-00000002 at step 2" "$work/b.log" || { cat "$work/b.log"; exit 1; }
-echo "gpt_resume: straight $a, resumed on another mesh $b"
-[ "$a" = "$b" ] || { echo "gpt_resume: FAIL: the resumed run ends elsewhere"; exit 1; }
+echo "gpt_resume: straight max_rel_err=$a, resumed on another mesh max_rel_err=$b"
+python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if b <= 2 * a + 1e-6 else 1)" "$a" "$b" ||
+  { echo "gpt_resume: FAIL: the resumed run ends elsewhere"; exit 1; }
 # The export's header (safetensors: 8-byte little-endian length, then JSON): GPT-2's names.
 python3 - "$work/gpt.safetensors" <<'PY'
 import json, struct, sys
