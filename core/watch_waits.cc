@@ -117,6 +117,31 @@ const LabelData& threadLabel() { return t_label; }
 
 namespace {
 
+// A short string in relaxed atomic words: the seqlock's data (plain chars written by one thread
+// while another reads them would be a data race, however the version check turns out).
+constexpr int kFieldWords = 6;  // 47 characters and the terminator
+struct AtomicField {
+  std::atomic<uint64_t> w[kFieldWords] = {};
+  void store(std::string_view s) {
+    char buf[kFieldWords * 8] = {};
+    const size_t n = std::min(sizeof buf - 1, s.size());
+    if (n > 0) std::memcpy(buf, s.data(), n);
+    for (int k = 0; k < kFieldWords; ++k) {
+      uint64_t v;
+      std::memcpy(&v, buf + 8 * k, 8);
+      w[k].store(v, std::memory_order_relaxed);
+    }
+  }
+  std::string load() const {
+    char buf[kFieldWords * 8];
+    for (int k = 0; k < kFieldWords; ++k) {
+      const uint64_t v = w[k].load(std::memory_order_relaxed);
+      std::memcpy(buf + 8 * k, &v, 8);
+    }
+    return std::string(buf, strnlen(buf, sizeof buf - 1));
+  }
+};
+
 // One waiting thread. The owner writes; the watchdog thread reads. The descriptive fields are
 // written under a sequence count (odd while writing) and read only after a long wait.
 struct ThreadWait {
@@ -124,8 +149,8 @@ struct ThreadWait {
   std::atomic<int64_t> since_ns{0};  // last start or end of a wait inside the outermost one
   std::atomic<int> depth{0};
   std::atomic<uint32_t> version{0};
-  char what[48] = {};
-  char detail[48] = {};
+  AtomicField what;
+  AtomicField detail;
   std::atomic<uint64_t> comm_id{0};
   std::atomic<uint64_t> seq{0};
 };
@@ -167,9 +192,11 @@ WaitScope::WaitScope(const char* what, std::string_view detail)
   const int d = w->depth.fetch_add(1, std::memory_order_relaxed);
   outer_ = d == 0;
   if (outer_) {
+    // The seqlock's writer: odd while writing (the acquire half keeps the stores below after
+    // it), even again after (release: the stores before it).
     w->version.fetch_add(1, std::memory_order_acq_rel);
-    copyField(w->what, sizeof w->what, what ? what : "");
-    copyField(w->detail, sizeof w->detail, detail);
+    w->what.store(what ? what : "");
+    w->detail.store(detail);
     w->version.fetch_add(1, std::memory_order_release);
   }
   w->since_ns.store(monotonicNs(), std::memory_order_release);
@@ -224,9 +251,10 @@ WaitInfo longestWait(int64_t now) {
     for (int tries = 0; tries < 100; ++tries) {
       const uint32_t v0 = w.version.load(std::memory_order_acquire);
       if (v0 & 1) continue;
-      info.what = std::string(w.what, strnlen(w.what, sizeof w.what));
-      info.detail = std::string(w.detail, strnlen(w.detail, sizeof w.detail));
-      if (w.version.load(std::memory_order_acquire) == v0) break;
+      info.what = w.what.load();
+      info.detail = w.detail.load();
+      std::atomic_thread_fence(std::memory_order_acquire);  // the loads above before the check
+      if (w.version.load(std::memory_order_relaxed) == v0) break;
     }
     info.comm_id = w.comm_id.load(std::memory_order_acquire);
     info.seq = w.seq.load(std::memory_order_relaxed);
