@@ -9,13 +9,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "cli.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
 
+#include "cli.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
 #include "hsdp/schedule.h"

@@ -31,9 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
-
 #include "bench/bench_util.h"
+#include "cli.h"
 #include "hsdp/cpu_adam.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/optimizer.h"

@@ -15,7 +15,6 @@
 //                    1 - (step - compute) / comm
 //   --part sharding  under mpirun on one machine: tokens/s of mode none against zero3 over all
 //                    ranks (one node: intra_shard = world), the same batch per rank
-#include "cli.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "gpt/data.h"
 #include "gpt/model.h"
 #include "gpt/reference.h"

@@ -59,7 +59,6 @@ struct Options {
   bool json = false;
 };
 
-
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -340,7 +339,8 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   // Buffers for the largest size, allocated and pre-faulted once.
   const size_t max_count = (*hi / es + n - 1) / n * n;
   // Two buffers of the largest size: refused with the limit named, not killed by the kernel.
-  if (auto b = hsdp::checkedAllocation(max_count, 2 * es, hsdp::strCat("-e ", o.max_bytes)); !b.ok())
+  if (auto b = hsdp::checkedAllocation(max_count, 2 * es, hsdp::strCat("-e ", o.max_bytes));
+      !b.ok())
     return fail(rank, b.status().message());
   auto send = hsdp::HostBuffer::allocate(max_count * es);
   auto recv = hsdp::HostBuffer::allocate(max_count * es);
@@ -384,9 +384,10 @@ int benchMain(const Options& o, hsdp::Comm& world) {
                   layout->node_names[layout->node_of_rank[q]].c_str());
     // xnode is measured, xnode_min is arithmetic: xnode below it means the traffic did not go
     // through a network interface at all (virtual nodes on one host).
-    std::printf("#\n# xnode: bytes the nodes' network interfaces sent during one run (on the emulated "
-                "cluster, what crossed between nodes; with virtual nodes on one host ~0: nothing "
-                "leaves the host). xnode_min: the least any algorithm must move between the nodes.\n");
+    std::printf(
+        "#\n# xnode: bytes the nodes' network interfaces sent during one run (on the emulated "
+        "cluster, what crossed between nodes; with virtual nodes on one host ~0: nothing "
+        "leaves the host). xnode_min: the least any algorithm must move between the nodes.\n");
     std::printf("#\n# %10s %12s %6s %6s %*s %11s %8s %8s %7s %9s %9s\n", "size", "count", "type",
                 "redop", algo_w, "algo", "time", "algbw", "busbw", "#wrong", "xnode", "xnode_min");
     std::printf("# %10s %12s %6s %6s %*s %11s %8s %8s %7s %9s %9s\n", "(B)", "(elements)", "", "",
@@ -464,8 +465,8 @@ int benchMain(const Options& o, hsdp::Comm& world) {
         } else {
           std::printf("  %10zu %12zu %6s %6s %*s %11.1f %8.3f %8.3f %7ld %9.2f %9.2f\n", size,
                       count, o.dtype.c_str(), o.op == "allgather" ? "none" : "sum", algo_w,
-                      algo.c_str(),
-                      t * 1e6, algbw, algbw * bus, total_bad, tx_all / 1e6, tx_min / 1e6);
+                      algo.c_str(), t * 1e6, algbw, algbw * bus, total_bad, tx_all / 1e6,
+                      tx_min / 1e6);
         }
       }
     }
@@ -500,7 +501,8 @@ int main(int argc, char** argv) {
   if (!world.ok()) return fail(-1, world.status().toString());
   Options o;
   CLI::App app{"hsdp-bench: collective bandwidth, nccl-tests style"};
-  hsdp::cli::addByteSize(app, "-b,--minbytes", o.min_bytes, "Smallest size (bytes; K, M, G suffixes)");
+  hsdp::cli::addByteSize(app, "-b,--minbytes", o.min_bytes,
+                         "Smallest size (bytes; K, M, G suffixes)");
   hsdp::cli::addByteSize(app, "-e,--maxbytes", o.max_bytes, "Largest size");
   // At most 1024 and 10^6: a factor of at least 1.001 and bounded counts keep a run finite.
   hsdp::cli::addReal(app, "-f,--stepfactor", o.factor, "Size multiplier between rows",
@@ -508,7 +510,8 @@ int main(int argc, char** argv) {
   hsdp::cli::addInt(app, "-n,--iters", o.iters, "Timed iterations per size (median reported)", 1,
                     1000000);
   hsdp::cli::addInt(app, "-w,--warmup_iters", o.warmup, "Untimed iterations per size", 0, 1000000);
-  hsdp::cli::addInt(app, "-c,--check", o.check, "Check results against the MPI library (0/1)", 0, 1);
+  hsdp::cli::addInt(app, "-c,--check", o.check, "Check results against the MPI library (0/1)", 0,
+                    1);
   app.add_option("--op", o.op, "allgather | reducescatter | allreduce")
       ->check(CLI::IsMember({"allgather", "reducescatter", "allreduce"}));
   app.add_option("--algo", o.algo,

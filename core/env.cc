@@ -1,9 +1,9 @@
 #include "hsdp/env.h"
 
-#include "hsdp/parse.h"
-
 #include <cstdlib>
 #include <cstring>
+
+#include "hsdp/parse.h"
 
 namespace hsdp::env {
 
@@ -15,18 +15,21 @@ const std::vector<Param>& registry() {
        "leading ^ excludes the listed ones."},
       {"HSDP_RANKS_PER_NODE", "int", "",
        "Virtual nodes for one-machine runs: group consecutive world ranks into nodes of this "
-       "many ranks instead of grouping by shared-memory host. Must divide the world size.", 1, 1 << 20},
+       "many ranks instead of grouping by shared-memory host. Must divide the world size.",
+       1, 1 << 20},
       {"HSDP_HIER", "bool", "1",
        "Run the engine's all-gather and reduce-scatter as hierarchical schedules (inter then "
        "intra, intra then inter). 0 uses one flat collective over the shard group."},
       {"HSDP_PIPELINE_CHUNKS", "int", "auto",
        "Chunks per hierarchical all-gather/reduce-scatter: chunk c's intra-node phase overlaps "
        "chunk c+1's inter-node phase. Need not divide the size. Unset: up to 32, fewer for "
-       "small units (HSDP_PIPELINE_MIN_CHUNK_BYTES); set: exactly this many.", 1, 4096},
+       "small units (HSDP_PIPELINE_MIN_CHUNK_BYTES); set: exactly this many.",
+       1, 4096},
       {"HSDP_PIPELINE_MIN_CHUNK_BYTES", "int", "1048576",
        "Smallest chunk (bytes of the gathered unit) when HSDP_PIPELINE_CHUNKS is unset: a unit "
        "under 2 MiB moves in one piece, a 64 MiB one in 32. Every chunk pays each level's "
-       "latency once. 0: always HSDP_PIPELINE_CHUNKS.", 0, int64_t{1} << 40},
+       "latency once. 0: always HSDP_PIPELINE_CHUNKS.",
+       0, int64_t{1} << 40},
       {"HSDP_INTER_DTYPE", "enum", "float",
        "Wire type of the inter-node phase of the engine's hierarchical collectives: float or "
        "bf16 (halves the bytes across nodes; the reduction across nodes rounds to bf16). The "
@@ -47,7 +50,8 @@ const std::vector<Param>& registry() {
        "pieces summed in fp32, the sum encoded once and all-gathered). Host only."},
       {"HSDP_QUANT_BLOCK", "int", "2048",
        "Elements per fp32 scale of the int8/int4 wires: a multiple of 16 in [16, 1048576]. "
-       "int8 moves 1 + 4/block bytes per element (0.2505x fp32 at 2048).", 16, 1048576},
+       "int8 moves 1 + 4/block bytes per element (0.2505x fp32 at 2048).",
+       16, 1048576},
       {"HSDP_GRAD_ERROR_FEEDBACK", "bool", "1",
        "Error feedback for the encoded gradient wires (int8/int4 inter gradient wire, a bf16/"
        "int8/int4 replica wire): each rank adds what its last encoding dropped to what it sends "
@@ -61,7 +65,8 @@ const std::vector<Param>& registry() {
        "One connection carrying both directions of a large exchange can stall under a "
        "rate-limited link (emulated 1gbit, 4 rank pairs exchanging 8 MiB each with "
        "MPI_Sendrecv: ~450 ms with 1, ~305 ms with 4, floor 280 ms). hsdp's own pipelined "
-       "schedules measured the same with 1 or 4, and 8 once hung Open MPI 4.1, so it is opt-in.", 0, 64},
+       "schedules measured the same with 1 or 4, and 8 once hung Open MPI 4.1, so it is opt-in.",
+       0, 64},
       {"HSDP_MPI_TCP_EAGER", "int", "4194304",
        "Bytes up to which Open MPI's TCP transport sends a message eagerly (its "
        "btl_tcp_eager_limit, btl_tcp_rndv_eager_limit and btl_tcp_max_send_size), set before "
@@ -70,7 +75,8 @@ const std::vector<Param>& registry() {
        "the limit each message waits for a rendezvous round trip, and behind a loaded link that "
        "round trip queues behind data in both directions: emulated 2 nodes x 4 ranks at 1gbit, "
        "64 MiB hierarchical reduce-scatter in 32 chunks took 1.17x the link floor with 64 KiB "
-       "and 1.05-1.07x with 4 MiB (docs/collectives.md).", 0, int64_t{1} << 30},
+       "and 1.05-1.07x with 4 MiB (docs/collectives.md).",
+       0, int64_t{1} << 30},
       {"HSDP_PROGRESS_THREAD", "bool", "0",
        "Run a progress thread (MPI_THREAD_MULTIPLE): it advances in-flight collectives "
        "(rings, pipelined schedules, MPI requests) while the caller computes, so a prefetched "
@@ -79,7 +85,8 @@ const std::vector<Param>& registry() {
        "the step time, so it is opt-in."},
       {"HSDP_PROGRESS_INTERVAL_US", "int", "100",
        "Progress thread: microseconds between its passes while collectives are in flight (it "
-       "sleeps while none are).", 1, 1000000},
+       "sleeps while none are).",
+       1, 1000000},
       {"HSDP_TRANSPORT_INTRA", "enum", "mpi",
        "Transport of the intra-node level (intra-shard group): mpi, ucx (UCP over UCX's "
        "shared-memory transports; see docs/ucx.md), or nccl in CUDA builds (device buffers; "
@@ -95,7 +102,8 @@ const std::vector<Param>& registry() {
        "mlx5_0:1); unset: UCX_NET_DEVICES, else all."},
       {"HSDP_UCX_SMALL_BYTES", "int", "32768",
        "UCX transport: collectives of at most this many bytes (all-gather and reduce-scatter: "
-       "the whole buffer) use recursive doubling or Bruck, larger ones the ring.", 0, int64_t{1} << 30},
+       "the whole buffer) use recursive doubling or Bruck, larger ones the ring.",
+       0, int64_t{1} << 30},
       {"HSDP_TOPO_FILE", "string", "",
        "Recorded hwloc v2 XML (lstopo --of xml) used instead of discovering this machine."},
       {"HSDP_TOPO_NVML_FILE", "string", "",
@@ -110,10 +118,12 @@ const std::vector<Param>& registry() {
        "scalar. A path this CPU or build cannot run is an error, not a fallback."},
       {"HSDP_CPU_ADAM_THREADS", "int", "",
        "Threads of the CPU Adam step (the caller included) when the program does not set them; "
-       "unset: the CPUs this process may run on.", 1, 4096},
+       "unset: the CPUs this process may run on.",
+       1, 4096},
       {"HSDP_CUDA_DEVICE", "int", "",
        "CUDA device of this rank's NCCL communicators (CUDA builds); unset: the rank's index on "
-       "its host modulo the visible devices.", 0, 1023},
+       "its host modulo the visible devices.",
+       0, 1023},
       {"HSDP_TIMEOUT_S", "number", "600",
        "Seconds a wait (a collective, or the engine's unshard / reduceGrad / step waits) may go "
        "without progress before the watchdog ends the job: every live rank prints one line "
@@ -130,7 +140,8 @@ const std::vector<Param>& registry() {
        "mismatch prints both ranks' collectives on every rank and ends the job with exit 3."},
       {"HSDP_NCCL_TIMEOUT_S", "int", "",
        "Deprecated: read as HSDP_TIMEOUT_S (with a warning) when that is unset; 0 meant no "
-       "timeout.", 0, 604800},
+       "timeout.",
+       0, 604800},
   };
   return params;
 }

@@ -48,8 +48,8 @@ Status belowMin(std::string_view name, std::string_view text, long double lo) {
   // Flags say "must be positive" for a minimum of one (the wording train_mlp always used).
   if (lo == 1 && !name.empty() && name[0] == '-')
     return invalidArgument(namedValue(name, text, false), " must be positive");
-  return invalidArgument(namedValue(name, text, false), " must be >= ",
-                         strCat(static_cast<long long>(lo)));
+  return invalidArgument(namedValue(name, text, false),
+                         " must be >= ", strCat(static_cast<long long>(lo)));
 }
 
 // A whole number with an optional sign: digits only (no hex, no octal, no units, no '.').
@@ -78,8 +78,7 @@ std::string namedValue(std::string_view name, std::string_view text, bool quote)
   return out;
 }
 
-StatusOr<int64_t> parseInt64(std::string_view text, std::string_view name, int64_t lo,
-                             int64_t hi) {
+StatusOr<int64_t> parseInt64(std::string_view text, std::string_view name, int64_t lo, int64_t hi) {
   const std::string_view s = trim(text);
   bool negative = false;
   std::string_view digits;
@@ -135,7 +134,8 @@ std::string RealRange::describe() const {
   constexpr double kMax = std::numeric_limits<double>::max();
   const bool has_lo = lo != -kMax, has_hi = hi != kMax;
   if (has_lo && has_hi)
-    return strCat("must be in ", lo_open ? "(" : "[", real(lo), ", ", real(hi), hi_open ? ")" : "]");
+    return strCat("must be in ", lo_open ? "(" : "[", real(lo), ", ", real(hi),
+                  hi_open ? ")" : "]");
   if (has_lo) return strCat("must be ", lo_open ? "> " : ">= ", real(lo));
   if (has_hi) return strCat("must be ", hi_open ? "< " : "<= ", real(hi));
   return "must be finite";
@@ -145,10 +145,9 @@ StatusOr<double> parseReal(std::string_view text, std::string_view name, RealRan
                            bool as_float) {
   const std::string s(trim(text));
   // Decimal or e-notation only: strtod would also take "inf", "nan", "0x1p3" and leading blanks.
-  const bool shaped =
-      !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-        return (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
-      });
+  const bool shaped = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
+  });
   errno = 0;
   char* end = nullptr;
   double v = shaped ? std::strtod(s.c_str(), &end) : 0.0;
@@ -236,8 +235,10 @@ StatusOr<uint64_t> parseByteSize(std::string_view text, std::string_view what) {
   } else if (const char* p = std::strchr(prefixes, u[0]); p != nullptr) {
     const int power = static_cast<int>(p - prefixes) + 1;
     const std::string rest = u.substr(1);
-    if (rest.empty() || rest == "IB" || rest == "I") mul = std::pow(1024.0L, power);
-    else if (rest == "B") mul = std::pow(1000.0L, power);
+    if (rest.empty() || rest == "IB" || rest == "I")
+      mul = std::pow(1024.0L, power);
+    else if (rest == "B")
+      mul = std::pow(1000.0L, power);
   }
   long double v = 0;
   if (mul < 0 || !parseMagnitude(num, &v) || !(v > 0))
@@ -264,8 +265,8 @@ StatusOr<uint64_t> checkedAllocation(uint64_t count, uint64_t elem_bytes, std::s
   const auto total = checkedMul(count, elem_bytes);
   if (!total || *total > limit) {
     rlimit as{};
-    const bool by_rlimit = getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY &&
-                           as.rlim_cur == limit;
+    const bool by_rlimit =
+        getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && as.rlim_cur == limit;
     return invalidArgument(what, " needs ", bytes(static_cast<long double>(count) * elem_bytes),
                            " (", count, " x ", elem_bytes, " B), more than the ", bytes(limit),
                            " this process may allocate (",

@@ -28,8 +28,8 @@ struct State {
   std::vector<int> group_of;  // world rank -> index into groups
   std::vector<Group> groups;
   int my_group = -1;
-  int my_local = -1;            // my slot in `table`
-  GroupTable* table = nullptr;  // never unmapped: traces may outlive stop()
+  int my_local = -1;                    // my slot in `table`
+  GroupTable* table = nullptr;          // never unmapped: traces may outlive stop()
   std::unique_ptr<oob::Server> server;  // null when listening failed
   bool watching = false;                // the watchdog thread runs
   std::atomic<double> timeout_s{600};

@@ -38,8 +38,7 @@ StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
   }
   const bool chunks_set = chunks_given || cfg.pipeline_chunks.has_value();
   if (!cfg.pipeline_min_chunk_bytes) {
-    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> m,
-                          env::getInt("HSDP_PIPELINE_MIN_CHUNK_BYTES"));
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> m, env::getInt("HSDP_PIPELINE_MIN_CHUNK_BYTES"));
     cfg.pipeline_min_chunk_bytes = m ? static_cast<size_t>(*m) : (chunks_set ? 0 : size_t{1} << 20);
   }
   if (!cfg.pipeline_chunks) cfg.pipeline_chunks = 32;

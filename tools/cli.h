@@ -61,8 +61,9 @@ template <class T>
 CLI::Option* addInt(CLI::App& app, const std::string& names, T& out, const std::string& help,
                     T lo = std::numeric_limits<T>::min(), T hi = std::numeric_limits<T>::max()) {
   const std::string flag = flagName(names);
-  return detail::add(app, names, out, help, std::is_signed_v<T> ? "INT" : "UINT",
-                     [flag, lo, hi](const std::string& s) { return parseInteger<T>(s, flag, lo, hi); });
+  return detail::add(
+      app, names, out, help, std::is_signed_v<T> ? "INT" : "UINT",
+      [flag, lo, hi](const std::string& s) { return parseInteger<T>(s, flag, lo, hi); });
 }
 
 // A finite real read as T (float or double) inside `range`.
@@ -70,8 +71,9 @@ template <class T>
 CLI::Option* addReal(CLI::App& app, const std::string& names, T& out, const std::string& help,
                      RealRange range = RealRange::any()) {
   const std::string flag = flagName(names);
-  return detail::add(app, names, out, help, "REAL",
-                     [flag, range](const std::string& s) { return parseFloating<T>(s, flag, range); });
+  return detail::add(app, names, out, help, "REAL", [flag, range](const std::string& s) {
+    return parseFloating<T>(s, flag, range);
+  });
 }
 
 // A byte size ("64M", "1GiB", "4096") kept as written in `out` (the program parses it later with
@@ -79,10 +81,11 @@ CLI::Option* addReal(CLI::App& app, const std::string& names, T& out, const std:
 inline CLI::Option* addByteSize(CLI::App& app, const std::string& names, std::string& out,
                                 const std::string& help) {
   const std::string flag = flagName(names);
-  return detail::add(app, names, out, help, "BYTES", [flag](const std::string& s) -> StatusOr<std::string> {
-    HSDP_RETURN_IF_ERROR(parseByteSize(s, flag).status());
-    return s;
-  });
+  return detail::add(app, names, out, help, "BYTES",
+                     [flag](const std::string& s) -> StatusOr<std::string> {
+                       HSDP_RETURN_IF_ERROR(parseByteSize(s, flag).status());
+                       return s;
+                     });
 }
 
 // Prints a CLI11 parse error as "<program>[ [rank r]]: error: <what>" on stderr (rank < 0: no

@@ -10,10 +10,10 @@
 //
 // DIR is a checkpoint directory or a root whose `latest` names one. Exit codes: 0 success (diff:
 // identical), 1 a checkpoint that fails verification (diff: different), 2 bad input.
-#include "cli.h"
 #include <chrono>
 #include <cstdio>
 
+#include "cli.h"
 #include "hsdp/checkpoint.h"
 
 namespace {

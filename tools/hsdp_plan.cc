@@ -12,7 +12,6 @@
 //
 // Exit codes: 0 ok; 1 --auto found no configuration within the budget; 2 bad input (the message
 // names the flag, value, file or line).
-#include "cli.h"
 #include <climits>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -20,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cli.h"
 #include "hsdp/plan.h"
 
 namespace {
@@ -227,8 +227,8 @@ void printAuto(const std::vector<hsdp::Plan>& fits, size_t considered, uint64_t 
               fits.size(), considered, hsdp::formatBytes(budget).c_str());
   const bool offload = !fits.empty() && fits[0].input.offload_cpu;
   std::printf("%4s %5s %5s %5s %8s  %-10s %12s %12s %12s %12s %12s %14s %12s%s\n", "#", "intra",
-              "inter", "shard", "replicas", "mode", "params", "grads", "optimizer",
-              "model_state", "gathered", "total/GPU", "xnode/step", offload ? "  pinned CPU/node" : "");
+              "inter", "shard", "replicas", "mode", "params", "grads", "optimizer", "model_state",
+              "gathered", "total/GPU", "xnode/step", offload ? "  pinned CPU/node" : "");
   int rank = 0;
   for (const hsdp::Plan& p : fits) {
     const std::string mode =
@@ -395,9 +395,9 @@ int main(int argc, char** argv) {
                                   "shard factor inside a node, divides G (default G; 1 in mode "
                                   "none)",
                                   int64_t{1}, kMax);
-  auto* inter = hsdp::cli::addInt(app, "--inter-shard", opt.inter,
-                                  "shard factor across nodes, divides N (default 1)", int64_t{1},
-                                  kMax);
+  auto* inter =
+      hsdp::cli::addInt(app, "--inter-shard", opt.inter,
+                        "shard factor across nodes, divides N (default 1)", int64_t{1}, kMax);
   auto* mode = app.add_option("--mode", opt.mode, "none | zero1 | zero2 | zero3 (default zero3)");
   app.add_flag("--hpz", opt.hpz, "zero3: keep an intra-node secondary partition for backward");
   app.add_option("--param-dtype", opt.dtype, "bf16 (mixed precision, default) | fp32");

@@ -11,12 +11,12 @@
 // NIC PCI path, CPU and NUMA affinity), the rails, the binding of each local rank, the cluster's
 // node level and the mesh for --intra-shard/--inter-shard. --json prints the same as one object.
 // Exit codes: 0 ok, 2 bad input (the message names the file or value).
-#include "cli.h"
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
 #include "hsdp/cluster_topology.h"
 #include "hsdp/env.h"
 #include "hsdp/mesh.h"
@@ -248,8 +248,8 @@ int main(int argc, char** argv) {
                     4096);
   hsdp::cli::addInt(app, "--intra-shard", opt.intra_shard,
                     "shard factor inside a node (default: all)", 1, 1 << 20);
-  hsdp::cli::addInt(app, "--inter-shard", opt.inter_shard,
-                    "shard factor across nodes (default: 1)", 1, 1 << 20);
+  hsdp::cli::addInt(app, "--inter-shard", opt.inter_shard, "shard factor across nodes (default: 1)",
+                    1, 1 << 20);
   app.add_option("--bind", opt.bind, "auto|none|numa|core (default: HSDP_BIND, else auto)");
   app.add_option("--dump-nvml", opt.dump_nvml, "write this host's NVML view to FILE and exit");
   app.add_flag("--json", opt.json, "print one JSON object");

@@ -340,12 +340,12 @@ StatusOr<WorkHandle> MpiComm::iallToAll(const void* send, void* recv, size_t cou
     std::memcpy(recv, send, bytes);
     return completedWork();
   }
-  return startCollective(trace_.get(), OpKind::kAllToAll, count, dtype, RedOp::kSum,
-                         [this, s, d, count, dtype]() -> StatusOr<WorkHandle> {
-                           const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
-                           return watched(
-                               std::make_unique<AllToAllWork>(*this, s, d, count, dtype, tag));
-                         });
+  return startCollective(
+      trace_.get(), OpKind::kAllToAll, count, dtype, RedOp::kSum,
+      [this, s, d, count, dtype]() -> StatusOr<WorkHandle> {
+        const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
+        return watched(std::make_unique<AllToAllWork>(*this, s, d, count, dtype, tag));
+      });
 }
 
 Status MpiComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {

@@ -71,8 +71,7 @@ StatusOr<SessionEnv> readSessionEnv() {
   // (bytes, not KiB) must not become a multi-gigabyte allocation inside MPI_Init (the registry
   // caps it at 1 GiB).
   HSDP_ASSIGN_OR_RETURN(e.progress_thread, env::getBool("HSDP_PROGRESS_THREAD"));
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
-                        env::getInt("HSDP_PROGRESS_INTERVAL_US"));
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> interval, env::getInt("HSDP_PROGRESS_INTERVAL_US"));
   e.interval_us = interval.value_or(100);
   HSDP_ASSIGN_OR_RETURN(e.wd, watchdog::resolveConfig({}));
   return e;

@@ -628,21 +628,22 @@ StatusOr<WorkHandle> NcclComm::iallToAll(const void* send, void* recv, size_t co
   HSDP_RETURN_IF_ERROR(enterChecked(trace(), OpKind::kAllToAll, count, dtype, RedOp::kSum));
   if (count == 0) return completedWork();
   const size_t block = count * dtypeSize(dtype);
-  return launchCollective(s_, trace(), "allToAll", StreamRole::kReduceScatter, [&](cudaStream_t st) {
-    ncclResult_t rc = ncclGroupStart();
-    if (rc != ncclSuccess) return rc;
-    ncclResult_t first = ncclSuccess;
-    for (int j = 0; j < s.size; ++j) {
-      const auto* from = static_cast<const char*>(send) + static_cast<size_t>(j) * block;
-      auto* to = static_cast<char*>(recv) + static_cast<size_t>(j) * block;
-      for (ncclResult_t r : {ncclSend(from, count, ncclType(dtype), j, s.comm, st),
-                             ncclRecv(to, count, ncclType(dtype), j, s.comm, st)})
-        if (r != ncclSuccess && r != ncclInProgress && first == ncclSuccess) first = r;
-    }
-    // Closed even after a failed call (the group depth is per thread; see igroup).
-    const ncclResult_t end = ncclGroupEnd();
-    return first != ncclSuccess ? first : end;
-  });
+  return launchCollective(
+      s_, trace(), "allToAll", StreamRole::kReduceScatter, [&](cudaStream_t st) {
+        ncclResult_t rc = ncclGroupStart();
+        if (rc != ncclSuccess) return rc;
+        ncclResult_t first = ncclSuccess;
+        for (int j = 0; j < s.size; ++j) {
+          const auto* from = static_cast<const char*>(send) + static_cast<size_t>(j) * block;
+          auto* to = static_cast<char*>(recv) + static_cast<size_t>(j) * block;
+          for (ncclResult_t r : {ncclSend(from, count, ncclType(dtype), j, s.comm, st),
+                                 ncclRecv(to, count, ncclType(dtype), j, s.comm, st)})
+            if (r != ncclSuccess && r != ncclInProgress && first == ncclSuccess) first = r;
+        }
+        // Closed even after a failed call (the group depth is per thread; see igroup).
+        const ncclResult_t end = ncclGroupEnd();
+        return first != ncclSuccess ? first : end;
+      });
 }
 
 StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {

@@ -60,9 +60,8 @@ hsdp::Status printStepRow(hsdp::Comm& world, const hsdp::ShardedModel& model, co
   const double tokens = double(t.batch) * setup.model.context;
   char progress[32];
   std::snprintf(progress, sizeof progress, "%d/%d", step + 1, t.steps);
-  std::printf("%9s %9.2e %8.4f %9.4f %9.1f %9.0f %10.1f %6.1f%%", progress, s.lr, loss,
-              norm, ms, tokens / (ms / 1e3), exposed,
-              ms > 0 ? 100.0 * exposed / ms : 0.0);
+  std::printf("%9s %9.2e %8.4f %9.4f %9.1f %9.0f %10.1f %6.1f%%", progress, s.lr, loss, norm, ms,
+              tokens / (ms / 1e3), exposed, ms > 0 ? 100.0 * exposed / ms : 0.0);
   if (setup.engine.offload_cpu)
     std::printf(" %7.0f%%", optim > 0 ? 100.0 * (1.0 - std::min(1.0, optim_exposed / optim)) : 0.0);
   std::printf(" %7.0f\n", (t.steps - step - 1) * ms / 1e3);

@@ -26,8 +26,8 @@ hsdp::StatusOr<std::vector<int>> parseDims(const std::string& text) {
   for (std::string item; std::getline(ss, item, ',');) {
     auto v = hsdp::parseInteger<int>(item, "size", 1, kMaxDim);
     if (!v.ok())
-      return hsdp::invalidArgument("--dims '", text, "': '", item, "' is not a positive size (at most ",
-                                   kMaxDim, ")");
+      return hsdp::invalidArgument("--dims '", text, "': '", item,
+                                   "' is not a positive size (at most ", kMaxDim, ")");
     dims.push_back(*v);
   }
   if (dims.size() < 2) return hsdp::invalidArgument("--dims '", text, "' needs >= 2 sizes");
@@ -103,14 +103,14 @@ hsdp::Status checkFinite(bool allow_nonfinite, int step, double mean_loss, doubl
   if (allow_nonfinite || (std::isfinite(mean_loss) && std::isfinite(grad_norm)))
     return hsdp::okStatus();
   return hsdp::outOfRange("step ", step + 1, ": the loss is ", mean_loss, " and the gradient norm ",
-                          grad_norm, " (not finite: a learning rate too large, or bad data); "
+                          grad_norm,
+                          " (not finite: a learning rate too large, or bad data); "
                           "stopping (--allow-nonfinite trains on)");
 }
 
 void addOptimizerFlags(CLI::App& app, Options& opt, const char* lr_help, const char* wd_help) {
   hsdp::cli::addReal(app, "--lr", opt.lr, lr_help, hsdp::RealRange::atLeast(0));
-  hsdp::cli::addReal(app, "--weight-decay", opt.weight_decay, wd_help,
-                     hsdp::RealRange::atLeast(0));
+  hsdp::cli::addReal(app, "--weight-decay", opt.weight_decay, wd_help, hsdp::RealRange::atLeast(0));
   hsdp::cli::addReal(app, "--eps", opt.eps, "Adam epsilon", hsdp::RealRange::above(0));
 }
 
@@ -356,9 +356,10 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::
     peak_lo = std::min(peak_lo, v[7]);
     peak_hi = std::max(peak_hi, v[7]);
   }
-  std::printf("gathered in use at the peak: %s to %s over the ranks (of the allocated `gathered`; "
-              "depends on how far prefetches ran ahead)\n",
-              bytesStr(peak_lo).c_str(), bytesStr(peak_hi).c_str());
+  std::printf(
+      "gathered in use at the peak: %s to %s over the ranks (of the allocated `gathered`; "
+      "depends on how far prefetches ran ahead)\n",
+      bytesStr(peak_lo).c_str(), bytesStr(peak_hi).c_str());
   // hsdp-plan's prediction for this very configuration (fp32 policy; the plan models what
   // the engine allocates), beside what rank 0 measured.
   hsdp::PlanInput in;
@@ -457,7 +458,8 @@ int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_com
     model.takeOptimizerSeconds(&ot, &oe);
     optim_total += ot;
     optim_exposed += oe;
-    if (hsdp::Status row = printStepRow(world, model, opt, step, *loss, ms, exposed_ms); !row.ok()) {
+    if (hsdp::Status row = printStepRow(world, model, opt, step, *loss, ms, exposed_ms);
+        !row.ok()) {
       printError(program, world.rank(), row.toString());
       if (row.code() != hsdp::StatusCode::kOutOfRange) abort_comm.abortJob(kExitRuntime);
       return kExitRuntime;  // checkFinite: the same verdict on every rank

@@ -1,12 +1,12 @@
 #include "mlp/reference.h"
 
-#include "hsdp/dtype.h"
-#include "hsdp/status.h"
-
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
+
+#include "hsdp/dtype.h"
+#include "hsdp/status.h"
 
 namespace mlp {
 
@@ -183,9 +183,8 @@ std::string firstNonFinite(const std::vector<std::vector<float>>& run,
     for (size_t t = 0; t < sets[k]->size(); ++t)
       for (size_t i = 0; i < (*sets[k])[t].size(); ++i)
         if (const float v = (*sets[k])[t][i]; !std::isfinite(v))
-          return hsdp::strCat(t < names.size() ? names[t] : hsdp::strCat("tensor ", t),
-                              " element ", i, " is ", std::isnan(v) ? "nan" : "inf", " in ",
-                              which[k]);
+          return hsdp::strCat(t < names.size() ? names[t] : hsdp::strCat("tensor ", t), " element ",
+                              i, " is ", std::isnan(v) ? "nan" : "inf", " in ", which[k]);
   return "";
 }
 

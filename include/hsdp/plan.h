@@ -96,8 +96,8 @@
 
 #include "hsdp/config.h"
 #include "hsdp/dtype.h"
-#include "hsdp/quantize.h"
 #include "hsdp/parse.h"
+#include "hsdp/quantize.h"
 #include "hsdp/status.h"
 
 namespace hsdp {

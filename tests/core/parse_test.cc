@@ -41,8 +41,7 @@ TEST(Parse, IntegerNeverWraps) {
             "--steps -2147483649 must be >= -2147483648");
   EXPECT_FALSE(parseInteger<uint64_t>("18446744073709551616", "x").ok());
   EXPECT_FALSE(parseInteger<int64_t>("99999999999999999999999", "x").ok());
-  EXPECT_EQ(err(parseInteger<uint64_t>("-1", "--elements").status()),
-            "--elements -1 must be >= 0");
+  EXPECT_EQ(err(parseInteger<uint64_t>("-1", "--elements").status()), "--elements -1 must be >= 0");
   EXPECT_EQ(*parseInteger<uint64_t>("-0", "--elements"), 0u);  // negative zero is zero
   EXPECT_EQ(*parseInteger<uint8_t>("255", "x"), 255);
   EXPECT_FALSE(parseInteger<uint8_t>("256", "x").ok());
