@@ -100,6 +100,14 @@ int run(Comm& world, const std::string& dir, double gib, int repeats, int units,
   if (!model_or.ok()) return 2;
   ShardedModel& model = **model_or;
   const int64_t per_unit = static_cast<int64_t>(gib * (1 << 30) / 12 / units);  // 3 fp32 arrays
+  // This rank: its 1/world of the state, the snapshot of it, and one unit's values to set.
+  const uint64_t need =
+      uint64_t(gib * (1 << 30)) / uint64_t(world.size()) * 2 + uint64_t(per_unit) * 4;
+  if (auto b = checkedAllocation(need, 1, strCat("--gib ", gib, " --units ", units)); !b.ok()) {
+    std::fprintf(stderr, "ckpt_bench [rank %d]: error: %s\n", rank,
+                 std::string(b.status().message()).c_str());
+    return 2;
+  }
   for (int u = 0; u < units; ++u)
     if (!model.addUnit("u" + std::to_string(u), {{"weight", {per_unit}}}).ok()) return 2;
   if (!model.finalize().ok()) return 2;
@@ -228,10 +236,12 @@ int main(int argc, char** argv) {
   int repeats = 3, units = 16, steps = 3;
   bool keep = false;
   app.add_option("--dir", dir, "Where to write (removed at the end)");
-  app.add_option("--gib", gib, "GiB of model state (params + 2 moments)");
-  app.add_option("--repeats", repeats, "Repeats of save/load/ceilings");
-  app.add_option("--units", units, "Units the model is split into");
-  app.add_option("--steps", steps, "Steps timed without and with an async save");
+  // Bounded so that every size they make fits: 4 TiB of state, 10^4 units and repeats.
+  hsdp::cli::addReal(app, "--gib", gib, "GiB of model state (params + 2 moments)",
+                     hsdp::RealRange{0, 4096, true, false});
+  hsdp::cli::addInt(app, "--repeats", repeats, "Repeats of save/load/ceilings", 1, 10000);
+  hsdp::cli::addInt(app, "--units", units, "Units the model is split into", 1, 10000);
+  hsdp::cli::addInt(app, "--steps", steps, "Steps timed without and with an async save", 1, 10000);
   app.add_flag("--keep", keep, "Leave the checkpoint in DIR/ckpt/bench (bench/ckpt_bench.sh)");
   try {
     app.parse(argc, argv);

@@ -298,12 +298,13 @@ int main(int argc, char** argv) {
   app.add_option("--part", a.part, "compute | overlap | sharding")
       ->check(CLI::IsMember({"compute", "overlap", "sharding"}));
   app.add_option("--preset", a.preset, "tiny | small");
-  app.add_option("--batch", a.batch, "Sequences per rank per step");
-  app.add_option("--repeats", a.repeats, "Measured rounds (medians)");
-  app.add_option("--gemm", a.gemm, "Size of the square GEMM (compute)");
-  app.add_option("--intra-shard", a.intra, "overlap: intra_shard");
-  app.add_option("--inter-shard", a.inter, "overlap: inter_shard");
-  app.add_option("--prefetch", a.prefetch, "overlap: prefetch depth of the measured step");
+  hsdp::cli::addInt(app, "--batch", a.batch, "Sequences per rank per step", 1, 1 << 16);
+  hsdp::cli::addInt(app, "--repeats", a.repeats, "Measured rounds (medians)", 1, 10000);
+  hsdp::cli::addInt(app, "--gemm", a.gemm, "Size of the square GEMM (compute)", 1, 1 << 15);
+  hsdp::cli::addInt(app, "--intra-shard", a.intra, "overlap: intra_shard", 1, 1 << 16);
+  hsdp::cli::addInt(app, "--inter-shard", a.inter, "overlap: inter_shard", 1, 1 << 16);
+  hsdp::cli::addInt(app, "--prefetch", a.prefetch, "overlap: prefetch depth of the measured step",
+                    0, 1 << 10);
   app.add_option("--data", a.data, "Corpus");
   try {
     app.parse(argc, argv);

@@ -9,13 +9,13 @@
 // moments and the bf16 copy (30 bytes per element; 28 without the copy). Each figure is the
 // median of --iters timed runs (CUDA events on one stream) after two warm-up runs.
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_resources.h"
 #include "cuda/kernels.h"
@@ -121,14 +121,22 @@ Status run(size_t n, size_t copy_bytes, int iters) {
 }  // namespace hsdp
 
 int main(int argc, char** argv) {
-  CLI::App app{"GPU Adam and copy bandwidth"};
+  CLI::App app{"GPU Adam and copy bandwidth", "gpu_bench"};
   size_t elements = size_t{1} << 26;
   size_t copy_mib = 1024;
   int iters = 20;
-  app.add_option("--elements", elements, "Adam shard elements (default 64 Mi: 1.9 GB moved)");
-  app.add_option("--copy-mib", copy_mib, "bytes per copy, MiB (default 1024)");
-  app.add_option("--iters", iters, "timed runs per figure (median)")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  // At most what one H200 holds (141 GB): 2^33 elements of Adam state, copies of 2^16 MiB.
+  hsdp::cli::addInt(app, "--elements", elements,
+                    "Adam shard elements (default 64 Mi: 1.9 GB moved)", size_t{1},
+                    size_t{1} << 33);
+  hsdp::cli::addInt(app, "--copy-mib", copy_mib, "bytes per copy, MiB (default 1024)", size_t{1},
+                    size_t{1} << 16);
+  hsdp::cli::addInt(app, "--iters", iters, "timed runs per figure (median)", 1, 100000);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return hsdp::cli::reportParseError(app, e, "gpu_bench", -1, true);
+  }
   hsdp::Status s = hsdp::run(elements, copy_mib << 20, iters);
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.toString().c_str());

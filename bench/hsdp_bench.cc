@@ -527,8 +527,9 @@ int main(int argc, char** argv) {
                     uint32_t{1} << 20);
   hsdp::cli::addInt(app, "--chunks", o.chunks, "Pipeline chunks of the hierarchical schedule", 1,
                     4096);
-  app.add_option("--min-chunk-bytes", o.min_chunk,
-                 "Smallest pipeline chunk of the full buffer (fewer chunks below; 0: off)");
+  hsdp::cli::addByteSize(app, "--min-chunk-bytes", o.min_chunk,
+                         "Smallest pipeline chunk of the full buffer (fewer chunks below; 0: off)",
+                         /*zero_ok=*/true);
   app.add_flag("--json", o.json, "One JSON array instead of the table");
   try {
     app.parse(argc, argv);

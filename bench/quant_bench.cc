@@ -27,7 +27,9 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "cli.h"
 #include "hsdp/host_buffer.h"
+#include "hsdp/parse.h"
 #include "hsdp/quantize.h"
 
 namespace {
@@ -99,19 +101,27 @@ int main(int argc, char** argv) {
   int rounds = 9;
   uint32_t block = hsdp::kDefaultQuantBlock;
   std::vector<std::string> isa_names;
-  CLI::App app{"Wire quantization kernels against memory-only ceilings"};
-  app.add_option("--elements", n, "float32 elements encoded per call")->check(CLI::PositiveNumber);
-  app.add_option("--rounds", rounds, "rounds (medians over these)")->check(CLI::Range(1, 1000));
-  app.add_option("--block", block, "elements per scale");
+  CLI::App app{"Wire quantization kernels against memory-only ceilings", "quant_bench"};
+  hsdp::cli::addInt(app, "--elements", n, "float32 elements encoded per call", size_t{1});
+  hsdp::cli::addInt(app, "--rounds", rounds, "rounds (medians over these)", 1, 1000);
+  hsdp::cli::addInt(app, "--block", block, "elements per scale (a multiple of 16)", uint32_t{16},
+                    uint32_t{1} << 20);
   app.add_option("--isa", isa_names, "ISAs (default: all this CPU supports)")->delimiter(',');
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return hsdp::cli::reportParseError(app, e, "quant_bench", -1, true);
+  }
   const hsdp::WireFormat f8{hsdp::Wire::kInt8, block}, f4{hsdp::Wire::kInt4, block};
   if (hsdp::Status s = validate(f8); !s.ok()) return fail(s);
   auto parsed = hsdp::bench::parseIsas(isa_names);
   if (!parsed.ok()) return fail(parsed.status());
   const std::vector<hsdp::CpuIsa> isas = *parsed;
 
-  // Pre-faulted buffers, allocated once: source, residual, codes, decoded.
+  // Pre-faulted buffers, allocated once: source, residual, codes, decoded, spare (4 x 4 bytes an
+  // element, and at most 1 for the codes).
+  if (auto b = hsdp::checkedAllocation(n, 17, hsdp::strCat("--elements ", n)); !b.ok())
+    return fail(b.status());
   std::vector<hsdp::HostBuffer> bufs;
   for (size_t bytes : {n * 4, n * 4, hsdp::encodedBytes(f8, n), n * 4, n * 4}) {
     auto b = hsdp::HostBuffer::allocate(bytes);

@@ -4,6 +4,7 @@
 // measurements and the table shows medians over rounds (docs/reliability.md). One process:
 //
 //   mpirun -np 1 build/bench/watchdog_bench [--rounds 9] [--calls 2000000]
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "core/watchdog.h"
 #include "hsdp/mpi.h"
 
@@ -32,18 +34,13 @@ double perCall(long calls, const std::function<void(long)>& f) {
 int main(int argc, char** argv) {
   long rounds = 9;
   long calls = 2000000;
-  for (int i = 1; i < argc; i += 2) {
-    const bool known =
-        std::strcmp(argv[i], "--rounds") == 0 || std::strcmp(argv[i], "--calls") == 0;
-    char* end = nullptr;
-    const long v = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
-    if (!known || end == argv[i + 1] || *end != '\0' || v < 1) {
-      std::fprintf(stderr,
-                   "watchdog_bench: bad argument '%s%s%s' (--rounds N, --calls N, N >= 1)\n",
-                   argv[i], i + 1 < argc ? " " : "", i + 1 < argc ? argv[i + 1] : "");
-      return 2;
-    }
-    (std::strcmp(argv[i], "--rounds") == 0 ? rounds : calls) = v;
+  CLI::App app{"What the watchdog adds per collective and per wait, in ns", "watchdog_bench"};
+  hsdp::cli::addInt(app, "--rounds", rounds, "Rounds (medians over these)", 1L, 1000L);
+  hsdp::cli::addInt(app, "--calls", calls, "Calls timed per round", 1L, 1000000000L);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return hsdp::cli::reportParseError(app, e, "watchdog_bench", -1, true);
   }
   auto session = hsdp::mpi::Session::init(&argc, &argv);
   if (!session.ok()) {

@@ -10,10 +10,14 @@
 // because they are slower than plain stores on some cores (AMD Zen 4).
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_* (GCC
 // bug 105593, fixed in GCC 13); the warning is about the header, not this code.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 #include "offload/cpu_adam_kernels.h"
 

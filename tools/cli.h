@@ -77,12 +77,14 @@ CLI::Option* addReal(CLI::App& app, const std::string& names, T& out, const std:
 }
 
 // A byte size ("64M", "1GiB", "4096") kept as written in `out` (the program parses it later with
-// parseByteSize) but checked now, so a bad one is a parse error like any other.
+// parseByteSize) but checked now, so a bad one is a parse error like any other. `zero_ok`: "0"
+// is accepted too (a flag where 0 means off).
 inline CLI::Option* addByteSize(CLI::App& app, const std::string& names, std::string& out,
-                                const std::string& help) {
+                                const std::string& help, bool zero_ok = false) {
   const std::string flag = flagName(names);
   return detail::add(app, names, out, help, "BYTES",
-                     [flag](const std::string& s) -> StatusOr<std::string> {
+                     [flag, zero_ok](const std::string& s) -> StatusOr<std::string> {
+                       if (zero_ok && s == "0") return s;
                        HSDP_RETURN_IF_ERROR(parseByteSize(s, flag).status());
                        return s;
                      });

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hsdp/node_topology.h"
+#include "topology/nvml_abi.h"
 
 namespace hsdp {
 namespace {
@@ -219,23 +220,9 @@ StatusOr<GpuLinks> gpuLinksFromNvmlSnapshot(const NodeTopology& topo, std::strin
 // ---- live NVML through dlopen -----------------------------------------------------------------
 namespace {
 
-// The few NVML types and entry points hsdp uses, declared here (not from nvml.h) so that hsdp
-// builds without the CUDA toolkit; layouts follow nvml.h of driver 535+.
-using nvmlReturn_t = int;
-using nvmlDevice_t = struct nvmlDevice_st*;
+// The NVML entry points hsdp uses, on the types of topology/nvml_abi.h.
 constexpr nvmlReturn_t kNvmlSuccess = 0;
 constexpr unsigned kNvmlMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS
-struct nvmlPciInfo_t {
-  char busIdLegacy[16];
-  unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
-  char busId[32];
-};
-struct nvmlGpuFabricInfo_t {
-  unsigned char clusterUuid[16];
-  nvmlReturn_t status;
-  unsigned int cliqueId;
-  unsigned char state;  // 0 not supported, 1 not started, 2 in progress, 3 completed
-};
 
 struct DlHandle {
   void* h = nullptr;

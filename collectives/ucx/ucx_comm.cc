@@ -94,8 +94,13 @@ struct UcxComm::State {
   std::vector<CollectiveOp*> in_flight;  // started and not finished; owned by the engine/Work
   uint8_t token = 0;                     // the barrier's (empty) message buffer
 
+  std::vector<int> world;  // world ranks by rank, from the watchdog's trace (empty: untraced)
+
   std::string describe() const {
     return strCat("comm ", id, ", rank ", rank, " of ", size);
+  }
+  std::string peerName(int p) const {
+    return world.empty() ? strCat("rank ", p) : strCat("rank ", p, " (world rank ", world[p], ")");
   }
 
   ucp_mem_h memhFor(const void* p, size_t bytes) const {
@@ -235,9 +240,9 @@ class CollectiveOp final : public ActiveOp {
              "collectives, in the same order, with the same counts)";
     return internalError("ucx ", name_, " (", algorithmName(algorithm_), ", ", comm_->describe(),
                          ", collective #", seq_, "): ", is_recv ? "receive" : "send",
-                         " of message ", t.msg, " (", t.bytes, " bytes) ",
-                         is_recv ? "from" : "to", " rank ", t.peer, " failed: UCX error ",
-                         static_cast<int>(st), " (", ucs_status_string(st), ")", hint);
+                         " of message ", t.msg, " (", t.bytes, " bytes) ", is_recv ? "from" : "to",
+                         " ", comm_->peerName(t.peer), " failed: UCX error ", static_cast<int>(st),
+                         " (", ucs_status_string(st), ")", hint);
   }
 
   void checkLength(const Transfer& t, size_t received) {
@@ -440,13 +445,25 @@ StatusOr<std::unique_ptr<UcxComm>> UcxComm::create(std::unique_ptr<Comm> bootstr
   HSDP_RETURN_IF_ERROR(
       boot.allGather(all.data() + r * width, all.data(), width, DType::kUInt8));
 
+  // Which peers share this rank's host (splitByHost: one host, or one container; on the
+  // emulated cluster, one virtual node): a host is named by the first bootstrap rank on it.
+  // Endpoints to other hosts handle peer failure (UcpEndpoint::connect).
+  int32_t host = r;
+  {
+    HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> same_host, boot.splitByHost());
+    HSDP_RETURN_IF_ERROR(same_host->broadcast(&host, 1, DType::kInt32, 0));
+  }
+  std::vector<int32_t> hosts(n);
+  HSDP_RETURN_IF_ERROR(boot.allGather(&host, hosts.data(), 1, DType::kInt32));
+
   // Endpoints to every peer, and the first scratch slot (the small algorithms never allocate).
   Status local = [&]() -> Status {
     state->eps.assign(n, nullptr);
     for (int p = 0; p < n; ++p) {
       if (p == r) continue;
       HSDP_ASSIGN_OR_RETURN(state->eps[p], state->engine->endpointTo(all.data() + p * width,
-                                                                    static_cast<size_t>(lens[p])));
+                                                                     static_cast<size_t>(lens[p]),
+                                                                     /*remote=*/hosts[p] != host));
     }
     if (n > 1) {
       state->slot_bytes = initialSlotBytes(options);
@@ -464,6 +481,7 @@ StatusOr<std::unique_ptr<UcxComm>> UcxComm::create(std::unique_ptr<Comm> bootstr
   HSDP_RETURN_IF_ERROR(comm->barrier().withContext("first barrier over the UCX endpoints"));
   // Traced from now on (its members are the bootstrap's); checked over the bootstrap's checker.
   HSDP_ASSIGN_OR_RETURN(comm->trace_, traceOver(*comm->s_->bootstrap));
+  if (comm->trace_) comm->s_->world = comm->trace_->members();
   HSDP_INFO(kColl, "ucx communicator ", comm->s_->describe(), " ready; small-message limit ",
             options.small_bytes, " bytes");
   if (n > 1)

@@ -43,11 +43,12 @@ Engine::~Engine() {
   endpoints_.clear();  // before the worker (declaration order would do it too; explicit here)
 }
 
-StatusOr<const UcpEndpoint*> Engine::endpointTo(const uint8_t* address, size_t length) {
+StatusOr<const UcpEndpoint*> Engine::endpointTo(const uint8_t* address, size_t length,
+                                                bool remote) {
   std::string key(reinterpret_cast<const char*>(address), length);
   auto it = endpoints_.find(key);
   if (it == endpoints_.end()) {
-    HSDP_ASSIGN_OR_RETURN(UcpEndpoint ep, UcpEndpoint::connect(worker_.get(), address));
+    HSDP_ASSIGN_OR_RETURN(UcpEndpoint ep, UcpEndpoint::connect(worker_.get(), address, remote));
     it = endpoints_.emplace(std::move(key), std::move(ep)).first;
   }
   return &it->second;

@@ -52,7 +52,9 @@ class Engine {
   // first use and shared by every communicator that reaches that worker: a process keeps one
   // connection per peer process however many communicators it builds, and endpoints close once,
   // when the engine goes (ucx_resources.h says how).
-  StatusOr<const UcpEndpoint*> endpointTo(const uint8_t* address, size_t length);
+  // `remote`: the peer is on another host (UcpEndpoint::connect); a peer is on one host or the
+  // other for every communicator, so the first caller's answer holds for all.
+  StatusOr<const UcpEndpoint*> endpointTo(const uint8_t* address, size_t length, bool remote);
 
   // Communicator ids: members agree on an id no member has used yet (the largest of their next
   // free ids), so that ids are unique on every process a communicator spans.

@@ -121,16 +121,21 @@ StatusOr<std::vector<uint8_t>> UcpWorker::address() const {
 
 // ---- endpoint ----------------------------------------------------------------------------------
 
-StatusOr<UcpEndpoint> UcpEndpoint::connect(ucp_worker_h worker, const uint8_t* address) {
+StatusOr<UcpEndpoint> UcpEndpoint::connect(ucp_worker_h worker, const uint8_t* address,
+                                           bool remote) {
   UcpEndpoint e;
   e.worker_ = worker;
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   params.address = reinterpret_cast<const ucp_address_t*>(address);
-  // NONE, as Open MPI's pml ucx does: UCX 1.13 leaves out its shared-memory transports (sysv,
-  // posix, cma) from endpoints with peer-failure handling (PEER), so same-host peers would talk
-  // over tcp loopback. A failed peer ends the job through mpirun, as with MPI.
-  params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+  // Same host: NONE, as Open MPI's pml ucx does: UCX 1.13 leaves out its shared-memory
+  // transports (sysv, posix, cma) from endpoints with peer-failure handling (PEER), so same-host
+  // peers would talk over tcp loopback; a failed same-host peer ends the job through mpirun (or
+  // the watchdog), as with MPI. Another host: PEER, which costs nothing there (the network
+  // transports support it) and turns a peer's death or a cut link into an error status on the
+  // transfers to it, which the collective reports naming the peer; with NONE, UCX aborts this
+  // process on the connection reset, and the job's first report names the wrong rank.
+  params.err_mode = remote ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   HSDP_UCX_CHECK(ucp_ep_create(worker, &params, &e.h_));
   return e;
 }

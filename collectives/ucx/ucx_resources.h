@@ -65,8 +65,11 @@ class UcpEndpoint {
  public:
   UcpEndpoint() = default;
   // Endpoint on `worker` to the worker whose packed address is `address`. The connection is
-  // wired up lazily, on the first message. No peer-failure handling (see the .cc for why).
-  static StatusOr<UcpEndpoint> connect(ucp_worker_h worker, const uint8_t* address);
+  // wired up lazily, on the first message. `remote`: the peer is on another host, and the
+  // endpoint handles peer failure (UCP_ERR_HANDLING_MODE_PEER: a dead or unreachable peer fails
+  // the transfers to it instead of aborting this process); same-host peers keep mode NONE (the
+  // .cc says why).
+  static StatusOr<UcpEndpoint> connect(ucp_worker_h worker, const uint8_t* address, bool remote);
   // Closes without waiting for the peer (UCP_EP_CLOSE_FLAG_FORCE), progressing the worker until
   // UCX has released the endpoint (bounded; a close that does not finish in time is logged and
   // left to the worker's teardown). Close only with nothing in flight on the endpoint.

@@ -106,6 +106,18 @@ StatusOr<uint64_t> File::size() const {
 
 void File::dropCache() const { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED); }
 
+void File::adviseSequential() const { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL); }
+
+void File::willNeed(uint64_t offset, uint64_t bytes) const {
+  (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(bytes),
+                        POSIX_FADV_WILLNEED);
+}
+
+void File::startWriteback(uint64_t offset, uint64_t bytes) const {
+  (void)::sync_file_range(fd_, static_cast<off64_t>(offset), static_cast<off64_t>(bytes),
+                          SYNC_FILE_RANGE_WRITE);
+}
+
 bool pathExists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
@@ -246,16 +258,37 @@ Status TensorReader::read(int t, uint64_t begin, uint64_t end, float* dst) {
       bytes_read_ += (e - b) * sizeof(float);
       continue;
     }
-    buf_.resize(c.count);
-    HSDP_RETURN_IF_ERROR(f->preadAll(buf_.data(), c.count * sizeof(float), c.offset));
+    // A whole chunk is read and checked in place (a load into the same mesh reads only whole
+    // chunks); a part of one goes through buf_.
+    const bool whole = b == c.start && e == c.start + c.count;
+    float* to = whole ? dst + (b - begin) : nullptr;
+    if (!whole) {
+      buf_.resize(c.count);
+      to = buf_.data();
+    }
+    HSDP_RETURN_IF_ERROR(f->preadAll(to, c.count * sizeof(float), c.offset));
     bytes_read_ += c.count * sizeof(float);
-    if (xxh64(buf_.data(), c.count * sizeof(float)) != c.xxh64)
+    if (xxh64(to, c.count * sizeof(float)) != c.xxh64)
       return invalidArgument("data file '", f->path(), "': bytes [", c.offset, ", ",
                              c.offset + c.count * 4, ") of tensor ", tensorName(m_, t),
                              " fail their xxh64 checksum (corrupt file)");
-    std::memcpy(dst + (b - begin), buf_.data() + (b - c.start), (e - b) * sizeof(float));
+    if (!whole) std::memcpy(dst + (b - begin), to + (b - c.start), (e - b) * sizeof(float));
   }
   return okStatus();
+}
+
+void TensorReader::willRead(int t, uint64_t begin, uint64_t end) {
+  const std::vector<Chunk>& chunks = m_.tensors[t].chunks;
+  auto it = std::upper_bound(chunks.begin(), chunks.end(), begin,
+                             [](uint64_t v, const Chunk& c) { return v < c.start + c.count; });
+  for (; it != chunks.end() && it->start < end; ++it) {
+    const Chunk& c = *it;
+    StatusOr<const File*> f = file(c.file);
+    if (!f.ok()) return;
+    const uint64_t b = verify_ ? c.start : std::max(begin, c.start);
+    const uint64_t e = verify_ ? c.start + c.count : std::min(end, c.start + c.count);
+    (*f)->willNeed(c.offset + (b - c.start) * sizeof(float), (e - b) * sizeof(float));
+  }
 }
 
 Status TensorReader::readUser(const UserEntry& e, std::string* out) {

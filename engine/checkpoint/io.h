@@ -35,6 +35,13 @@ class File {
   StatusOr<uint64_t> size() const;
   // Drops the file's pages from the page cache (benchmarks: cold reads).
   void dropCache() const;
+  // Hints for streaming (hsdp-ckpt reshard, export): the file is read front to back, and
+  // [offset, offset + bytes) will be read soon (the kernel starts reading it now); best effort.
+  void adviseSequential() const;
+  void willNeed(uint64_t offset, uint64_t bytes) const;
+  // Starts writing back [offset, offset + bytes) of what was written (sync_file_range, no wait),
+  // so that the disk works while the writer goes on and the closing fsync has little left to do.
+  void startWriteback(uint64_t offset, uint64_t bytes) const;
   const std::string& path() const { return path_; }
 
  private:
@@ -77,6 +84,10 @@ class TensorReader {
       : m_(m), dir_(std::move(dir)), verify_(verify), files_(m.files.size()) {}
   // Elements [begin, end) of tensor `t` into dst.
   [[nodiscard]] Status read(int t, uint64_t begin, uint64_t end, float* dst);
+  // Tells the kernel that read(t, begin, end) comes (the bytes it will read, chunks rounded out
+  // as read rounds them), so that a load's reads are in flight while earlier chunks are checked
+  // and copied; best effort (a file that cannot be opened is left to read() to report).
+  void willRead(int t, uint64_t begin, uint64_t end);
   [[nodiscard]] Status readUser(const UserEntry& e, std::string* out);
   uint64_t bytesRead() const { return bytes_read_; }
   std::string filePath(int f) const { return dir_ + "/" + m_.files[f].name; }

@@ -29,10 +29,17 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-// Fills the staging buffer's planned chunks of states < `states` through `read`.
+// Fills the staging buffer's planned chunks of states < `states` through `read`. `hint` (may be
+// empty) first sees every chunk read will be asked for: the reads are then in flight together.
 static Status readToStaging(const ckpt::FilePlan& plan,
                             const std::vector<ckpt::TensorDesc>& tensors, int states,
-                            const ReadFn& read, char* staging) {
+                            const ReadFn& hint, const ReadFn& read, char* staging) {
+  if (hint)
+    for (const ckpt::PlannedChunk& c : plan.chunks) {
+      const ckpt::TensorDesc& t = tensors[c.tensor];
+      if (static_cast<int>(t.state) < states)
+        (void)hint(t.unit, t.param, t.state, c.start, c.count, nullptr);
+    }
   for (const ckpt::PlannedChunk& c : plan.chunks) {
     const ckpt::TensorDesc& t = tensors[c.tensor];
     if (static_cast<int>(t.state) >= states) continue;
@@ -141,7 +148,13 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
     if (t < 0) return internalError("load: no tensor for unit ", unit, " param ", param);
     return reader.read(t, start, start + count, dst);
   };
-  local = readToStaging(m.myPlan(), ckpt::tensorList(m.unitDescs()), states, read,
+  ReadFn hint = [&](int unit, int param, ckpt::State st, uint64_t start, uint64_t count,
+                    float*) -> Status {
+    const int t = man->tensorIndex(unit, param, st);
+    if (t >= 0) reader.willRead(t, start, start + count);
+    return okStatus();
+  };
+  local = readToStaging(m.myPlan(), ckpt::tensorList(m.unitDescs()), states, hint, read,
                         static_cast<char*>(m.stagingData()));
   for (size_t i = 0; local.ok() && i < man->user.size(); ++i)
     local = reader.readUser(man->user[i], &result.user[man->user[i].key]);
@@ -190,8 +203,8 @@ Status ShardedModel::loadWeights(const std::string& path, const LoadWeightsOptio
                        static_cast<size_t>(m.shardIndex()) * u.layout.shardNumel();
     return m.space->copyToHost(dst, m.master(u) + rel, count * sizeof(float));
   };
-  local =
-      readToStaging(plan, ckpt::tensorList(units), 1, read, static_cast<char*>(m.stagingData()));
+  local = readToStaging(plan, ckpt::tensorList(units), 1, nullptr, read,
+                        static_cast<char*>(m.stagingData()));
   HSDP_RETURN_IF_ERROR(m.agree(local.ok() ? local : local.withContext("loadWeights")));
   return m.agree(m.installFromStaging(1));
 }

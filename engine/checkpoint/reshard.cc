@@ -3,13 +3,19 @@
 // rank's own chunks only, and it is byte for byte the data a load there followed by a save
 // would write. Streaming: the traversal goes unit by unit, state by state, through the output
 // pieces in element order, so every output file is appended sequentially and every input chunk
-// is read front to back (its xxh64 checked as the last byte goes by); memory is one chunk.
+// is read front to back (its xxh64 checked as the last byte goes by). Two threads, a pipeline:
+// the reader reads and verifies chunk i+1.. while the writer writes and hashes chunk i, through
+// a ring of kSlots chunk buffers (memory: kSlots chunks); the kernel is told to read the inputs
+// ahead and to start writing the outputs back as they grow, so the disk works meanwhile.
 #include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
 #include "engine/checkpoint/io.h"
 #include "hsdp/checkpoint.h"
@@ -63,6 +69,9 @@ class StreamingReader {
   StatusOr<const File*> file(int f) {
     if (!files_[f]) {
       HSDP_ASSIGN_OR_RETURN(File opened, openDataFile(m_, dir_, f));
+      // Read front to back, all of it: the kernel reads ahead while the pipeline works.
+      opened.adviseSequential();
+      opened.willNeed(0, 0);
       files_[f] = std::move(opened);
     }
     return &*files_[f];
@@ -82,8 +91,10 @@ class StreamingReader {
 
 // One output data file, appended in order.
 struct OutFile {
+  static constexpr uint64_t kWriteback = uint64_t{16} << 20;
   File f;
   uint64_t at = 0;
+  uint64_t flushed = 0;  // written back from here on: startWriteback every kWriteback bytes
   XXH64_state_t* h = nullptr;
   Status pad(uint64_t to) {
     static const char zeros[4096] = {};
@@ -99,6 +110,10 @@ struct OutFile {
     HSDP_RETURN_IF_ERROR(f.writeAll(p, n));
     XXH64_update(h, p, n);
     at += n;
+    if (at - flushed >= kWriteback) {
+      f.startWriteback(flushed, at - flushed);
+      flushed = at;
+    }
     return okStatus();
   }
 };
@@ -156,10 +171,14 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
     files[w].h = XXH64_createState();
     XXH64_reset(files[w].h, 0);
   }
-  // Each rank's next chunk, and the ranks in piece order for every unit.
+  // The copies, in the order the traversal takes them: unit by unit, state by state, the ranks
+  // in piece order, each rank's chunks of (unit, state) in its file order.
+  struct Copy {
+    int w, in_t, out_t;
+    uint64_t start, count, offset;
+  };
+  std::vector<Copy> copies;
   std::vector<size_t> next(W, 0);
-  StreamingReader reader(src, dir);
-  std::vector<float> buf(kChunkElems);
   for (size_t u = 0; u < m.units.size(); ++u) {
     std::vector<int> order(W);
     for (int w = 0; w < W; ++w) order[w] = w;
@@ -169,21 +188,74 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
              pieceOf(numel, m.mesh.shards, m.mesh.replicas, kr[b].first, kr[b].second).begin;
     });
     for (int s = 0; s < m.units[u].states(); ++s)
-      for (int w : order) {
-        // This rank's chunks of (unit u, state s), in its file order.
-        while (next[w] < plans[w].chunks.size()) {
+      for (int w : order)
+        for (; next[w] < plans[w].chunks.size(); ++next[w]) {
           const PlannedChunk& c = plans[w].chunks[next[w]];
           const TensorDesc& td = m.tensors[c.tensor];
           if (td.unit != static_cast<int>(u) || static_cast<int>(td.state) != s) break;
-          const int in_t = src.tensorIndex(td.unit, td.param, td.state);
-          HSDP_RETURN_IF_ERROR(reader.read(in_t, c.start, c.start + c.count, buf.data()));
-          HSDP_RETURN_IF_ERROR(files[w].pad(c.offset));
-          HSDP_RETURN_IF_ERROR(files[w].write(buf.data(), c.count * 4));
-          m.tensors[c.tensor].chunks.push_back(
-              {w, c.offset, c.start, c.count, xxh64(buf.data(), c.count * 4)});
-          ++next[w];
+          copies.push_back({w, src.tensorIndex(td.unit, td.param, td.state), c.tensor, c.start,
+                            c.count, c.offset});
         }
+  }
+  StreamingReader reader(src, dir);
+  {
+    // The reader thread fills slot i % kSlots with copy i; this thread writes it out and hands
+    // the slot back. `read` counts the copies read, `written` those written (each owned by its
+    // thread, read by the other under the mutex); a failure on either side stops both.
+    constexpr size_t kSlots = 4;
+    std::vector<std::vector<float>> slots(kSlots, std::vector<float>(kChunkElems));
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t read = 0, written = 0;
+    bool stop = false;
+    Status read_status;
+    std::thread reader_thread([&] {
+      for (size_t i = 0; i < copies.size(); ++i) {
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return stop || i - written < kSlots; });
+          if (stop) return;
+        }
+        const Copy& c = copies[i];
+        Status st = reader.read(c.in_t, c.start, c.start + c.count, slots[i % kSlots].data());
+        std::lock_guard<std::mutex> lock(mu);
+        if (!st.ok()) {
+          read_status = std::move(st);
+          stop = true;
+          cv.notify_all();
+          return;
+        }
+        ++read;
+        cv.notify_all();
       }
+    });
+    Status write_status = [&]() -> Status {
+      for (size_t i = 0; i < copies.size(); ++i) {
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return stop || read > i; });
+          if (read <= i) return okStatus();  // the reader failed: its status says why
+        }
+        const Copy& c = copies[i];
+        const float* data = slots[i % kSlots].data();
+        HSDP_RETURN_IF_ERROR(files[c.w].pad(c.offset));
+        HSDP_RETURN_IF_ERROR(files[c.w].write(data, c.count * 4));
+        m.tensors[c.out_t].chunks.push_back(
+            {c.w, c.offset, c.start, c.count, xxh64(data, c.count * 4)});
+        std::lock_guard<std::mutex> lock(mu);
+        ++written;
+        cv.notify_all();
+      }
+      return okStatus();
+    }();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+      cv.notify_all();
+    }
+    reader_thread.join();
+    HSDP_RETURN_IF_ERROR(read_status);
+    HSDP_RETURN_IF_ERROR(write_status);
   }
   // User blobs go after rank 0's data, as a save puts them.
   for (const UserEntry& e : src.user) {

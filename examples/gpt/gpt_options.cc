@@ -1,8 +1,10 @@
 #include "gpt/gpt_options.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 
 #include "cli.h"
+#include "hsdp/parse.h"
 #include "mlp/flags.h"
 
 namespace gpt {
@@ -108,6 +110,23 @@ hsdp::Status configure(const Options& opt, int world_size, Setup* out) {
   over(opt.context, &m.context);
   m.seed = opt.common.seed;
   HSDP_RETURN_IF_ERROR(validate(m));
+  {
+    // Below 2^16 for d and context and 2^10 layers, every product here fits 64 bits.
+    const uint64_t d = uint64_t(m.d_model);
+    const uint64_t largest =
+        std::max({12 * d * d + 13 * d, uint64_t(m.vocab) * d, uint64_t(m.context) * d});
+    // One micro-batch on this rank: every block's input (kept with or without activation
+    // checkpointing) and the logits, 4 bytes each.
+    const uint64_t seqs = uint64_t(opt.common.batch) / uint64_t(std::max(1, world_size)) /
+                          uint64_t(std::max(1, opt.common.accum));
+    const uint64_t tokens = seqs * uint64_t(m.context);
+    const uint64_t act =
+        hsdp::checkedMul(tokens, (uint64_t(m.layers) * d + m.vocab) * 4).value_or(UINT64_MAX);
+    HSDP_RETURN_IF_ERROR(mlp::checkModelFits(
+        largest, m.paramCount(), act, opt.common.check,
+        hsdp::strCat("--layers ", m.layers, " --d-model ", m.d_model, " --context ", m.context,
+                     " --batch ", opt.common.batch, opt.common.check ? " with --check" : "")));
+  }
   if (opt.eval_every < 0)
     return hsdp::invalidArgument("--eval-every ", opt.eval_every, " must be >= 0");
   if (opt.eval_batches < 0)

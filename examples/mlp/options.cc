@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "cli.h"
@@ -190,9 +191,39 @@ std::optional<int> parseCommandLine(const char* program, const char* description
   return std::nullopt;
 }
 
+hsdp::Status checkModelFits(uint64_t largest_unit, uint64_t total_params, uint64_t activation_bytes,
+                            bool check, const std::string& what) {
+  // Saturating: a sum past 2^64 is as unallocatable as the largest count checkedAllocation names.
+  auto mul = [](uint64_t a, uint64_t b) {
+    return hsdp::checkedMul(a, b).value_or(std::numeric_limits<uint64_t>::max());
+  };
+  auto add = [](uint64_t a, uint64_t b) {
+    return hsdp::checkedAdd(a, b).value_or(std::numeric_limits<uint64_t>::max());
+  };
+  uint64_t bytes = add(mul(largest_unit, 8), activation_bytes);
+  if (check) bytes = add(bytes, mul(total_params, 16));
+  return hsdp::checkedAllocation(bytes, 1, what).status();
+}
+
 hsdp::Status configure(const Options& opt, int world_size, Spec* spec, hsdp::EngineConfig* cfg,
                        hsdp::MeshSpec* mesh_spec) {
   HSDP_ASSIGN_OR_RETURN(spec->dims, parseDims(opt.dims));
+  {
+    uint64_t largest = 0, total = 0, width = 0;
+    for (size_t l = 0; l + 1 < spec->dims.size(); ++l) {
+      const uint64_t n = uint64_t(spec->dims[l + 1]) * (uint64_t(spec->dims[l]) + 1);
+      largest = std::max(largest, n);
+      total = hsdp::checkedAdd(total, n).value_or(UINT64_MAX);
+    }
+    for (int d : spec->dims) width += uint64_t(d);
+    // One micro-batch's activations and their gradients, 4 bytes each, on this rank's rows.
+    const uint64_t rows = world_size > 0 && opt.batch > 0 && opt.accum > 0
+                              ? uint64_t(opt.batch) / uint64_t(world_size) / uint64_t(opt.accum)
+                              : 0;
+    HSDP_RETURN_IF_ERROR(checkModelFits(
+        largest, total, hsdp::checkedMul(rows, width * 8).value_or(UINT64_MAX), opt.check,
+        hsdp::strCat("--dims ", opt.dims, opt.check ? " with --check" : "")));
+  }
   spec->seed = opt.seed;
   HSDP_ASSIGN_OR_RETURN(cfg->mode, hsdp::parseShardMode(opt.mode));
   HSDP_ASSIGN_OR_RETURN(cfg->adam.kind, hsdp::parseOptimizerKind(opt.optimizer));

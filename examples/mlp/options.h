@@ -107,6 +107,16 @@ std::optional<int> start(const char* program, const char* description, int* argc
 hsdp::Status configure(const Options& opt, int world_size, Spec* spec, hsdp::EngineConfig* cfg,
                        hsdp::MeshSpec* mesh_spec);
 
+// Shapes a user gives size memory; their products must fit what one process may allocate
+// (hsdp::allocatableBytes) before anything is allocated. A lower bound of one rank's need:
+// the largest unit gathered with its gradient (8 bytes a parameter), `activation_bytes` (the
+// caller's count for one micro-batch), and, with --check, the reference's whole model with its
+// gradient and Adam moments (16 bytes a parameter). InvalidArgument naming `what` (the flags as
+// written), the bytes and the limit; products that overflow 64 bits are named the same way.
+[[nodiscard]] hsdp::Status checkModelFits(uint64_t largest_unit, uint64_t total_params,
+                                          uint64_t activation_bytes, bool check,
+                                          const std::string& what);
+
 // Registers one unit per linear layer ("fc<l>": weight out x in, bias out), finalizes the model
 // (collective) and loads the same deterministic initial values (mlp::initLayer) on every rank.
 [[nodiscard]] hsdp::Status buildModel(hsdp::ShardedModel& model, const Spec& spec);

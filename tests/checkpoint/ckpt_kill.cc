@@ -1,10 +1,16 @@
-// A rank killed (SIGKILL) in the middle of a save, for tests/checkpoint/ckpt_kill.sh on the
-// emulated cluster.
-//   ckpt_kill save ROOT   train 2 steps, save (committed), train 1, start an async save and
-//                         have the last rank kill itself while it is being written
+// A fault in the middle of a save, for tests/checkpoint/ckpt_kill.sh on the emulated cluster.
+//   ckpt_kill save ROOT [FAULT]
+//                         train 2 steps, save (committed), train 1, start an async save and,
+//                         while it is being written, the last rank (on the last node):
+//                           kill  kills itself (SIGKILL; the default)
+//                           stop  stops itself (SIGSTOP: a hung rank; the others' wait for the
+//                                 save times out, HSDP_TIMEOUT_S)
+//                           cut   takes its node's link down (ip link set eth0 down, in the
+//                                 node's network namespace: every rank there is cut off)
 //   ckpt_kill load ROOT   a new job: load ROOT (its `latest`) and compare the parameters bit for
 //                         bit with training straight to the loaded step in this job
 #include <signal.h>
+#include <stdlib.h>
 
 #include <cstdio>
 #include <cstring>
@@ -36,7 +42,7 @@ StatusOr<std::unique_ptr<ShardedModel>> build(const Mesh& mesh) {
   return model;
 }
 
-int run(const std::string& phase, const std::string& root, Comm& world) {
+int run(const std::string& phase, const std::string& root, const std::string& fault, Comm& world) {
   auto layout = groupRanksIntoNodes(world);
   if (!layout.ok()) return 2;
   auto mesh = Mesh::create(world, *layout, {});
@@ -60,11 +66,22 @@ int run(const std::string& phase, const std::string& root, Comm& world) {
     if (!check(ckpttest::trainStep(m, rank, 2, 1), "train")) return 3;
     if (!check(m.saveAsync(root), "saveAsync")) return 3;
     if (rank == world.size() - 1) {
-      std::printf("ckpt_kill: rank %d kills itself while step 3 is being saved\n", rank);
+      std::printf("ckpt_kill: rank %d: %s while step 3 is being saved\n", rank,
+                  fault == "kill"   ? "kills itself"
+                  : fault == "stop" ? "stops itself"
+                                    : "takes its node's link down");
       std::fflush(stdout);
-      raise(SIGKILL);
+      if (fault == "kill") raise(SIGKILL);
+      if (fault == "stop") raise(SIGSTOP);
+      if (fault == "cut" && std::system("ip link set dev eth0 down") != 0) {
+        std::fprintf(stderr, "ckpt_kill [rank %d]: ip link set dev eth0 down failed\n", rank);
+        return 4;
+      }
     }
-    (void)m.waitForSave();  // never completes: the job is torn down
+    // Does not complete: the job ends through mpirun (kill) or the watchdog (stop, cut), or the
+    // save committed before the fault reached it and the job ends on the next wait.
+    if (!check(m.waitForSave().status(), "waitForSave")) return 3;
+    if (!check(ckpttest::trainStep(m, rank, 3, 1), "train")) return 3;
     return 0;
   }
   auto r = m.load(root);
@@ -92,10 +109,12 @@ int run(const std::string& phase, const std::string& root, Comm& world) {
 
 int main(int argc, char** argv) {
   auto session = mpi::Session::init(&argc, &argv);
-  if (!session.ok() || argc != 3) return 2;
+  if (!session.ok() || argc < 3 || argc > 4) return 2;
+  const std::string fault = argc == 4 ? argv[3] : "kill";
+  if (fault != "kill" && fault != "stop" && fault != "cut") return 2;
   auto world = (*session)->world();
   if (!world.ok()) return 2;
-  int rc = run(argv[1], argv[2], **world);
+  int rc = run(argv[1], argv[2], fault, **world);
   world->reset();
   return rc;
 }

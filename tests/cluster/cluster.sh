@@ -32,6 +32,8 @@ usage: cluster.sh [--nodes N] [--ranks-per-node R] [--rate RATE] [--timeout SECO
   --rate RATE          tc rate of every node link (e.g. 1gbit, 100mbit) or none (default)
   --timeout SECONDS    kill the job after SECONDS and exit 124, default 300 (0: no limit)
   --keep-output DIR    also write stdout.log, stderr.log, hostfile, cluster.txt into DIR
+  --tcp-retries N      net.ipv4.tcp_retries2 in every namespace (default: the kernel's, 15,
+                       ~15 min): how long TCP, Open MPI's daemons' included, waits on a cut link
 Exit status: the job's exit status; 124 on timeout; 2 on usage errors; 3 on bring-up errors.
 EOF
 }
@@ -44,6 +46,7 @@ rpn=4
 rate=none
 timeout_s=300
 keep_dir=
+tcp_retries=
 while [ $# -gt 0 ]; do
     case $1 in
         --nodes) [ $# -ge 2 ] || die_usage "$1 needs a value"; nodes=$2; shift 2 ;;
@@ -56,6 +59,8 @@ while [ $# -gt 0 ]; do
         --timeout=*) timeout_s=${1#*=}; shift ;;
         --keep-output) [ $# -ge 2 ] || die_usage "$1 needs a value"; keep_dir=$2; shift 2 ;;
         --keep-output=*) keep_dir=${1#*=}; shift ;;
+        --tcp-retries) [ $# -ge 2 ] || die_usage "$1 needs a value"; tcp_retries=$2; shift 2 ;;
+        --tcp-retries=*) tcp_retries=${1#*=}; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; break ;;
         *) die_usage "unknown argument '$1' (PROGRAM goes after --)" ;;
@@ -66,6 +71,8 @@ done
 [[ $rpn =~ ^[1-9][0-9]*$ ]] || die_usage "--ranks-per-node must be a positive integer"
 [[ $timeout_s =~ ^[0-9]+$ ]] || die_usage "--timeout must be a whole number of seconds"
 [ -n "$rate" ] || die_usage "--rate must not be empty"
+[ -z "$tcp_retries" ] || { [[ $tcp_retries =~ ^[0-9]+$ ]] && [ "$tcp_retries" -le 255 ]; } ||
+    die_usage "--tcp-retries must be 0..255 (got '$tcp_retries')"
 [ "$(id -u)" -eq 0 ] || die "must run as root (creates network namespaces)"
 for tool in ip tc unshare mpirun timeout; do
     command -v "$tool" >/dev/null 2>&1 || die "required tool '$tool' not found"
@@ -212,6 +219,11 @@ ip -n "$SW_NS" link set lo up &&
 ip -n "$SW_NS" link add br0 type bridge stp_state 0 forward_delay 0 &&
 ip -n "$SW_NS" addr add "$SWITCH_IP/24" dev br0 &&
 ip -n "$SW_NS" link set br0 up || die "switch bring-up failed"
+retries() {  # retries NS: --tcp-retries in that namespace
+    [ -z "$tcp_retries" ] || ip netns exec "$1" sysctl -qw net.ipv4.tcp_retries2="$tcp_retries" ||
+        die "sysctl net.ipv4.tcp_retries2 in $1 failed"
+}
+retries "$SW_NS"
 
 hosts=()
 names=()
@@ -229,6 +241,7 @@ for ((i = 0; i < nodes; i++)); do
     ip -n "$SW_NS" link set "p$i" up &&
     ip -n "$ns" addr add "$ip4/24" dev eth0 &&
     ip -n "$ns" link set eth0 up || die "bring-up of node $i failed"
+    retries "$ns"
     if [ -n "$TCP_WMEM_MAX" ]; then
         ip netns exec "$ns" sysctl -qw net.ipv4.tcp_wmem="4096 16384 $TCP_WMEM_MAX" \
             net.ipv4.tcp_rmem="4096 131072 $TCP_WMEM_MAX" || die "sysctl in $ns failed"

@@ -6,13 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "topology/nvml_abi.h"  // the types hsdp's caller uses (its function pointers' types)
+
 extern "C" {
-struct nvmlPciInfo_t {
-  char busIdLegacy[16];
-  unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
-  char busId[32];
-};
-using nvmlDevice_t = void*;
 static const unsigned kBus[4] = {0x17, 0x31, 0x4b, 0x65};
 
 int nvmlInit_v2() {
@@ -31,7 +27,7 @@ int nvmlDeviceGetCount_v2(unsigned* n) {
 }
 int nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t* d) {
   if (i >= 4) return 2;  // NVML_ERROR_INVALID_ARGUMENT
-  *d = reinterpret_cast<void*>(static_cast<size_t>(i + 1));
+  *d = reinterpret_cast<nvmlDevice_t>(static_cast<size_t>(i + 1));
   return 0;
 }
 static unsigned idx(nvmlDevice_t d) { return static_cast<unsigned>(reinterpret_cast<size_t>(d) - 1); }
