@@ -22,6 +22,9 @@ namespace {
 
 using ReadFn = std::function<Status(int unit, int param, ckpt::State state, uint64_t start,
                                     uint64_t count, float* dst)>;
+// What a read of the same arguments will ask for, announced ahead (best effort, no result).
+using HintFn =
+    std::function<void(int unit, int param, ckpt::State state, uint64_t start, uint64_t count)>;
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -33,12 +36,12 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
 // empty) first sees every chunk read will be asked for: the reads are then in flight together.
 static Status readToStaging(const ckpt::FilePlan& plan,
                             const std::vector<ckpt::TensorDesc>& tensors, int states,
-                            const ReadFn& hint, const ReadFn& read, char* staging) {
+                            const HintFn& hint, const ReadFn& read, char* staging) {
   if (hint)
     for (const ckpt::PlannedChunk& c : plan.chunks) {
       const ckpt::TensorDesc& t = tensors[c.tensor];
       if (static_cast<int>(t.state) < states)
-        (void)hint(t.unit, t.param, t.state, c.start, c.count, nullptr);
+        hint(t.unit, t.param, t.state, c.start, c.count);
     }
   for (const ckpt::PlannedChunk& c : plan.chunks) {
     const ckpt::TensorDesc& t = tensors[c.tensor];
@@ -148,11 +151,9 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
     if (t < 0) return internalError("load: no tensor for unit ", unit, " param ", param);
     return reader.read(t, start, start + count, dst);
   };
-  ReadFn hint = [&](int unit, int param, ckpt::State st, uint64_t start, uint64_t count,
-                    float*) -> Status {
+  HintFn hint = [&](int unit, int param, ckpt::State st, uint64_t start, uint64_t count) {
     const int t = man->tensorIndex(unit, param, st);
     if (t >= 0) reader.willRead(t, start, start + count);
-    return okStatus();
   };
   local = readToStaging(m.myPlan(), ckpt::tensorList(m.unitDescs()), states, hint, read,
                         static_cast<char*>(m.stagingData()));
