@@ -134,7 +134,10 @@ case $fault in
   # mpirun's report, or a peer's over UCX (another node's endpoints fail their transfers to
   # the dead rank, ucx_resources.cc), whichever ends the job first.
   kill) named='process rank 2 with PID [0-9]+ on node (hsdp-node0|10\.213\.7\.1) exited on signal 9|\(world rank 2\) failed' ;;
-  cut) named='unreachable: hsdp-node1 \(ranks 4-7\)' ;;
+  # The watchdog's report, or (inter level on UCX) a node-0 rank's failed transfer to a rank of
+  # node 1: UCX's endpoints to other hosts detect the dead link themselves (Endpoint timeout,
+  # peer-failure mode, ucx_resources.cc), sometimes before HSDP_TIMEOUT_S.
+  cut) named='unreachable: hsdp-node1 \(ranks 4-7\)|\(world rank [4-7]\) failed: UCX error' ;;
   orted) named='Remote daemon: .* on node 10\.213\.7\.2' ;;
 esac
 grep -qE "$named" "$out/stderr.log" || fail "no line names the fault (/$named/)"
