@@ -398,14 +398,16 @@ int benchMain(const Options& o, hsdp::Comm& world) {
     const size_t count = std::max<size_t>(n, size_t(bytes) / es / n * n);
     std::map<std::string, double> median_us, xnode;
     // The algorithms take turns iteration by iteration (warm-ups first), so a noisy spell on
-    // this shared machine hits all of them alike and the ratios compare like with like.
+    // this shared machine hits all of them alike and the ratios compare like with like; the
+    // order rotates each iteration, so none is always the one that runs after a given other.
     const bool leader = layout->local_rank_of_rank[rank] == 0;
     std::map<std::string, std::vector<double>> times;
     std::map<std::string, double> tx_bytes;
     std::map<std::string, hsdp::Status> status;
     std::map<std::string, long> wrong;  // checked right after the algorithm's last run
     for (int it = 0; it < o.warmup + o.iters; ++it) {
-      for (const std::string& algo : algos) {
+      for (size_t k = 0; k < algos.size(); ++k) {
+        const std::string& algo = algos[(k + static_cast<size_t>(it)) % algos.size()];
         if (!status[algo].ok()) continue;
         MPI_Barrier(raw);
         double t0 = MPI_Wtime();
@@ -448,7 +450,7 @@ int benchMain(const Options& o, hsdp::Comm& world) {
       const double tx_min = (o.op == "allreduce" ? 2.0 : 1.0) * (N - 1) * count * es;
       long bad = wrong[algo], total_bad = 0;
       MPI_Allreduce(&bad, &total_bad, 1, MPI_LONG, MPI_SUM, raw);
-      std::vector<double>& ts = times[algo];
+      std::vector<double> ts = times[algo];  // times[algo] stays in iteration order (--json)
       std::sort(ts.begin(), ts.end());
       const double t = ts[ts.size() / 2], t_min = ts.front();
       const size_t size = count * es;
@@ -461,7 +463,10 @@ int benchMain(const Options& o, hsdp::Comm& world) {
                                o.dtype, "\",\"time_us\":", t * 1e6, ",\"min_us\":", t_min * 1e6,
                                ",\"algbw\":", algbw, ",\"busbw\":", algbw * bus,
                                ",\"wrong\":", total_bad, ",\"xnode_bytes\":", tx_all,
-                               ",\"xnode_min_bytes\":", tx_min, "}");
+                               ",\"xnode_min_bytes\":", tx_min, ",\"iter_us\":[");
+          for (size_t i = 0; i < times[algo].size(); ++i)
+            json += hsdp::strCat(i ? "," : "", times[algo][i] * 1e6);
+          json += "]}";
         } else {
           std::printf("  %10zu %12zu %6s %6s %*s %11.1f %8.3f %8.3f %7ld %9.2f %9.2f\n", size,
                       count, o.dtype.c_str(), o.op == "allgather" ? "none" : "sum", algo_w,

@@ -2,24 +2,28 @@
 """What the watchdog and the always-on fingerprints cost (docs/reliability.md).
 
 Collectives, side by side in one run: hsdp-bench's hier and flat over traced communicators
-take turns, iteration by iteration, with hier-off and flat-off, the same collectives over
-communicators the watchdog does not trace (watchdog::Untraced: no fingerprints, waits not
-watched), 1 MiB and 64 MiB all-gather and reduce-scatter on 8 ranks (2 virtual nodes x 4). Each
-run's number is the median (and the minimum) over its iterations (--iters, 30) of the slowest
-rank; a run gives a ratio traced/untraced; the table shows the median over the repeats of the
-times and of the ratios (of medians, and of minimums: the best case is the least disturbed by
-other load).
+take turns, iteration by iteration (the order rotating), with hier-off and flat-off, the same
+collectives over communicators the watchdog does not trace (watchdog::Untraced: no fingerprints,
+waits not watched), 1 MiB and 64 MiB all-gather and reduce-scatter on 8 ranks (2 virtual nodes x
+4). An iteration's time is that of the slowest rank. The estimate is paired: each iteration's
+traced time over the untraced time of the same iteration (a noisy spell of this 2-core machine
+hits both), the median of those ratios pooled over every repeat, with a 95% bootstrap interval
+of that median; the table also shows the medians of the times themselves.
 The same again with HSDP_CHECK_COLLECTIVES=1 (checked vs untraced, in one run).
 
 The demo's train_mlp job (zero3, intra 4 x inter 1, 8 ranks), one process per setting:
 HSDP_WATCHDOG=0, the default, HSDP_CHECK_COLLECTIVES=1, interleaved run by run (the order
-rotated each repeat); a run's number is its median step time after the first five steps.
+rotated each repeat); a run's number is its median step time after the first five steps, the
+ratio is taken within a repeat (adjacent runs), and the table shows the median ratio over the
+repeats with its bootstrap interval: whole processes vary more than iterations, so this
+interval is the wider one.
 
   bench/watchdog_cost.py [--build build] [--repeats 7] [--mlp-steps 40] [--iters 30]
 """
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -47,9 +51,19 @@ def bench(build, op, env, iters):
     out = mpirun([f"{build}/bench/hsdp-bench", "-b", "1M", "-e", "64M", "-f", "64", "--op", op,
                   "--algo", ALGOS, "-n", str(iters), "-w", "3", "--json"], env)
     rows = json.loads(out.strip().splitlines()[-1])
-    got = {(op, r["algo"], r["size"]): r["time_us"] for r in rows}
-    got.update({(op, r["algo"] + ":min", r["size"]): r["min_us"] for r in rows})
-    return got
+    # Per iteration, in iteration order (the same index is the same round of every algorithm).
+    return {(op, r["algo"], r["size"]): r["iter_us"] for r in rows}
+
+
+def median_ci(xs, resamples=2000, seed=1):
+    """The median of xs and a 95% percentile-bootstrap interval of it."""
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(resamples))
+    return statistics.median(xs), meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
+
+
+def fmt(m, lo, hi):
+    return f"{m:.4f} [{lo:.4f}, {hi:.4f}]"
 
 
 def mlp_step_us(build, env, steps):
@@ -83,28 +97,32 @@ def main():
 
     med = statistics.median
     print(f"# {a.repeats} repeats, {a.iters} iterations per hsdp-bench run; "
-          "8 ranks = 2 virtual nodes x 4; the machine was shared")
-    print("| what | untraced (us) | watchdog on (us) | on / untraced (min) | checks on (us) | "
-          "checks / untraced (min) |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    keys = sorted(k for k in runs["on"][0] if not k[1].endswith(("-off", ":min")))
+          "8 ranks = 2 virtual nodes x 4; ratios: median of paired ratios [95% bootstrap "
+          "interval]")
+    print("| what | untraced (us) | watchdog on (us) | on / untraced | checks on (us) | "
+          "checks / untraced |")
+    print("| --- | ---: | ---: | --- | ---: | --- |")
+    keys = sorted(k for k in runs["on"][0] if not k[1].endswith("-off"))
 
-    def ratio(mode, op, algo, size, suffix=""):
-        return med([r[(op, algo + suffix, size)] / r[(op, algo + "-off" + suffix, size)]
-                    for r in runs[mode]])
+    def pooled(mode, key, suffix=""):
+        op, algo, size = key
+        return [t for r in runs[mode] for t in r[(op, algo + suffix, size)]]
 
-    for (op, algo, size) in keys:
-        off_t = [r[(op, algo + "-off", size)] for r in runs["on"]]
-        on_t = [r[(op, algo, size)] for r in runs["on"]]
-        chk_t = [r[(op, algo, size)] for r in runs["check"]]
-        print(f"| {op} {algo} {size >> 20} MiB | {med(off_t):.1f} | {med(on_t):.1f} | "
-              f"{ratio('on', op, algo, size):.3f} ({ratio('on', op, algo, size, ':min'):.3f}) | "
-              f"{med(chk_t):.1f} | {ratio('check', op, algo, size):.3f} "
-              f"({ratio('check', op, algo, size, ':min'):.3f}) |")
+    def paired(mode, key):
+        op, algo, size = key
+        return [on / off for r in runs[mode]
+                for on, off in zip(r[(op, algo, size)], r[(op, algo + "-off", size)])]
+
+    for key in keys:
+        op, algo, size = key
+        print(f"| {op} {algo} {size >> 20} MiB | {med(pooled('on', key, '-off')):.1f} | "
+              f"{med(pooled('on', key)):.1f} | {fmt(*median_ci(paired('on', key)))} | "
+              f"{med(pooled('check', key)):.1f} | {fmt(*median_ci(paired('check', key)))} |")
+    on_r = [on / off for on, off in zip(mlp["on"], mlp["off"])]
+    chk_r = [c / off for c, off in zip(mlp["check"], mlp["off"])]
     print(f"| train_mlp demo step (HSDP_WATCHDOG=0 as untraced) | {med(mlp['off']):.1f} | "
-          f"{med(mlp['on']):.1f} | {med(mlp['on']) / med(mlp['off']):.3f} | "
-          f"{med(mlp['check']):.1f} | {med(mlp['check']) / med(mlp['off']):.3f} |")
-
+          f"{med(mlp['on']):.1f} | {fmt(*median_ci(on_r))} | "
+          f"{med(mlp['check']):.1f} | {fmt(*median_ci(chk_r))} |")
 
 if __name__ == "__main__":
     main()

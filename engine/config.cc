@@ -90,6 +90,9 @@ StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
   }
   if (!(*cfg.timeout_s > 0))
     return invalidArgument("EngineConfig::timeout_s=", *cfg.timeout_s, " must be > 0");
+  if (!cfg.checkpoint_direct_io) {
+    HSDP_ASSIGN_OR_RETURN(cfg.checkpoint_direct_io, env::getBool("HSDP_CKPT_DIRECT_IO"));
+  }
   if (!cfg.cpu_adam_isa) {
     HSDP_ASSIGN_OR_RETURN(cfg.cpu_adam_isa, cpuAdamIsaFromEnv());
   } else if (!cpuIsaSupported(*cfg.cpu_adam_isa)) {

@@ -7,9 +7,11 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 namespace hsdp::ckpt {
 namespace {
@@ -23,55 +25,93 @@ Status errnoStatus(const char* what, const std::string& path, int err) {
 }
 }  // namespace
 
-StatusOr<File> File::openRead(const std::string& path) {
+StatusOr<File> File::openRead(const std::string& path, bool direct) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
     if (e == ENOENT) return notFound("cannot open '", path, "': ", std::strerror(e));
     return errnoStatus("cannot open", path, e);
   }
-  return File(fd, path);
+  File f(fd, path);
+  if (direct) f.openDirect(O_RDONLY);
+  return f;
 }
 
-StatusOr<File> File::create(const std::string& path) {
+StatusOr<File> File::create(const std::string& path, bool direct) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return errnoStatus("cannot create", path, errno);
-  return File(fd, path);
+  File f(fd, path);
+  if (direct) f.openDirect(O_WRONLY);
+  return f;
 }
+
+// A filesystem without O_DIRECT (tmpfs: EINVAL) leaves dfd_ at -1: everything is buffered.
+void File::openDirect(int flags) { dfd_ = ::open(path_.c_str(), flags | O_DIRECT | O_CLOEXEC); }
 
 File::~File() {
   if (fd_ >= 0) ::close(fd_);
+  if (dfd_ >= 0) ::close(dfd_);
 }
-File::File(File&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
+File::File(File&& o) noexcept : fd_(o.fd_), dfd_(o.dfd_), pos_(o.pos_), path_(std::move(o.path_)) {
+  o.fd_ = o.dfd_ = -1;
+}
 File& File::operator=(File&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) ::close(fd_);
+    if (dfd_ >= 0) ::close(dfd_);
     fd_ = o.fd_;
+    dfd_ = o.dfd_;
+    pos_ = o.pos_;
     path_ = std::move(o.path_);
-    o.fd_ = -1;
+    o.fd_ = o.dfd_ = -1;
   }
   return *this;
 }
 
-Status File::writeAll(const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
+namespace {
+// [head, head + mid) of (p, bytes, offset) is what direct I/O can take: memory and file offset
+// on kDirectAlign boundaries, a whole number of blocks; mid == 0 when p and offset disagree.
+struct DirectSplit {
+  size_t head, mid;
+};
+DirectSplit splitDirect(const void* p, size_t bytes, uint64_t offset) {
+  if (bytes < kDirectMin || (reinterpret_cast<uintptr_t>(p) - offset) % kDirectAlign != 0)
+    return {bytes, 0};
+  const size_t head =
+      std::min<size_t>(bytes, (kDirectAlign - offset % kDirectAlign) % kDirectAlign);
+  return {head, (bytes - head) / kDirectAlign * kDirectAlign};
+}
+}  // namespace
+
+Status File::pwriteAll(int fd, const char* p, size_t bytes) {
   while (bytes > 0) {
-    ssize_t n = ::write(fd_, p, std::min<size_t>(bytes, size_t{1} << 30));
+    ssize_t n = ::pwrite(fd, p, std::min<size_t>(bytes, size_t{1} << 30), static_cast<off_t>(pos_));
     if (n < 0) {
       if (errno == EINTR) continue;
       return errnoStatus("writing", path_, errno);
     }
     if (n == 0) return internalError("writing '", path_, "': no progress");
     p += n;
+    pos_ += static_cast<uint64_t>(n);
     bytes -= static_cast<size_t>(n);
+    // A short direct write (a file size limit) leaves the rest unaligned: the buffered
+    // descriptor writes it, or reports why it cannot.
+    if (fd == dfd_ && bytes % kDirectAlign != 0) return pwriteAll(fd_, p, bytes);
   }
   return okStatus();
 }
 
-Status File::preadAll(void* data, size_t bytes, uint64_t offset) const {
-  char* p = static_cast<char*>(data);
+Status File::writeAll(const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  DirectSplit d = dfd_ >= 0 ? splitDirect(p, bytes, pos_) : DirectSplit{bytes, 0};
+  HSDP_RETURN_IF_ERROR(pwriteAll(fd_, p, d.head));
+  if (d.mid > 0) HSDP_RETURN_IF_ERROR(pwriteAll(dfd_, p + d.head, d.mid));
+  return pwriteAll(fd_, p + d.head + d.mid, bytes - d.head - d.mid);
+}
+
+Status File::preadLoop(int fd, char* p, size_t bytes, uint64_t offset) const {
   while (bytes > 0) {
-    ssize_t n = ::pread(fd_, p, std::min<size_t>(bytes, size_t{1} << 30), offset);
+    ssize_t n = ::pread(fd, p, std::min<size_t>(bytes, size_t{1} << 30), offset);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errnoStatus("reading", path_, errno);
@@ -82,8 +122,19 @@ Status File::preadAll(void* data, size_t bytes, uint64_t offset) const {
     p += n;
     bytes -= static_cast<size_t>(n);
     offset += static_cast<uint64_t>(n);
+    // A short direct read (the file ends early) leaves the rest to the buffered descriptor,
+    // which reports where the file ends.
+    if (fd == dfd_ && bytes % kDirectAlign != 0) return preadLoop(fd_, p, bytes, offset);
   }
   return okStatus();
+}
+
+Status File::preadAll(void* data, size_t bytes, uint64_t offset) const {
+  char* p = static_cast<char*>(data);
+  DirectSplit d = dfd_ >= 0 ? splitDirect(p, bytes, offset) : DirectSplit{bytes, 0};
+  HSDP_RETURN_IF_ERROR(preadLoop(fd_, p, d.head, offset));
+  if (d.mid > 0) HSDP_RETURN_IF_ERROR(preadLoop(dfd_, p + d.head, d.mid, offset + d.head));
+  return preadLoop(fd_, p + d.head + d.mid, bytes - d.head - d.mid, offset + d.head + d.mid);
 }
 
 Status File::sync() {
@@ -92,6 +143,8 @@ Status File::sync() {
 }
 
 Status File::close() {
+  if (dfd_ >= 0) ::close(dfd_);
+  dfd_ = -1;
   int fd = fd_;
   fd_ = -1;
   if (fd >= 0 && ::close(fd) != 0) return errnoStatus("closing", path_, errno);
@@ -221,9 +274,9 @@ std::string tensorName(const Manifest& m, int t) {
   return s;
 }
 
-StatusOr<File> openDataFile(const Manifest& m, const std::string& dir, int f) {
+StatusOr<File> openDataFile(const Manifest& m, const std::string& dir, int f, bool direct) {
   const std::string path = dir + "/" + m.files[f].name;
-  StatusOr<File> opened = File::openRead(path);
+  StatusOr<File> opened = File::openRead(path, direct);
   if (!opened.ok())
     return Status(opened.status().code(),
                   strCat("data file missing or unreadable: ", opened.status().message()));
@@ -234,9 +287,18 @@ StatusOr<File> openDataFile(const Manifest& m, const std::string& dir, int f) {
   return opened;
 }
 
+namespace {
+// The first chunk that ends after element `begin` (chunks are sorted and tile the tensor).
+std::vector<Chunk>::const_iterator firstChunkEndingAfter(const std::vector<Chunk>& chunks,
+                                                         uint64_t begin) {
+  return std::upper_bound(chunks.begin(), chunks.end(), begin,
+                          [](uint64_t v, const Chunk& c) { return v < c.start + c.count; });
+}
+}  // namespace
+
 StatusOr<const File*> TensorReader::file(int f) {
   if (!files_[f]) {
-    HSDP_ASSIGN_OR_RETURN(File opened, openDataFile(m_, dir_, f));
+    HSDP_ASSIGN_OR_RETURN(File opened, openDataFile(m_, dir_, f, direct_));
     files_[f] = std::move(opened);
   }
   return &*files_[f];
@@ -245,9 +307,7 @@ StatusOr<const File*> TensorReader::file(int f) {
 Status TensorReader::read(int t, uint64_t begin, uint64_t end, float* dst) {
   if (begin >= end) return okStatus();
   const std::vector<Chunk>& chunks = m_.tensors[t].chunks;
-  // The first chunk that ends after `begin` (chunks are sorted and tile the tensor).
-  auto it = std::upper_bound(chunks.begin(), chunks.end(), begin,
-                             [](uint64_t v, const Chunk& c) { return v < c.start + c.count; });
+  auto it = firstChunkEndingAfter(chunks, begin);
   for (; it != chunks.end() && it->start < end; ++it) {
     const Chunk& c = *it;
     HSDP_ASSIGN_OR_RETURN(const File* f, file(c.file));
@@ -268,23 +328,98 @@ Status TensorReader::read(int t, uint64_t begin, uint64_t end, float* dst) {
     }
     HSDP_RETURN_IF_ERROR(f->preadAll(to, c.count * sizeof(float), c.offset));
     bytes_read_ += c.count * sizeof(float);
-    if (xxh64(to, c.count * sizeof(float)) != c.xxh64)
-      return invalidArgument("data file '", f->path(), "': bytes [", c.offset, ", ",
-                             c.offset + c.count * 4, ") of tensor ", tensorName(m_, t),
-                             " fail their xxh64 checksum (corrupt file)");
+    HSDP_RETURN_IF_ERROR(checkChunk(t, c, *f, to));
     if (!whole) std::memcpy(dst + (b - begin), to + (b - c.start), (e - b) * sizeof(float));
   }
   return okStatus();
 }
 
+Status TensorReader::checkChunk(int t, const Chunk& c, const File& f, const float* data) const {
+  if (xxh64(data, c.count * sizeof(float)) == c.xxh64) return okStatus();
+  return invalidArgument("data file '", f.path(), "': bytes [", c.offset, ", ",
+                         c.offset + c.count * 4, ") of tensor ", tensorName(m_, t),
+                         " fail their xxh64 checksum (corrupt file)");
+}
+
+Status TensorReader::readMany(const std::vector<Request>& requests) {
+  // The whole chunks that land in place, in order; every file opened here (file() is not
+  // thread-safe), then announced to the kernel.
+  struct Whole {
+    int t;
+    const Chunk* c;
+    const File* f;
+    float* dst;
+  };
+  std::vector<Whole> whole;
+  for (const Request& r : requests) {
+    willRead(r.t, r.begin, r.end);
+    const std::vector<Chunk>& chunks = m_.tensors[r.t].chunks;
+    for (auto it = firstChunkEndingAfter(chunks, r.begin); it != chunks.end() && it->start < r.end;
+         ++it) {
+      const Chunk& c = *it;
+      HSDP_ASSIGN_OR_RETURN(const File* f, file(c.file));
+      if (verify_ && c.start >= r.begin && c.start + c.count <= r.end)
+        whole.push_back({r.t, &c, f, r.dst + (c.start - r.begin)});
+    }
+  }
+  if (whole.size() < 2) {
+    for (const Request& r : requests) HSDP_RETURN_IF_ERROR(read(r.t, r.begin, r.end, r.dst));
+    return okStatus();
+  }
+  // The fetcher reads whole[i] and publishes i + 1 in `fetched` (release: the bytes and its
+  // status are visible to whoever sees the count); `stop` ends it early on a failure here.
+  std::vector<Status> fetch_status(whole.size());
+  std::atomic<size_t> fetched{0};
+  std::atomic<bool> stop{false};
+  std::thread fetcher([&] {
+    for (size_t i = 0; i < whole.size() && !stop.load(std::memory_order_relaxed); ++i) {
+      const Whole& w = whole[i];
+      fetch_status[i] = w.f->preadAll(w.dst, w.c->count * sizeof(float), w.c->offset);
+      fetched.store(i + 1, std::memory_order_release);
+      fetched.notify_one();
+      if (!fetch_status[i].ok()) break;
+    }
+    fetched.store(whole.size() + 1, std::memory_order_release);  // done, whatever happened
+    fetched.notify_one();
+  });
+  Status result;
+  size_t next = 0;  // the next whole chunk to check
+  for (size_t ri = 0; ri < requests.size() && result.ok(); ++ri) {
+    const Request& r = requests[ri];
+    const std::vector<Chunk>& chunks = m_.tensors[r.t].chunks;
+    for (auto it = firstChunkEndingAfter(chunks, r.begin);
+         result.ok() && it != chunks.end() && it->start < r.end; ++it) {
+      const Chunk& c = *it;
+      if (next < whole.size() && whole[next].c == &c &&
+          whole[next].dst == r.dst + (c.start - r.begin)) {
+        size_t seen;
+        while ((seen = fetched.load(std::memory_order_acquire)) <= next) fetched.wait(seen);
+        result = fetch_status[next];
+        if (result.ok()) result = checkChunk(r.t, c, *whole[next].f, whole[next].dst);
+        bytes_read_ += c.count * sizeof(float);
+        ++next;
+        continue;
+      }
+      // A part of a chunk: read() rounds it out to the chunk, through buf_.
+      const uint64_t b = std::max(r.begin, c.start), e = std::min(r.end, c.start + c.count);
+      result = read(r.t, b, e, r.dst + (b - r.begin));
+    }
+  }
+  stop.store(true, std::memory_order_relaxed);
+  fetcher.join();
+  return result;
+}
+
 void TensorReader::willRead(int t, uint64_t begin, uint64_t end) {
   const std::vector<Chunk>& chunks = m_.tensors[t].chunks;
-  auto it = std::upper_bound(chunks.begin(), chunks.end(), begin,
-                             [](uint64_t v, const Chunk& c) { return v < c.start + c.count; });
+  auto it = firstChunkEndingAfter(chunks, begin);
   for (; it != chunks.end() && it->start < end; ++it) {
     const Chunk& c = *it;
     StatusOr<const File*> f = file(c.file);
     if (!f.ok()) return;
+    // Read-ahead fills the page cache, which a direct read would then read around: twice the
+    // disk's work. (A read that cannot go direct then waits for the disk, chunk by chunk.)
+    if ((*f)->direct()) continue;
     const uint64_t b = verify_ ? c.start : std::max(begin, c.start);
     const uint64_t e = verify_ ? c.start + c.count : std::min(end, c.start + c.count);
     (*f)->willNeed(c.offset + (b - c.start) * sizeof(float), (e - b) * sizeof(float));

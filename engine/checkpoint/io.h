@@ -16,11 +16,20 @@
 
 namespace hsdp::ckpt {
 
-// An open file descriptor, closed on destruction.
+// Direct I/O (O_DIRECT): the part of a read or write whose memory and file offset agree modulo
+// kDirectAlign, at least kDirectMin bytes, goes around the page cache; the unaligned head and
+// tail (and everything on a filesystem without O_DIRECT, such as tmpfs before Linux 6.6) go
+// through it. On
+// these VMs the page cache costs more than the disk (docs/checkpoint.md, "Direct I/O").
+constexpr uint64_t kDirectAlign = 4096;
+constexpr size_t kDirectMin = size_t{64} << 10;
+
+// An open file descriptor, closed on destruction; with `direct`, a second descriptor of the same
+// file opened with O_DIRECT (none where the filesystem refuses it).
 class File {
  public:
-  static StatusOr<File> openRead(const std::string& path);
-  static StatusOr<File> create(const std::string& path);  // write-only, truncated
+  static StatusOr<File> openRead(const std::string& path, bool direct = false);
+  static StatusOr<File> create(const std::string& path, bool direct = false);  // write, truncated
   File() = default;
   ~File();
   File(File&& o) noexcept;
@@ -28,8 +37,11 @@ class File {
   File(const File&) = delete;
   File& operator=(const File&) = delete;
 
+  // Appends at the end of what this File wrote.
   [[nodiscard]] Status writeAll(const void* data, size_t bytes);
   [[nodiscard]] Status preadAll(void* data, size_t bytes, uint64_t offset) const;
+  // Whether reads and writes can go around the page cache (see kDirectAlign).
+  bool direct() const { return dfd_ >= 0; }
   [[nodiscard]] Status sync();   // fsync
   [[nodiscard]] Status close();  // reports close()'s error (NFS reports write errors there)
   StatusOr<uint64_t> size() const;
@@ -46,7 +58,12 @@ class File {
 
  private:
   File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  void openDirect(int flags);
+  [[nodiscard]] Status pwriteAll(int fd, const char* p, size_t bytes);
+  [[nodiscard]] Status preadLoop(int fd, char* p, size_t bytes, uint64_t offset) const;
   int fd_ = -1;
+  int dfd_ = -1;      // O_DIRECT descriptor of the same file, or -1
+  uint64_t pos_ = 0;  // where writeAll appends
   std::string path_;
 };
 
@@ -73,17 +90,28 @@ StatusOr<std::string> resolveCheckpointDir(const std::string& path);
 
 // Data file f of a checkpoint in `dir`, opened, its size checked against the manifest (errors
 // name the file: missing, unreadable, truncated or replaced).
-StatusOr<File> openDataFile(const Manifest& m, const std::string& dir, int f);
+StatusOr<File> openDataFile(const Manifest& m, const std::string& dir, int f, bool direct = false);
 
 // Reads element ranges of a checkpoint's tensors. Each data file is opened on first use and its
 // size checked against the manifest. With `verify` every chunk a read touches is read whole and
 // its xxh64 checked (reads round out to chunks of <= kChunkElems); without, exactly the range.
+// With `direct`, reads whose destination lines up with the file (a load into the mesh the
+// checkpoint was saved on: the staging buffer is laid out as the file) go around the page cache.
 class TensorReader {
  public:
-  TensorReader(const Manifest& m, std::string dir, bool verify)
-      : m_(m), dir_(std::move(dir)), verify_(verify), files_(m.files.size()) {}
+  TensorReader(const Manifest& m, std::string dir, bool verify, bool direct = false)
+      : m_(m), dir_(std::move(dir)), verify_(verify), direct_(direct), files_(m.files.size()) {}
   // Elements [begin, end) of tensor `t` into dst.
   [[nodiscard]] Status read(int t, uint64_t begin, uint64_t end, float* dst);
+  // Every request, as read() would, in order; with `verify`, a whole chunk read in place is
+  // fetched on a second thread while this one checks the chunk before it (the disk and the
+  // hash overlap). Nothing else may use the reader meanwhile.
+  struct Request {
+    int t;
+    uint64_t begin, end;
+    float* dst;
+  };
+  [[nodiscard]] Status readMany(const std::vector<Request>& requests);
   // Tells the kernel that read(t, begin, end) comes (the bytes it will read, chunks rounded out
   // as read rounds them), so that a load's reads are in flight while earlier chunks are checked
   // and copied; best effort (a file that cannot be opened is left to read() to report).
@@ -94,9 +122,11 @@ class TensorReader {
 
  private:
   StatusOr<const File*> file(int f);
+  Status checkChunk(int t, const Chunk& c, const File& f, const float* data) const;
   const Manifest& m_;
   std::string dir_;
   bool verify_;
+  bool direct_;
   std::vector<std::optional<File>> files_;
   std::vector<float> buf_;
   uint64_t bytes_read_ = 0;

@@ -116,6 +116,13 @@ struct EngineConfig {
   // docs/reliability.md); > 0, the same on every rank. HSDP_TIMEOUT_S; default 600. The
   // watchdog is one per process: ShardedModel::create sets its timeout (the last model wins).
   std::optional<double> timeout_s;
+
+  // ---- checkpoints (hsdp/checkpoint.h) ----
+  // The data files of save and load go around the page cache (O_DIRECT) where the filesystem
+  // allows it (elsewhere, e.g. tmpfs before Linux 6.6, buffered): no page-cache copy, and where
+  // fresh memory is slow to fault in, no page cache to fill. HSDP_CKPT_DIRECT_IO; default on.
+  // docs/checkpoint.md, "Direct I/O".
+  std::optional<bool> checkpoint_direct_io;
 };
 
 // `cfg` with every unset optional filled from its HSDP_* variable, else its default, so that every
