@@ -90,6 +90,9 @@ struct Bench {
   hsdp::Comm& world;
   MPI_Comm raw;
   MPI_Comm shard_order;  // the world ordered by shard index k: hier's result layout
+  // MPI's own communicators of the mesh's two levels (same members and ranks), whatever
+  // transport the mesh runs on (HSDP_TRANSPORT_INTRA/INTER): the reference's collectives.
+  MPI_Comm intra_raw, inter_raw;
   std::vector<HierCase>& hiers;
   hsdp::Comm& world_off;             // the same, untraced (the -off algorithms)
   std::vector<HierCase>& hiers_off;  // hiers over world_off, in the same order
@@ -193,8 +196,7 @@ struct Bench {
   // The values are >= 0, so a node's partial sum is its ranks' sum, from MPI.
   std::vector<double> reduceTolerance(const hsdp::WireFormat& wire, const std::vector<float>& in,
                                       size_t per) const {
-    MPI_Comm intra = dynamic_cast<hsdp::mpi::MpiComm&>(mesh.intraShard()).raw();
-    MPI_Comm inter = dynamic_cast<hsdp::mpi::MpiComm&>(mesh.interShard()).raw();
+    MPI_Comm intra = intra_raw, inter = inter_raw;
     const int J = mesh.interShard().size(), me = mesh.interShard().rank();
     const size_t k = static_cast<size_t>(mesh.shardGroup().rank()), n = in.size();
     std::vector<float> node(n), nodes(J * n);
@@ -352,10 +354,24 @@ int benchMain(const Options& o, hsdp::Comm& world) {
       if (auto s = c.hier->reserve(max_count / n, *dt); !s.ok()) return fail(rank, s.message());
   for (hsdp::Comm* c : {&world, world_off.get()})
     if (auto s = c->reserveScratch(max_count / n * es); !s.ok()) return fail(rank, s.message());
-  MPI_Comm shard_order = dynamic_cast<hsdp::mpi::MpiComm&>((*mesh)->shardGroup()).raw();
+  // The reference's communicators, split from the world by MPI itself (the mesh's levels may
+  // run on UCX), ranked as the mesh ranks them.
+  MPI_Comm shard_order, intra_raw, inter_raw;
+  const hsdp::Mesh& m = **mesh;
+  MPI_Comm_split(raw, 0, m.shardGroup().rank(), &shard_order);
+  MPI_Comm_split(raw, layout->node_of_rank[rank], m.intraShard().rank(), &intra_raw);
+  MPI_Comm_split(raw, layout->local_rank_of_rank[rank], m.interShard().rank(), &inter_raw);
+  struct FreeComms {
+    MPI_Comm* c[3];
+    ~FreeComms() {
+      for (MPI_Comm* p : c) MPI_Comm_free(p);
+    }
+  } free_comms{{&shard_order, &intra_raw, &inter_raw}};
   Bench b{world,
           raw,
           shard_order,
+          intra_raw,
+          inter_raw,
           hiers,
           *world_off,
           hiers_off,
