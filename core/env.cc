@@ -141,8 +141,7 @@ const std::vector<Param>& registry() {
       {"HSDP_CKPT_DIRECT_IO", "bool", "1",
        "Checkpoint data files written by save and read by load go around the page cache "
        "(O_DIRECT) where the filesystem supports it (elsewhere, e.g. tmpfs before Linux 6.6, "
-       "buffered); "
-       "0: always through the page cache. Also EngineConfig::checkpoint_direct_io."},
+       "buffered); 0: always through the page cache. Also EngineConfig::checkpoint_direct_io."},
       {"HSDP_NCCL_TIMEOUT_S", "int", "",
        "Deprecated: read as HSDP_TIMEOUT_S (with a warning) when that is unset; 0 meant no "
        "timeout.",

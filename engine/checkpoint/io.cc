@@ -342,24 +342,29 @@ Status TensorReader::checkChunk(int t, const Chunk& c, const File& f, const floa
 }
 
 Status TensorReader::readMany(const std::vector<Request>& requests) {
-  // The whole chunks that land in place, in order; every file opened here (file() is not
-  // thread-safe), then announced to the kernel.
-  struct Whole {
+  // Every request cut at the chunks it touches, in order: a whole chunk lands in place (with
+  // verify: fetched on the second thread), a part of one goes through read(). Every file is
+  // opened here (file() is not thread-safe) and the buffered ones told what comes.
+  struct Piece {
     int t;
     const Chunk* c;
     const File* f;
+    uint64_t begin, end;  // elements of the tensor
     float* dst;
+    bool fetched;  // a whole chunk read by the fetcher
   };
-  std::vector<Whole> whole;
+  std::vector<Piece> pieces;
+  std::vector<size_t> whole;  // indices into pieces of the fetched ones
   for (const Request& r : requests) {
     willRead(r.t, r.begin, r.end);
     const std::vector<Chunk>& chunks = m_.tensors[r.t].chunks;
     for (auto it = firstChunkEndingAfter(chunks, r.begin); it != chunks.end() && it->start < r.end;
          ++it) {
-      const Chunk& c = *it;
-      HSDP_ASSIGN_OR_RETURN(const File* f, file(c.file));
-      if (verify_ && c.start >= r.begin && c.start + c.count <= r.end)
-        whole.push_back({r.t, &c, f, r.dst + (c.start - r.begin)});
+      HSDP_ASSIGN_OR_RETURN(const File* f, file(it->file));
+      const uint64_t b = std::max(r.begin, it->start), e = std::min(r.end, it->start + it->count);
+      const bool w = verify_ && b == it->start && e == it->start + it->count;
+      if (w) whole.push_back(pieces.size());
+      pieces.push_back({r.t, &*it, f, b, e, r.dst + (b - r.begin), w});
     }
   }
   if (whole.size() < 2) {
@@ -373,7 +378,7 @@ Status TensorReader::readMany(const std::vector<Request>& requests) {
   std::atomic<bool> stop{false};
   std::thread fetcher([&] {
     for (size_t i = 0; i < whole.size() && !stop.load(std::memory_order_relaxed); ++i) {
-      const Whole& w = whole[i];
+      const Piece& w = pieces[whole[i]];
       fetch_status[i] = w.f->preadAll(w.dst, w.c->count * sizeof(float), w.c->offset);
       fetched.store(i + 1, std::memory_order_release);
       fetched.notify_one();
@@ -383,27 +388,18 @@ Status TensorReader::readMany(const std::vector<Request>& requests) {
     fetched.notify_one();
   });
   Status result;
-  size_t next = 0;  // the next whole chunk to check
-  for (size_t ri = 0; ri < requests.size() && result.ok(); ++ri) {
-    const Request& r = requests[ri];
-    const std::vector<Chunk>& chunks = m_.tensors[r.t].chunks;
-    for (auto it = firstChunkEndingAfter(chunks, r.begin);
-         result.ok() && it != chunks.end() && it->start < r.end; ++it) {
-      const Chunk& c = *it;
-      if (next < whole.size() && whole[next].c == &c &&
-          whole[next].dst == r.dst + (c.start - r.begin)) {
-        size_t seen;
-        while ((seen = fetched.load(std::memory_order_acquire)) <= next) fetched.wait(seen);
-        result = fetch_status[next];
-        if (result.ok()) result = checkChunk(r.t, c, *whole[next].f, whole[next].dst);
-        bytes_read_ += c.count * sizeof(float);
-        ++next;
-        continue;
-      }
-      // A part of a chunk: read() rounds it out to the chunk, through buf_.
-      const uint64_t b = std::max(r.begin, c.start), e = std::min(r.end, c.start + c.count);
-      result = read(r.t, b, e, r.dst + (b - r.begin));
+  size_t next = 0;  // the next fetched chunk to check
+  for (size_t i = 0; i < pieces.size() && result.ok(); ++i) {
+    const Piece& p = pieces[i];
+    if (!p.fetched) {
+      result = read(p.t, p.begin, p.end, p.dst);
+      continue;
     }
+    size_t seen;
+    while ((seen = fetched.load(std::memory_order_acquire)) <= next) fetched.wait(seen);
+    result = fetch_status[next++];
+    if (result.ok()) result = checkChunk(p.t, *p.c, *p.f, p.dst);
+    bytes_read_ += p.c->count * sizeof(float);
   }
   stop.store(true, std::memory_order_relaxed);
   fetcher.join();

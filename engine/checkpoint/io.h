@@ -19,8 +19,8 @@ namespace hsdp::ckpt {
 // Direct I/O (O_DIRECT): the part of a read or write whose memory and file offset agree modulo
 // kDirectAlign, at least kDirectMin bytes, goes around the page cache; the unaligned head and
 // tail (and everything on a filesystem without O_DIRECT, such as tmpfs before Linux 6.6) go
-// through it. On
-// these VMs the page cache costs more than the disk (docs/checkpoint.md, "Direct I/O").
+// through it. On these VMs the page cache costs more than the disk (docs/checkpoint.md, "Direct
+// I/O").
 constexpr uint64_t kDirectAlign = 4096;
 constexpr size_t kDirectMin = size_t{64} << 10;
 
