@@ -5,7 +5,8 @@
 //             read back cold, on the same filesystem, through the page cache and around it
 //             (O_DIRECT, like dd oflag=direct / iflag=direct); and the same per rank in
 //             parallel. A ratio is against the faster of the two one-process ceilings.
-//   async     step time with saveAsync after every step vs without saving
+//   async     step time with saveAsync after every step vs without saving (paired blocks of
+//             --steps steps, alternating, --blocks pairs; the median of the pairs' ratios)
 // Medians of --repeats. Run it under mpirun, e.g. 8 ranks as 2 virtual nodes x 4:
 //   mpirun -np 8 -x HSDP_RANKS_PER_NODE=4 build/bench/ckpt_bench --dir /work/ckpt-bench --gib 1
 #include <fcntl.h>
@@ -105,7 +106,7 @@ Status trainStep(ShardedModel& m, int rank, int step) {
 }
 
 int run(Comm& world, const std::string& dir, double gib, int repeats, int units, int steps,
-        bool keep) {
+        int blocks, bool keep) {
   const int rank = world.rank();
   auto layout = groupRanksIntoNodes(world);
   if (!layout.ok()) return 2;
@@ -195,22 +196,48 @@ int run(Comm& world, const std::string& dir, double gib, int repeats, int units,
     rp_s.push_back(since(t0));
     std::filesystem::remove(mine);
   }
-  // Step time without saving and with an async save after every step.
-  std::vector<double> plain, async, snap, write;
-  for (int s = 0; s < 2 * steps; ++s) {
-    const bool save = s >= steps;
-    (void)world.barrier();
-    auto t0 = Clock::now();
-    if (!trainStep(model, rank, s + 1).ok() || !model.step().ok()) return 3;
-    if (save && model.saveInFlight()) {  // what saveAsync would wait for anyway
+  // Step time without saving and with an async save after every step, in paired blocks of
+  // --steps steps: a block of each kind, in alternating order, --blocks times. Saving blocks are
+  // timed in the steady state of saving every step: one untimed step starts a save first, and
+  // the last save's background work finishes untimed after the block, so every timed step
+  // carries one save's background work and one save's blocking part. The machine drifts by
+  // more than the effect over a minute: a pair's ratio is taken from two adjacent blocks, and
+  // the ratio reported is the median of the pairs'.
+  std::vector<double> plain, async, pair_ratio, snap, write;
+  int step = 1;
+  auto oneStep = [&](bool save) -> bool {
+    if (!trainStep(model, rank, step++).ok() || !model.step().ok()) return false;
+    if (!save) return true;
+    if (model.saveInFlight()) {  // what saveAsync would wait for anyway
       auto r = model.waitForSave();
-      if (!r.ok()) return 3;
+      if (!r.ok()) return false;
       snap.push_back(r->snapshot_seconds);
       write.push_back(r->seconds);
     }
-    if (save && !model.saveAsync(root + "-async", {.keep_last = 1}).ok()) return 3;
+    return model.saveAsync(root + "-async", {.keep_last = 1}).ok();
+  };
+  auto timeBlock = [&](bool save) -> double {
+    if (save && !oneStep(true)) return -1;
     (void)world.barrier();
-    (save ? async : plain).push_back(since(t0));
+    const auto t0 = Clock::now();
+    for (int i = 0; i < steps; ++i)
+      if (!oneStep(save)) return -1;
+    (void)world.barrier();
+    const double t = since(t0) / steps;
+    if (model.saveInFlight() && !model.waitForSave().ok()) return -1;
+    return t;
+  };
+  for (int b = 0; b < blocks; ++b) {
+    double p = 0, a = 0;
+    for (int k = 0; k < 2; ++k) {
+      const bool save = (k == 0) == (b % 2 == 1);
+      const double t = timeBlock(save);
+      if (t < 0) return 3;
+      (save ? a : p) = t;
+    }
+    plain.push_back(p);
+    async.push_back(a);
+    pair_ratio.push_back(a / p);
   }
   if (model.saveInFlight() && !model.waitForSave().ok()) return 3;
   if (rank == 0) std::filesystem::remove_all(root + "-async");
@@ -238,12 +265,18 @@ int run(Comm& world, const std::string& dir, double gib, int repeats, int units,
     row("ceiling: 1 process reads O_DIRECT", median(r1d_s), 0);
     row("ceiling: every rank reads 1/W (cold)", median(rp_s), 0);
     row("load (cold: read, verify, install)", median(load_s), r1);
+    std::vector<double> sorted = pair_ratio;
+    std::sort(sorted.begin(), sorted.end());
     std::printf(
         "\nstep time: %.3f s without saving, %.3f s with saveAsync after every step "
         "(%.2fx)\n",
-        median(plain), median(async), median(async) / median(plain));
+        median(plain), median(async), median(pair_ratio));
     std::printf(
-        "async save: %.3f s blocking (the snapshot copy), %.3f s until committed in the "
+        "  %d pairs of blocks of %d steps, each pair's ratio: min %.2fx, median %.2fx, "
+        "max %.2fx\n",
+        blocks, steps, sorted.front(), median(pair_ratio), sorted.back());
+    std::printf(
+        "async save: %.3f s blocking (saveAsync itself), %.3f s until committed in the "
         "background\n",
         median(snap), median(write));
   }
@@ -260,7 +293,7 @@ int main(int argc, char** argv) {
   CLI::App app{"checkpoint save/load throughput vs the filesystem", "ckpt_bench"};
   std::string dir = "/tmp/hsdp-ckpt-bench";
   double gib = 1.0;
-  int repeats = 3, units = 16, steps = 3;
+  int repeats = 3, units = 16, steps = 3, blocks = 7;
   bool keep = false;
   app.add_option("--dir", dir, "Where to write (removed at the end)");
   // Bounded so that every size they make fits: 4 TiB of state, 10^4 units and repeats.
@@ -268,7 +301,9 @@ int main(int argc, char** argv) {
                      hsdp::RealRange{0, 4096, true, false});
   hsdp::cli::addInt(app, "--repeats", repeats, "Repeats of save/load/ceilings", 1, 10000);
   hsdp::cli::addInt(app, "--units", units, "Units the model is split into", 1, 10000);
-  hsdp::cli::addInt(app, "--steps", steps, "Steps timed without and with an async save", 1, 10000);
+  hsdp::cli::addInt(app, "--steps", steps, "Steps of a timed block (without or with async saves)",
+                    1, 10000);
+  hsdp::cli::addInt(app, "--blocks", blocks, "Pairs of timed blocks (one of each kind)", 1, 10000);
   app.add_flag("--keep", keep, "Leave the checkpoint in DIR/ckpt/bench (bench/ckpt_bench.sh)");
   try {
     app.parse(argc, argv);
@@ -276,7 +311,7 @@ int main(int argc, char** argv) {
     const int rank = (*world)->rank();
     return hsdp::cli::reportParseError(app, e, "ckpt_bench", rank, rank == 0);
   }
-  int rc = run(**world, dir, gib, repeats, units, steps, keep);
+  int rc = run(**world, dir, gib, repeats, units, steps, blocks, keep);
   world->reset();
   return rc;
 }

@@ -80,12 +80,14 @@ Status checkConfig(const Mesh& mesh, const EngineConfig& cfg) {
                                "(hsdp::nccl::createNcclComm, hsdp/nccl.h)");
   }
   if (cfg.mode == ShardMode::kNone && s.shardGroupSize() != 1)
-    return invalidArgument("mode none replicates everything and needs intra_shard=1 and "
-                           "inter_shard=1 (got intra_shard=", s.intra_shard, ", inter_shard=",
-                           s.inter_shard, "); use mode zero3 to shard");
+    return invalidArgument(
+        "mode none replicates everything and needs intra_shard=1 and "
+        "inter_shard=1 (got intra_shard=",
+        s.intra_shard, ", inter_shard=", s.inter_shard, "); use mode zero3 to shard");
   if (cfg.offload_cpu && cfg.mode == ShardMode::kNone)
-    return invalidArgument("CPU offload needs a sharded optimizer: mode none keeps the optimizer "
-                           "state with every replica; use zero1, zero2 or zero3");
+    return invalidArgument(
+        "CPU offload needs a sharded optimizer: mode none keeps the optimizer "
+        "state with every replica; use zero1, zero2 or zero3");
   if (cfg.hpz && cfg.mode != ShardMode::kZero3)
     return invalidArgument("hpZ needs mode zero3 (got ", shardModeName(cfg.mode),
                            "): only zero3 re-gathers parameters in backward");
@@ -146,8 +148,9 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
     // the shard group does it: NCCL runs its own intra/inter hierarchy inside a communicator.
     static bool logged = false;
     if (!logged && !env::getString("HSDP_HIER").empty()) {
-      HSDP_INFO(kShard, "HSDP_HIER is ignored on a device: parameters and gradients move "
-                        "with one NCCL collective over the shard group");
+      HSDP_INFO(kShard,
+                "HSDP_HIER is ignored on a device: parameters and gradients move "
+                "with one NCCL collective over the shard group");
       logged = true;
     }
     impl->hierarchical = false;
@@ -217,7 +220,8 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
     return invalidArgument("setParameter('", u.name, ".", name, "'): ", numel,
                            " values for a parameter of ", p.numel());
   HSDP_RETURN_IF_ERROR(m.waitForStep(u));
-  MemorySpace& sp = *m.space;  // `full` is host memory; the buffers are the space's
+  HSDP_RETURN_IF_ERROR(m.waitForSnapshot());  // a save in flight may still read the shard
+  MemorySpace& sp = *m.space;                 // `full` is host memory; the buffers are the space's
   // Our slice of the parameter, exact, into the fp32 master shard.
   auto copySlice = [&]() -> Status {
     auto [sb, se] = u.layout.shardRange(m.shardIndex());
@@ -242,8 +246,8 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
     HSDP_RETURN_IF_ERROR(copySlice());
   }
   if (m.queue && !u.frozen)  // the host master mirrors the shard
-    HSDP_RETURN_IF_ERROR(sp.copyToHost(u.host_master.data(), m.master(u),
-                                       u.layout.shardNumel() * sizeof(float)));
+    HSDP_RETURN_IF_ERROR(
+        sp.copyToHost(u.host_master.data(), m.master(u), u.layout.shardNumel() * sizeof(float)));
   HSDP_RETURN_IF_ERROR(m.refreshEncoded(u));
   return m.refresh16(u);
 }
@@ -268,9 +272,9 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
                              : m.gatherAny(m.master(u), static_cast<float*>(block),
                                            u.layout.shardNumel(), DType::kFloat32);
   watchdog::WaitScope wait("gatherFullParameters", u.name);
-  Status s = w.ok() ? m.space->reached(*w, Lane::kCompute, /*block=*/true, /*exposed=*/false)
-                          .status()
-                    : w.status();
+  Status s = w.ok()
+                 ? m.space->reached(*w, Lane::kCompute, /*block=*/true, /*exposed=*/false).status()
+                 : w.status();
   if (s.ok()) s = m.space->copyToHost(out->data(), block, u.layout.numel() * sizeof(float));
   HSDP_RETURN_IF_ERROR(m.pool.release(block));
   return s;

@@ -77,7 +77,7 @@ struct Unit {
 
   // ---- the gather path (unshard.cc) ----
   bool hpz_valid = false;
-  bool deferred = false;  // unshard() was rate-limited: the gather is not issued yet
+  bool deferred = false;       // unshard() was rate-limited: the gather is not issued yet
   void* gathered16 = nullptr;  // in-flight bf16 pool block of the gather
   float* gathered = nullptr;   // full parameters while unsharded (pool block, or the shard)
   WorkHandle gather;           // the all-gather in flight between unshard() and its wait
@@ -150,8 +150,8 @@ struct ShardedModel::Impl {
   std::unique_ptr<StepQueue> queue;  // offload: steps run here, off the training thread
 
   // ---- the gather path (unshard.cc) ----
-  BufferPool pool;    // fp32 full-size blocks: gathered parameters, full gradients
-  BufferPool pool16;  // bf16 full-size blocks: gathered parameters, gradients on the wire
+  BufferPool pool;           // fp32 full-size blocks: gathered parameters, full gradients
+  BufferPool pool16;         // bf16 full-size blocks: gathered parameters, gradients on the wire
   int gathered_alive = 0;    // zero3 units holding a gathered block
   std::deque<int> deferred;  // rate-limited unshard() calls, in call order
   // copyOutParams / copyInGrads scratch, reused: no allocation once grown.
@@ -262,6 +262,10 @@ struct ShardedModel::Impl {
   ckpt::FilePlan myPlan() const;
   // The snapshot/staging buffer, sized for myPlan() (allocated on first use, then reused).
   Status ensureSaver();
+  // Returns once the save in flight (if any) has copied what it reads from the training state
+  // (host memory: its copier thread; device memory is ordered by the copy stream): called by
+  // whatever changes that state (step, an offloaded unit's step, setParameter).
+  Status waitForSnapshot();
   void* stagingData() const;
   // Fills the staging buffer's chunks of states < `states` through `read`, then (collective)
   // all-gathers them over the replicas into the engine's shards and refreshes what derives from

@@ -26,8 +26,7 @@ AdamConfig spanConfig(const AdamConfig& adam, const DecaySpan& s) {
 
 Status ShardedModel::Impl::refresh16(Unit& u) {
   if (!bf16Params()) return okStatus();
-  return space->castToBf16(master(u), u.shard16.as<bf16>(), u.layout.shardNumel(),
-                           Lane::kCompute);
+  return space->castToBf16(master(u), u.shard16.as<bf16>(), u.layout.shardNumel(), Lane::kCompute);
 }
 
 // The int8/int4 parameter wire: encode the master shard once, for every gather until the next
@@ -51,6 +50,7 @@ Status ShardedModel::Impl::readNorm() const {
 // shard goes to host memory (on a device: a D2H copy started here), the CPU Adam steps the host
 // master span by span, and the master comes back (on a device: an H2D copy).
 Status ShardedModel::Impl::launchStep(Unit& u, int64_t t, float scale) {
+  HSDP_RETURN_IF_ERROR(waitForSnapshot());  // the step writes what a save in flight may read
   float* space_master = master(u);
   const size_t n = u.layout.shardNumel();
   const AdamConfig adam = cfg.adam;  // by value: the rate of this step, whatever comes later
@@ -66,25 +66,25 @@ Status ShardedModel::Impl::launchStep(Unit& u, int64_t t, float scale) {
   HSDP_RETURN_IF_ERROR(
       sp->startDownload(*u.offload, u.host_grad.data(), u.grad_shard.data(), n * sizeof(float)));
   u.encoded_valid = false;
-  u.step_ticket = queue->submit([&u, space_master, n, adam, opt, sp, t, scale, out16, up16, encode,
-                                 wire]() -> Status {
-    HSDP_RETURN_IF_ERROR(sp->finishDownload(*u.offload, u.host_grad.data(), u.grad_shard.data(),
-                                            n * sizeof(float)));
-    for (const DecaySpan& s : u.decay_spans) {
-      HSDP_RETURN_IF_ERROR(opt->step(
-          spanConfig(adam, s), t,
-          {u.host_master.as<float>() + s.begin, u.host_grad.as<float>() + s.begin,
-           u.exp_avg.as<float>() + s.begin, u.exp_avg_sq.as<float>() + s.begin, s.n,
-           out16 ? out16 + s.begin : nullptr},
-          scale));
-    }
-    HSDP_RETURN_IF_ERROR(
-        sp->upload(*u.offload, space_master, u.host_master.data(), n * sizeof(float)));
-    if (up16 != nullptr)
-      HSDP_RETURN_IF_ERROR(sp->upload(*u.offload, up16, out16, n * sizeof(bf16)));
-    if (encode) wireEncode(wire, u.host_master.as<float>(), n, u.encoded_shard.data());
-    return okStatus();
-  });
+  u.step_ticket = queue->submit(
+      [&u, space_master, n, adam, opt, sp, t, scale, out16, up16, encode, wire]() -> Status {
+        HSDP_RETURN_IF_ERROR(sp->finishDownload(*u.offload, u.host_grad.data(), u.grad_shard.data(),
+                                                n * sizeof(float)));
+        for (const DecaySpan& s : u.decay_spans) {
+          HSDP_RETURN_IF_ERROR(
+              opt->step(spanConfig(adam, s), t,
+                        {u.host_master.as<float>() + s.begin, u.host_grad.as<float>() + s.begin,
+                         u.exp_avg.as<float>() + s.begin, u.exp_avg_sq.as<float>() + s.begin, s.n,
+                         out16 ? out16 + s.begin : nullptr},
+                        scale));
+        }
+        HSDP_RETURN_IF_ERROR(
+            sp->upload(*u.offload, space_master, u.host_master.data(), n * sizeof(float)));
+        if (up16 != nullptr)
+          HSDP_RETURN_IF_ERROR(sp->upload(*u.offload, up16, out16, n * sizeof(bf16)));
+        if (encode) wireEncode(wire, u.host_master.as<float>(), n, u.encoded_shard.data());
+        return okStatus();
+      });
   return okStatus();
 }
 
@@ -172,10 +172,12 @@ Status ShardedModel::Impl::gatherReplicated(bool frozen_too) {
 Status ShardedModel::step() {
   Impl& m = *impl_;
   if (!m.finalized) return failedPrecondition("step: call finalize() first");
+  HSDP_RETURN_IF_ERROR(m.waitForSnapshot());  // the step writes what a save may still read
   HSDP_RETURN_IF_ERROR(m.pollReductions(/*block=*/true));
   for (const Unit& u : m.units)
     if (!u.frozen && !u.grad_reduced)
-      return failedPrecondition("step: unit '", u.name, "' has no reduced gradient; call "
+      return failedPrecondition("step: unit '", u.name,
+                                "' has no reduced gradient; call "
                                 "reduceGrad for every unit before step");
   // On a device: the compute stream (norm, optimizer) comes after every reduction.
   HSDP_RETURN_IF_ERROR(m.space->order(Lane::kCompute, Lane::kReduce));

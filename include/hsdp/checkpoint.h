@@ -63,7 +63,7 @@ struct SaveResult {
   int64_t step = 0;
   uint64_t bytes = 0;           // data bytes of every rank's file
   uint64_t rank_bytes = 0;      // this rank's file
-  double snapshot_seconds = 0;  // what saveAsync blocked for (the copy into host memory)
+  double snapshot_seconds = 0;  // what saveAsync blocked for (checks; device copies started)
   double seconds = 0;           // saveAsync's start to the commit
 };
 

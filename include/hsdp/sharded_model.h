@@ -213,10 +213,11 @@ class ShardedModel {
   // and options.user into <root>/<name> (SaveOptions::name) and points <root>/latest at it;
   // returns once committed. save() is saveAsync() then waitForSave().
   StatusOr<SaveResult> save(const std::string& root, const SaveOptions& options = {});
-  // Copies this rank's part of the state into a host snapshot (allocated once, reused; pinned
-  // on a device, where the copy runs on a copy stream of its own and the next step waits for
-  // it on the device, not on the host) and returns; a background thread writes it and rank 0
-  // commits it while training goes on. A save still in flight is waited for first (its error,
+  // Starts copying this rank's part of the state into a host snapshot (allocated once, reused;
+  // pinned on a device, where the copy runs on a copy stream of its own and the next step waits
+  // for it on the device, not on the host; state in host memory is copied by a background
+  // thread, and what changes that state next, step() or setParameter(), waits for that copy)
+  // and returns; a background thread writes it and rank 0 commits it while training goes on. A save still in flight is waited for first (its error,
   // if any, is returned and the new save does not start).
   [[nodiscard]] Status saveAsync(const std::string& root, const SaveOptions& options = {});
   // Waits for the save in flight (FailedPrecondition when there is none) and returns its result.

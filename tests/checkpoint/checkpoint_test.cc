@@ -170,6 +170,54 @@ TEST_F(Checkpoint, ResumeIsBitwise) {
   }
 }
 
+// saveAsync returns before its copier thread has read the host state: setParameter at once
+// after it (and with offload, a step) must wait for the copy. The checkpoint holds the values of
+// the save's step, the model the new ones. A few MiB per rank, so that the copy is still going
+// when setParameter comes; without the wait the first check fails.
+TEST_F(Checkpoint, AsyncSaveHoldsTheStateOfItsStep) {
+  const Case cases[] = {
+      {"zero3", ShardMode::kZero3, 0, 0},
+      {"zero3.offload", ShardMode::kZero3, 0, 0, false, DType::kFloat32, DType::kFloat32, 1, 0,
+       true},
+  };
+  const size_t numel = size_t{1} << 20 << (world().size() > 4 ? 3 : 2);
+  std::vector<float> before(numel), after(numel);
+  for (size_t i = 0; i < numel; ++i) {
+    before[i] = 0.001f * float(i % 1009);
+    after[i] = -0.5f - 0.002f * float(i % 997);
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto m = mesh(c.intra, c.inter);
+    ASSERT_TRUE(m);
+    const std::string root = dir_ + "/held-" + c.name;
+    auto make = [&]() -> std::unique_ptr<ShardedModel> {
+      auto model = ShardedModel::create(*m, config(c));
+      EXPECT_TRUE(model.ok());
+      if (!model.ok()) return nullptr;
+      EXPECT_TRUE((*model)->addUnit("big", {{"w", {static_cast<int64_t>(numel)}}}).ok());
+      EXPECT_TRUE((*model)->finalize().ok());
+      return std::move(*model);
+    };
+    auto a = make();
+    ASSERT_TRUE(a);
+    ASSERT_TRUE(a->setParameter(0, "w", before.data(), numel).ok());
+    ASSERT_TRUE(a->saveAsync(root, {.name = "held"}).ok());
+    ASSERT_TRUE(a->setParameter(0, "w", after.data(), numel).ok());
+    auto r = a->waitForSave();
+    ASSERT_TRUE(r.ok()) << r.status().toString();
+    std::vector<float> got;
+    ASSERT_TRUE(a->gatherFullParameters(0, &got).ok());
+    EXPECT_TRUE(got == after) << "setParameter after saveAsync did not take effect";
+    auto b = make();
+    ASSERT_TRUE(b);
+    auto l = b->load(root + "/held");
+    ASSERT_TRUE(l.ok()) << l.status().toString();
+    ASSERT_TRUE(b->gatherFullParameters(0, &got).ok());
+    EXPECT_TRUE(got == before) << "the checkpoint holds values set after saveAsync";
+  }
+}
+
 // Saved on the full shard group (zero3), loaded into every other mesh and mode of this world:
 // the same parameters (gatherFullParameters) and, saved again, the same checkpoint contents.
 TEST_F(Checkpoint, LoadsIntoEveryMeshAndMode) {
