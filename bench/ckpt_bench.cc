@@ -211,14 +211,14 @@ int run(Comm& world, const std::string& dir, double gib, int repeats, int units,
   enum Kind { kPlain, kAsync, kBeside };
   std::vector<double> plain, async, beside, async_ratio, beside_ratio, vs_beside, snap, write;
   Block wblock;
-  std::thread writer;
+  std::jthread writer;  // joins on every way out of run(), an early error return included
   const std::string wpath = dir + "/beside-" + std::to_string(rank) + ".bin";
   int step = 1;
   auto oneStep = [&](Kind kind) -> bool {
     if (!trainStep(model, rank, step++).ok() || !model.step().ok()) return false;
     if (kind == kBeside) {
       if (writer.joinable()) writer.join();
-      writer = std::thread([&] { writeFile(wpath, bytes / world.size(), wblock, true); });
+      writer = std::jthread([&] { writeFile(wpath, bytes / world.size(), wblock, true); });
     }
     if (kind != kAsync) return true;
     if (model.saveInFlight()) {  // what saveAsync would wait for anyway
@@ -322,9 +322,11 @@ int main(int argc, char** argv) {
                      hsdp::RealRange{0, 4096, true, false});
   hsdp::cli::addInt(app, "--repeats", repeats, "Repeats of save/load/ceilings", 1, 10000);
   hsdp::cli::addInt(app, "--units", units, "Units the model is split into", 1, 10000);
-  hsdp::cli::addInt(app, "--steps", steps, "Steps of a timed block (without or with async saves)",
-                    1, 10000);
-  hsdp::cli::addInt(app, "--blocks", blocks, "Rounds of timed blocks (one block of each kind)", 1, 10000);
+  hsdp::cli::addInt(app, "--steps", steps,
+                    "Steps of a timed block (of each kind: no saving, saveAsync, plain write)", 1,
+                    10000);
+  hsdp::cli::addInt(app, "--blocks", blocks, "Rounds of timed blocks (one block of each kind)", 1,
+                    10000);
   app.add_flag("--keep", keep, "Leave the checkpoint in DIR/ckpt/bench (bench/ckpt_bench.sh)");
   try {
     app.parse(argc, argv);
