@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "core/watchdog.h"
@@ -167,6 +168,30 @@ void Comm::setName(std::string name) {
 
 WorkHandle completedWork(Status status) {
   return std::make_unique<CompletedWork>(std::move(status));
+}
+
+Status checkBlockRuns(const BlockRuns& l) {
+  if (l.runs == 0) return invalidArgument("reduce-scatter blocks of 0 runs");
+  if (l.runs > 1 && l.stride < l.run)
+    return invalidArgument("reduce-scatter runs of ", l.run, " elements ", l.stride,
+                           " apart overlap");
+  return okStatus();
+}
+
+StatusOr<WorkHandle> Comm::ireduceScatterRuns(const void* send, void* recv, const BlockRuns& layout,
+                                              DType dtype, RedOp op, void* pack) {
+  HSDP_RETURN_IF_ERROR(checkBlockRuns(layout));
+  const size_t es = dtypeSize(dtype), n = layout.run, block = layout.blockCount();
+  if (block == 0) return ireduceScatter(send, recv, 0, dtype, op);
+  if (pack == nullptr)
+    return invalidArgument("ireduceScatterRuns on the '", transportName(),
+                           "' transport needs a pack buffer");
+  const auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(pack);
+  for (size_t q = 0; q < static_cast<size_t>(size()); ++q)
+    for (size_t r = 0; r < layout.runs; ++r)
+      std::memcpy(out + (q * block + r * n) * es, in + layout.offset(q, r) * es, n * es);
+  return ireduceScatter(pack, recv, block, dtype, op);
 }
 
 StatusOr<WorkHandle> Comm::iallToAll(const void*, void*, size_t, DType) {

@@ -113,8 +113,9 @@ class PipelinedAllGather final : public ChunkPipeline {
   TwoLevelStaging st_;
 };
 
-// reduce-scatter: chunk c is packed from the user's buffer (I*J pieces) into `full`, reduced
-// inside the node (full -> half, J pieces), then across nodes (half -> the shard's chunk).
+// reduce-scatter: chunk c's I*J pieces of the user's buffer are reduced inside the node (-> half,
+// J pieces; a transport that cannot read them in place packs them into `full` first), then
+// across nodes (half -> the shard's chunk).
 class PipelinedReduceScatter final : public ChunkPipeline {
  public:
   PipelinedReduceScatter(State& h, HostBuffer* slot, const void* full, void* shard, size_t count,
@@ -139,12 +140,9 @@ class PipelinedReduceScatter final : public ChunkPipeline {
   StatusOr<WorkHandle> issue(size_t c, int stage) override {
     const size_t es = dtypeSize(dtype_), b = slotOf(c);
     auto [off, n] = chunkRange(count_, numChunks(), c);
-    if (stage == 0) {
-      char* p = st_.full[b];
-      for (size_t k = 0; k < I_ * J_; ++k)
-        std::memcpy(p + k * n * es, full_ + (k * count_ + off) * es, n * es);
-      return h_.intra_.ireduceScatter(p, st_.half[b], J_ * n, dtype_, op_);
-    }
+    if (stage == 0)  // the chunk's I*J pieces, read where they lie (or packed into `full`)
+      return h_.intra_.ireduceScatterRuns(full_ + off * es, st_.half[b], {n, J_, count_}, dtype_,
+                                          op_, st_.full[b]);
     // With avg the intra phase divides by I and this one by J: 1/(I*J) in all.
     if (wire_ == dtype_)
       return h_.inter_.ireduceScatter(st_.half[b], shard_ + off * es, n, dtype_, op_);

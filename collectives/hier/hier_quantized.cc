@@ -4,7 +4,8 @@
 //   all-gather      inter all-gather of the chunk's codes (J pieces), intra all-gather of those
 //                   (I*J pieces), then every piece decoded into the gathered buffer. Codes, not
 //                   floats, cross the node's ranks too, and every rank decodes the same bytes.
-//   reduce-scatter  intra reduce-scatter in fp32 (J pieces of partial sums), then each rank
+//   reduce-scatter  intra reduce-scatter in fp32 (J pieces of partial sums, the chunk's pieces
+//                   read from the caller's buffer where they lie), then each rank
 //                   encodes the J-1 pieces other nodes own (with error feedback), one inter
 //                   all-to-all of the codes, and the J pieces of its own block summed in fp32 in
 //                   node order, its own piece exact (qgZ: no partial sum is quantized twice).
@@ -153,12 +154,12 @@ class QuantReduceScatter final : public ChunkPipeline {
     const QuantChunk k = quantChunk(count_, numChunks(), w_, c);
     const size_t b = slotOf(c);
     if (stage == 0) {
-      // One chunk is already laid out as the intra reduce-scatter wants it: no packing copy.
+      // One chunk is already laid out as the intra reduce-scatter wants it; more are read where
+      // they lie (a transport that cannot packs them into pack_ first).
       if (numChunks() == 1)
         return h_.intra_.ireduceScatter(full_, half_[b], J_ * k.n, DType::kFloat32, op_);
-      for (size_t q = 0; q < I_ * J_; ++q)
-        std::memcpy(pack_[b] + q * k.n, full_ + q * count_ + k.off, k.n * sizeof(float));
-      return h_.intra_.ireduceScatter(pack_[b], half_[b], J_ * k.n, DType::kFloat32, op_);
+      return h_.intra_.ireduceScatterRuns(full_ + k.off, half_[b], {k.n, J_, count_},
+                                          DType::kFloat32, op_, pack_[b]);
     }
     // The pieces the other nodes own, encoded; our own piece stays here, exact.
     for (size_t j = 0; j < J_; ++j) {
@@ -184,7 +185,7 @@ class QuantReduceScatter final : public ChunkPipeline {
   WireFormat w_;
   float* residual_;
   size_t I_, J_, me_;
-  float* pack_[kSlots];  // the chunk's I*J pieces, packed from the user's buffer
+  float* pack_[kSlots];  // the chunk's I*J pieces, where the transport packs them
   float* half_[kSlots];  // J pieces of this node's partial sums, after the intra phase
   char* send_[kSlots];   // J pieces of codes (our own slot unused)
   char* recv_[kSlots];   // J pieces of codes from the other nodes

@@ -6,7 +6,10 @@
 #include <vector>
 
 #include "collectives/mpi/mpi_check.h"
+#include "collectives/mpi/mpi_cma.h"
+#include "collectives/mpi/mpi_exchange.h"
 #include "core/watchdog.h"
+#include "hsdp/env.h"
 #include "hsdp/log.h"
 
 namespace hsdp::mpi {
@@ -42,12 +45,53 @@ bool isFloating(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16;
 
 }  // namespace
 
+// The float32 reduce-scatter of a communicator (HSDP_MPI_RS_ALGO; collective: every member has
+// the same environment and takes the same branch). auto: on one host the cross-memory-attach one
+// where a probe read succeeds, else the exchange; between hosts the ring, which puts the fewest
+// bytes on the links.
+Status checkReduceScatterAlgo() {
+  const std::string v = env::getString("HSDP_MPI_RS_ALGO");
+  if (!v.empty() && v != "auto" && v != "ring" && v != "exchange" && v != "cma")
+    return invalidArgument("HSDP_MPI_RS_ALGO='", v, "' is not auto, ring, exchange or cma");
+  return okStatus();
+}
+
+StatusOr<MpiComm::ReduceScatter> MpiComm::chooseReduceScatter(MPI_Comm comm, int rank, int size,
+                                                              std::vector<pid_t>* pids) {
+  const std::string v = env::getString("HSDP_MPI_RS_ALGO");
+  if (v == "ring") return ReduceScatter::kRing;
+  if (v == "exchange") return ReduceScatter::kExchange;
+  MPI_Comm local;
+  HSDP_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+  int local_size = 0;
+  const int rc = MPI_Comm_size(local, &local_size);
+  MPI_Comm_free(&local);
+  HSDP_MPI_CHECK(rc);
+  int mine = local_size == size ? 1 : 0, shared = 0;
+  HSDP_MPI_CHECK(MPI_Allreduce(&mine, &shared, 1, MPI_INT, MPI_MIN, comm));
+  if (shared == 1 || v == "cma") {
+    HSDP_ASSIGN_OR_RETURN(const bool cma, crossMemoryAttach(comm, rank, size, pids));
+    if (cma) return ReduceScatter::kCma;
+    if (v == "cma")
+      return failedPrecondition("HSDP_MPI_RS_ALGO=cma, but ",
+                                shared == 1 ? "this host refuses process_vm_readv between ranks"
+                                            : "the ranks are not all on one host");
+  }
+  HSDP_INFO(kColl, "mpi comm (size ", size, "): reduce-scatter by ",
+            shared == 1 ? "exchange (process_vm_readv refused)" : "ring (ranks on several hosts)");
+  return shared == 1 ? ReduceScatter::kExchange : ReduceScatter::kRing;
+}
+
 StatusOr<std::unique_ptr<Comm>> MpiComm::adopt(MPI_Comm comm, bool traced) {
   HSDP_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
   int rank = 0, size = 0;
   HSDP_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   HSDP_MPI_CHECK(MPI_Comm_size(comm, &size));
   std::unique_ptr<MpiComm> c(new MpiComm(comm, rank, size));
+  HSDP_RETURN_IF_ERROR(checkReduceScatterAlgo());  // also where there is nothing to choose
+  if (size > 1) {
+    HSDP_ASSIGN_OR_RETURN(c->rs_, chooseReduceScatter(comm, rank, size, &c->pids_));
+  }
   if (traced && size > 1 && watchdog::tracing()) {
     // The members' world ranks (local: MPI knows them).
     MPI_Group group, world;
@@ -115,8 +159,10 @@ StatusOr<WorkHandle> MpiComm::iallGather(const void* send, void* recv, size_t co
 // Ring reduce-scatter over point-to-point messages, as a state machine. Step s sends our partial
 // sum of chunk (r-s-1) to the right and receives the left neighbour's partial of chunk (r-s-2),
 // adding our own contribution; after n-1 steps we hold the full sum of chunk r. Our own ring (not
-// MPI_Ireduce_scatter_block): Open MPI's allocates temporaries on every call. float32 only: a
-// bf16 ring would round the partial sum at every hop (bf16 uses ExchangeReduceScatterWork).
+// MPI_Ireduce_scatter_block): Open MPI's allocates temporaries on every call. float32 between
+// hosts only, where each rank sends to one neighbour: an exchange would put every rank's blocks
+// on the links between hosts (flat over 2 x 4 ranks: 32 blocks cross against the ring's 14).
+// bf16 and shared memory take the exchange (mpi_exchange.h).
 class RingReduceScatterWork final : public ProgressiveWork {
  public:
   RingReduceScatterWork(MpiComm& c, const void* send, void* recv, size_t count, DType dtype,
@@ -138,23 +184,24 @@ class RingReduceScatterWork final : public ProgressiveWork {
   void post() {
     const int n = c_.size_, r = c_.rank_;
     const int count = static_cast<int>(count_);
+    reqs_.clear();
     int rc = MPI_Irecv(recvBuffer(), count, mpiType(dtype_), (r - 1 + n) % n, tag_, c_.comm_,
-                       &reqs_[0]);
+                       reqs_.add());
     if (rc == MPI_SUCCESS)
-      rc = MPI_Isend(sendp_, count, mpiType(dtype_), (r + 1) % n, tag_, c_.comm_, &reqs_[1]);
+      rc = MPI_Isend(sendp_, count, mpiType(dtype_), (r + 1) % n, tag_, c_.comm_, reqs_.add());
     if (rc != MPI_SUCCESS) fail(mpiError(rc, "MPI_Isend/Irecv", __FILE__, __LINE__));
   }
 
   void fail(Status s) {
+    reqs_.cancel();
     c_.scratch_.release(slot_);
     finish(std::move(s));
   }
 
   void advance() override {
-    int flag = 0;
-    int rc = MPI_Testall(2, reqs_, &flag, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) return fail(mpiError(rc, "MPI_Testall", __FILE__, __LINE__));
-    if (!flag) return;
+    StatusOr<bool> flag = reqs_.test();
+    if (!flag.ok()) return fail(flag.status());
+    if (!*flag) return;
     const int n = c_.size_, r = c_.rank_;
     const int c_recv = ((r - step_ - 2) % n + n) % n;
     void* got = recvBuffer();
@@ -177,79 +224,7 @@ class RingReduceScatterWork final : public ProgressiveWork {
   size_t chunk_;
   int step_ = 0;
   const void* sendp_;
-  MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-};
-
-// bf16 reduce-scatter as an exchange plus one float accumulation: every rank sends block k of its
-// input to rank k, which adds the n bf16 blocks in float (in rank order, so every rank's result
-// is reproducible) and rounds once. The same bytes cross the wire as with the ring, (n-1)/n of
-// the buffer, but the sum is rounded to bf16 once instead of at each of the ring's n-1 hops
-// (the all-to-all reduce-scatter ZeRO++ uses to keep low-precision gradients accurate).
-class ExchangeReduceScatterWork final : public ProgressiveWork {
- public:
-  ExchangeReduceScatterWork(MpiComm& c, const void* send, void* recv, size_t count, RedOp op,
-                            HostBuffer* slot, int tag)
-      : c_(c), in_(static_cast<const bf16*>(send)), recv_(static_cast<bf16*>(recv)),
-        count_(count), op_(op), slot_(slot), reqs_(2 * (c.size_ - 1), MPI_REQUEST_NULL) {
-    const int n = c_.size_, r = c_.rank_;
-    const int cnt = static_cast<int>(count_);
-    int rc = MPI_SUCCESS;
-    // Posted in the order (r+1, r+2, ...) so that no peer is everyone's first target.
-    for (int i = 1; i < n && rc == MPI_SUCCESS; ++i) {
-      const int from = (r - i + n) % n, to = (r + i) % n;
-      rc = MPI_Irecv(block(from), cnt, MPI_UINT16_T, from, tag, c_.comm_, &reqs_[2 * (i - 1)]);
-      if (rc == MPI_SUCCESS)
-        rc = MPI_Isend(in_ + static_cast<size_t>(to) * count_, cnt, MPI_UINT16_T, to, tag,
-                       c_.comm_, &reqs_[2 * (i - 1) + 1]);
-    }
-    if (rc != MPI_SUCCESS) fail(mpiError(rc, "MPI_Isend/Irecv", __FILE__, __LINE__));
-  }
-  ~ExchangeReduceScatterWork() override { waitForDestruction(); }
-
- private:
-  // Where the block from rank `from` lands: our own block is read from the input in place.
-  bf16* block(int from) const {
-    const int n = c_.size_, r = c_.rank_;
-    if (from == r) return const_cast<bf16*>(in_ + static_cast<size_t>(r) * count_);
-    const int slot_index = (from - r - 1 + n) % n;  // peers r+1.. in order; 0 .. n-2
-    return slot_->as<bf16>() + static_cast<size_t>(slot_index) * count_;
-  }
-
-  void fail(Status s) {
-    for (MPI_Request& q : reqs_)
-      if (q != MPI_REQUEST_NULL) {
-        MPI_Cancel(&q);
-        MPI_Request_free(&q);
-      }
-    c_.scratch_.release(slot_);
-    finish(std::move(s));
-  }
-
-  void advance() override {
-    int flag = 0;
-    int rc = MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) return fail(mpiError(rc, "MPI_Testall", __FILE__, __LINE__));
-    if (!flag) return;
-    const int n = c_.size_;
-    const float scale = op_ == RedOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
-    std::vector<const bf16*> blocks(n);
-    for (int q = 0; q < n; ++q) blocks[q] = block(q);
-    for (size_t i = 0; i < count_; ++i) {
-      float acc = 0.0f;
-      for (int q = 0; q < n; ++q) acc += toFloat(blocks[q][i]);
-      recv_[i] = toBf16(acc * scale);
-    }
-    c_.scratch_.release(slot_);
-    finish(Status());
-  }
-
-  MpiComm& c_;
-  const bf16* in_;
-  bf16* recv_;
-  size_t count_;
-  RedOp op_;
-  HostBuffer* slot_;
-  std::vector<MPI_Request> reqs_;
+  RequestSet reqs_;
 };
 
 StatusOr<WorkHandle> MpiComm::ireduceScatter(const void* send, void* recv, size_t count,
@@ -273,26 +248,56 @@ StatusOr<WorkHandle> MpiComm::ireduceScatter(const void* send, void* recv, size_
                                                    mpiType(dtype), MPI_SUM, comm_, &req));
           return watched(std::make_unique<RequestWork>(req, nullptr));
         }
+        if (exchanges(dtype)) return startExchange(send, recv, {count, 1, count}, dtype, op);
         const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
-        if (dtype == DType::kBFloat16) {
-          HSDP_ASSIGN_OR_RETURN(HostBuffer * slot,
-                                scratch_.acquire((size_ - 1) * count * dtypeSize(dtype)));
-          return watched(
-              std::make_unique<ExchangeReduceScatterWork>(*this, send, recv, count, op, slot, tag));
-        }
         HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, scratch_.acquire(2 * count * dtypeSize(dtype)));
         return watched(std::make_unique<RingReduceScatterWork>(*this, send, recv, count, dtype, op,
                                                                slot, tag));
       });
 }
 
+StatusOr<WorkHandle> MpiComm::ireduceScatterRuns(const void* send, void* recv,
+                                                 const BlockRuns& layout, DType dtype, RedOp op,
+                                                 void* pack) {
+  auto lock = progressLock();
+  HSDP_RETURN_IF_ERROR(checkBlockRuns(layout));
+  const size_t count = layout.blockCount();
+  // Other types, and float32 between hosts (the ring): packed into ireduceScatter's layout.
+  if (!exchanges(dtype) || size_ == 1 || count == 0)
+    return Comm::ireduceScatterRuns(send, recv, layout, dtype, op, pack);
+  HSDP_RETURN_IF_ERROR(checkCount(count * size_, "ireduceScatterRuns"));
+  return startCollective(trace_.get(), OpKind::kReduceScatter, count, dtype, op,
+                         [this, send, recv, layout, dtype, op]() -> StatusOr<WorkHandle> {
+                           return startExchange(send, recv, layout, dtype, op);
+                         });
+}
+
+bool MpiComm::exchanges(DType dtype) const {
+  return dtype == DType::kBFloat16 || (dtype == DType::kFloat32 && rs_ != ReduceScatter::kRing);
+}
+
+StatusOr<WorkHandle> MpiComm::startExchange(const void* send, void* recv, const BlockRuns& layout,
+                                            DType dtype, RedOp op) {
+  const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
+  if (rs_ == ReduceScatter::kCma) {
+    HSDP_ASSIGN_OR_RETURN(HostBuffer * slot,
+                          scratch_.acquire(CmaReduceScatterWork::scratchBytes(size_)));
+    return watched(std::make_unique<CmaReduceScatterWork>(
+        BlockReduceArgs{comm_, rank_, size_, tag, send, recv, layout, dtype, op, &scratch_, slot},
+        &pids_));
+  }
+  HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, scratch_.acquire(ExchangeReduceScatterWork::scratchBytes(
+                                               layout.blockCount() * dtypeSize(dtype), size_)));
+  return watched(std::make_unique<ExchangeReduceScatterWork>(BlockReduceArgs{
+      comm_, rank_, size_, tag, send, recv, layout, dtype, op, &scratch_, slot}));
+}
+
 // All-to-all as one round of point-to-point messages: a receive from and a send to every peer,
 // in the order (r+1, r+2, ...) so that no peer is everyone's first target; our own block is
-// copied. Completes when every request has (MPI_Testall).
+// copied. Completes when every request has.
 class AllToAllWork final : public ProgressiveWork {
  public:
-  AllToAllWork(MpiComm& c, const char* send, char* recv, size_t count, DType dtype, int tag)
-      : reqs_(2 * (c.size() - 1), MPI_REQUEST_NULL) {
+  AllToAllWork(MpiComm& c, const char* send, char* recv, size_t count, DType dtype, int tag) {
     const int n = c.size(), r = c.rank();
     const size_t block = count * dtypeSize(dtype);
     std::memcpy(recv + static_cast<size_t>(r) * block, send + static_cast<size_t>(r) * block,
@@ -301,17 +306,13 @@ class AllToAllWork final : public ProgressiveWork {
     for (int i = 1; i < n && rc == MPI_SUCCESS; ++i) {
       const int from = (r - i + n) % n, to = (r + i) % n;
       rc = MPI_Irecv(recv + static_cast<size_t>(from) * block, static_cast<int>(count),
-                     mpiType(dtype), from, tag, c.raw(), &reqs_[2 * (i - 1)]);
+                     mpiType(dtype), from, tag, c.raw(), reqs_.add());
       if (rc == MPI_SUCCESS)
         rc = MPI_Isend(send + static_cast<size_t>(to) * block, static_cast<int>(count),
-                       mpiType(dtype), to, tag, c.raw(), &reqs_[2 * (i - 1) + 1]);
+                       mpiType(dtype), to, tag, c.raw(), reqs_.add());
     }
     if (rc != MPI_SUCCESS) {
-      for (MPI_Request& q : reqs_)
-        if (q != MPI_REQUEST_NULL) {
-          MPI_Cancel(&q);
-          MPI_Request_free(&q);
-        }
+      reqs_.cancel();
       finish(mpiError(rc, "MPI_Isend/Irecv", __FILE__, __LINE__));
     }
   }
@@ -319,13 +320,12 @@ class AllToAllWork final : public ProgressiveWork {
 
  private:
   void advance() override {
-    int flag = 0;
-    int rc = MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) return finish(mpiError(rc, "MPI_Testall", __FILE__, __LINE__));
-    if (flag) finish(Status());
+    StatusOr<bool> flag = reqs_.test();
+    if (!flag.ok()) return finish(flag.status());
+    if (*flag) finish(Status());
   }
 
-  std::vector<MPI_Request> reqs_;
+  RequestSet reqs_;
 };
 
 StatusOr<WorkHandle> MpiComm::iallToAll(const void* send, void* recv, size_t count, DType dtype) {
@@ -432,8 +432,14 @@ StatusOr<std::unique_ptr<Comm>> MpiComm::splitByHost() {
 Status MpiComm::reserveScratch(size_t bytes) {
   auto lock = progressLock();
   if (size_ == 1) return okStatus();  // a group of one never uses the ring
-  // The float ring needs two blocks; the bf16 exchange n-1 blocks of half the bytes.
-  HSDP_RETURN_IF_ERROR(scratch_.reserve(std::max<size_t>(2 * bytes, (size_ - 1) * bytes / 2)));
+  // Float32 on shared memory and bf16 exchange (n-1 blocks, at most two segments of them); the
+  // float ring between hosts needs two blocks.
+  const size_t exchange = rs_ == ReduceScatter::kCma
+                              ? CmaReduceScatterWork::scratchBytes(size_)
+                              : ExchangeReduceScatterWork::scratchBytes(bytes, size_);
+  const size_t bf16_exchange = ExchangeReduceScatterWork::scratchBytes(bytes / 2, size_);
+  HSDP_RETURN_IF_ERROR(scratch_.reserve(
+      rs_ != ReduceScatter::kRing ? exchange : std::max<size_t>(2 * bytes, bf16_exchange)));
   HSDP_INFO(kColl, "mpi comm (size ", size_, ") scratch ", scratch_.totalBytes(), " bytes");
   return okStatus();
 }

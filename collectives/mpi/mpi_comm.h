@@ -2,12 +2,19 @@
 #pragma once
 
 #include <mpi.h>
+#include <sys/types.h>
+
+#include <vector>
 
 #include "collectives/mpi/mpi_work.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/transport.h"
 
 namespace hsdp::mpi {
+
+// OK, or the error naming a value of HSDP_MPI_RS_ALGO that is not one of its choices (checked
+// again where communicators are made; the session checks it before MPI_Init, with the rest).
+[[nodiscard]] Status checkReduceScatterAlgo();
 
 class MpiComm final : public Comm {
  public:
@@ -22,13 +29,19 @@ class MpiComm final : public Comm {
   const char* transportName() const override { return "mpi"; }
 
   // Blocking all-gather and all-reduce go to MPI's own blocking collectives (no request to
-  // track); the reduce-scatter has one implementation, the nonblocking ring, waited for.
+  // track); the reduce-scatter is hsdp's own, nonblocking, waited for: the exchange on shared
+  // memory and for bf16 (mpi_exchange.h), the ring between hosts (fewer bytes on each link).
   Status allGather(const void* send, void* recv, size_t count, DType dtype) override;
   Status allReduce(void* buf, size_t count, DType dtype, RedOp op) override;
   StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
                                   DType dtype) override;
   StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
                                       RedOp op) override;
+  // On one host the cross-memory-attach reduce-scatter (mpi_cma.h), else for bf16 and on one
+  // host without it the exchange (mpi_exchange.h), both reading the runs in place; float32
+  // between hosts packs them and runs the ring.
+  StatusOr<WorkHandle> ireduceScatterRuns(const void* send, void* recv, const BlockRuns& layout,
+                                          DType dtype, RedOp op, void* pack) override;
   StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override;
   // Point-to-point exchange (Isend/Irecv to every peer, posted from r+1 on), no staging.
   StatusOr<WorkHandle> iallToAll(const void* send, void* recv, size_t count, DType dtype) override;
@@ -46,12 +59,21 @@ class MpiComm final : public Comm {
   explicit MpiComm(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
   // `w` as the Work of the collective just entered (named in the watchdog's reports).
   WorkHandle watched(std::unique_ptr<ProgressiveWork> w) const;
+  // Whether a reduce-scatter of `dtype` takes the exchange (not the ring), and starting one.
+  bool exchanges(DType dtype) const;
+  StatusOr<WorkHandle> startExchange(const void* send, void* recv, const BlockRuns& layout,
+                                     DType dtype, RedOp op);
   friend class RingReduceScatterWork;
-  friend class ExchangeReduceScatterWork;
 
   MPI_Comm comm_;
   int rank_;
   int size_;
+  // The float32 reduce-scatter (bf16 never rings: it would round the partial sum at each hop).
+  enum class ReduceScatter { kRing, kExchange, kCma };
+  static StatusOr<ReduceScatter> chooseReduceScatter(MPI_Comm comm, int rank, int size,
+                                                     std::vector<pid_t>* pids);
+  ReduceScatter rs_ = ReduceScatter::kRing;
+  std::vector<pid_t> pids_;  // the members' process ids (kCma)
   // Each in-flight ring reduce-scatter holds one slot (two chunks of partial sums); slots are
   // made by reserveScratch, not per call.
   ScratchPool scratch_;

@@ -1,5 +1,7 @@
 #include <malloc.h>
 #include <mpi.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <optional>
@@ -12,6 +14,7 @@
 #include "hsdp/env.h"
 #include "hsdp/log.h"
 #include "hsdp/mpi.h"
+#include "hsdp/parse.h"
 #include "hsdp/transport_registry.h"
 
 namespace hsdp::mpi {
@@ -55,10 +58,28 @@ struct SessionEnv {
   bool tune_malloc = true;
   int64_t tcp_links = 0;
   int64_t tcp_eager = 0;
+  bool yield_when_idle = false;  // HSDP_MPI_YIELD resolved (auto: more ranks than cores here)
   bool progress_thread = false;
   int64_t interval_us = 100;
   watchdog::Config wd;
 };
+
+// HSDP_MPI_YIELD: auto is whether mpirun started more ranks on this host than the cores this
+// process may run on.
+StatusOr<bool> yieldWhenIdle() {
+  const std::string v = env::getString("HSDP_MPI_YIELD");
+  if (!v.empty() && v != "auto") return parseBool(v, "HSDP_MPI_YIELD");
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (local == nullptr) return false;
+  StatusOr<int64_t> ranks = parseInt64(local, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, 1 << 20);
+  if (!ranks.ok()) return false;  // not ours to judge; Open MPI decides as usual
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof set, &set) == 0
+                        ? CPU_COUNT(&set)
+                        : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  return *ranks > cores;
+}
 
 StatusOr<SessionEnv> readSessionEnv() {
   SessionEnv e;
@@ -70,6 +91,8 @@ StatusOr<SessionEnv> readSessionEnv() {
   // Open MPI's TCP transport keeps fragments of this size on free lists: a typo in the unit
   // (bytes, not KiB) must not become a multi-gigabyte allocation inside MPI_Init (the registry
   // caps it at 1 GiB).
+  HSDP_ASSIGN_OR_RETURN(e.yield_when_idle, yieldWhenIdle());
+  HSDP_RETURN_IF_ERROR(checkReduceScatterAlgo());
   HSDP_ASSIGN_OR_RETURN(e.progress_thread, env::getBool("HSDP_PROGRESS_THREAD"));
   HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> interval, env::getInt("HSDP_PROGRESS_INTERVAL_US"));
   e.interval_us = interval.value_or(100);
@@ -87,6 +110,7 @@ void applyProcessTuning(const SessionEnv& e) {
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
   }
   // Open MPI reads OMPI_MCA_* from the environment in MPI_Init; a value the user set wins.
+  if (e.yield_when_idle) setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
   if (e.tcp_links > 0 && std::getenv("OMPI_MCA_btl_tcp_links") == nullptr)
     setenv("OMPI_MCA_btl_tcp_links", std::to_string(e.tcp_links).c_str(), /*overwrite=*/0);
   if (e.tcp_eager > 0 && std::getenv("OMPI_MCA_btl_tcp_eager_limit") == nullptr &&
@@ -168,10 +192,12 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
   HSDP_RETURN_IF_ERROR(startHsdpInMpi(e, provided));
   const char* links_used = std::getenv("OMPI_MCA_btl_tcp_links");
   const char* eager_used = std::getenv("OMPI_MCA_btl_tcp_eager_limit");
+  const char* yield_used = std::getenv("OMPI_MCA_mpi_yield_when_idle");
   HSDP_INFO(kInit, "MPI initialized, thread level ", provided, ", progress thread ",
             progress_thread::running() ? "on" : "off", ", malloc tuning ",
             e.tune_malloc ? "on" : "off", ", btl_tcp_links ", links_used ? links_used : "default",
-            ", btl_tcp_eager_limit ", eager_used ? eager_used : "default");
+            ", btl_tcp_eager_limit ", eager_used ? eager_used : "default", ", mpi_yield_when_idle ",
+            yield_used ? yield_used : "default");
   return std::unique_ptr<Session>(new Session(/*owns_mpi=*/true));
 }
 

@@ -620,6 +620,13 @@ StatusOr<WorkHandle> NcclComm::iallReduce(void* buf, size_t count, DType dtype, 
   return startOne(s_, trace(), CollectiveOp::allReduce(buf, count, dtype, op));
 }
 
+StatusOr<WorkHandle> NcclComm::ireduceScatterRuns(const void*, void*, const BlockRuns&, DType,
+                                                  RedOp, void*) {
+  return unimplemented(
+      "the 'nccl' transport has no reduce-scatter of non-contiguous blocks "
+      "(device buffers): pack them and call ireduceScatter");
+}
+
 StatusOr<WorkHandle> NcclComm::iallToAll(const void* send, void* recv, size_t count, DType dtype) {
   State& s = *s_;
   HSDP_RETURN_IF_ERROR(s.usable("allToAll"));

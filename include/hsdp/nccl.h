@@ -86,6 +86,10 @@ class NcclComm final : public Comm {
   StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
                                       RedOp op) override;
   StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override;
+  // Device buffers: the default's host-side packing does not apply; Unimplemented (the schedules
+  // that use it run on host memory).
+  StatusOr<WorkHandle> ireduceScatterRuns(const void* send, void* recv, const BlockRuns& layout,
+                                          DType dtype, RedOp op, void* pack) override;
   // ncclSend/ncclRecv to and from every rank in one group, on the reduce-scatter stream (the
   // quantized reduce-scatter exchanges its codes with it).
   StatusOr<WorkHandle> iallToAll(const void* send, void* recv, size_t count, DType dtype) override;

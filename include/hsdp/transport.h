@@ -7,10 +7,11 @@
 //
 // What a transport implements: the nonblocking collectives (iallGather, ireduceScatter,
 // iallReduce), broadcast, barrier, split, splitByHost, scratch and abortJob; optionally the
-// all-to-all (iallToAll; the default says the transport has none). The blocking
-// collectives default to the nonblocking call and wait(), and igroup to starting each operation
-// in turn; a transport overrides only what it does differently (MPI's blocking calls go to MPI's
-// own blocking collectives, NCCL fuses a group into one launch).
+// all-to-all (iallToAll; the default says the transport has none) and a reduce-scatter that
+// reads non-contiguous blocks in place (ireduceScatterRuns; the default packs them first). The
+// blocking collectives default to the nonblocking call and wait(), and igroup to starting each
+// operation in turn; a transport overrides only what it does differently (MPI's blocking calls go
+// to MPI's own blocking collectives, NCCL fuses a group into one launch).
 #pragma once
 
 #include <cstddef>
@@ -75,6 +76,21 @@ const char* collectiveKindName(CollectiveOp::Kind kind);
 // two operations whose buffers overlap where one of them writes.
 [[nodiscard]] Status checkIndependent(std::span<const CollectiveOp> ops, int comm_size);
 
+// Where the blocks of a reduce-scatter's input lie when they are not one contiguous range each:
+// block q is `runs` runs of `run` elements, run p of block q starting at element
+// (q * runs + p) * stride of the input. ireduceScatter's contiguous input of `count` elements per
+// block is {count, 1, count}. The hierarchical schedules' chunk of every shard is {n, J, count}.
+struct BlockRuns {
+  size_t run = 0;     // elements per run
+  size_t runs = 1;    // runs per block
+  size_t stride = 0;  // elements from one run's start to the next one's (>= run)
+
+  size_t blockCount() const { return run * runs; }
+  size_t offset(size_t block, size_t r) const { return (block * runs + r) * stride; }
+};
+// OK, or an InvalidArgument naming the layout: no runs, or runs that overlap (stride < run).
+[[nodiscard]] Status checkBlockRuns(const BlockRuns& layout);
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -98,6 +114,15 @@ class Comm {
   [[nodiscard]] virtual StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv,
                                                             size_t count, DType dtype,
                                                             RedOp op) = 0;
+  // ireduceScatterRuns: ireduceScatter of an input whose blocks are runs (BlockRuns): `recv`
+  // (not overlapping `send`) receives the layout.blockCount() reduced elements of block rank(),
+  // run after run. The hierarchical schedules reduce a chunk of every shard with it straight from
+  // the caller's buffer. `pack` (size() * blockCount() elements, host memory) is where the
+  // default gathers the runs into ireduceScatter's layout before calling it; a transport that
+  // reads the runs in place (MPI on shared memory) leaves it untouched.
+  [[nodiscard]] virtual StatusOr<WorkHandle> ireduceScatterRuns(const void* send, void* recv,
+                                                                const BlockRuns& layout,
+                                                                DType dtype, RedOp op, void* pack);
   // iallReduce: in-place all-reduce of `count` elements.
   [[nodiscard]] virtual StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype,
                                                         RedOp op) = 0;

@@ -34,6 +34,8 @@ usage: cluster.sh [--nodes N] [--ranks-per-node R] [--rate RATE] [--timeout SECO
   --keep-output DIR    also write stdout.log, stderr.log, hostfile, cluster.txt into DIR
   --tcp-retries N      net.ipv4.tcp_retries2 in every namespace (default: the kernel's, 15,
                        ~15 min): how long TCP, Open MPI's daemons' included, waits on a cut link
+  --tcp-cc NAME        TCP congestion control of every namespace (default reno, loss-based as
+                       Linux's default cubic is; host: the host's default, inherited)
 Exit status: the job's exit status; 124 on timeout; 2 on usage errors; 3 on bring-up errors.
 EOF
 }
@@ -47,6 +49,7 @@ rate=none
 timeout_s=300
 keep_dir=
 tcp_retries=
+tcp_cc=reno
 while [ $# -gt 0 ]; do
     case $1 in
         --nodes) [ $# -ge 2 ] || die_usage "$1 needs a value"; nodes=$2; shift 2 ;;
@@ -61,6 +64,8 @@ while [ $# -gt 0 ]; do
         --keep-output=*) keep_dir=${1#*=}; shift ;;
         --tcp-retries) [ $# -ge 2 ] || die_usage "$1 needs a value"; tcp_retries=$2; shift 2 ;;
         --tcp-retries=*) tcp_retries=${1#*=}; shift ;;
+        --tcp-cc) [ $# -ge 2 ] || die_usage "$1 needs a value"; tcp_cc=$2; shift 2 ;;
+        --tcp-cc=*) tcp_cc=${1#*=}; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; break ;;
         *) die_usage "unknown argument '$1' (PROGRAM goes after --)" ;;
@@ -73,6 +78,11 @@ done
 [ -n "$rate" ] || die_usage "--rate must not be empty"
 [ -z "$tcp_retries" ] || { [[ $tcp_retries =~ ^[0-9]+$ ]] && [ "$tcp_retries" -le 255 ]; } ||
     die_usage "--tcp-retries must be 0..255 (got '$tcp_retries')"
+[[ $tcp_cc =~ ^[a-z0-9_]+$ ]] || die_usage "--tcp-cc must be a congestion control name or host (got '$tcp_cc')"
+if [ "$tcp_cc" != host ] &&
+   ! tr ' ' '\n' </proc/sys/net/ipv4/tcp_available_congestion_control | grep -qx "$tcp_cc"; then
+    die_usage "--tcp-cc $tcp_cc is not one of this kernel's: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control)"
+fi
 [ "$(id -u)" -eq 0 ] || die "must run as root (creates network namespaces)"
 for tool in ip tc unshare mpirun timeout; do
     command -v "$tool" >/dev/null 2>&1 || die "required tool '$tool' not found"
@@ -219,9 +229,12 @@ ip -n "$SW_NS" link set lo up &&
 ip -n "$SW_NS" link add br0 type bridge stp_state 0 forward_delay 0 &&
 ip -n "$SW_NS" addr add "$SWITCH_IP/24" dev br0 &&
 ip -n "$SW_NS" link set br0 up || die "switch bring-up failed"
-retries() {  # retries NS: --tcp-retries in that namespace
+retries() {  # retries NS: --tcp-retries and --tcp-cc in that namespace
     [ -z "$tcp_retries" ] || ip netns exec "$1" sysctl -qw net.ipv4.tcp_retries2="$tcp_retries" ||
         die "sysctl net.ipv4.tcp_retries2 in $1 failed"
+    # A namespace may only pick what the host allows (net.ipv4.tcp_allowed_congestion_control).
+    [ "$tcp_cc" = host ] || ip netns exec "$1" sysctl -qw net.ipv4.tcp_congestion_control="$tcp_cc" ||
+        die "--tcp-cc $tcp_cc: refused in a network namespace (the host allows: $(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control))"
 }
 retries "$SW_NS"
 
@@ -276,7 +289,8 @@ done < <(compgen -e)
 header="cluster: $nodes nodes x $rpn ranks, rate $rate, hosts ${names[*]}"
 echo "$header"
 echo "cluster.sh: bring-up $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s;" \
-     "hosts ${hosts[*]}; switch $SWITCH_IP in netns $SW_NS" >&2
+     "hosts ${hosts[*]}; switch $SWITCH_IP in netns $SW_NS; tcp congestion control" \
+     "$(ip netns exec "$SW_NS" cat /proc/sys/net/ipv4/tcp_congestion_control)" >&2
 
 # Open MPI 4.1 sometimes prints "plm:rsh: Warning: setpgid(..) failed in parent with
 # errno=Permission denied(13)": a harmless race (the agent exec'd before mpirun's setpgid).

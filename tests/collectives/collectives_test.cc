@@ -9,8 +9,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <string>
+#include <cstring>
 #include <memory>
+#include <optional>
+#include <random>
+#include <string>
 #include <thread>
 
 #include "collectives/mpi/mpi_comm.h"
@@ -18,6 +21,8 @@
 #include "hsdp/hier_collectives.h"
 #include "hsdp/mesh.h"
 #include "tests/common/mpi_test_main.h"
+#include "tests/common/scoped_env.h"
+#include "tests/common/status_assert.h"
 
 namespace hsdp {
 namespace {
@@ -109,41 +114,46 @@ TEST(Hierarchical, PipelinedChunksAndInterDtype) {
   }
 }
 
+// Open MPI's value of a control variable, through MPI_T (nullopt: no such variable).
+std::optional<unsigned long> openMpiValue(const std::string& wanted) {
+  int provided = 0, n = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return std::nullopt;
+  std::optional<unsigned long> value;
+  MPI_T_cvar_get_num(&n);
+  for (int i = 0; i < n && !value; ++i) {
+    char name[256];
+    int len = sizeof name, verbosity = 0, bind = 0, scope = 0, count = 0;
+    MPI_Datatype type;
+    MPI_T_enum enumtype;
+    MPI_T_cvar_handle h;
+    if (MPI_T_cvar_get_info(i, name, &len, &verbosity, &type, &enumtype, nullptr, nullptr, &bind,
+                            &scope) != MPI_SUCCESS ||
+        wanted != name || MPI_T_cvar_handle_alloc(i, nullptr, &h, &count) != MPI_SUCCESS)
+      continue;
+    // Integers and booleans of up to 8 bytes, read into a zeroed word (little-endian host).
+    int size = 0;
+    uint64_t v = 0;
+    if (MPI_Type_size(type, &size) == MPI_SUCCESS && size > 0 && size <= 8 && count == 1 &&
+        MPI_T_cvar_read(h, &v) == MPI_SUCCESS)
+      value = static_cast<unsigned long>(v);
+    MPI_T_cvar_handle_free(&h);
+  }
+  MPI_T_finalize();
+  return value;
+}
+
 // mpi::Session sets Open MPI's TCP eager limits (HSDP_MPI_TCP_EAGER, default 4 MiB) before
 // MPI_Init: the values Open MPI itself reports through MPI_T are the ones asked for.
 TEST(Session, TcpEagerLimitsReachOpenMpi) {
   const char* asked = std::getenv("HSDP_MPI_TCP_EAGER");
   const unsigned long want = asked ? std::strtoul(asked, nullptr, 10) : 4ul << 20;
   if (want == 0) GTEST_SKIP() << "HSDP_MPI_TCP_EAGER=0 leaves Open MPI's defaults";
-  int provided = 0;
-  ASSERT_EQ(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided), MPI_SUCCESS);
-  int n = 0;
-  ASSERT_EQ(MPI_T_cvar_get_num(&n), MPI_SUCCESS);
-  int found = 0;
-  for (int i = 0; i < n; ++i) {
-    char name[256];
-    int len = sizeof name, verbosity = 0, bind = 0, scope = 0;
-    MPI_Datatype type;
-    MPI_T_enum enumtype;
-    if (MPI_T_cvar_get_info(i, name, &len, &verbosity, &type, &enumtype, nullptr, nullptr, &bind,
-                            &scope) != MPI_SUCCESS)
-      continue;
-    const std::string s = name;
-    if (s != "btl_tcp_eager_limit" && s != "btl_tcp_rndv_eager_limit" &&
-        s != "btl_tcp_max_send_size")
-      continue;
-    ASSERT_EQ(type, MPI_UNSIGNED_LONG) << s;
-    MPI_T_cvar_handle h;
-    int count = 0;
-    ASSERT_EQ(MPI_T_cvar_handle_alloc(i, nullptr, &h, &count), MPI_SUCCESS);
-    unsigned long v = 0;
-    ASSERT_EQ(MPI_T_cvar_read(h, &v), MPI_SUCCESS);
-    MPI_T_cvar_handle_free(&h);
-    EXPECT_EQ(v, want) << s;
-    ++found;
+  for (const char* name : {"btl_tcp_eager_limit", "btl_tcp_rndv_eager_limit",
+                           "btl_tcp_max_send_size"}) {
+    const std::optional<unsigned long> v = openMpiValue(name);
+    ASSERT_TRUE(v.has_value()) << name << " not found";
+    EXPECT_EQ(*v, want) << name;
   }
-  MPI_T_finalize();
-  EXPECT_EQ(found, 3) << "Open MPI's TCP transport parameters not found";
 }
 
 // The progress thread (ctest runs this binary again with HSDP_PROGRESS_THREAD=1): a pipelined
@@ -224,6 +234,102 @@ TEST(Hierarchical, AllReduceVsMpi) {
       }
     }
   }
+}
+
+// The MPI transport's reduce-scatters (HSDP_MPI_RS_ALGO, read when a communicator is made): the
+// cross-memory-attach one (auto's choice on this host) and the exchange add the same blocks in
+// the same order, so they agree bit for bit, for contiguous and strided blocks, float32 and bf16,
+// and for blocks over the exchange's 4 MiB segment (two segments, one boundary inside a run);
+// the ring adds in another order, so it agrees with MPI within rounding; a forced ring leaves
+// bf16 on the exchange (a bf16 ring would round at every hop). Communicators of at most three
+// ranks, so the large blocks fit every layout.
+TEST(MpiReduceScatter, CrossMemoryAttachAndExchangeAgreeBitForBit) {
+  const int small = world().rank() < 3 ? 0 : 1 + world().rank();
+  std::unique_ptr<Comm> comms[3];
+  const char* algos[3] = {"auto", "exchange", "ring"};
+  for (int a = 0; a < 3; ++a) {
+    testing::ScopedEnv env("HSDP_MPI_RS_ALGO", algos[a]);
+    auto c = world().split(small, world().rank());
+    ASSERT_OK(c.status());
+    comms[a] = std::move(*c);
+  }
+  const size_t n = static_cast<size_t>(comms[0]->size());
+  const BlockRuns layouts[] = {{1, 1, 1},
+                               {100003, 1, 100003},
+                               {65537, 2, 100001},
+                               {1100000, 1, 1100000},
+                               {700001, 2, 700003}};
+  std::mt19937 gen(77 + world().rank());
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (const BlockRuns& l : layouts) {
+    SCOPED_TRACE(strCat("runs of ", l.run, " x ", l.runs, " stride ", l.stride));
+    const size_t block = l.blockCount(), total = (n * l.runs - 1) * l.stride + l.run;
+    std::vector<float> full(total);
+    for (float& x : full) x = d(gen);
+    std::vector<float> packed(n * block);
+    for (size_t q = 0; q < n; ++q)
+      for (size_t p = 0; p < l.runs; ++p)
+        std::copy_n(full.begin() + l.offset(q, p), l.run,
+                    packed.begin() + (q * l.runs + p) * l.run);
+    std::vector<float> want(block);
+    MPI_Reduce_scatter_block(packed.data(), want.data(), int(block), MPI_FLOAT, MPI_SUM,
+                             raw(*comms[1]));
+    std::vector<float> got[3], scratch(n * block);
+    for (int a = 0; a < 3; ++a) {
+      got[a].assign(block, -3.0f);
+      auto w = comms[a]->ireduceScatterRuns(full.data(), got[a].data(), l, DType::kFloat32,
+                                            RedOp::kSum, scratch.data());
+      ASSERT_OK(w.status());
+      ASSERT_OK((*w)->wait());
+    }
+    EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), block * sizeof(float)))
+        << "cross-memory attach and exchange differ";
+    for (size_t i = 0; i < block; ++i) {
+      ASSERT_NEAR(got[0][i], want[i], 1e-6f * n) << i;
+      ASSERT_NEAR(got[2][i], want[i], 1e-6f * n) << "ring, element " << i;
+    }
+    // bf16, contiguous: every algorithm takes a bf16-exact path, rounded once.
+    if (l.runs != 1) continue;
+    std::vector<bf16> full16(n * block), out16[3];
+    for (size_t i = 0; i < full16.size(); ++i) full16[i] = toBf16(full[i]);
+    for (int a = 0; a < 3; ++a) {
+      out16[a].assign(block, toBf16(-3.0f));
+      ASSERT_OK(comms[a]->reduceScatter(full16.data(), out16[a].data(), block, DType::kBFloat16,
+                                        RedOp::kAvg));
+    }
+    EXPECT_EQ(0, std::memcmp(out16[0].data(), out16[1].data(), block * sizeof(bf16)));
+    EXPECT_EQ(0, std::memcmp(out16[2].data(), out16[1].data(), block * sizeof(bf16)))
+        << "bf16 took the ring";
+  }
+}
+
+// A value of HSDP_MPI_RS_ALGO that is none of the four is an error naming it, on every rank,
+// where the communicator is made.
+TEST(MpiReduceScatter, BadAlgorithmNamesTheValue) {
+  testing::ScopedEnv env("HSDP_MPI_RS_ALGO", "fastest");
+  auto c = world().split(0, world().rank());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("HSDP_MPI_RS_ALGO='fastest' is not auto, ring, exchange or "
+                                      "cma"),
+            std::string::npos)
+      << c.status().toString();
+}
+
+// mpi::Session asks Open MPI to yield the core when idle where this host runs more ranks than it
+// has cores (HSDP_MPI_YIELD=auto): the value Open MPI reports through MPI_T. Elsewhere Open MPI
+// decides by its slots, and the test checks nothing.
+TEST(Session, YieldWhenIdleWhereRanksOutnumberCores) {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const char* asked = std::getenv("HSDP_MPI_YIELD");
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  if (local == nullptr || (asked != nullptr && std::string(asked) != "auto") ||
+      std::atoi(local) <= CPU_COUNT(&set))
+    GTEST_SKIP() << "not oversubscribed by hsdp's rule, or HSDP_MPI_YIELD set";
+  const std::optional<unsigned long> v = openMpiValue("mpi_yield_when_idle");
+  ASSERT_TRUE(v.has_value()) << "Open MPI's mpi_yield_when_idle not found";
+  EXPECT_EQ(*v, 1u) << local << " ranks on " << CPU_COUNT(&set) << " cores";
 }
 
 TEST(Hierarchical, BadOptionsNameTheValue) {

@@ -13,6 +13,8 @@
 // distance, which tells a reordering (a few ULP) from a wrong formula or element (far more).
 // A future kernel that fuses (FMA) would change the bound to a few ULP of the intermediate terms
 // and must say so here.
+#include "hsdp/cpu_adam.h"
+
 #include <gtest/gtest.h>
 
 #include <cfenv>
@@ -26,13 +28,13 @@
 #include <thread>
 #include <vector>
 
-#include "hsdp/cpu_adam.h"
 #include "hsdp/dtype.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/optimizer.h"
 #include "offload/cpu_adam_internal.h"
 #include "offload/cpu_adam_kernels.h"
 #include "offload/worker_pool.h"
+#include "tests/common/scoped_env.h"
 
 namespace hsdp {
 namespace {
@@ -55,25 +57,7 @@ class IsaReport : public ::testing::Environment {
 };
 const auto* const kIsaReport = ::testing::AddGlobalTestEnvironment(new IsaReport);
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    if (old) old_ = old, had_ = true;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, old_.c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using testing::ScopedEnv;
 
 uint32_t bits(float f) {
   uint32_t u;

@@ -8,6 +8,7 @@
 #include "hsdp/cluster_topology.h"
 #include "hsdp/env.h"
 #include "tests/common/mpi_test_main.h"
+#include "tests/common/scoped_env.h"
 
 namespace hsdp {
 namespace {
@@ -15,25 +16,7 @@ namespace {
 using hsdp::testing::world;
 const std::string kDir = HSDP_TOPO_FIXTURES;
 
-// Restores an environment variable when the test ends.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    const char* old = std::getenv(name);
-    if (old) old_ = old;
-    had_ = old != nullptr;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, old_.c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using testing::ScopedEnv;
 
 TEST(ClusterMpi, GatheredViewsMatchWhatEachRankSent) {
   // Rank r pretends to sit on GB200 tray r/2 (two ranks per tray): one NVLink clique.

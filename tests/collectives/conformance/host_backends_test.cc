@@ -111,6 +111,7 @@ Meshes& meshes() {
 
 // What the host backends share: host memory, available in every build.
 struct HostBackend {
+  static constexpr bool kRuns = true;
   static std::string unavailable() { return ""; }
   static Memory& memory() {
     static HostMemory m;

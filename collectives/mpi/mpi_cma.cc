@@ -1,0 +1,126 @@
+#include "collectives/mpi/mpi_cma.h"
+
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "collectives/mpi/mpi_check.h"
+#include "collectives/mpi/mpi_sum.h"
+
+namespace hsdp::mpi {
+namespace {
+
+// The word every rank publishes for the capability probe.
+const uint64_t kProbeWord = 0x68736470636d6121ull;  // "hsdpcma!"
+
+}  // namespace
+
+StatusOr<bool> crossMemoryAttach(MPI_Comm comm, int rank, int size, std::vector<pid_t>* pids) {
+#ifdef PR_SET_PTRACER
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // no Yama on a host: EINVAL, harmless
+#endif
+  const uint64_t mine[2] = {static_cast<uint64_t>(getpid()),
+                            reinterpret_cast<uintptr_t>(&kProbeWord)};
+  std::vector<uint64_t> all(2 * static_cast<size_t>(size));
+  HSDP_MPI_CHECK(MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, comm));
+  pids->resize(static_cast<size_t>(size));
+  for (int q = 0; q < size; ++q) (*pids)[q] = static_cast<pid_t>(all[2 * q]);
+  // Each rank reads its right neighbour's word; every pair of ranks is one host's processes of
+  // one user, so one read per rank tells whether this host allows it.
+  const int right = (rank + 1) % size;
+  uint64_t word = 0;
+  iovec local{&word, sizeof word};
+  iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(all[2 * right + 1])), sizeof word};
+  const ssize_t got = process_vm_readv((*pids)[right], &local, 1, &remote, 1, 0);
+  int ok = got == static_cast<ssize_t>(sizeof word) && word == kProbeWord ? 1 : 0, all_ok = 0;
+  HSDP_MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm));
+  return all_ok == 1;
+}
+
+CmaReduceScatterWork::CmaReduceScatterWork(const BlockReduceArgs& a,
+                                           const std::vector<pid_t>* pids)
+    : a_(a),
+      pids_(pids),
+      es_(dtypeSize(a.dtype)),
+      mine_(reinterpret_cast<uintptr_t>(a.send)),
+      addr_(static_cast<size_t>(a.size), 0) {
+  // From every peer, in this order on one tag: its address, then its "done reading ours" (MPI
+  // matches one source's messages of one tag in the order they were sent).
+  const int n = a_.size, r = a_.rank;
+  for (int i = 1; i < n; ++i) {
+    const int from = (r - i + n) % n, to = (r + i) % n;
+    int rc = MPI_Irecv(&addr_[from], 1, MPI_UINT64_T, from, a_.tag, a_.comm, addrs_.add());
+    if (rc == MPI_SUCCESS) rc = MPI_Irecv(nullptr, 0, MPI_BYTE, from, a_.tag, a_.comm, rest_.add());
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Isend(&mine_, 1, MPI_UINT64_T, to, a_.tag, a_.comm, rest_.add());
+    if (rc != MPI_SUCCESS) {
+      fail(mpiError(rc, "MPI_Irecv/Isend", __FILE__, __LINE__));
+      return;
+    }
+  }
+}
+
+Status CmaReduceScatterWork::reduce() {
+  const int n = a_.size, r = a_.rank;
+  const size_t tile = std::max<size_t>(1, kTileBytes / es_), run = a_.layout.run;
+  const float scale = a_.op == RedOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
+  const auto* in = static_cast<const char*>(a_.send);
+  auto* out = static_cast<char*>(a_.recv);
+  std::vector<const void*> src(static_cast<size_t>(n));
+  for (size_t p = 0; p < a_.layout.runs; ++p) {
+    for (size_t t = 0; t < run; t += tile) {
+      const size_t len = std::min(tile, run - t), bytes = len * es_;
+      const size_t at = (a_.layout.offset(r, p) + t) * es_;  // the same in every rank's input
+      for (int q = 0; q < n; ++q) {
+        if (q == r) {
+          src[q] = in + at;
+          continue;
+        }
+        char* buf = a_.slot->as<char>() + static_cast<size_t>((q - r - 1 + n) % n) * kTileBytes;
+        iovec local{buf, bytes};
+        iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(addr_[q] + at)), bytes};
+        const ssize_t got = process_vm_readv((*pids_)[q], &local, 1, &remote, 1, 0);
+        if (got != static_cast<ssize_t>(bytes))
+          return internalError("process_vm_readv of ", bytes, " bytes from rank ", q, " (pid ",
+                               (*pids_)[q], "): ", got < 0 ? std::strerror(errno) : "short read");
+        src[q] = buf;
+      }
+      sumBlocks(a_.dtype, src.data(), n, len, scale, out + (p * run + t) * es_);
+    }
+  }
+  return okStatus();
+}
+
+void CmaReduceScatterWork::fail(Status s) {
+  addrs_.cancel();
+  rest_.cancel();
+  a_.pool->release(a_.slot);
+  finish(std::move(s));
+}
+
+void CmaReduceScatterWork::advance() {
+  if (!reduced_) {
+    StatusOr<bool> flag = addrs_.test();
+    if (!flag.ok()) return fail(flag.status());
+    if (!*flag) return;
+    if (Status s = reduce(); !s.ok()) return fail(std::move(s));
+    reduced_ = true;
+    const int n = a_.size;
+    for (int i = 1; i < n; ++i) {  // the peers may reuse their inputs once we are done reading
+      const int rc2 =
+          MPI_Isend(nullptr, 0, MPI_BYTE, (a_.rank - i + n) % n, a_.tag, a_.comm, rest_.add());
+      if (rc2 != MPI_SUCCESS) return fail(mpiError(rc2, "MPI_Isend", __FILE__, __LINE__));
+    }
+  }
+  StatusOr<bool> flag = rest_.test();
+  if (!flag.ok()) return fail(flag.status());
+  if (!*flag) return;
+  a_.pool->release(a_.slot);
+  finish(Status());
+}
+
+}  // namespace hsdp::mpi
