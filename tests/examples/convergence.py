@@ -7,9 +7,9 @@ fp32 run's. With a quantized wire the Eigen parity no longer measures sharding; 
   convergence.py [--wires fp32,bf16,int8] [--tolerance 0.01] [--np 8] [--ranks-per-node 4]
                  [--mpirun mpirun ARGS...] [--curve-every 10] -- PROGRAM [ARGS...]
 
-The program is any training example that prints one table row per step whose first two fields
-are the step number and the loss (train_mlp, train_gpt), and a line matching --val-regex (default
-'validation loss: <v>', train_mlp's --val-samples). The first wire is the reference. Prints the
+The program is any training example that prints one table row per step, "step loss ..."
+(train_mlp) or "step/steps lr loss ..." (train_gpt), and a line matching --val-regex (default
+'validation loss: <v>', train_mlp's --val-samples; train_gpt: 'val loss (...) after'). The first wire is the reference. Prints the
 loss curves side by side (every --curve-every steps), the final losses and the verdict; exit 0
 when every run is within the tolerance, 1 otherwise, 2 on bad input or a run that failed.
 """
@@ -20,7 +20,9 @@ import shlex
 import subprocess
 import sys
 
+# A step's row: train_mlp's "step loss ...", train_gpt's "step/steps lr loss ...".
 STEP_ROW = re.compile(r"^\s*(\d+)\s+(-?\d+\.\d+(?:[eE][-+]?\d+)?)\s")
+GPT_STEP_ROW = re.compile(r"^\s*(\d+)/\d+\s+\S+\s+(-?\d+\.\d+(?:[eE][-+]?\d+)?)\s")
 
 
 def run(args, wire):
@@ -41,7 +43,7 @@ def run(args, wire):
     curve, val = {}, None
     val_re = re.compile(args.val_regex)
     for line in proc.stdout.splitlines():
-        m = STEP_ROW.match(line)
+        m = STEP_ROW.match(line) or GPT_STEP_ROW.match(line)
         if m:
             curve[int(m.group(1))] = float(m.group(2))
         v = val_re.search(line)
