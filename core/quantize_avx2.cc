@@ -19,10 +19,20 @@ inline __m256 load(const float* s, const float* r, size_t i) {
 template <bool kRes>
 uint32_t absMax(const float* s, const float* r, size_t len) {
   const __m256i abs_mask = _mm256_set1_epi32(static_cast<int>(kAbsMask));
-  __m256i m = _mm256_setzero_si256();
+  auto bits = [&](size_t at) {
+    return _mm256_and_si256(_mm256_castps_si256(load<kRes>(s, r, at)), abs_mask);
+  };
+  // Four independent maxima per step, so the loads, not one max chain, set the pace.
+  __m256i m = _mm256_setzero_si256(), m1 = m, m2 = m, m3 = m;
   size_t i = 0;
-  for (; i + 8 <= len; i += 8)
-    m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_castps_si256(load<kRes>(s, r, i)), abs_mask));
+  for (; i + 32 <= len; i += 32) {
+    m = _mm256_max_epu32(m, bits(i));
+    m1 = _mm256_max_epu32(m1, bits(i + 8));
+    m2 = _mm256_max_epu32(m2, bits(i + 16));
+    m3 = _mm256_max_epu32(m3, bits(i + 24));
+  }
+  m = _mm256_max_epu32(_mm256_max_epu32(m, m1), _mm256_max_epu32(m2, m3));
+  for (; i + 8 <= len; i += 8) m = _mm256_max_epu32(m, bits(i));
   __m128i h = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
   h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
   h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));

@@ -19,7 +19,8 @@ const uint64_t kProbeWord = 0x68736470636d6121ull;  // "hsdpcma!"
 
 }  // namespace
 
-StatusOr<bool> crossMemoryAttach(MPI_Comm comm, int rank, int size, std::vector<pid_t>* pids) {
+StatusOr<bool> crossMemoryAttach(MPI_Comm comm, int rank, int size, CmaPeers* peers) {
+  std::vector<pid_t>* pids = &peers->pids;
 #ifdef PR_SET_PTRACER
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // no Yama on a host: EINVAL, harmless
 #endif
@@ -29,6 +30,16 @@ StatusOr<bool> crossMemoryAttach(MPI_Comm comm, int rank, int size, std::vector<
   HSDP_MPI_CHECK(MPI_Allgather(mine, 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, comm));
   pids->resize(static_cast<size_t>(size));
   for (int q = 0; q < size; ++q) (*pids)[q] = static_cast<pid_t>(all[2 * q]);
+  MPI_Group group, world;
+  HSDP_MPI_CHECK(MPI_Comm_group(comm, &group));
+  HSDP_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> ranks(static_cast<size_t>(size));
+  for (int q = 0; q < size; ++q) ranks[q] = q;
+  peers->world.resize(static_cast<size_t>(size));
+  const int rc = MPI_Group_translate_ranks(group, size, ranks.data(), world, peers->world.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  HSDP_MPI_CHECK(rc);
   // Each rank reads its right neighbour's word; every pair of ranks is one host's processes of
   // one user, so one read per rank tells whether this host allows it.
   const int right = (rank + 1) % size;
@@ -42,9 +53,9 @@ StatusOr<bool> crossMemoryAttach(MPI_Comm comm, int rank, int size, std::vector<
 }
 
 CmaReduceScatterWork::CmaReduceScatterWork(const BlockReduceArgs& a,
-                                           const std::vector<pid_t>* pids)
+                                           const CmaPeers* peers)
     : a_(a),
-      pids_(pids),
+      peers_(peers),
       es_(dtypeSize(a.dtype)),
       mine_(reinterpret_cast<uintptr_t>(a.send)),
       addr_(static_cast<size_t>(a.size), 0) {
@@ -83,10 +94,12 @@ Status CmaReduceScatterWork::reduce() {
         char* buf = a_.slot->as<char>() + static_cast<size_t>((q - r - 1 + n) % n) * kTileBytes;
         iovec local{buf, bytes};
         iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(addr_[q] + at)), bytes};
-        const ssize_t got = process_vm_readv((*pids_)[q], &local, 1, &remote, 1, 0);
-        if (got != static_cast<ssize_t>(bytes))
-          return internalError("process_vm_readv of ", bytes, " bytes from rank ", q, " (pid ",
-                               (*pids_)[q], "): ", got < 0 ? std::strerror(errno) : "short read");
+        const ssize_t got = process_vm_readv(peers_->pids[q], &local, 1, &remote, 1, 0);
+        if (got != static_cast<ssize_t>(bytes))  // a peer that died: ESRCH
+          return internalError("process_vm_readv of ", bytes, " bytes from rank ", q,
+                               " (world rank ", peers_->world[q], ") failed: ",
+                               got < 0 ? std::strerror(errno) : "short read", " (pid ",
+                               peers_->pids[q], ")");
         src[q] = buf;
       }
       sumBlocks(a_.dtype, src.data(), n, len, scale, out + (p * run + t) * es_);

@@ -18,11 +18,17 @@
 
 namespace hsdp::mpi {
 
+// The members of a communicator as cross-memory attach needs them, by rank: process ids, and world
+// ranks for messages (a peer that died is named as the watchdog and UCX name it).
+struct CmaPeers {
+  std::vector<pid_t> pids;
+  std::vector<int> world;
+};
+
 // Whether every member of `comm` can read every other member's memory (process_vm_readv of a word
 // each rank publishes): collective over `comm`. Lets any process read this one first
-// (PR_SET_PTRACER, as Open MPI does), for hosts whose Yama policy asks for it. `pids` gets the
-// members' process ids.
-StatusOr<bool> crossMemoryAttach(MPI_Comm comm, int rank, int size, std::vector<pid_t>* pids);
+// (PR_SET_PTRACER, as Open MPI does), for hosts whose Yama policy asks for it. Fills `peers`.
+StatusOr<bool> crossMemoryAttach(MPI_Comm comm, int rank, int size, CmaPeers* peers);
 
 class CmaReduceScatterWork final : public ProgressiveWork {
  public:
@@ -32,8 +38,8 @@ class CmaReduceScatterWork final : public ProgressiveWork {
     return size < 2 ? 0 : static_cast<size_t>(size - 1) * kTileBytes;
   }
 
-  // slot: scratchBytes(size) or more, one tile per peer; pids: the members' process ids, by rank.
-  CmaReduceScatterWork(const BlockReduceArgs& a, const std::vector<pid_t>* pids);
+  // slot: scratchBytes(size) or more, one tile per peer.
+  CmaReduceScatterWork(const BlockReduceArgs& a, const CmaPeers* peers);
   ~CmaReduceScatterWork() override { waitForDestruction(); }
 
  private:
@@ -43,7 +49,7 @@ class CmaReduceScatterWork final : public ProgressiveWork {
   void advance() override;
 
   BlockReduceArgs a_;
-  const std::vector<pid_t>* pids_;
+  const CmaPeers* peers_;
   size_t es_;
   bool reduced_ = false;
   uint64_t mine_;               // our input's address, sent to every peer

@@ -57,7 +57,7 @@ Status checkReduceScatterAlgo() {
 }
 
 StatusOr<MpiComm::ReduceScatter> MpiComm::chooseReduceScatter(MPI_Comm comm, int rank, int size,
-                                                              std::vector<pid_t>* pids) {
+                                                              CmaPeers* peers) {
   const std::string v = env::getString("HSDP_MPI_RS_ALGO");
   if (v == "ring") return ReduceScatter::kRing;
   if (v == "exchange") return ReduceScatter::kExchange;
@@ -70,7 +70,7 @@ StatusOr<MpiComm::ReduceScatter> MpiComm::chooseReduceScatter(MPI_Comm comm, int
   int mine = local_size == size ? 1 : 0, shared = 0;
   HSDP_MPI_CHECK(MPI_Allreduce(&mine, &shared, 1, MPI_INT, MPI_MIN, comm));
   if (shared == 1 || v == "cma") {
-    HSDP_ASSIGN_OR_RETURN(const bool cma, crossMemoryAttach(comm, rank, size, pids));
+    HSDP_ASSIGN_OR_RETURN(const bool cma, crossMemoryAttach(comm, rank, size, peers));
     if (cma) return ReduceScatter::kCma;
     if (v == "cma")
       return failedPrecondition("HSDP_MPI_RS_ALGO=cma, but ",
@@ -90,7 +90,7 @@ StatusOr<std::unique_ptr<Comm>> MpiComm::adopt(MPI_Comm comm, bool traced) {
   std::unique_ptr<MpiComm> c(new MpiComm(comm, rank, size));
   HSDP_RETURN_IF_ERROR(checkReduceScatterAlgo());  // also where there is nothing to choose
   if (size > 1) {
-    HSDP_ASSIGN_OR_RETURN(c->rs_, chooseReduceScatter(comm, rank, size, &c->pids_));
+    HSDP_ASSIGN_OR_RETURN(c->rs_, chooseReduceScatter(comm, rank, size, &c->peers_));
   }
   if (traced && size > 1 && watchdog::tracing()) {
     // The members' world ranks (local: MPI knows them).
@@ -284,7 +284,7 @@ StatusOr<WorkHandle> MpiComm::startExchange(const void* send, void* recv, const 
                           scratch_.acquire(CmaReduceScatterWork::scratchBytes(size_)));
     return watched(std::make_unique<CmaReduceScatterWork>(
         BlockReduceArgs{comm_, rank_, size_, tag, send, recv, layout, dtype, op, &scratch_, slot},
-        &pids_));
+        &peers_));
   }
   HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, scratch_.acquire(ExchangeReduceScatterWork::scratchBytes(
                                                layout.blockCount() * dtypeSize(dtype), size_)));

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "collectives/mpi/mpi_cma.h"
 #include "collectives/mpi/mpi_work.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/transport.h"
@@ -71,9 +72,9 @@ class MpiComm final : public Comm {
   // The float32 reduce-scatter (bf16 never rings: it would round the partial sum at each hop).
   enum class ReduceScatter { kRing, kExchange, kCma };
   static StatusOr<ReduceScatter> chooseReduceScatter(MPI_Comm comm, int rank, int size,
-                                                     std::vector<pid_t>* pids);
+                                                     CmaPeers* peers);
   ReduceScatter rs_ = ReduceScatter::kRing;
-  std::vector<pid_t> pids_;  // the members' process ids (kCma)
+  CmaPeers peers_;  // the members' process ids and world ranks (kCma)
   // Each in-flight ring reduce-scatter holds one slot (two chunks of partial sums); slots are
   // made by reserveScratch, not per call.
   ScratchPool scratch_;
