@@ -43,22 +43,26 @@ void scale(void* buf, size_t n, DType t, float factor) {
 
 bool isFloating(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
 
-}  // namespace
-
-// The float32 reduce-scatter of a communicator (HSDP_MPI_RS_ALGO; collective: every member has
-// the same environment and takes the same branch). auto: on one host the cross-memory-attach one
-// where a probe read succeeds, else the exchange; between hosts the ring, which puts the fewest
-// bytes on the links.
-Status checkReduceScatterAlgo() {
+// HSDP_MPI_RS_ALGO, validated: auto (also when unset), ring, exchange or cma.
+StatusOr<std::string> reduceScatterAlgo() {
   const std::string v = env::getString("HSDP_MPI_RS_ALGO");
-  if (!v.empty() && v != "auto" && v != "ring" && v != "exchange" && v != "cma")
+  if (v.empty() || v == "auto") return std::string("auto");
+  if (v != "ring" && v != "exchange" && v != "cma")
     return invalidArgument("HSDP_MPI_RS_ALGO='", v, "' is not auto, ring, exchange or cma");
-  return okStatus();
+  return v;
 }
 
+}  // namespace
+
+Status checkReduceScatterAlgo() { return reduceScatterAlgo().status(); }
+
+// The float32 reduce-scatter of a communicator (collective: every member has the same
+// environment and takes the same branch). auto: on one host the cross-memory-attach one where a
+// probe read succeeds, else the exchange; between hosts the ring, which puts the fewest bytes on
+// the links.
 StatusOr<MpiComm::ReduceScatter> MpiComm::chooseReduceScatter(MPI_Comm comm, int rank, int size,
                                                               CmaPeers* peers) {
-  const std::string v = env::getString("HSDP_MPI_RS_ALGO");
+  HSDP_ASSIGN_OR_RETURN(const std::string v, reduceScatterAlgo());
   if (v == "ring") return ReduceScatter::kRing;
   if (v == "exchange") return ReduceScatter::kExchange;
   MPI_Comm local;
@@ -88,9 +92,10 @@ StatusOr<std::unique_ptr<Comm>> MpiComm::adopt(MPI_Comm comm, bool traced) {
   HSDP_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   HSDP_MPI_CHECK(MPI_Comm_size(comm, &size));
   std::unique_ptr<MpiComm> c(new MpiComm(comm, rank, size));
-  HSDP_RETURN_IF_ERROR(checkReduceScatterAlgo());  // also where there is nothing to choose
   if (size > 1) {
     HSDP_ASSIGN_OR_RETURN(c->rs_, chooseReduceScatter(comm, rank, size, &c->peers_));
+  } else {
+    HSDP_RETURN_IF_ERROR(checkReduceScatterAlgo());  // nothing to choose; a bad value still errs
   }
   if (traced && size > 1 && watchdog::tracing()) {
     // The members' world ranks (local: MPI knows them).

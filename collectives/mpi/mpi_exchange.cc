@@ -6,7 +6,6 @@
 #include "collectives/mpi/mpi_sum.h"
 
 namespace hsdp::mpi {
-namespace {}  // namespace
 
 size_t ExchangeReduceScatterWork::scratchBytes(size_t block_bytes, int size) {
   if (size < 2) return 0;

@@ -86,11 +86,11 @@ StatusOr<SessionEnv> readSessionEnv() {
   HSDP_ASSIGN_OR_RETURN(e.tune_malloc, env::getBool("HSDP_MALLOC_TUNE"));
   HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> links, env::getInt("HSDP_MPI_TCP_LINKS"));
   e.tcp_links = links.value_or(0);
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> eager, env::getInt("HSDP_MPI_TCP_EAGER"));
-  e.tcp_eager = eager.value_or(4 << 20);
   // Open MPI's TCP transport keeps fragments of this size on free lists: a typo in the unit
   // (bytes, not KiB) must not become a multi-gigabyte allocation inside MPI_Init (the registry
   // caps it at 1 GiB).
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> eager, env::getInt("HSDP_MPI_TCP_EAGER"));
+  e.tcp_eager = eager.value_or(4 << 20);
   HSDP_ASSIGN_OR_RETURN(e.yield_when_idle, yieldWhenIdle());
   HSDP_RETURN_IF_ERROR(checkReduceScatterAlgo());
   HSDP_ASSIGN_OR_RETURN(e.progress_thread, env::getBool("HSDP_PROGRESS_THREAD"));
