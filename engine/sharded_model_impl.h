@@ -112,6 +112,9 @@ struct PlannedCopy {
   size_t k;  // index in the caller's list, for messages
 };
 
+// EngineConfig::clip_norm's check (finite, >= 0): create() and load (a checkpoint's) use it.
+[[nodiscard]] Status checkClipNorm(float clip_norm);
+
 // The checkpoint writer's state (engine/checkpoint/save.cc): the snapshot buffer, allocated once
 // and reused by every save (and as staging by load), and the background writer thread.
 struct Saver;
@@ -176,6 +179,7 @@ struct ShardedModel::Impl {
   // Declared last: destroyed first, so the writer thread is joined while everything it may
   // touch (the memory space its pinned snapshot belongs to) is alive.
   std::unique_ptr<engine::Saver, engine::SaverDeleter> saver;
+  bool job_marker_agreed = false;  // files::setJobMarker called with rank 0's marker (save.cc)
 
   // ---- mode policy (here: one line each) ----
   bool onDevice() const { return cfg.device == Device::kCuda; }
@@ -256,6 +260,8 @@ struct ShardedModel::Impl {
   // consequence (`secondary`: this rank failed because another did, e.g. rank 0's commit that
   // saw a peer's write fail), so every rank names the root cause.
   Status agree(const Status& local, bool secondary = false);
+  // Sets every rank's files::jobMarker() to rank 0's (a world collective).
+  Status agreeJobMarker();
   std::vector<ckpt::UnitDesc> unitDescs() const;
   ckpt::MeshDesc meshDesc() const;
   int pieceReplicas() const { return mesh->shape().replicas(); }

@@ -9,7 +9,8 @@
 //   hsdp-ckpt diff A B
 //
 // DIR is a checkpoint directory or a root whose `latest` names one. Exit codes: 0 success (diff:
-// identical), 1 a checkpoint that fails verification (diff: different), 2 bad input.
+// identical), 1 a checkpoint that fails verification (diff: different), 2 bad input, 3 a failure
+// of the machine (a full disk, an I/O error, too little memory, the open-file limit).
 #include <chrono>
 #include <cstdio>
 
@@ -23,9 +24,16 @@ int fail(const hsdp::Status& s, int code) {
   return code;
 }
 
-// Bad input (no checkpoint there, a bad flag value) is 2; a checkpoint that does not hold is 1.
+// Bad input (no checkpoint there, a bad flag value) is 2; a checkpoint that does not hold is 1;
+// the machine's failure is 3.
 int codeOf(const hsdp::Status& s) {
+  if (s.code() == hsdp::StatusCode::kInternal || s.code() == hsdp::StatusCode::kResourceExhausted)
+    return 3;
   const std::string& m = s.message();
+  // A data file that is a link, a FIFO or a device is refused unread: bad input, not damage.
+  if (m.find("not a regular file") != std::string::npos ||
+      m.find("a symbolic link") != std::string::npos)
+    return 2;
   const bool damaged =
       m.find("data file") != std::string::npos || m.find("checksum") != std::string::npos;
   return damaged ? 1 : 2;
@@ -33,7 +41,7 @@ int codeOf(const hsdp::Status& s) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"hsdp checkpoints without a job: inspect, verify, reshard, export, diff",
                "hsdp-ckpt"};
   app.require_subcommand(1);
@@ -82,7 +90,7 @@ int main(int argc, char** argv) {
 
   if (inspect->parsed()) {
     auto text = hsdp::inspectCheckpoint(dir, json);
-    if (!text.ok()) return fail(text.status(), 2);
+    if (!text.ok()) return fail(text.status(), codeOf(text.status()) == 3 ? 3 : 2);
     std::fputs(text->c_str(), stdout);
     return text->find("FAIL") != std::string::npos ||
                    text->find("\"checksums_ok\": false") != std::string::npos
@@ -127,4 +135,12 @@ int main(int argc, char** argv) {
     std::printf("%-40s %14.6g %14.6g\n", t.name.c_str(), t.max_abs, t.max_rel);
   std::printf("%s\n", d->identical() ? "identical" : "different");
   return d->identical() ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // the library returns Status; this is the last guard
+    return fail(hsdp::Status(hsdp::StatusCode::kInternal, e.what()), 3);
+  }
 }

@@ -16,6 +16,8 @@ StatusOr<std::vector<std::string>> ShardedModel::exportSafetensors(const std::st
   StatusOr<ckpt::SafetensorsWriter> w =
       ckpt::SafetensorsWriter::create(out, std::move(list), options.dtype, options.max_shard_bytes);
   if (local.ok()) local = w.status();
+  // Rank 0 writes: its view of the target decides (not a link, device, FIFO or directory).
+  if (local.ok() && m.mesh->world().rank() == 0) local = w->checkTargets({});
   HSDP_RETURN_IF_ERROR(m.agree(local));
   const bool writer = m.mesh->world().rank() == 0;
   std::vector<float> full;

@@ -3,10 +3,13 @@
 // fuzz target in tests/checkpoint drives parseManifest with arbitrary bytes).
 #include "engine/checkpoint/format.h"
 
+#include "hsdp/files.h"
+
 #include <algorithm>
-#include <fstream>
+#include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 namespace hsdp::ckpt {
@@ -86,6 +89,10 @@ Status Manifest::finish(const std::string& where) {
       if (c.file < 0 || c.file >= static_cast<int>(files.size()))
         return invalidArgument(where, ": tensor ", i, ": chunk names file ", c.file, " of ",
                                files.size());
+      // hsdp writes chunks of at most kChunkElems (a reader holds one whole to check it).
+      if (c.count > kChunkElems)
+        return invalidArgument(where, ": tensor ", i, ": a chunk of ", c.count,
+                               " elements, more than the ", kChunkElems, " hsdp writes");
       if (c.start != next || c.count == 0 || c.count > numel - c.start)
         return invalidArgument(where, ": tensor ", i, ": chunks do not tile [0, ", numel,
                                ") (chunk at ", c.start, " of ", c.count, ", expected start ", next,
@@ -104,6 +111,20 @@ Status Manifest::finish(const std::string& where) {
     if (e.file < 0 || e.file >= static_cast<int>(files.size()) || e.offset > files[e.file].bytes ||
         e.bytes > files[e.file].bytes - e.offset)
       return invalidArgument(where, ": user entry '", e.key, "' lies outside its file");
+    else if (e.bytes > kMaxUserEntryBytes)
+      return invalidArgument(where, ": user entry '", e.key, "' is ", e.bytes,
+                             " bytes, over the limit of ", kMaxUserEntryBytes, " bytes");
+  // A data file ends where its last chunk or user entry does (plus alignment at most): a size
+  // beyond that (a sparse file of any length matches it) would have readers hash nothing.
+  std::vector<uint64_t> ends(files.size(), 0);
+  for (const TensorDesc& t : tensors)
+    for (const Chunk& c : t.chunks)
+      ends[c.file] = std::max(ends[c.file], c.offset + c.count * sizeof(float));
+  for (const UserEntry& e : user) ends[e.file] = std::max(ends[e.file], e.offset + e.bytes);
+  for (size_t f = 0; f < files.size(); ++f)
+    if (files[f].bytes > ends[f] + kAlign)
+      return invalidArgument(where, ": ", files[f].name, " is said to be ", files[f].bytes,
+                             " bytes, but its chunks and user entries end at byte ", ends[f]);
   return okStatus();
 }
 
@@ -166,7 +187,13 @@ struct Reader {
       fail(ctx + "." + key, "is not a number");
       return 0;
     }
-    return v->get<float>();
+    // Converting a double beyond float's range is undefined behaviour: refuse it here.
+    const double d = v->get<double>();
+    if (!(std::abs(d) <= std::numeric_limits<float>::max())) {
+      fail(ctx + "." + key, strCat("is ", d, ", which does not fit a float"));
+      return 0;
+    }
+    return static_cast<float>(d);
   }
   uint64_t hash(const json& v, const std::string& ctx) {
     if (!v.is_string() || v.get_ref<const std::string&>().size() != 16) {
@@ -321,12 +348,69 @@ void readTensors(Reader& r, const json& tensors, Manifest& m) {
   }
 }
 
+// A SAX pass that stops at the first key an object repeats, keeping the path to it.
+struct DuplicateKeys : nlohmann::json_sax<json> {
+  struct Level {
+    bool object = false;
+    std::string name;  // the path to this container ("optimizer", "tensors[]")
+    std::set<std::string> keys;
+    std::string last;  // the last key read (objects)
+  };
+  std::vector<Level> stack;
+  std::string found;
+
+  std::string childName() const {
+    if (stack.empty()) return "";
+    const Level& l = stack.back();
+    if (!l.object) return l.name + "[]";
+    return l.name.empty() ? l.last : l.name + "." + l.last;
+  }
+  bool open(bool object) {
+    stack.push_back({object, childName(), {}, {}});
+    return true;
+  }
+  bool close() {
+    stack.pop_back();
+    return true;
+  }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return open(true); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    Level& l = stack.back();
+    l.last = k;
+    if (l.keys.insert(k).second) return true;
+    found = strCat("'", k, "' ", l.name.empty() ? "at the top level" : "in " + l.name);
+    return false;  // stops the parse
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+};
+
 }  // namespace
+
+std::string duplicateJsonKey(std::string_view text) {
+  DuplicateKeys sax;
+  json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json,
+                  /*strict=*/true);
+  return sax.found;
+}
 
 StatusOr<Manifest> parseManifest(std::string_view text, const std::string& where) {
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return invalidArgument(where, ": not valid JSON (corrupt manifest)");
   if (!j.is_object()) return invalidArgument(where, ": not a JSON object");
+  if (std::string dup = duplicateJsonKey(text); !dup.empty())
+    return invalidArgument(where, ": key ", dup, " appears twice (a hand-edited manifest?)");
   Reader r{where, okStatus()};
   Manifest m;
   if (r.str(j, "format", "") != kFormatName && r.ok())
@@ -360,6 +444,7 @@ StatusOr<Manifest> parseManifest(std::string_view text, const std::string& where
     }
   }
   if (!r.ok()) return r.err;
+  HSDP_RETURN_IF_ERROR(checkTensorNames(m.units, where));
   HSDP_RETURN_IF_ERROR(m.finish(where));
   return m;
 }
@@ -429,17 +514,16 @@ std::string serializeManifest(const Manifest& m) {
             {"files", files},
             {"tensors", tensors},
             {"user", user}};
-  return j.dump(1) + "\n";
+  return j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 StatusOr<Manifest> readManifest(const std::string& dir) {
-  const std::string path = dir + "/" + kManifestName;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return notFound("'", dir, "' has no ", kManifestName, " (not a committed checkpoint)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return internalError("reading ", path, " failed");
-  return parseManifest(ss.str(), path);
+  HSDP_ASSIGN_OR_RETURN(files::Dir d, files::Dir::open(dir));
+  if (d.kindOf(kManifestName) == files::Kind::kMissing)
+    return notFound("'", files::quote(dir), "' has no ", kManifestName,
+                    " (not a committed checkpoint)");
+  HSDP_ASSIGN_OR_RETURN(std::string text, d.readFile(kManifestName, kMaxManifestBytes, "manifest"));
+  return parseManifest(text, d.join(kManifestName));
 }
 
 }  // namespace hsdp::ckpt

@@ -17,6 +17,12 @@ namespace hsdp::ckpt {
 
 constexpr int kFormatVersion = 1;
 constexpr const char* kFormatName = "hsdp-checkpoint";
+// Size limits of the small files of a checkpoint (docs/checkpoint.md, "File rules").
+constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
+constexpr uint64_t kMaxPointerBytes = 4096;  // `latest`
+constexpr uint64_t kMaxPartBytes = uint64_t{256} << 20;
+constexpr uint64_t kMaxUserEntryBytes = uint64_t{1} << 30;  // SaveOptions::user blobs
+
 constexpr const char* kManifestName = "manifest.json";
 constexpr const char* kLatestName = "latest";
 // Every chunk starts at a multiple of this in its data file (mmap, SIMD loads).
@@ -138,6 +144,15 @@ StatusOr<Manifest> readManifest(const std::string& dir);
                                   const std::vector<UnitDesc>& model, const std::string& where,
                                   bool moments);
 std::string shapeString(const std::vector<int64_t>& shape);  // "[1000, 32]"
+// The names checkpoints and safetensors files give tensors, "<unit>.<param>", are unique: two
+// units of one name, two parameters of one name in a unit, and two (unit, parameter) pairs whose
+// joined names collide (unit 'a.b' parameter 'c', unit 'a' parameter 'b.c') are InvalidArgument
+// naming both, prefixed by `where` (when not empty).
+[[nodiscard]] Status checkTensorNames(const std::vector<UnitDesc>& units, const std::string& where);
+// The first key that some object of the JSON text `json` holds twice (nlohmann-json, like most
+// parsers, silently keeps the last), as "'key' in <path>" ("'lr' in optimizer", "'w' at the top
+// level"); "" when no key repeats, or when `json` is not valid JSON (the parse reports that).
+std::string duplicateJsonKey(std::string_view json);
 
 // "0123456789abcdef" and back.
 std::string hex64(uint64_t v);

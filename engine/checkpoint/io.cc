@@ -10,261 +10,58 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <thread>
 
 namespace hsdp::ckpt {
-namespace {
-// A path that can never work (no permission, read-only, not a directory) is bad input; a full
-// disk or an I/O error is a failure of the run.
-Status errnoStatus(const char* what, const std::string& path, int err) {
-  const bool bad_input = err == EACCES || err == EPERM || err == EROFS || err == ENOTDIR ||
-                         err == EISDIR || err == ENOENT || err == ENAMETOOLONG;
-  return Status(bad_input ? StatusCode::kInvalidArgument : StatusCode::kInternal,
-                strCat(what, " '", path, "': ", std::strerror(err)));
-}
-}  // namespace
 
-StatusOr<File> File::openRead(const std::string& path, bool direct) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    if (e == ENOENT) return notFound("cannot open '", path, "': ", std::strerror(e));
-    return errnoStatus("cannot open", path, e);
-  }
-  File f(fd, path);
-  if (direct) f.openDirect(O_RDONLY);
-  return f;
-}
-
-StatusOr<File> File::create(const std::string& path, bool direct) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errnoStatus("cannot create", path, errno);
-  File f(fd, path);
-  if (direct) f.openDirect(O_WRONLY);
-  return f;
-}
-
-// A filesystem without O_DIRECT (tmpfs: EINVAL) leaves dfd_ at -1: everything is buffered.
-void File::openDirect(int flags) { dfd_ = ::open(path_.c_str(), flags | O_DIRECT | O_CLOEXEC); }
-
-File::~File() {
-  if (fd_ >= 0) ::close(fd_);
-  if (dfd_ >= 0) ::close(dfd_);
-}
-File::File(File&& o) noexcept : fd_(o.fd_), dfd_(o.dfd_), pos_(o.pos_), path_(std::move(o.path_)) {
-  o.fd_ = o.dfd_ = -1;
-}
-File& File::operator=(File&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    if (dfd_ >= 0) ::close(dfd_);
-    fd_ = o.fd_;
-    dfd_ = o.dfd_;
-    pos_ = o.pos_;
-    path_ = std::move(o.path_);
-    o.fd_ = o.dfd_ = -1;
-  }
-  return *this;
-}
-
-namespace {
-// [head, head + mid) of (p, bytes, offset) is what direct I/O can take: memory and file offset
-// on kDirectAlign boundaries, a whole number of blocks; mid == 0 when p and offset disagree.
-struct DirectSplit {
-  size_t head, mid;
-};
-DirectSplit splitDirect(const void* p, size_t bytes, uint64_t offset) {
-  if (bytes < kDirectMin || (reinterpret_cast<uintptr_t>(p) - offset) % kDirectAlign != 0)
-    return {bytes, 0};
-  const size_t head =
-      std::min<size_t>(bytes, (kDirectAlign - offset % kDirectAlign) % kDirectAlign);
-  return {head, (bytes - head) / kDirectAlign * kDirectAlign};
-}
-}  // namespace
-
-Status File::pwriteAll(int fd, const char* p, size_t bytes) {
-  while (bytes > 0) {
-    ssize_t n = ::pwrite(fd, p, std::min<size_t>(bytes, size_t{1} << 30), static_cast<off_t>(pos_));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errnoStatus("writing", path_, errno);
-    }
-    if (n == 0) return internalError("writing '", path_, "': no progress");
-    p += n;
-    pos_ += static_cast<uint64_t>(n);
-    bytes -= static_cast<size_t>(n);
-    // A short direct write (a file size limit) leaves the rest unaligned: the buffered
-    // descriptor writes it, or reports why it cannot.
-    if (fd == dfd_ && bytes % kDirectAlign != 0) return pwriteAll(fd_, p, bytes);
-  }
-  return okStatus();
-}
-
-Status File::writeAll(const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  DirectSplit d = dfd_ >= 0 ? splitDirect(p, bytes, pos_) : DirectSplit{bytes, 0};
-  HSDP_RETURN_IF_ERROR(pwriteAll(fd_, p, d.head));
-  if (d.mid > 0) HSDP_RETURN_IF_ERROR(pwriteAll(dfd_, p + d.head, d.mid));
-  return pwriteAll(fd_, p + d.head + d.mid, bytes - d.head - d.mid);
-}
-
-Status File::preadLoop(int fd, char* p, size_t bytes, uint64_t offset) const {
-  while (bytes > 0) {
-    ssize_t n = ::pread(fd, p, std::min<size_t>(bytes, size_t{1} << 30), offset);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errnoStatus("reading", path_, errno);
-    }
-    if (n == 0)
-      return invalidArgument("reading '", path_, "': unexpected end of file at byte ", offset,
-                             " (truncated)");
-    p += n;
-    bytes -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-    // A short direct read (the file ends early) leaves the rest to the buffered descriptor,
-    // which reports where the file ends.
-    if (fd == dfd_ && bytes % kDirectAlign != 0) return preadLoop(fd_, p, bytes, offset);
-  }
-  return okStatus();
-}
-
-Status File::preadAll(void* data, size_t bytes, uint64_t offset) const {
-  char* p = static_cast<char*>(data);
-  DirectSplit d = dfd_ >= 0 ? splitDirect(p, bytes, offset) : DirectSplit{bytes, 0};
-  HSDP_RETURN_IF_ERROR(preadLoop(fd_, p, d.head, offset));
-  if (d.mid > 0) HSDP_RETURN_IF_ERROR(preadLoop(dfd_, p + d.head, d.mid, offset + d.head));
-  return preadLoop(fd_, p + d.head + d.mid, bytes - d.head - d.mid, offset + d.head + d.mid);
-}
-
-Status File::sync() {
-  if (::fsync(fd_) != 0) return errnoStatus("fsync of", path_, errno);
-  return okStatus();
-}
-
-Status File::close() {
-  if (dfd_ >= 0) ::close(dfd_);
-  dfd_ = -1;
-  int fd = fd_;
-  fd_ = -1;
-  if (fd >= 0 && ::close(fd) != 0) return errnoStatus("closing", path_, errno);
-  return okStatus();
-}
-
-StatusOr<uint64_t> File::size() const {
-  struct stat st;
-  if (::fstat(fd_, &st) != 0) return errnoStatus("fstat of", path_, errno);
-  return static_cast<uint64_t>(st.st_size);
-}
-
-void File::dropCache() const { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED); }
-
-void File::adviseSequential() const { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL); }
-
-void File::willNeed(uint64_t offset, uint64_t bytes) const {
-  (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(bytes),
-                        POSIX_FADV_WILLNEED);
-}
-
-void File::startWriteback(uint64_t offset, uint64_t bytes) const {
-  (void)::sync_file_range(fd_, static_cast<off64_t>(offset), static_cast<off64_t>(bytes),
-                          SYNC_FILE_RANGE_WRITE);
-}
-
-bool pathExists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-bool isDirectory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-Status makeDirs(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec) return errnoStatus("cannot create directory", path, ec.value());
-  if (!isDirectory(path)) return invalidArgument("'", path, "' exists and is not a directory");
-  return okStatus();
-}
-
-Status syncDir(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return errnoStatus("cannot open directory", path, errno);
-  int rc = ::fsync(fd);
-  int e = errno;
-  ::close(fd);
-  if (rc != 0) return errnoStatus("fsync of directory", path, e);
-  return okStatus();
-}
-
-Status removeTree(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
-  if (ec) return internalError("cannot remove '", path, "': ", ec.message());
-  return okStatus();
-}
-
-StatusOr<std::vector<std::string>> listDir(const std::string& dir) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator(dir, ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
-    names.push_back(it->path().filename().string());
-  if (ec) return internalError("cannot list '", dir, "': ", ec.message());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-StatusOr<std::string> readWholeFile(const std::string& path) {
-  HSDP_ASSIGN_OR_RETURN(File f, File::openRead(path));
-  HSDP_ASSIGN_OR_RETURN(uint64_t n, f.size());
-  std::string s(n, '\0');
-  HSDP_RETURN_IF_ERROR(f.preadAll(s.data(), n, 0));
-  return s;
-}
-
-Status replaceFileAtomically(const std::string& path, std::string_view content) {
-  const std::string tmp = path + ".tmp";
-  {
-    HSDP_ASSIGN_OR_RETURN(File f, File::create(tmp));
-    HSDP_RETURN_IF_ERROR(f.writeAll(content.data(), content.size()));
-    HSDP_RETURN_IF_ERROR(f.sync());
-    HSDP_RETURN_IF_ERROR(f.close());
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return errnoStatus("cannot rename to", path, errno);
-  return syncDir(std::filesystem::path(path).parent_path().string());
-}
-
-Status renameDirIntoPlace(const std::string& from, const std::string& to) {
-  if (::rename(from.c_str(), to.c_str()) == 0) return okStatus();
-  const int e = errno;
-  if (e != ENOTEMPTY && e != EEXIST) return errnoStatus("cannot rename directory to", to, e);
-  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0)
-    return errnoStatus("cannot exchange directory with", to, errno);
-  return removeTree(from);
+bool isStepName(const std::string& name) {
+  return name.size() > 5 && name.compare(0, 5, "step-") == 0 &&
+         name.find_first_not_of("0123456789", 5) == std::string::npos;
 }
 
 uint64_t xxh64(const void* data, size_t bytes) { return XXH64(data, bytes, 0); }
 
+Status checkFitsInMemory(uint64_t bytes, const std::string& what) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t mem = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : 0;
+  if (mem == 0 || bytes <= mem) return okStatus();
+  return Status(StatusCode::kResourceExhausted,
+                strCat(files::quote(what), " needs ", bytes, " bytes, more than this machine's ",
+                       mem, " bytes of memory (a manifest whose sizes do not fit its data)"));
+}
+
 StatusOr<std::string> resolveCheckpointDir(const std::string& path) {
-  if (pathExists(path + "/" + kManifestName)) return path;
-  if (!pathExists(path))
-    return notFound("no checkpoint at '", path, "': no such file or directory");
+  using files::Kind;
+  using files::quote;
+  if (path.empty()) return invalidArgument("empty checkpoint path");
+  const Kind k = files::kindOf(path);
+  if (k == Kind::kMissing)
+    return notFound("no checkpoint at '", quote(path), "': no such file or directory");
   // The pointer file itself ("<root>/latest") names a checkpoint beside it.
-  const std::filesystem::path p(path);
-  const bool is_pointer = !isDirectory(path) && p.filename() == kLatestName;
-  const std::string root = is_pointer ? p.parent_path().string() : path;
-  const std::string latest = is_pointer ? path : path + "/" + kLatestName;
-  if (!pathExists(latest))
-    return notFound("'", path, "' has no ", kManifestName, " (not a committed checkpoint) and no '",
-                    kLatestName, "' pointer");
-  HSDP_ASSIGN_OR_RETURN(std::string name, readWholeFile(latest));
+  std::string root = path, pointer = kLatestName;
+  if (k != Kind::kDirectory && !(k == Kind::kSymlink && files::Dir::open(path).ok())) {
+    HSDP_ASSIGN_OR_RETURN(files::PathParts parts, files::splitPath(path));
+    if (parts.name != kLatestName)
+      return invalidArgument("'", quote(path), "' is ", files::kindName(k),
+                             ", not a checkpoint directory or its '", kLatestName, "' pointer");
+    root = parts.dir;
+    pointer = parts.name;
+  }
+  HSDP_ASSIGN_OR_RETURN(Dir dir, Dir::open(root));
+  if (root == path && dir.kindOf(kManifestName) != Kind::kMissing) return path;
+  if (dir.kindOf(pointer) == Kind::kMissing)
+    return notFound("'", quote(path), "' has no ", kManifestName,
+                    " (not a committed checkpoint) and no '", kLatestName, "' pointer");
+  HSDP_ASSIGN_OR_RETURN(std::string name,
+                        dir.readFile(pointer, kMaxPointerBytes, "checkpoint pointer"));
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  if (name.empty() || name.find('/') != std::string::npos || name[0] == '.')
-    return invalidArgument("'", latest, "' does not name a checkpoint directory");
-  return (root.empty() ? "." : root) + "/" + name;
+  const bool printable = std::all_of(name.begin(), name.end(), [](char c) {
+    return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+  });
+  if (name.empty() || !printable || name.find('/') != std::string::npos || name[0] == '.')
+    return invalidArgument("'", quote(dir.join(pointer)), "' does not name a checkpoint directory ",
+                           "(it holds '", quote(name, 64), "')");
+  return dir.join(name);
 }
 
 std::string tensorName(const Manifest& m, int t) {
@@ -274,17 +71,43 @@ std::string tensorName(const Manifest& m, int t) {
   return s;
 }
 
-StatusOr<File> openDataFile(const Manifest& m, const std::string& dir, int f, bool direct) {
-  const std::string path = dir + "/" + m.files[f].name;
-  StatusOr<File> opened = File::openRead(path, direct);
+StatusOr<File> openDataFile(const Manifest& m, const Dir& dir, int f, bool direct) {
+  StatusOr<File> opened = File::openReadAt(dir, m.files[f].name, direct);
   if (!opened.ok())
     return Status(opened.status().code(),
                   strCat("data file missing or unreadable: ", opened.status().message()));
   HSDP_ASSIGN_OR_RETURN(uint64_t size, opened->size());
   if (size != m.files[f].bytes)
-    return invalidArgument("data file '", path, "' is ", size, " bytes, the manifest says ",
-                           m.files[f].bytes, " (truncated or replaced)");
+    return invalidArgument("data file '", files::quote(opened->path()), "' is ", size,
+                           " bytes, the manifest says ", m.files[f].bytes,
+                           " (truncated or replaced)");
   return opened;
+}
+
+DataFiles::DataFiles(const Manifest& m, std::string dir, bool direct, bool sequential)
+    : m_(m),
+      dir_(std::move(dir)),
+      direct_(direct),
+      sequential_(sequential),
+      cache_(files::openFileBudget(), &DataFiles::open, this) {}
+
+StatusOr<File> DataFiles::open(void* self, int f) {
+  DataFiles& d = *static_cast<DataFiles*>(self);
+  if (!d.d_) d.d_ = Dir::open(d.dir_);
+  if (!d.d_->ok()) return d.d_->status();
+  HSDP_ASSIGN_OR_RETURN(File file, openDataFile(d.m_, **d.d_, f, d.direct_));
+  if (d.sequential_) {
+    // Read front to back, all of it: the kernel reads ahead while the reader works.
+    file.adviseSequential();
+    file.willNeed(0, 0);
+  }
+  return file;
+}
+
+StatusOr<std::shared_ptr<const File>> DataFiles::get(int f) {
+  if (f < 0 || static_cast<size_t>(f) >= m_.files.size())
+    return invalidArgument("data file index ", f, " out of range");
+  return cache_.get(f);
 }
 
 namespace {
@@ -296,21 +119,13 @@ std::vector<Chunk>::const_iterator firstChunkEndingAfter(const std::vector<Chunk
 }
 }  // namespace
 
-StatusOr<const File*> TensorReader::file(int f) {
-  if (!files_[f]) {
-    HSDP_ASSIGN_OR_RETURN(File opened, openDataFile(m_, dir_, f, direct_));
-    files_[f] = std::move(opened);
-  }
-  return &*files_[f];
-}
-
 Status TensorReader::read(int t, uint64_t begin, uint64_t end, float* dst) {
   if (begin >= end) return okStatus();
   const std::vector<Chunk>& chunks = m_.tensors[t].chunks;
   auto it = firstChunkEndingAfter(chunks, begin);
   for (; it != chunks.end() && it->start < end; ++it) {
     const Chunk& c = *it;
-    HSDP_ASSIGN_OR_RETURN(const File* f, file(c.file));
+    HSDP_ASSIGN_OR_RETURN(std::shared_ptr<const File> f, files_.get(c.file));
     const uint64_t b = std::max(begin, c.start), e = std::min(end, c.start + c.count);
     if (!verify_) {
       HSDP_RETURN_IF_ERROR(f->preadAll(dst + (b - begin), (e - b) * sizeof(float),
@@ -336,39 +151,58 @@ Status TensorReader::read(int t, uint64_t begin, uint64_t end, float* dst) {
 
 Status TensorReader::checkChunk(int t, const Chunk& c, const File& f, const float* data) const {
   if (xxh64(data, c.count * sizeof(float)) == c.xxh64) return okStatus();
-  return invalidArgument("data file '", f.path(), "': bytes [", c.offset, ", ",
+  return invalidArgument("data file '", files::quote(f.path()), "': bytes [", c.offset, ", ",
                          c.offset + c.count * 4, ") of tensor ", tensorName(m_, t),
                          " fail their xxh64 checksum (corrupt file)");
 }
 
+// A request cut at a chunk: a whole chunk lands in place (with verify: fetched on the second
+// thread), a part of one goes through read().
+struct TensorReader::Piece {
+  int t;
+  const Chunk* c;
+  std::shared_ptr<const File> f;  // held open while the batch runs
+  uint64_t begin, end;            // elements of the tensor
+  float* dst;
+  bool fetched;  // a whole chunk read by the fetcher
+};
+
 Status TensorReader::readMany(const std::vector<Request>& requests) {
-  // Every request cut at the chunks it touches, in order: a whole chunk lands in place (with
-  // verify: fetched on the second thread), a part of one goes through read(). Every file is
-  // opened here (file() is not thread-safe) and the buffered ones told what comes.
-  struct Piece {
-    int t;
-    const Chunk* c;
-    const File* f;
-    uint64_t begin, end;  // elements of the tensor
-    float* dst;
-    bool fetched;  // a whole chunk read by the fetcher
-  };
+  // Every request cut at the chunks it touches, in order, in batches that hold at most half the
+  // open-file budget (the other half serves read()'s partial chunks); each batch's files are
+  // told what comes.
+  const size_t max_files = std::max<size_t>(1, files_.capacity() / 2);
   std::vector<Piece> pieces;
   std::vector<size_t> whole;  // indices into pieces of the fetched ones
+  std::vector<int> batch_files;
   for (const Request& r : requests) {
-    willRead(r.t, r.begin, r.end);
     const std::vector<Chunk>& chunks = m_.tensors[r.t].chunks;
     for (auto it = firstChunkEndingAfter(chunks, r.begin); it != chunks.end() && it->start < r.end;
          ++it) {
-      HSDP_ASSIGN_OR_RETURN(const File* f, file(it->file));
+      if (std::find(batch_files.begin(), batch_files.end(), it->file) == batch_files.end()) {
+        if (batch_files.size() == max_files) {
+          HSDP_RETURN_IF_ERROR(readPieces(pieces, whole));
+          pieces.clear();
+          whole.clear();
+          batch_files.clear();
+        }
+        batch_files.push_back(it->file);
+      }
+      HSDP_ASSIGN_OR_RETURN(std::shared_ptr<const File> f, files_.get(it->file));
       const uint64_t b = std::max(r.begin, it->start), e = std::min(r.end, it->start + it->count);
       const bool w = verify_ && b == it->start && e == it->start + it->count;
       if (w) whole.push_back(pieces.size());
-      pieces.push_back({r.t, &*it, f, b, e, r.dst + (b - r.begin), w});
+      if (!f->direct())
+        f->willNeed(it->offset + (b - it->start) * sizeof(float), (e - b) * sizeof(float));
+      pieces.push_back({r.t, &*it, std::move(f), b, e, r.dst + (b - r.begin), w});
     }
   }
+  return readPieces(pieces, whole);
+}
+
+Status TensorReader::readPieces(const std::vector<Piece>& pieces, const std::vector<size_t>& whole) {
   if (whole.size() < 2) {
-    for (const Request& r : requests) HSDP_RETURN_IF_ERROR(read(r.t, r.begin, r.end, r.dst));
+    for (const Piece& p : pieces) HSDP_RETURN_IF_ERROR(read(p.t, p.begin, p.end, p.dst));
     return okStatus();
   }
   // The fetcher reads whole[i] and publishes i + 1 in `fetched` (release: the bytes and its
@@ -411,7 +245,7 @@ void TensorReader::willRead(int t, uint64_t begin, uint64_t end) {
   auto it = firstChunkEndingAfter(chunks, begin);
   for (; it != chunks.end() && it->start < end; ++it) {
     const Chunk& c = *it;
-    StatusOr<const File*> f = file(c.file);
+    StatusOr<std::shared_ptr<const File>> f = files_.get(c.file);
     if (!f.ok()) return;
     // Read-ahead fills the page cache, which a direct read would then read around: twice the
     // disk's work. (A read that cannot go direct then waits for the disk, chunk by chunk.)
@@ -423,12 +257,14 @@ void TensorReader::willRead(int t, uint64_t begin, uint64_t end) {
 }
 
 Status TensorReader::readUser(const UserEntry& e, std::string* out) {
-  HSDP_ASSIGN_OR_RETURN(const File* f, file(e.file));
+  HSDP_ASSIGN_OR_RETURN(std::shared_ptr<const File> f, files_.get(e.file));
+  HSDP_RETURN_IF_ERROR(checkFitsInMemory(e.bytes, strCat("user entry '", e.key, "'")));
   out->resize(e.bytes);
   HSDP_RETURN_IF_ERROR(f->preadAll(out->data(), e.bytes, e.offset));
   if (xxh64(out->data(), e.bytes) != e.xxh64)
-    return invalidArgument("data file '", f->path(), "': user entry '", e.key, "' (bytes [",
-                           e.offset, ", ", e.offset + e.bytes, ")) fails its xxh64 checksum");
+    return invalidArgument("data file '", files::quote(f->path()), "': user entry '",
+                           files::quote(e.key), "' (bytes [", e.offset, ", ", e.offset + e.bytes,
+                           ")) fails its xxh64 checksum");
   return okStatus();
 }
 

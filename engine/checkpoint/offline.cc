@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/io.h"
@@ -37,7 +36,8 @@ StatusOr<Opened> openCheckpoint(const std::string& path) {
 Status verifyFile(const Opened& o, int f) {
   const FileDesc& d = o.m.files[f];
   const std::string path = o.dir + "/" + d.name;
-  HSDP_ASSIGN_OR_RETURN(File file_owned, openDataFile(o.m, o.dir, f));
+  HSDP_ASSIGN_OR_RETURN(Dir dir, Dir::open(o.dir));
+  HSDP_ASSIGN_OR_RETURN(File file_owned, openDataFile(o.m, dir, f));
   const File* file = &file_owned;
   std::vector<char> buf(std::min<uint64_t>(d.bytes, uint64_t{8} << 20));
   XXH64_state_t* st = XXH64_createState();
@@ -55,6 +55,7 @@ Status verifyFile(const Opened& o, int f) {
   for (size_t t = 0; t < o.m.tensors.size(); ++t)
     for (const Chunk& c : o.m.tensors[t].chunks) {
       if (c.file != f) continue;
+      HSDP_RETURN_IF_ERROR(checkFitsInMemory(c.count * 4, "a chunk of " + path));
       buf.resize(c.count * 4);
       HSDP_RETURN_IF_ERROR(file->preadAll(buf.data(), buf.size(), c.offset));
       if (xxh64(buf.data(), buf.size()) != c.xxh64)
@@ -65,6 +66,7 @@ Status verifyFile(const Opened& o, int f) {
     }
   for (const UserEntry& e : o.m.user) {
     if (e.file != f) continue;
+    HSDP_RETURN_IF_ERROR(checkFitsInMemory(e.bytes, "user entry '" + e.key + "'"));
     buf.resize(e.bytes);
     HSDP_RETURN_IF_ERROR(file->preadAll(buf.data(), buf.size(), e.offset));
     if (xxh64(buf.data(), buf.size()) != e.xxh64)
@@ -121,17 +123,18 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
     nlohmann::json user = nlohmann::json::array();
     for (const UserEntry& e : m.user) user.push_back({{"key", e.key}, {"bytes", e.bytes}});
     // The mesh and optimizer exactly as the manifest spells them.
-    const nlohmann::json saved = nlohmann::json::parse(serializeManifest(m));
+    const nlohmann::json saved = nlohmann::json::parse(serializeManifest(m), nullptr, false);
     nlohmann::json j = {{"dir", o.dir},          {"format_version", m.version},
                         {"step", m.step},        {"created", m.created},
                         {"mesh", saved["mesh"]}, {"optimizer", saved["optimizer"]},
                         {"parameters", params},  {"bytes", m.dataBytes()},
                         {"units", units},        {"files", files},
                         {"user", user},          {"checksums_ok", all_ok}};
-    return j.dump(2) + "\n";
+    // Names that are not UTF-8 (a path, a hand-edited manifest) print as U+FFFD, never throw.
+    return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   std::string s =
-      strCat("checkpoint ", o.dir, "\n  format version ", m.version, ", step ", m.step,
+      strCat("checkpoint ", files::quote(o.dir), "\n  format version ", m.version, ", step ", m.step,
              ", created ", m.created, "\n  saved under: mode ", d.mode, ", ", d.world_size,
              " ranks = ", d.num_nodes, " nodes x ", d.ranks_per_node, ", intra_shard ",
              d.intra_shard, " x inter_shard ", d.inter_shard, " (", d.shards, " shards x ",
@@ -146,7 +149,7 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
   s += line;
   for (const UnitDesc& u : m.units)
     for (const ParamDesc& p : u.params) {
-      std::snprintf(line, sizeof line, "  %-28s %-20s %12llu %s\n", (u.name + "." + p.name).c_str(),
+      std::snprintf(line, sizeof line, "  %-28s %-20s %12llu %s\n", files::quote(u.name + "." + p.name, 64).c_str(),
                     shapeString(p.shape).c_str(), static_cast<unsigned long long>(p.numel()),
                     u.frozen ? "param (frozen)" : "param, exp_avg, exp_avg_sq");
       s += line;
@@ -156,7 +159,7 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
                 "checksum");
   s += line;
   for (size_t f = 0; f < m.files.size(); ++f) {
-    std::snprintf(line, sizeof line, "  %-16s %6d %14llu %18s %s\n", m.files[f].name.c_str(),
+    std::snprintf(line, sizeof line, "  %-16s %6d %14llu %18s %s\n", files::quote(m.files[f].name, 64).c_str(),
                   m.files[f].rank, static_cast<unsigned long long>(m.files[f].bytes),
                   hex64(m.files[f].xxh64).c_str(), checks[f].ok() ? "ok" : "FAIL");
     s += line;
@@ -165,7 +168,8 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
               " files; checksums: ", all_ok ? "all ok" : "FAILING", "\n");
   for (size_t f = 0; f < checks.size(); ++f)
     if (!checks[f].ok()) s += "  " + checks[f].message() + "\n";
-  for (const UserEntry& e : m.user) s += strCat("  user '", e.key, "': ", e.bytes, " bytes\n");
+  for (const UserEntry& e : m.user)
+    s += strCat("  user '", files::quote(e.key), "': ", e.bytes, " bytes\n");
   return s;
 }
 
@@ -214,6 +218,8 @@ StatusOr<std::vector<std::string>> exportCheckpoint(const std::string& path, con
   HSDP_ASSIGN_OR_RETURN(
       SafetensorsWriter w,
       SafetensorsWriter::create(out, std::move(list), options.dtype, options.max_shard_bytes));
+  // Never onto the checkpoint itself (its manifest, a data file, a path inside it).
+  HSDP_RETURN_IF_ERROR(w.checkTargets({o.dir, path}));
   TensorReader reader(o.m, o.dir, /*verify=*/true);
   std::vector<float> buf;
   for (size_t u = 0; u < o.m.units.size(); ++u)

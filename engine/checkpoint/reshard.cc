@@ -13,7 +13,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
-#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -32,7 +31,7 @@ namespace {
 class StreamingReader {
  public:
   StreamingReader(const Manifest& m, const std::string& dir)
-      : m_(m), dir_(dir), files_(m.files.size()), state_(m.tensors.size()) {}
+      : m_(m), files_(m, dir, /*direct=*/false, /*sequential=*/true), state_(m.tensors.size()) {}
   ~StreamingReader() {
     for (Cursor& c : state_)
       if (c.h) XXH64_freeState(c.h);
@@ -46,7 +45,7 @@ class StreamingReader {
       const Chunk& c = chunks[cur.chunk];
       if (begin != c.start + cur.done) return internalError("reshard: out-of-order read");
       const uint64_t n = std::min(end - begin, c.count - cur.done);
-      HSDP_ASSIGN_OR_RETURN(const File* f, file(c.file));
+      HSDP_ASSIGN_OR_RETURN(std::shared_ptr<const File> f, files_.get(c.file));
       HSDP_RETURN_IF_ERROR(f->preadAll(dst, n * 4, c.offset + cur.done * 4));
       if (!cur.h) cur.h = XXH64_createState();
       if (cur.done == 0) XXH64_reset(cur.h, 0);
@@ -66,16 +65,7 @@ class StreamingReader {
     return okStatus();
   }
 
-  StatusOr<const File*> file(int f) {
-    if (!files_[f]) {
-      HSDP_ASSIGN_OR_RETURN(File opened, openDataFile(m_, dir_, f));
-      // Read front to back, all of it: the kernel reads ahead while the pipeline works.
-      opened.adviseSequential();
-      opened.willNeed(0, 0);
-      files_[f] = std::move(opened);
-    }
-    return &*files_[f];
-  }
+  StatusOr<std::shared_ptr<const File>> file(int f) { return files_.get(f); }
 
  private:
   struct Cursor {
@@ -84,12 +74,12 @@ class StreamingReader {
     XXH64_state_t* h = nullptr;
   };
   const Manifest& m_;
-  std::string dir_;
-  std::vector<std::optional<File>> files_;
+  DataFiles files_;  // read front to back: the kernel reads ahead while the pipeline works
   std::vector<Cursor> state_;
 };
 
-// One output data file, appended in order.
+// One output data file, appended in order. Open only while it is among the most recently written
+// (OutFiles): a reshard to any number of ranks stays under the open-file limit.
 struct OutFile {
   static constexpr uint64_t kWriteback = uint64_t{16} << 20;
   File f;
@@ -118,6 +108,54 @@ struct OutFile {
   }
 };
 
+// The output files: at most files::openFileBudget() open; the least recently written one is
+// fsynced and closed to make room, and reopened (at its end) when written again.
+class OutFiles {
+ public:
+  OutFiles(const Dir& dir, int n) : dir_(dir), files_(n), budget_(files::openFileBudget()) {}
+  ~OutFiles() {
+    for (OutFile& o : files_)
+      if (o.h != nullptr) XXH64_freeState(o.h);
+  }
+  OutFile& operator[](int w) { return files_[w]; }
+  // File w, open for appending.
+  StatusOr<OutFile*> get(int w) {
+    OutFile& o = files_[w];
+    if (o.f.isOpen()) return &o;
+    if (open_.size() >= budget_) {
+      OutFile& victim = files_[open_.front()];
+      open_.erase(open_.begin());
+      HSDP_RETURN_IF_ERROR(victim.f.sync());
+      HSDP_RETURN_IF_ERROR(victim.f.close());
+    }
+    if (o.h == nullptr) {
+      HSDP_ASSIGN_OR_RETURN(o.f, File::createNewAt(dir_, dataFileName(w)));
+      o.h = XXH64_createState();
+      XXH64_reset(o.h, 0);
+    } else {
+      HSDP_ASSIGN_OR_RETURN(o.f, File::openWriteAt(dir_, dataFileName(w), o.at));
+    }
+    open_.push_back(w);
+    return &o;
+  }
+  // Every file synced and closed.
+  Status finish() {
+    for (int w = 0; w < static_cast<int>(files_.size()); ++w) {
+      HSDP_ASSIGN_OR_RETURN(OutFile * o, get(w));
+      HSDP_RETURN_IF_ERROR(o->f.sync());
+      HSDP_RETURN_IF_ERROR(o->f.close());
+      open_.erase(std::find(open_.begin(), open_.end(), w));
+    }
+    return okStatus();
+  }
+
+ private:
+  const Dir& dir_;
+  std::vector<OutFile> files_;
+  std::vector<int> open_;  // open files, least recently opened first
+  size_t budget_;
+};
+
 }  // namespace
 
 Status reshardCheckpoint(const std::string& in, const std::string& out, const MeshTarget& t) {
@@ -130,7 +168,10 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
         "mode none replicates everything and needs intra_shard=1 and "
         "inter_shard=1 (got ",
         shape.intra_shard, " and ", shape.inter_shard, ")");
-  if (pathExists(out)) return invalidArgument("reshard: '", out, "' exists; give a new directory");
+  // The output: a new directory, not a link, device or existing directory, never the input.
+  HSDP_RETURN_IF_ERROR(files::checkOutputTarget(out, {.directory = true}, {dir, in})
+                           .withContext("reshard"));
+  HSDP_ASSIGN_OR_RETURN(files::PathParts out_parts, files::splitPath(out));
   Manifest m = src;
   m.mesh.world_size = shape.world_size;
   m.mesh.num_nodes = shape.num_nodes;
@@ -153,24 +194,15 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
     plans.push_back(planFile(m.units, m.mesh.shards, m.mesh.replicas, k, c.replica_rank));
     m.files.push_back({dataFileName(w), w, k, c.replica_rank, 0, 0});
   }
-  const std::string parent = std::filesystem::path(out).parent_path().string();
-  const std::string tmp =
-      (parent.empty() ? "." : parent) + "/.tmp-" + std::filesystem::path(out).filename().string();
-  HSDP_RETURN_IF_ERROR(removeTree(tmp));
-  HSDP_RETURN_IF_ERROR(makeDirs(tmp));
-  std::vector<OutFile> files(W);
-  struct Cleanup {  // before the first state: a failed create leaves none behind
-    std::vector<OutFile>& f;
-    ~Cleanup() {
-      for (OutFile& o : f)
-        if (o.h != nullptr) XXH64_freeState(o.h);
-    }
-  } cleanup{files};
-  for (int w = 0; w < W; ++w) {
-    HSDP_ASSIGN_OR_RETURN(files[w].f, File::create(tmp + "/" + dataFileName(w)));
-    files[w].h = XXH64_createState();
-    XXH64_reset(files[w].h, 0);
-  }
+  // Written beside the target under this job's temporary name, renamed into place at the end;
+  // on any failure the guard removes it (nothing half-written is left).
+  HSDP_ASSIGN_OR_RETURN(Dir parent, Dir::open(out_parts.dir));
+  const std::string tmp_name = files::tempName(out_parts.name);
+  HSDP_RETURN_IF_ERROR(parent.removeTree(tmp_name));  // this job's own leftover only
+  HSDP_RETURN_IF_ERROR(parent.makeDir(tmp_name));
+  files::TempGuard guard(parent, tmp_name);
+  HSDP_ASSIGN_OR_RETURN(Dir tmp, Dir::openAt(parent, tmp_name));
+  OutFiles files(tmp, W);
   // The copies, in the order the traversal takes them: unit by unit, state by state, the ranks
   // in piece order, each rank's chunks of (unit, state) in its file order.
   struct Copy {
@@ -238,8 +270,9 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
         }
         const Copy& c = copies[i];
         const float* data = slots[i % kSlots].data();
-        HSDP_RETURN_IF_ERROR(files[c.w].pad(c.offset));
-        HSDP_RETURN_IF_ERROR(files[c.w].write(data, c.count * 4));
+        HSDP_ASSIGN_OR_RETURN(OutFile * o, files.get(c.w));
+        HSDP_RETURN_IF_ERROR(o->pad(c.offset));
+        HSDP_RETURN_IF_ERROR(o->write(data, c.count * 4));
         m.tensors[c.out_t].chunks.push_back(
             {c.w, c.offset, c.start, c.count, xxh64(data, c.count * 4)});
         std::lock_guard<std::mutex> lock(mu);
@@ -259,29 +292,31 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
   }
   // User blobs go after rank 0's data, as a save puts them.
   for (const UserEntry& e : src.user) {
-    HSDP_ASSIGN_OR_RETURN(const File* f, reader.file(e.file));
+    HSDP_ASSIGN_OR_RETURN(std::shared_ptr<const File> f, reader.file(e.file));
+    HSDP_RETURN_IF_ERROR(checkFitsInMemory(e.bytes, strCat("user entry '", e.key, "'")));
     std::string bytes(e.bytes, '\0');
     HSDP_RETURN_IF_ERROR(f->preadAll(bytes.data(), e.bytes, e.offset));
     if (xxh64(bytes.data(), bytes.size()) != e.xxh64)
       return invalidArgument("data file '", f->path(), "': user entry '", e.key,
                              "' fails its xxh64 checksum");
-    HSDP_RETURN_IF_ERROR(files[0].pad(alignUp(files[0].at)));
-    m.user.push_back({e.key, 0, files[0].at, e.bytes, e.xxh64});
-    HSDP_RETURN_IF_ERROR(files[0].write(bytes.data(), bytes.size()));
+    HSDP_ASSIGN_OR_RETURN(OutFile * o, files.get(0));
+    HSDP_RETURN_IF_ERROR(o->pad(alignUp(o->at)));
+    m.user.push_back({e.key, 0, o->at, e.bytes, e.xxh64});
+    HSDP_RETURN_IF_ERROR(o->write(bytes.data(), bytes.size()));
   }
+  HSDP_RETURN_IF_ERROR(files.finish());
   for (int w = 0; w < W; ++w) {
     m.files[w].bytes = files[w].at;
     m.files[w].xxh64 = XXH64_digest(files[w].h);
-    HSDP_RETURN_IF_ERROR(files[w].f.sync());
-    HSDP_RETURN_IF_ERROR(files[w].f.close());
   }
   for (TensorDesc& td : m.tensors)
     std::sort(td.chunks.begin(), td.chunks.end(),
               [](const Chunk& a, const Chunk& b) { return a.start < b.start; });
   HSDP_RETURN_IF_ERROR(m.finish(out));
-  HSDP_RETURN_IF_ERROR(replaceFileAtomically(tmp + "/" + kManifestName, serializeManifest(m)));
-  HSDP_RETURN_IF_ERROR(renameDirIntoPlace(tmp, out));
-  return syncDir(parent.empty() ? "." : parent);
+  HSDP_RETURN_IF_ERROR(tmp.replaceFile(kManifestName, serializeManifest(m)));
+  HSDP_RETURN_IF_ERROR(parent.rename(tmp_name, out_parts.name, Dir::Rename::kNoReplace));
+  guard.release();
+  return parent.sync();
 }
 
 }  // namespace hsdp

@@ -1,9 +1,10 @@
 #include "engine/checkpoint/safetensors.h"
 
+#include "hsdp/files.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -36,6 +37,10 @@ StatusOr<SafetensorsHeader> parseSafetensorsHeader(std::string_view text, uint64
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
     return invalidArgument(where, ": the safetensors header is not a JSON object");
+  // nlohmann-json keeps the last of two equal keys; Python's safetensors refuses the file.
+  if (std::string dup = duplicateJsonKey(text); !dup.empty())
+    return invalidArgument(where, ": the safetensors header holds the key ", dup,
+                           " twice (a tensor listed twice?)");
   SafetensorsHeader h;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -92,8 +97,11 @@ StatusOr<SafetensorsHeader> parseSafetensorsHeader(std::string_view text, uint64
 
 namespace {
 
-Status openOne(const std::string& path, SafetensorsSet* set, std::vector<StTensor>* out) {
-  HSDP_ASSIGN_OR_RETURN(File f, File::openRead(path));
+// An index and its shards: 64 MiB of JSON maps millions of tensors.
+constexpr uint64_t kMaxIndexBytes = uint64_t{64} << 20;
+
+Status openOne(File f, SafetensorsSet* set, std::vector<StTensor>* out) {
+  const std::string path = f.path();
   HSDP_ASSIGN_OR_RETURN(uint64_t size, f.size());
   uint64_t n = 0;
   if (size < 8) return invalidArgument(path, ": ", size, " bytes, too short for safetensors");
@@ -119,20 +127,25 @@ Status openOne(const std::string& path, SafetensorsSet* set, std::vector<StTenso
 
 StatusOr<SafetensorsSet> openSafetensors(const std::string& path_in) {
   std::string path = path_in;
-  if (!pathExists(path) && pathExists(stem(path) + ".safetensors.index.json"))
+  if (files::kindOf(path) == files::Kind::kMissing &&
+      files::kindOf(stem(path) + ".safetensors.index.json") != files::Kind::kMissing)
     path = stem(path) + ".safetensors.index.json";
   SafetensorsSet set;
   std::vector<StTensor> tensors;
   const bool is_index = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   if (!is_index) {
-    HSDP_RETURN_IF_ERROR(openOne(path, &set, &tensors));
+    HSDP_ASSIGN_OR_RETURN(File f, File::openRead(path));
+    HSDP_RETURN_IF_ERROR(openOne(std::move(f), &set, &tensors));
   } else {
-    HSDP_ASSIGN_OR_RETURN(std::string text, readWholeFile(path));
+    HSDP_ASSIGN_OR_RETURN(std::string text,
+                          files::readBounded(path, kMaxIndexBytes, "safetensors index"));
     json j = json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
         !j["weight_map"].is_object())
       return invalidArgument(path, ": not a safetensors index (no weight_map object)");
-    const std::string dir = std::filesystem::path(path).parent_path().string();
+    // The shards are names beside the index, opened relative to its directory (no links).
+    HSDP_ASSIGN_OR_RETURN(files::PathParts parts, files::splitPath(path));
+    HSDP_ASSIGN_OR_RETURN(Dir dir, Dir::open(parts.dir));
     std::map<std::string, std::string> want;
     std::set<std::string> names;
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
@@ -144,7 +157,8 @@ StatusOr<SafetensorsSet> openSafetensors(const std::string& path_in) {
     std::map<std::string, int> file_index;
     for (const std::string& n : names) {
       file_index[n] = static_cast<int>(set.files.size());
-      HSDP_RETURN_IF_ERROR(openOne((dir.empty() ? "" : dir + "/") + n, &set, &tensors));
+      HSDP_ASSIGN_OR_RETURN(File f, File::openReadAt(dir, n));
+      HSDP_RETURN_IF_ERROR(openOne(std::move(f), &set, &tensors));
     }
     for (const StTensor& t : tensors) {
       auto w = want.find(t.name);
@@ -262,9 +276,18 @@ Status SafetensorsWriter::openShard(size_t shard) {
                            {"data_offsets", {at, at + n * esize}}};
     at += n * esize;
   }
-  std::string text = h.dump();
+  std::string text = h.dump(-1, ' ', false, json::error_handler_t::replace);
   text.append((8 - (text.size() % 8)) % 8, ' ');  // the data starts 8-byte aligned
-  HSDP_ASSIGN_OR_RETURN(file_, File::create(names_[shard] + ".tmp"));
+  if (!dir_) {
+    HSDP_ASSIGN_OR_RETURN(files::PathParts parts, files::splitPath(out_));
+    HSDP_ASSIGN_OR_RETURN(Dir d, Dir::open(parts.dir));
+    dir_ = std::make_unique<Dir>(std::move(d));
+  }
+  HSDP_ASSIGN_OR_RETURN(files::PathParts name, files::splitPath(names_[shard]));
+  const std::string tmp = files::tempName(name.name);
+  HSDP_RETURN_IF_ERROR(dir_->removeFile(tmp));  // this job's own leftover only
+  HSDP_ASSIGN_OR_RETURN(file_, File::createNewAt(*dir_, tmp));
+  temps_.push_back(tmp);
   const uint64_t n = text.size();
   HSDP_RETURN_IF_ERROR(file_.writeAll(&n, 8));
   HSDP_RETURN_IF_ERROR(file_.writeAll(text.data(), text.size()));
@@ -302,6 +325,18 @@ Status SafetensorsWriter::append(const float* data, size_t n) {
   return okStatus();
 }
 
+SafetensorsWriter::~SafetensorsWriter() {
+  if (!dir_) return;
+  for (const std::string& t : temps_)
+    if (!t.empty()) (void)dir_->removeFile(t);
+}
+
+Status SafetensorsWriter::checkTargets(const std::vector<std::string>& inputs) const {
+  for (const std::string& f : plannedFiles())
+    HSDP_RETURN_IF_ERROR(files::checkOutputTarget(f, {}, inputs).withContext("export"));
+  return okStatus();
+}
+
 std::vector<std::string> SafetensorsWriter::plannedFiles() const {
   std::vector<std::string> f = names_;
   if (names_.size() > 1) f.push_back(stem(out_) + ".safetensors.index.json");
@@ -313,18 +348,28 @@ StatusOr<std::vector<std::string>> SafetensorsWriter::finish() {
   HSDP_RETURN_IF_ERROR(file_.sync());
   HSDP_RETURN_IF_ERROR(file_.close());
   std::vector<std::string> done;
-  for (const std::string& n : names_) {
-    if (std::rename((n + ".tmp").c_str(), n.c_str()) != 0)
-      return internalError("cannot rename '", n, ".tmp' to '", n, "'");
-    done.push_back(n);
+  for (size_t i = 0; i < names_.size(); ++i) {
+    HSDP_ASSIGN_OR_RETURN(files::PathParts name, files::splitPath(names_[i]));
+    // Checked before writing (checkTargets); checked again: a directory, device or link that
+    // appeared meanwhile is not replaced.
+    const files::Kind k = dir_->kindOf(name.name);
+    if (k != files::Kind::kMissing && k != files::Kind::kRegular)
+      return invalidArgument("export: '", files::quote(names_[i]), "' is ", files::kindName(k),
+                             "; not replaced");
+    HSDP_RETURN_IF_ERROR(dir_->rename(temps_[i], name.name, Dir::Rename::kReplace));
+    temps_[i].clear();
+    done.push_back(names_[i]);
   }
+  HSDP_RETURN_IF_ERROR(dir_->sync());
   if (names_.size() > 1) {
     json map = json::object();
     for (size_t i = 0; i < tensors_.size(); ++i)
-      map[tensors_[i].name] = std::filesystem::path(names_[shard_of_[i]]).filename().string();
+      map[tensors_[i].name] = names_[shard_of_[i]].substr(names_[shard_of_[i]].rfind('/') + 1);
     json index = {{"metadata", {{"total_size", total_bytes_}}}, {"weight_map", map}};
     const std::string path = stem(out_) + ".safetensors.index.json";
-    HSDP_RETURN_IF_ERROR(replaceFileAtomically(path, index.dump(2) + "\n"));
+    HSDP_ASSIGN_OR_RETURN(files::PathParts name, files::splitPath(path));
+    HSDP_RETURN_IF_ERROR(dir_->replaceFile(
+        name.name, index.dump(2, ' ', false, json::error_handler_t::replace) + "\n"));
     done.push_back(path);
   }
   return done;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,6 +77,14 @@ class SafetensorsWriter {
   StatusOr<std::vector<std::string>> finish();
   // The paths finish() will return.
   std::vector<std::string> plannedFiles() const;
+  // Checks every planned file as an output target (files::checkOutputTarget): not a link, a
+  // device, a FIFO or a directory, and neither equal to nor inside any of `inputs`.
+  [[nodiscard]] Status checkTargets(const std::vector<std::string>& inputs) const;
+
+  SafetensorsWriter() = default;
+  ~SafetensorsWriter();  // removes the temporaries of a write that did not finish
+  SafetensorsWriter(SafetensorsWriter&&) noexcept = default;
+  SafetensorsWriter& operator=(SafetensorsWriter&&) noexcept = default;
 
  private:
   Status openShard(size_t shard);
@@ -91,6 +100,10 @@ class SafetensorsWriter {
   std::vector<uint16_t> buf16_;
   std::vector<std::string> written_;
   uint64_t total_bytes_ = 0;
+  // The output directory (opened with the first shard) and the temporaries written in it, each
+  // files::tempName(final name), renamed into place by finish().
+  std::unique_ptr<Dir> dir_;
+  std::vector<std::string> temps_;
 };
 
 }  // namespace hsdp::ckpt

@@ -26,6 +26,7 @@
 
 #include "engine/checkpoint/io.h"
 #include "engine/sharded_model_impl.h"
+#include "hsdp/files.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
 
@@ -36,7 +37,8 @@ using Clock = std::chrono::steady_clock;
 
 // What a writer thread needs, prepared on the training thread before it starts.
 struct SaveJob {
-  std::string root, name, tmp;
+  std::string root, name, tmp;  // tmp: root + "/" + tmp_name
+  std::string tmp_name;         // files::tempName(name): this job's temporary directory
   int rank = 0, world = 1;
   int64_t step = 0;
   ckpt::Manifest manifest;            // rank 0: all but the files' sizes and checksums
@@ -168,7 +170,7 @@ struct Copied {
 Status writeDataFile(Saver& s, std::thread& copier, Copied& copied, nlohmann::json* part) {
   const SaveJob& job = s.job;
   const std::string path = job.tmp + "/" + ckpt::dataFileName(job.rank);
-  HSDP_ASSIGN_OR_RETURN(ckpt::File f, ckpt::File::create(path, s.direct_io));
+  HSDP_ASSIGN_OR_RETURN(ckpt::File f, ckpt::File::createNew(path, s.direct_io));
   const char* snap = s.snapshot.as<char>();
   // The snapshot in slices of whole 4 KiB blocks as the copier finishes them (a direct write
   // needs them whole; it waits for the disk without using the CPU, so it overlaps the copy).
@@ -249,13 +251,14 @@ Status addPart(const SaveJob& job, int r, const std::string& text, const std::st
 StatusOr<ckpt::Manifest> collectParts(const SaveJob& job, bool* peer) {
   ckpt::Manifest m = job.manifest;
   m.files.resize(job.world);
+  HSDP_ASSIGN_OR_RETURN(ckpt::Dir tmp, ckpt::Dir::open(job.tmp));
   const Clock::time_point deadline =
       Clock::now() +
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(job.timeout_s));
   for (int r = 0; r < job.world; ++r) {
-    const std::string path = job.tmp + "/" + partName(r);
-    while (!ckpt::pathExists(path)) {
-      if (ckpt::pathExists(job.tmp + "/" + failedName(r))) {
+    const std::string path = tmp.join(partName(r));
+    while (tmp.kindOf(partName(r)) == files::Kind::kMissing) {
+      if (tmp.kindOf(failedName(r)) != files::Kind::kMissing) {
         *peer = true;
         return internalError("checkpoint '", job.root, "/", job.name, "': rank ", r,
                              " could not write its data file; the previous checkpoint is kept");
@@ -266,7 +269,7 @@ StatusOr<ckpt::Manifest> collectParts(const SaveJob& job, bool* peer) {
                              " missing); the previous checkpoint is kept");
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    HSDP_ASSIGN_OR_RETURN(std::string text, ckpt::readWholeFile(path));
+    HSDP_ASSIGN_OR_RETURN(std::string text, tmp.readFile(partName(r), ckpt::kMaxPartBytes, "part"));
     // Our own writers made it, but read it defensively: a bad part fails the commit, not the job.
     try {
       Status part = addPart(job, r, text, path, &m);
@@ -283,15 +286,22 @@ StatusOr<ckpt::Manifest> collectParts(const SaveJob& job, bool* peer) {
   return m;
 }
 
-// Deletes all but the newest `keep` committed checkpoints of the root (by step, then name).
-Status prune(const std::string& root, int keep, const std::string& current) {
-  HSDP_ASSIGN_OR_RETURN(std::vector<std::string> names, ckpt::listDir(root));
+// Whether `name` in `root` is a committed hsdp checkpoint: a directory (not a link) whose
+// manifest parses and carries hsdp's format id.
+bool isCheckpointDir(const ckpt::Dir& root, const std::string& name) {
+  return root.kindOf(name) == files::Kind::kDirectory && ckpt::readManifest(root.join(name)).ok();
+}
+
+// Deletes all but the newest `keep` committed checkpoints of the root (by step, then name). Only
+// what hsdp wrote is a candidate: a directory with a name hsdp gives ("step-" and digits) whose
+// manifest carries hsdp's format id; anything else in the root is never touched.
+Status prune(const ckpt::Dir& root, int keep, const std::string& current) {
+  HSDP_ASSIGN_OR_RETURN(std::vector<ckpt::Dir::Entry> entries, root.list());
   std::vector<std::pair<int64_t, std::string>> found;
-  for (const std::string& n : names) {
-    if (n.empty() || n[0] == '.' || !ckpt::pathExists(root + "/" + n + "/" + ckpt::kManifestName))
-      continue;
-    StatusOr<ckpt::Manifest> m = ckpt::readManifest(root + "/" + n);
-    found.push_back({m.ok() ? m->step : -1, n});
+  for (const ckpt::Dir::Entry& e : entries) {
+    if (e.kind != files::Kind::kDirectory || !ckpt::isStepName(e.name)) continue;
+    StatusOr<ckpt::Manifest> m = ckpt::readManifest(root.join(e.name));
+    if (m.ok()) found.push_back({m->step, e.name});
   }
   std::sort(found.rbegin(), found.rend());
   int kept = 0;
@@ -300,28 +310,40 @@ Status prune(const std::string& root, int keep, const std::string& current) {
       kept += n == current ? 0 : 1;
       continue;
     }
-    HSDP_RETURN_IF_ERROR(ckpt::removeTree(root + "/" + n));
+    HSDP_RETURN_IF_ERROR(root.removeTree(n));
   }
   return okStatus();
 }
 
 Status commit(const SaveJob& job, bool* peer) {
   HSDP_ASSIGN_OR_RETURN(ckpt::Manifest m, collectParts(job, peer));
-  for (int r = 0; r < job.world; ++r)
-    HSDP_RETURN_IF_ERROR(ckpt::removeTree(job.tmp + "/" + partName(r)));
+  HSDP_ASSIGN_OR_RETURN(ckpt::Dir root, ckpt::Dir::open(job.root));
+  HSDP_ASSIGN_OR_RETURN(ckpt::Dir tmp, ckpt::Dir::openAt(root, job.tmp_name));
+  for (int r = 0; r < job.world; ++r) HSDP_RETURN_IF_ERROR(tmp.removeFile(partName(r)));
   const std::string text = ckpt::serializeManifest(m);
   {
-    HSDP_ASSIGN_OR_RETURN(ckpt::File f, ckpt::File::create(job.tmp + "/" + ckpt::kManifestName));
+    HSDP_ASSIGN_OR_RETURN(ckpt::File f, ckpt::File::createNewAt(tmp, ckpt::kManifestName));
     HSDP_RETURN_IF_ERROR(f.writeAll(text.data(), text.size()));
     HSDP_RETURN_IF_ERROR(f.sync());
     HSDP_RETURN_IF_ERROR(f.close());
   }
-  HSDP_RETURN_IF_ERROR(ckpt::syncDir(job.tmp));
-  HSDP_RETURN_IF_ERROR(ckpt::renameDirIntoPlace(job.tmp, job.root + "/" + job.name));
-  HSDP_RETURN_IF_ERROR(ckpt::syncDir(job.root));
-  HSDP_RETURN_IF_ERROR(
-      ckpt::replaceFileAtomically(job.root + "/" + ckpt::kLatestName, job.name + "\n"));
-  if (job.keep_last > 0) HSDP_RETURN_IF_ERROR(prune(job.root, job.keep_last, job.name));
+  HSDP_RETURN_IF_ERROR(tmp.sync());
+  // Into place: a new name, or an older checkpoint of the same name exchanged and removed;
+  // anything else of that name (the user's directory, a file, a link) is kept and the save fails.
+  const files::Kind there = root.kindOf(job.name);
+  if (there == files::Kind::kMissing) {
+    HSDP_RETURN_IF_ERROR(root.rename(job.tmp_name, job.name, ckpt::Dir::Rename::kNoReplace));
+  } else if (isCheckpointDir(root, job.name)) {
+    HSDP_RETURN_IF_ERROR(root.rename(job.tmp_name, job.name, ckpt::Dir::Rename::kExchange));
+    HSDP_RETURN_IF_ERROR(root.removeTree(job.tmp_name));
+  } else {
+    return invalidArgument("checkpoint '", files::quote(root.join(job.name)), "': that name is ",
+                           files::kindName(there),
+                           " that is not an hsdp checkpoint; it is not replaced");
+  }
+  HSDP_RETURN_IF_ERROR(root.sync());
+  HSDP_RETURN_IF_ERROR(root.replaceFile(ckpt::kLatestName, job.name + "\n"));
+  if (job.keep_last > 0) HSDP_RETURN_IF_ERROR(prune(root, job.keep_last, job.name));
   return okStatus();
 }
 
@@ -340,20 +362,20 @@ void runWriter(Saver* s) {
     part = {{"rank", job.rank}, {"error", strCat("rank ", job.rank, ": ", st.message())}};
   // The part appears whole (written beside, then renamed), so rank 0 never reads half of one;
   // no fsync: it only tells rank 0 the data file is durable, and the commit removes it.
-  const std::string part_path = job.tmp + "/" + partName(job.rank);
-  const std::string text = part.dump();
+  const std::string text = part.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  StatusOr<ckpt::Dir> tmp = ckpt::Dir::open(job.tmp);
   Status p = [&]() -> Status {
-    HSDP_ASSIGN_OR_RETURN(ckpt::File f, ckpt::File::create(part_path + ".tmp"));
+    HSDP_RETURN_IF_ERROR(tmp.status());
+    const std::string name = partName(job.rank), beside = name + ".tmp";
+    HSDP_ASSIGN_OR_RETURN(ckpt::File f, ckpt::File::createNewAt(*tmp, beside));
     HSDP_RETURN_IF_ERROR(f.writeAll(text.data(), text.size()));
     HSDP_RETURN_IF_ERROR(f.close());
-    if (std::rename((part_path + ".tmp").c_str(), part_path.c_str()) != 0)
-      return internalError("cannot rename '", part_path, ".tmp'");
-    return okStatus();
+    return tmp->rename(beside, name, ckpt::Dir::Rename::kNoReplace);
   }();
-  if (!p.ok()) {
+  if (!p.ok() && tmp.ok()) {
     // The part does not fit (a full disk has room for an empty file's name, not for its
     // contents): an empty marker, so rank 0 need not wait for the timeout.
-    StatusOr<ckpt::File> marker = ckpt::File::create(job.tmp + "/" + failedName(job.rank));
+    StatusOr<ckpt::File> marker = ckpt::File::createNewAt(*tmp, failedName(job.rank));
     if (marker.ok()) (void)marker->close();
   }
   if (st.ok()) st = p;
@@ -381,6 +403,16 @@ Status ShardedModel::Impl::checkIdle(const char* verb) const {
                                 "' has a gradient in progress; call "
                                 "it between step() and the next forward");
   }
+  return okStatus();
+}
+
+Status ShardedModel::Impl::agreeJobMarker() {
+  constexpr size_t kLen = 128;
+  Comm& world = mesh->world();
+  std::vector<char> mine(kLen, 0), all(kLen * world.size());
+  std::strncpy(mine.data(), files::jobMarker().c_str(), kLen - 1);
+  HSDP_RETURN_IF_ERROR(space->allGatherHost(world, mine.data(), all.data(), kLen, DType::kUInt8));
+  files::setJobMarker(std::string(all.data()));
   return okStatus();
 }
 
@@ -462,28 +494,41 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
   char def[32];
   std::snprintf(def, sizeof def, "step-%08lld", static_cast<long long>(m.step));
   const std::string name = options.name.empty() ? def : options.name;
+  for (const auto& [key, bytes] : options.user)
+    if (local.ok() && bytes.size() > ckpt::kMaxUserEntryBytes)
+      local = invalidArgument("save: user entry '", files::quote(key), "' is ", bytes.size(),
+                              " bytes, over the limit of ", ckpt::kMaxUserEntryBytes, " bytes");
   if (local.ok() && (name[0] == '.' || name.find('/') != std::string::npos || name == "latest"))
     local = invalidArgument("save: checkpoint name '", name, "' must be a plain directory name");
-  const std::string tmp = root + "/.tmp-" + name;
   const int rank = m.mesh->world().rank();
+  if (!m.job_marker_agreed) {
+    // Every rank names the temporary directory with rank 0's job marker (files::tempName).
+    HSDP_RETURN_IF_ERROR(m.agreeJobMarker());
+    m.job_marker_agreed = true;
+  }
+  const std::string tmp_name = files::tempName(name);
+  const std::string tmp = root + "/" + tmp_name;
   if (local.ok() && rank == 0) {
-    // The root, without the leftovers of a save that was killed, and a fresh temp directory.
-    local = ckpt::makeDirs(root);
-    if (local.ok()) {
-      StatusOr<std::vector<std::string>> names = ckpt::listDir(root);
-      local = names.status();
-      for (size_t i = 0; local.ok() && i < names->size(); ++i)
-        if ((*names)[i].rfind(".tmp-", 0) == 0) local = ckpt::removeTree(root + "/" + (*names)[i]);
-    }
-    if (local.ok()) local = ckpt::makeDirs(tmp);
-    if (!local.ok()) local = local.withContext(strCat("save to '", root, "'"));
+    // The root, without this job's own leftovers (a save of this job that failed), and a fresh
+    // temporary directory. Other names in the root, other jobs' temporaries included, are
+    // never touched.
+    local = files::makeDirs(root);
+    StatusOr<ckpt::Dir> d = local.ok() ? ckpt::Dir::open(root) : StatusOr<ckpt::Dir>(local);
+    if (!d.ok()) local = d.status();
+    StatusOr<std::vector<ckpt::Dir::Entry>> entries =
+        local.ok() ? d->list() : StatusOr<std::vector<ckpt::Dir::Entry>>(local);
+    if (!entries.ok()) local = entries.status();
+    for (size_t i = 0; local.ok() && i < entries->size(); ++i)
+      if (files::isOwnTemp((*entries)[i].name)) local = d->removeTree((*entries)[i].name);
+    if (local.ok()) local = d->makeDir(tmp_name);
+    if (!local.ok()) local = local.withContext(strCat("save to '", files::quote(root), "'"));
   }
   for (Unit& u : m.units)
     if (local.ok()) local = m.waitForStep(u);
   if (local.ok()) local = m.ensureSaver();
   HSDP_RETURN_IF_ERROR(m.agree(local));
   // Every rank writes into the directory rank 0 made: the root must be one filesystem for all.
-  if (!ckpt::isDirectory(tmp))
+  if (files::kindOf(tmp) != files::Kind::kDirectory)
     local = failedPrecondition("save: rank ", rank, " does not see '", tmp,
                                "', which rank 0 "
                                "created: the checkpoint root must be on a filesystem every "
@@ -524,6 +569,7 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
   job.root = root;
   job.name = name;
   job.tmp = tmp;
+  job.tmp_name = tmp_name;
   job.rank = rank;
   job.world = m.mesh->world().size();
   job.step = m.step;
@@ -585,7 +631,14 @@ StatusOr<SaveResult> ShardedModel::waitForSave() {
   watchdog::WaitScope wait("save", s.result.dir);
   s.writer.join();
   s.in_flight = false;
-  HSDP_RETURN_IF_ERROR(m.agree(s.status, s.status_secondary));
+  Status agreed = m.agree(s.status, s.status_secondary);
+  if (!agreed.ok() && m.mesh->world().rank() == 0) {
+    // Every writer is done (the agreement followed their joins): nothing of the failed save is
+    // left; the previous checkpoint and `latest` were never touched.
+    StatusOr<ckpt::Dir> root = ckpt::Dir::open(s.job.root);
+    if (root.ok()) (void)root->removeTree(s.job.tmp_name);
+  }
+  HSDP_RETURN_IF_ERROR(agreed);
   uint64_t mine = s.result.rank_bytes;
   std::vector<uint64_t> all(m.mesh->world().size());
   HSDP_RETURN_IF_ERROR(

@@ -68,7 +68,7 @@ class DirectIo : public ::testing::TestWithParam<std::string> {
 TEST_P(DirectIo, WritesGiveTheBytesOfABufferedWrite) {
   const std::string path = dir_ + "/w.bin";
   Aligned mem(kBytes + 8192);
-  auto f = File::create(path, /*direct=*/true);
+  auto f = File::createNew(path, /*direct=*/true);
   ASSERT_TRUE(f.ok()) << f.status().toString();
   if (expectDirect()) EXPECT_TRUE(f->direct()) << base_;
   const size_t a = 5000, b = a + (size_t{2} << 20) + 77, c = b + 100 * 1024 + 3;
@@ -97,7 +97,7 @@ TEST_P(DirectIo, ReadsAtEveryAlignment) {
     std::ofstream out(path, std::ios::binary);
     out.write(data_.data(), static_cast<std::streamsize>(kBytes));
   }
-  auto f = File::openRead(path, /*direct=*/true);
+  auto f = File::openRead(path, {.direct = true});
   ASSERT_TRUE(f.ok()) << f.status().toString();
   if (expectDirect()) EXPECT_TRUE(f->direct()) << base_;
   Aligned mem(kBytes + 8192);
