@@ -148,9 +148,8 @@ int main(int argc, char** argv) {
   CLI::App app{"CPU Adam step bandwidth against a memory-only ceiling"};
   hsdp::cli::addInt(app, "--elements", n, "parameters in the shard", size_t{1});
   hsdp::cli::addInt(app, "--rounds", rounds, "rounds (medians over these)", 1, 1000);
-  app.add_option("--threads", thread_counts, "thread counts")->delimiter(',')
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--isa", isa_names, "ISAs (default: all this CPU supports)")->delimiter(',');
+  hsdp::cli::addIntList(app, "--threads", thread_counts, "thread counts", 1, 4096);
+  hsdp::cli::addList(app, "--isa", isa_names, "ISAs (default: all this CPU supports)");
   app.add_flag("--no-reference", no_reference, "skip hsdp::adamStep (the slow scalar loop)");
   try {
     app.parse(argc, argv);

@@ -60,13 +60,6 @@ struct Options {
   bool json = false;
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
-  return out;
-}
-
 // Small integers: exact in float and bf16 whatever the summation order, so #wrong is exact.
 float value(int rank, size_t i) { return float(((rank + 1) * (i % 13 + 3)) % 17 % 9); }
 
@@ -261,7 +254,9 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   if (*hi < *lo) return fail(rank, hsdp::strCat("-e ", o.max_bytes, " is below -b ", o.min_bytes));
   auto dt = hsdp::parseDType(o.dtype);
   if (!dt.ok()) return fail(rank, dt.status().message());
-  std::vector<std::string> algos = split(o.algo);
+  auto algos_or = hsdp::parseList(o.algo, "--algo");
+  if (!algos_or.ok()) return fail(rank, algos_or.status().message());
+  std::vector<std::string> algos = *algos_or;
   for (const auto& a : algos)
     if (a != "hier" && a != "flat" && a != "mpi" && a != "hier-off" && a != "flat-off")
       return fail(rank,
@@ -281,7 +276,12 @@ int benchMain(const Options& o, hsdp::Comm& world) {
   // One schedule per inter wire: float/bf16 set the inter dtype of both directions, as before;
   // int8/int4 the quantized wire of the all-gather and the reduce-scatter.
   std::vector<HierCase> hiers;
-  const std::vector<std::string> wires = split(o.inter_dtype.empty() ? "" : o.inter_dtype);
+  std::vector<std::string> wires;  // none: the one schedule of --dtype
+  if (!o.inter_dtype.empty()) {
+    auto w = hsdp::parseList(o.inter_dtype, "--inter-dtype");
+    if (!w.ok()) return fail(rank, w.status().message());
+    wires = *w;
+  }
   for (const std::string& text : wires.empty() ? std::vector<std::string>{""} : wires) {
     HierCase c{wires.size() > 1 ? "hier/" + text : "hier",
                std::make_unique<hsdp::HierarchicalCollectives>((*mesh)->intraShard(),
@@ -539,14 +539,14 @@ int main(int argc, char** argv) {
                     1);
   app.add_option("--op", o.op, "allgather | reducescatter | allreduce")
       ->check(CLI::IsMember({"allgather", "reducescatter", "allreduce"}));
-  app.add_option("--algo", o.algo,
-                 "Comma list of hier, flat, mpi (mpi: the library's own), hier-off, flat-off "
-                 "(hier, flat untraced: the watchdog's cost)");
+  hsdp::cli::addList(app, "--algo", o.algo,
+                     "Comma list of hier, flat, mpi (mpi: the library's own), hier-off, flat-off "
+                     "(hier, flat untraced: the watchdog's cost)");
   app.add_option("--dtype", o.dtype, "float | bf16");
-  app.add_option("--inter-dtype", o.inter_dtype,
-                 "Wire type across nodes for hier: float | bf16 | int8 | int4 (int8/int4: "
-                 "block-quantized all-gather and reduce-scatter); a comma list runs one hier per "
-                 "wire (hier/<wire>) side by side");
+  hsdp::cli::addList(app, "--inter-dtype", o.inter_dtype,
+                     "Wire type across nodes for hier: float | bf16 | int8 | int4 (int8/int4: "
+                     "block-quantized all-gather and reduce-scatter); a comma list runs one hier "
+                     "per wire (hier/<wire>) side by side");
   hsdp::cli::addInt(app, "--quant-block", o.quant_block,
                     "Elements per scale of the int8/int4 wire (a multiple of 16)", uint32_t{16},
                     uint32_t{1} << 20);

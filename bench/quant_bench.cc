@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   hsdp::cli::addInt(app, "--rounds", rounds, "rounds (medians over these)", 1, 1000);
   hsdp::cli::addInt(app, "--block", block, "elements per scale (a multiple of 16)", uint32_t{16},
                     uint32_t{1} << 20);
-  app.add_option("--isa", isa_names, "ISAs (default: all this CPU supports)")->delimiter(',');
+  hsdp::cli::addList(app, "--isa", isa_names, "ISAs (default: all this CPU supports)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <sstream>
 
 #include "hsdp/env.h"
+#include "hsdp/parse.h"
 
 namespace hsdp::log {
 namespace {
@@ -31,30 +31,55 @@ unsigned subsysBit(const std::string& name) {
   return 0;
 }
 
+StatusOr<Level> parseLevel(const std::string& level) {
+  if (level == "INFO") return Level::kInfo;
+  if (level == "TRACE") return Level::kTrace;
+  if (level == "NONE") return Level::kNone;
+  if (level.empty() || level == "WARN") return Level::kWarn;
+  return invalidArgument("HSDP_DEBUG='", level, "' is not NONE, WARN, INFO or TRACE");
+}
+
+// The subsystem mask of HSDP_DEBUG_SUBSYS (one list parser: hsdp::parseList).
+StatusOr<unsigned> parseMask(const std::string& subsys) {
+  if (subsys.empty()) return unsigned{kAll};
+  const bool exclude = subsys[0] == '^';
+  HSDP_ASSIGN_OR_RETURN(std::vector<std::string> items,
+                        parseList(exclude ? subsys.substr(1) : subsys, "HSDP_DEBUG_SUBSYS"));
+  unsigned mask = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const unsigned bit = subsysBit(items[i]);
+    if (bit == 0)
+      return invalidArgument("HSDP_DEBUG_SUBSYS='", subsys, "': element ", i + 1, " '", items[i],
+                             "' is not INIT, MESH, COLL, SHARD, OPTIM, OFFLOAD, TOPO or ALL");
+    mask |= bit;
+  }
+  return exclude ? ~mask : mask;
+}
+
 const Settings& settings() {
   // Read once: logging must not re-parse the environment on every line.
   static const Settings s = [] {
     Settings out;
-    std::string level = env::getString("HSDP_DEBUG");
-    if (level == "INFO") out.level = Level::kInfo;
-    else if (level == "TRACE") out.level = Level::kTrace;
-    else if (level == "NONE") out.level = Level::kNone;
-    else if (level.empty() || level == "WARN") out.level = Level::kWarn;
-    else std::fprintf(stderr, "hsdp WARN HSDP_DEBUG='%s' is not WARN|INFO|TRACE; using WARN\n",
-                      level.c_str());
-    std::string subsys = env::getString("HSDP_DEBUG_SUBSYS");
-    if (!subsys.empty()) {
-      bool exclude = subsys[0] == '^';
-      unsigned mask = 0;
-      std::stringstream ss(exclude ? subsys.substr(1) : subsys);
-      for (std::string item; std::getline(ss, item, ',');) mask |= subsysBit(item);
-      out.mask = exclude ? ~mask : mask;
-    }
+    const std::string level = env::getString("HSDP_DEBUG");
+    StatusOr<Level> l = parseLevel(level);
+    if (l.ok()) out.level = *l;
+    else std::fprintf(stderr, "hsdp WARN %s; using WARN\n", l.status().message().c_str());
+    StatusOr<unsigned> mask = parseMask(env::getString("HSDP_DEBUG_SUBSYS"));
+    out.mask = mask.ok() ? *mask : unsigned{kAll};
     out.host = hostName();
     return out;
   }();
   return s;
 }
+
+}  // namespace
+
+Status checkSettings() {
+  HSDP_RETURN_IF_ERROR(parseLevel(env::getString("HSDP_DEBUG")).status());
+  return parseMask(env::getString("HSDP_DEBUG_SUBSYS")).status();
+}
+
+namespace {
 
 std::atomic<int> g_rank{-1};
 

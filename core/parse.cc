@@ -251,6 +251,29 @@ StatusOr<uint64_t> parseByteSize(std::string_view text, std::string_view what) {
   return static_cast<uint64_t>(b);
 }
 
+StatusOr<std::vector<std::string>> parseList(std::string_view text, std::string_view name) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    const std::string_view item = trim(
+        text.substr(start, comma == std::string_view::npos ? text.size() - start : comma - start));
+    if (item.empty())
+      return invalidArgument(namedValue(name, text, true), ": element ", out.size() + 1,
+                             " is empty");
+    out.emplace_back(item);
+    if (comma == std::string_view::npos) return out;
+    start = comma + 1;
+  }
+}
+
+namespace detail {
+std::string listElementName(size_t index) { return strCat("element ", index + 1); }
+Status listElementError(std::string_view name, std::string_view text, const Status& element) {
+  return invalidArgument(namedValue(name, text, true), ": ", element.message());
+}
+}  // namespace detail
+
 uint64_t allocatableBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   uint64_t limit = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : UINT64_MAX;

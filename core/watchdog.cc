@@ -343,4 +343,12 @@ void fatal(const std::string& line, const std::string& reason) {
   _exit(kExitCode);
 }
 
+Status waitForPeerWork(Work& work, int poll_ms) {
+  for (;;) {
+    HSDP_ASSIGN_OR_RETURN(bool done, work.test());
+    if (done) return okStatus();
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+  }
+}
+
 }  // namespace hsdp::watchdog

@@ -1,20 +1,16 @@
 // hsdp-plan's arithmetic; every formula is documented in include/hsdp/plan.h.
 #include "hsdp/plan.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <tuple>
+
+#include "hsdp/files.h"
 
 namespace hsdp {
 
@@ -241,12 +237,8 @@ StatusOr<std::vector<uint64_t>> parseUnitsText(std::string_view text, std::strin
 }
 
 StatusOr<std::vector<uint64_t>> readUnitsFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return invalidArgument("--layers '", path, "': cannot open (", std::strerror(errno), ")");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return invalidArgument("--layers '", path, "': read error");
-  return parseUnitsText(ss.str(), path);
+  HSDP_ASSIGN_OR_RETURN(std::string text, files::readBounded(path, kMaxUnitsFileBytes, "--layers"));
+  return parseUnitsText(text, path);
 }
 
 std::vector<Plan> enumeratePlans(const PlanInput& base) {
@@ -439,37 +431,7 @@ std::string planChartSvg(const std::vector<Plan>& plans, uint64_t budget, std::s
 }
 
 Status writeFileAtomically(const std::string& path, std::string_view content) {
-  if (path.empty()) return invalidArgument("empty output file name");
-  std::string tmpl = path + ".tmp.XXXXXX";
-  int fd = ::mkstemp(tmpl.data());
-  if (fd < 0)
-    return invalidArgument("cannot write '", path, "': creating a temporary file next to it: ",
-                           std::strerror(errno));
-  const char* p = content.data();
-  size_t left = content.size();
-  int err = 0;
-  while (left > 0) {
-    ssize_t w = ::write(fd, p, left);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      err = errno;
-      break;
-    }
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
-  // mkstemp creates 0600; give the file the mode a plain open() would (0666 & ~umask).
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  if (err == 0 && ::fchmod(fd, 0666 & ~mask) != 0) err = errno;
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && ::rename(tmpl.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmpl.c_str());
-    return invalidArgument("cannot write '", path, "': ", std::strerror(err));
-  }
-  return okStatus();
+  return files::writeFileAtomically(path, content);
 }
 
 }  // namespace hsdp

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "hsdp/files.h"
 #include "hsdp/plan.h"
 
 namespace {
@@ -27,6 +28,7 @@ namespace {
 using json = nlohmann::json;
 constexpr int kExitNothingFits = 1;
 constexpr int kExitBadInput = 2;
+constexpr int kExitRuntime = 3;  // a failing disk
 constexpr int64_t kDefaultUnits = 32;
 
 struct Options {
@@ -369,8 +371,18 @@ int run(const Options& opt, bool intra_given, bool inter_given, bool mode_given)
         "hsdp-plan: ", count(chart.empty() ? 0 : chart[0].total_params), " parameters, ",
         in.nodes, " nodes x ", in.gpus_per_node, " GPUs, ", hsdp::planDTypeName(in.param_dtype),
         in.offload_cpu ? ", offload cpu" : "");
-    hsdp::Status s = hsdp::writeFileAtomically(opt.svg, hsdp::planChartSvg(chart, budget, title));
-    if (!s.ok()) return fail(hsdp::invalidArgument("--svg: ", s.message()));
+    // Never through a link, onto a device, FIFO or directory, or over the --layers input
+    // (hsdp/files.h); a failing disk is a runtime failure (exit 3), the rest bad input.
+    std::vector<std::string> inputs;
+    if (!opt.layers.empty()) inputs.push_back(opt.layers);
+    hsdp::Status s = hsdp::files::checkOutputTarget(opt.svg, {}, inputs);
+    if (s.ok())
+      s = hsdp::files::writeFileAtomically(opt.svg, hsdp::planChartSvg(chart, budget, title));
+    if (!s.ok()) {
+      fail(hsdp::invalidArgument("--svg: cannot write '", hsdp::files::quote(opt.svg),
+                                 "': ", s.message()));
+      return s.code() == hsdp::StatusCode::kInternal ? kExitRuntime : kExitBadInput;
+    }
     if (!opt.json) std::printf("\nchart: %s (%zu configurations)\n", opt.svg.c_str(), chart.size());
   }
   return rc;

@@ -93,6 +93,7 @@ StatusOr<SessionEnv> readSessionEnv() {
   e.tcp_eager = eager.value_or(4 << 20);
   HSDP_ASSIGN_OR_RETURN(e.yield_when_idle, yieldWhenIdle());
   HSDP_RETURN_IF_ERROR(checkReduceScatterAlgo());
+  HSDP_RETURN_IF_ERROR(log::checkSettings());
   HSDP_ASSIGN_OR_RETURN(e.progress_thread, env::getBool("HSDP_PROGRESS_THREAD"));
   HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> interval, env::getInt("HSDP_PROGRESS_INTERVAL_US"));
   e.interval_us = interval.value_or(100);

@@ -1,11 +1,12 @@
 #include "gpt/data.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <cerrno>
 #include <string_view>
-#include <system_error>
+
+#include "hsdp/files.h"
 
 namespace gpt {
 namespace {
@@ -62,35 +63,70 @@ Corpus splitCorpus(const std::string& text, int val_every) {
   return c;
 }
 
+namespace {
+
+bool endsWith(const std::string& s, std::string_view tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// One regular file of a corpus directory, opened without following a link; its bytes count
+// against what is left of kMaxCorpusBytes.
+hsdp::StatusOr<std::string> readEntry(const hsdp::files::Dir& dir, const std::string& name,
+                                      const std::string& path, uint64_t* total) {
+  HSDP_ASSIGN_OR_RETURN(hsdp::files::File f, hsdp::files::File::openReadAt(dir, name));
+  HSDP_ASSIGN_OR_RETURN(uint64_t n, f.size());
+  if (n > kMaxCorpusBytes - *total)
+    return hsdp::invalidArgument("--data ", hsdp::files::quote(path), ": the corpus is over the ",
+                                 "limit of ", kMaxCorpusBytes, " bytes (1 GiB) with '",
+                                 hsdp::files::quote(f.path()), "' (", n, " bytes, after ", *total,
+                                 " bytes of the files before it)");
+  *total += n;
+  std::string text(n, '\0');
+  HSDP_RETURN_IF_ERROR(f.preadAll(text.data(), n, 0));
+  return text;
+}
+
+}  // namespace
+
 hsdp::StatusOr<Corpus> loadCorpus(const std::string& path, int context, int val_every) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (ec || !fs::exists(st))
-    return hsdp::notFound("--data ", path, ": no such file or directory (the default corpus is ",
-                          "Debian's package 'fortunes': apt-get install fortunes, or run "
-                          "scripts/setup)");
-  std::vector<fs::path> files;
-  if (fs::is_directory(st)) {
-    for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
-      if (e.is_symlink() || !e.is_regular_file() || e.path().extension() == ".dat") continue;
-      files.push_back(e.path());
-    }
-    if (ec) return hsdp::invalidArgument("--data ", path, ": cannot list: ", ec.message());
-    std::sort(files.begin(), files.end());
-  } else {
-    files.push_back(path);
+  namespace files = hsdp::files;
+  // What the path names, a final symbolic link followed (the user typed it, as a shell would).
+  struct stat st;
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) {
+    const int err = path.empty() ? ENOENT : errno;
+    if (err == ENOENT)
+      return hsdp::notFound("--data ", files::quote(path), ": no such file or directory (the ",
+                            "default corpus is Debian's package 'fortunes': apt-get install ",
+                            "fortunes, or run scripts/setup)");
+    return files::errnoStatus("--data", path, err);
   }
   Corpus c;
   c.source = path;
   size_t entry = 0;
-  for (const fs::path& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in) return hsdp::invalidArgument("--data ", path, ": cannot read ", f.string());
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    splitInto(ss.str(), val_every, &entry, &c);
-    ++c.files;
+  if (!S_ISDIR(st.st_mode)) {  // one file: a regular one (a FIFO or device is refused, unread)
+    HSDP_ASSIGN_OR_RETURN(std::string text, files::readBounded(path, kMaxCorpusBytes, "--data"));
+    splitInto(text, val_every, &entry, &c);
+    c.files = 1;
+  } else {
+    HSDP_ASSIGN_OR_RETURN(files::Dir dir, files::Dir::open(path));
+    HSDP_ASSIGN_OR_RETURN(std::vector<files::Dir::Entry> entries, dir.list());  // name order
+    uint64_t total = 0;
+    for (const files::Dir::Entry& e : entries) {
+      // Skipped: the *.dat indexes, symbolic links (fortunes' *.u8 aliases; never followed out
+      // of the directory), subdirectories (not descended).
+      if (endsWith(e.name, ".dat") || e.kind == files::Kind::kSymlink ||
+          e.kind == files::Kind::kDirectory)
+        continue;
+      if (e.kind != files::Kind::kRegular)
+        return hsdp::invalidArgument("--data ", files::quote(path), ": '",
+                                     files::quote(dir.join(e.name)), "' is ",
+                                     files::kindName(e.kind),
+                                     ", not a regular file (a corpus directory holds fortune "
+                                     "files, *.dat indexes and symbolic links only)");
+      HSDP_ASSIGN_OR_RETURN(std::string text, readEntry(dir, e.name, path, &total));
+      splitInto(text, val_every, &entry, &c);
+      ++c.files;
+    }
   }
   const size_t need = static_cast<size_t>(context) + 2;
   if (c.train.size() < need || c.val.size() < need)

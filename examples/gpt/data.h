@@ -26,10 +26,17 @@ struct Corpus {
 
 constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
 
-// PATH: one fortune file, or a directory whose regular files (not *.dat indexes, not symbolic
-// links such as the *.u8 aliases) are read in name order. Errors name the path: missing
-// (NotFound, saying which package provides it), unreadable, or too small to hold one training
-// and one validation sequence of `context` + 1 bytes.
+// The most bytes a corpus may hold (its files together): every rank reads all of it.
+constexpr uint64_t kMaxCorpusBytes = uint64_t{1} << 30;
+
+// PATH (through hsdp/files.h): one fortune file (a symbolic link typed as PATH is followed), or a
+// directory whose regular files are read in name order; in a directory, *.dat indexes, symbolic
+// links (such as the *.u8 aliases; never followed) and subdirectories are skipped, and any other
+// entry (a FIFO, a device, a socket) is an error naming it. PATH itself must be a regular file
+// or a directory: a FIFO or a device (--data /dev/zero) is refused unread, never a hang. Errors
+// name the path: missing (NotFound, saying which package provides it), not a regular file,
+// unreadable, over kMaxCorpusBytes in all (checked before each file is read), or too small to
+// hold one training and one validation sequence of `context` + 1 bytes.
 hsdp::StatusOr<Corpus> loadCorpus(const std::string& path, int context, int val_every = 20);
 // The same split of text already in memory (tests).
 Corpus splitCorpus(const std::string& text, int val_every = 20);

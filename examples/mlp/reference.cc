@@ -7,6 +7,7 @@
 
 #include "hsdp/dtype.h"
 #include "hsdp/status.h"
+#include "hsdp/watchdog.h"
 
 namespace mlp {
 
@@ -204,6 +205,12 @@ double maxRelativeError(const std::vector<std::vector<float>>& a,
     worst = std::max(worst, scale > 0 ? diff / scale : diff);
   }
   return worst;
+}
+
+hsdp::Status shareVerdict(hsdp::Comm& world, float verdict[2]) {
+  HSDP_ASSIGN_OR_RETURN(hsdp::WorkHandle work,
+                        world.iallReduce(verdict, 2, hsdp::DType::kFloat32, hsdp::RedOp::kSum));
+  return hsdp::watchdog::waitForPeerWork(*work);
 }
 
 }  // namespace mlp

@@ -8,6 +8,7 @@
 
 #include "hsdp/mesh.h"
 #include "hsdp/optimizer.h"
+#include "hsdp/transport.h"
 #include "mlp/mlp.h"
 
 namespace mlp {
@@ -79,5 +80,11 @@ std::string firstNonFinite(const std::vector<std::vector<float>>& run,
                            const std::vector<std::string>& names = {});
 double maxRelativeError(const std::vector<std::vector<float>>& a,
                         const std::vector<std::vector<float>>& b);
+
+// Rank 0's verdict {max_rel_err, pass} to every rank (the others pass zeros: the values are
+// summed), after rank 0 trained the reference. The others wait asleep and untimed
+// (hsdp::watchdog::waitForPeerWork): a reference that takes longer than HSDP_TIMEOUT_S is healthy
+// local work, not a hang, and the cores are rank 0's meanwhile.
+[[nodiscard]] hsdp::Status shareVerdict(hsdp::Comm& world, float verdict[2]);
 
 }  // namespace mlp

@@ -26,6 +26,10 @@ enum Subsys : unsigned {
 void setRank(int rank);
 bool enabled(Level level, Subsys subsys);
 void write(Level level, Subsys subsys, const std::string& message);
+// HSDP_DEBUG and HSDP_DEBUG_SUBSYS as the environment gives them: an unknown level, an empty or
+// unknown subsystem in the list is an error naming the variable and the value (the session calls
+// it at start; logging itself never fails and falls back to WARN / ALL).
+[[nodiscard]] Status checkSettings();
 
 }  // namespace hsdp::log
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "hsdp/status.h"
 
@@ -85,6 +86,24 @@ StatusOr<uint64_t> parseCount(std::string_view text, std::string_view what);
 // positive byte count below 2^64.
 StatusOr<uint64_t> parseByteSize(std::string_view text, std::string_view what);
 
+// ---- lists ----------------------------------------------------------------------------------
+// A comma-separated list as the user wrote it ("--dims 32,64,10", "--algo hier,flat"): the one
+// list syntax of every flag and HSDP_* value. Elements are trimmed of surrounding whitespace; an
+// empty one (a leading, trailing or doubled comma, an element of only whitespace, an empty value)
+// is an InvalidArgument naming the setting, the value as written and the element by position
+// (from 1):
+//   --dims '32,64,': element 3 is empty        HSDP_X=',a': element 1 is empty
+StatusOr<std::vector<std::string>> parseList(std::string_view text, std::string_view name);
+
+// A list of whole numbers in [lo, hi], each read as parseInteger reads one; an element that is
+// not such a number names the list and the element:
+//   --dims '32,x,10': element 2 'x' is not an integer
+//   --threads '1,0': element 2 0 must be >= 1
+template <class T>
+StatusOr<std::vector<T>> parseIntegerList(std::string_view text, std::string_view name,
+                                          T lo = std::numeric_limits<T>::min(),
+                                          T hi = std::numeric_limits<T>::max());
+
 // ---- arithmetic on user values --------------------------------------------------------------
 // Products and sums of user values that size memory, a loop or a message: nullopt when the
 // result does not fit T (the caller names the values in its error).
@@ -110,5 +129,26 @@ uint64_t allocatableBytes();
 // value, the bytes it needs and the limit ("needs 16.0 TiB, more than the 23.4 GiB this process
 // may allocate (physical memory)").
 StatusOr<uint64_t> checkedAllocation(uint64_t count, uint64_t elem_bytes, std::string_view what);
+
+// ---- templates ----------------------------------------------------------------------------------
+namespace detail {
+// "--dims '32,x,10': " + the element's own message (named "element 2").
+Status listElementError(std::string_view name, std::string_view text, const Status& element);
+std::string listElementName(size_t index);  // "element 3" (index from 0)
+}  // namespace detail
+
+template <class T>
+StatusOr<std::vector<T>> parseIntegerList(std::string_view text, std::string_view name, T lo,
+                                          T hi) {
+  HSDP_ASSIGN_OR_RETURN(std::vector<std::string> items, parseList(text, name));
+  std::vector<T> out;
+  out.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    StatusOr<T> v = parseInteger<T>(items[i], detail::listElementName(i), lo, hi);
+    if (!v.ok()) return detail::listElementError(name, text, v.status());
+    out.push_back(*v);
+  }
+  return out;
+}
 
 }  // namespace hsdp

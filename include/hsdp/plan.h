@@ -189,6 +189,9 @@ StatusOr<std::vector<uint64_t>> splitUnits(uint64_t total, int64_t units);
 // One unit per line: "COUNT" or "NAME COUNT" (the last field is the count); blank lines and
 // text after '#' are ignored. Errors: "FILE:LINE: ..." naming the text.
 StatusOr<std::vector<uint64_t>> parseUnitsText(std::string_view text, std::string_view file);
+// The file `path` (hsdp/files.h: a regular file, a FIFO or device refused unread) of at most
+// kMaxUnitsFileBytes, parsed as above; errors name "--layers" and the path.
+constexpr uint64_t kMaxUnitsFileBytes = uint64_t{64} << 20;
 StatusOr<std::vector<uint64_t>> readUnitsFile(const std::string& path);
 
 // Every valid configuration for the machine and model of `base`: each I | G, J | N and mode
@@ -202,9 +205,10 @@ void rankPlans(std::vector<Plan>* plans);
 // line and greys plans over it. Well-formed standalone XML.
 std::string planChartSvg(const std::vector<Plan>& plans, uint64_t budget, std::string_view title);
 
-// Writes `content` to `path` atomically: a temporary file in the same directory, flushed and
-// renamed over `path`; on any error the temporary is removed and `path` is untouched.
-Status writeFileAtomically(const std::string& path, std::string_view content);
+// hsdp::files::writeFileAtomically (hsdp/files.h), kept under this name: a temporary file in the
+// same directory, fsynced and renamed over `path` (never a symbolic link, device, FIFO, socket or
+// directory); on any error the temporary is removed and `path` is untouched.
+[[nodiscard]] Status writeFileAtomically(const std::string& path, std::string_view content);
 
 // "1.23 GiB", "456.0 MiB", "12.0 KiB", "17 B".
 std::string formatBytes(uint64_t bytes);

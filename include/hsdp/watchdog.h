@@ -24,6 +24,10 @@
 
 #include "hsdp/status.h"
 
+namespace hsdp {
+class Work;  // hsdp/transport.h
+}
+
 namespace hsdp::watchdog {
 
 // Exit code of a job ended by a timeout or a collective mismatch.
@@ -84,5 +88,15 @@ class WaitScope {
   bool active_;
   bool outer_;
 };
+
+// Waits for `work` while another rank does long local work inside a collective program (rank 0
+// sampling, or training the single-process reference of --check, while the others wait for its
+// verdict): polls work.test() every `poll_ms`, asleep in between (ranks sharing the working rank's
+// cores leave them to it), and outside any WaitScope. This is the one way to mark such a wait as
+// expected: the others' clocks do not run while the worker computes (a blocking collective there
+// is ended by the timeout after HSDP_TIMEOUT_S, however healthy the worker). Nothing bounds this
+// wait but the worker itself: a worker that exits ends the job (the launcher), one that hangs is
+// not reported. Use it only around local work of bounded size.
+[[nodiscard]] Status waitForPeerWork(Work& work, int poll_ms = 10);
 
 }  // namespace hsdp::watchdog

@@ -142,6 +142,24 @@ if [ "$(id -u)" = 0 ] && mknod "$work/zero" c 1 5 2>/dev/null; then
   mpi init_from_device "zero' is a device node" --init-from "$work/zero" --steps 1
 fi
 
+# A safetensors index whose shard is a FIFO: refused by name, not a blocked open.
+mkfifo "$work/w-00001-of-00001.safetensors"
+echo '{"metadata": {}, "weight_map": {"fc0.weight": "w-00001-of-00001.safetensors"}}' \
+  >"$work/w.safetensors.index.json"
+mpi init_from_index_fifo "w-00001-of-00001.safetensors' is a FIFO" \
+  --init-from "$work/w.safetensors.index.json" --steps 1
+
+# --- names that are not UTF-8 or hold control characters ---------------------------------------------
+odd=$'\xff\x1b[2J'
+cp -r "$good" "$work/$odd"
+if out=$(timeout 60 "$ckpt" inspect --json "$work/$odd" 2>&1) &&
+   python3 -c 'import json,sys; json.loads(sys.stdin.read())' <<<"$out"; then
+  ok "inspect --json of a non-UTF-8 path: valid JSON, exit 0"
+else
+  echo "$out" | head -c 1000; fail "inspect --json of a non-UTF-8 path"
+fi
+tool odd_path_escaped 2 '\xff\x1b[2J' verify "$work/$odd/nothing"
+
 # --- unbounded reads and sizes the files do not back ------------------------------------------------
 mkdir -p "$work/biglatest"; head -c 10000000 /dev/urandom >"$work/biglatest/latest"
 tool big_latest 2 "over the limit of 4096 bytes" inspect "$work/biglatest"

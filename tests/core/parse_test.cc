@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <vector>
 
 namespace hsdp {
 namespace {
@@ -97,6 +99,44 @@ TEST(Parse, BoolCountAndBytes) {
   EXPECT_FALSE(parseByteSize("20000000T", "-e").ok());  // beyond 2^64
   EXPECT_FALSE(parseByteSize("infG", "-e").ok());
   EXPECT_FALSE(parseByteSize("1X", "-e").ok());
+}
+
+// The one list syntax: elements trimmed; an empty one refused by position, whatever follows.
+TEST(Parse, Lists) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(*parseList("hier,flat", "--algo"), (V{"hier", "flat"}));
+  EXPECT_EQ(*parseList(" a , b ", "--algo"), (V{"a", "b"}));
+  EXPECT_EQ(*parseList("one", "--algo"), (V{"one"}));
+  EXPECT_EQ(err(parseList("32,64,", "--dims").status()), "--dims '32,64,': element 3 is empty");
+  EXPECT_EQ(err(parseList(",32,64", "--dims").status()), "--dims ',32,64': element 1 is empty");
+  EXPECT_EQ(err(parseList("32,,64", "--dims").status()), "--dims '32,,64': element 2 is empty");
+  EXPECT_EQ(err(parseList("32, \t,64", "--dims").status()),
+            "--dims '32, \t,64': element 2 is empty");
+  EXPECT_EQ(err(parseList("", "--isa").status()), "--isa '': element 1 is empty");
+  EXPECT_EQ(err(parseList(",", "--isa").status()), "--isa ',': element 1 is empty");
+  EXPECT_EQ(err(parseList("MESH,,COLL", "HSDP_DEBUG_SUBSYS").status()),
+            "HSDP_DEBUG_SUBSYS='MESH,,COLL': element 2 is empty");
+  // The structure is checked first: an empty element is named even after a malformed one.
+  EXPECT_EQ(err(parseIntegerList<int>("x,,1", "--dims", 1, 10).status()),
+            "--dims 'x,,1': element 2 is empty");
+  EXPECT_EQ(parseList("a,b,c,d,e,f,g,h,i,j,k", "--algo")->size(), 11u);
+  for (const char* bad : {"32,64,", ",32", "1,,2", "1, ,2", " "})
+    EXPECT_FALSE(parseIntegerList<int>(bad, "--dims", 1, 10).ok()) << bad;
+}
+
+TEST(Parse, IntegerLists) {
+  EXPECT_EQ(*parseIntegerList<int>("32, 64,10", "--dims", 1, 1 << 20),
+            (std::vector<int>{32, 64, 10}));
+  EXPECT_EQ(err(parseIntegerList<int>("32,x,10", "--dims", 1, 100).status()),
+            "--dims '32,x,10': element 2 'x' is not an integer");
+  EXPECT_EQ(err(parseIntegerList<int>("1,0", "--threads", 1, 4096).status()),
+            "--threads '1,0': element 2 0 must be >= 1");
+  EXPECT_EQ(err(parseIntegerList<int>("5000", "--threads", 1, 4096).status()),
+            "--threads '5000': element 1 5000 is too large (at most 4096)");
+  EXPECT_EQ(err(parseIntegerList<int>("1,4294967297", "--threads").status()),
+            "--threads '1,4294967297': element 2 4294967297 is too large (at most 2147483647)");
+  EXPECT_EQ(err(parseIntegerList<uint32_t>("-1", "HSDP_X").status()),
+            "HSDP_X='-1': element 1 -1 must be >= 0");
 }
 
 TEST(Parse, CheckedArithmetic) {

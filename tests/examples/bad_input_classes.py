@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Every number a user can give, by class, over every program and environment variable (issue 18).
+"""Every number and list a user can give, by class, over every program and environment variable
+(issues 18 and 33).
 
     bad_input_classes.py BUILD_DIR MPIRUN [MPIRUN FLAGS...]
 
@@ -10,10 +11,15 @@ its class:
     INT, UINT   '12x' (junk), '18446744073709551616' (2^64: wraps every integer type)
     REAL        'nan', '1e999' (not finite)
     BYTES       '12Q' (no such unit)
+    LIST        ',1', '1,', '1,,1', '1, ,1' (a leading, trailing or double comma, an element of
+                only whitespace: hsdp::parseList names the element "is empty")
     env int     '12x', '18446744073709551616';  env number (seconds): 'nan', '-1'
 and must: exit 2, print on every rank (MPI programs run on 2 ranks) an error line in the project's
 style ('<prog>[ [rank r]]: error: ...') that names the flag or variable and the value as
 written, and end within 30 s.
+
+BAD_INPUT_KINDS (environment): a comma list of the classes to run (INT, UINT, REAL, BYTES, LIST,
+ENV: the environment variables); unset: all of them.
 """
 import os
 import re
@@ -23,6 +29,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 BUILD = os.path.realpath(sys.argv[1])
+KINDS = set(filter(None, os.environ.get("BAD_INPUT_KINDS", "").split(","))) or {
+    "INT", "UINT", "REAL", "BYTES", "LIST", "ENV"}
 MPIRUN = sys.argv[2:]
 NP = 2
 
@@ -46,7 +54,9 @@ PROGRAMS = {
     "hsdp-ckpt export": ("tools/hsdp-ckpt", False, ["export", "/nonexistent", "/tmp/x.st"], {}),
 }
 BAD = {"INT": ["12x", "18446744073709551616"], "UINT": ["12x", "18446744073709551616"],
-       "REAL": ["nan", "1e999"], "BYTES": ["12Q"]}
+       "REAL": ["nan", "1e999"], "BYTES": ["12Q"], "LIST": [",1", "1,", "1,,1", "1, ,1"]}
+# What the error line must hold besides the flag and the value as written.
+WANT_EXTRA = {"LIST": ["is empty"]}
 # Environment variables read only on a path a CPU run of train_mlp does not take, and what
 # makes it take that path (or why it cannot here).
 ENV_NEEDS = {
@@ -54,7 +64,7 @@ ENV_NEEDS = {
     "HSDP_CPU_ADAM_THREADS": ([], ["--offload", "cpu"]),
 }
 ENV_SKIP = {"HSDP_CUDA_DEVICE": "read by the CUDA device memory space only (no GPU here)"}
-HELP_LINE = re.compile(r"^\s+(?:-\w,)?(--[\w-]+) (INT|UINT|REAL|BYTES)\b")
+HELP_LINE = re.compile(r"^\s+(?:-\w,)?(--[\w-]+) (INT|UINT|REAL|BYTES|LIST)\b")
 
 
 def numeric_flags(path, positional):
@@ -87,6 +97,7 @@ def run_case(label, cmd, mpi, env, want):
 
 def main():
     cases = []
+    list_flags = []
     env = dict(os.environ)
     for name, (rel, mpi, positional, base) in PROGRAMS.items():
         path = os.path.join(BUILD, rel)
@@ -98,6 +109,8 @@ def main():
             print(f"FAIL: {name}: no numeric flags found in --help")
             return 1
         for flag, kind in flags:
+            if kind not in KINDS:
+                continue
             for bad in BAD[kind]:
                 args = list(positional)
                 for f, v in base.items():
@@ -106,11 +119,21 @@ def main():
                 args += [f"{flag}={bad}"]
                 cmd = ([*MPIRUN, "-np", str(NP), "-x", "HSDP_RANKS_PER_NODE=1", path] if mpi
                        else [path]) + args
-                cases.append((f"{name} {flag} {bad}", cmd, mpi, env, [flag, bad]))
+                cases.append((f"{name} {flag} {bad!r}", cmd, mpi, env,
+                              [flag, bad, *WANT_EXTRA.get(kind, [])]))
+            if kind == "LIST":
+                list_flags.append(f"{name} {flag}")
+    if "LIST" in KINDS:
+        # train_mlp --dims at least: none found means --help stopped showing the LIST type.
+        print(f"list flags: {', '.join(list_flags)}")
+        if not any(f == "train_mlp --dims" for f in list_flags):
+            print("FAIL: train_mlp --dims not found as a LIST flag in its --help")
+            return 1
     hsdp_env = subprocess.run([os.path.join(BUILD, "tools/hsdp-env")], capture_output=True,
                               text=True, timeout=60).stdout
     mlp = os.path.join(BUILD, "examples/train_mlp")
-    for m in re.finditer(r"^(HSDP_\w+)\s+(int|number)\s", hsdp_env, re.M):
+    for m in re.finditer(r"^(HSDP_\w+)\s+(int|number)\s", hsdp_env if "ENV" in KINDS else "",
+                         re.M):
         var, kind = m.group(1), m.group(2)
         if var in ENV_SKIP:
             print(f"skip: {var} ({ENV_SKIP[var]})")

@@ -3,9 +3,12 @@
 // whole model's backward (tied embedding, residuals, activation checkpointing) against finite
 // differences of its loss, and the data split, the schedule and the reference trainer.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 
@@ -282,6 +285,97 @@ TEST(GptData, MissingCorpusNamesThePath) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("/nonexistent/fortunes"), std::string::npos);
   EXPECT_NE(c.status().message().find("fortunes"), std::string::npos);
+}
+
+// A scratch directory removed at the end.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string t = (std::filesystem::temp_directory_path() / "gpt_data_XXXXXX").string();
+    path = ::mkdtemp(t.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+void writeText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string entries(const char* tag, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += std::string(tag) + " entry " + std::to_string(i) + "\n%\n";
+  return s;
+}
+
+// Only the directory's regular files are read: a symbolic link (to a file outside, or to a FIFO
+// that would block an open) is skipped unopened, and so are *.dat indexes.
+TEST(GptData, DirectoryReadsRegularFilesOnly) {
+  TempDir outside, d;
+  writeText(outside / "secret", entries("outside", 40));
+  ASSERT_EQ(::mkfifo((outside / "fifo").c_str(), 0600), 0);
+  writeText(d / "quotes", entries("inside", 40));
+  writeText(d / "quotes.dat", entries("index", 40));
+  std::filesystem::create_symlink(outside / "secret", d / "secret.u8");
+  std::filesystem::create_symlink(outside / "fifo", d / "fifo.u8");
+  auto c = gpt::loadCorpus(d.path.string(), 8);
+  ASSERT_TRUE(c.ok()) << c.status().toString();
+  EXPECT_EQ(c->files, 1);
+  EXPECT_EQ(c->train_entries + c->val_entries, 40u);
+  const std::string all =
+      std::string(c->train.begin(), c->train.end()) + std::string(c->val.begin(), c->val.end());
+  EXPECT_EQ(all.find("outside"), std::string::npos);
+  EXPECT_EQ(all.find("index"), std::string::npos);
+}
+
+// A FIFO inside the directory is refused by name, unopened (an open would block).
+TEST(GptData, FifoInDirectoryIsAnError) {
+  TempDir d;
+  writeText(d / "a", entries("inside", 40));
+  ASSERT_EQ(::mkfifo((d / "b").c_str(), 0600), 0);
+  auto c = gpt::loadCorpus(d.path.string(), 8);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), hsdp::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find(d / "b"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("a FIFO"), std::string::npos) << c.status().message();
+}
+
+// --data naming a FIFO or a device: refused by what it is, nothing read (no hang, no unbounded
+// read of /dev/zero).
+TEST(GptData, FifoOrDeviceIsAnError) {
+  TempDir d;
+  ASSERT_EQ(::mkfifo((d / "fifo").c_str(), 0600), 0);
+  for (const std::string path : {d / "fifo", std::string("/dev/zero")}) {
+    auto c = gpt::loadCorpus(path, 8);
+    ASSERT_FALSE(c.ok()) << path;
+    EXPECT_EQ(c.status().code(), hsdp::StatusCode::kInvalidArgument) << path;
+    EXPECT_NE(c.status().message().find(path), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find("not a regular file"), std::string::npos)
+        << c.status().message();
+  }
+}
+
+// Over kMaxCorpusBytes, alone or together: refused before reading (sparse files: no disk used).
+TEST(GptData, CorpusOverTheLimitIsAnError) {
+  TempDir d;
+  const std::string big = d / "big";
+  writeText(big, "");
+  std::filesystem::resize_file(big, gpt::kMaxCorpusBytes + 1);
+  auto c = gpt::loadCorpus(big, 8);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(big), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find(std::to_string(gpt::kMaxCorpusBytes)), std::string::npos)
+      << c.status().message();
+
+  // Each file under the limit, the two together over it (the second is never read).
+  TempDir two;
+  writeText(two / "a", entries("inside", 40));
+  writeText(two / "b", "");
+  std::filesystem::resize_file(two / "b", gpt::kMaxCorpusBytes - 10);
+  c = gpt::loadCorpus(two.path.string(), 8);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(two / "b"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("over the limit"), std::string::npos) << c.status().message();
 }
 
 TEST(GptData, ReadsTheDebianCorpus) {

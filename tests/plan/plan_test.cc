@@ -429,9 +429,17 @@ TEST(PlanChart, SvgIsWellFormedAndAtomic) {
   int entries = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
     ++entries;
-    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
   }
   EXPECT_EQ(entries, 2);  // chart.svg and taken/
+  // The name forwards to hsdp/files.h: never through a symbolic link (what it names is untouched).
+  fs::create_symlink(path, dir / "link.svg");
+  s = writeFileAtomically((dir / "link.svg").string(), "x");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("link.svg"), std::string::npos) << s.message();
+  std::ifstream again(path);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>()),
+            svg);
   fs::remove_all(dir);
 }
 
