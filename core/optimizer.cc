@@ -14,15 +14,19 @@ const char* optimizerName(OptimizerKind kind) {
   return kind == OptimizerKind::kAdam ? "adam" : "adamw";
 }
 
+// The one check of Adam's settings: ShardedModel::create, the CPU Adam, the examples' flags and
+// every checkpoint load (its stored settings) use it. NaN fails every comparison below.
 Status validate(const AdamConfig& c) {
-  if (!(c.lr > 0.0f)) return invalidArgument("learning rate ", c.lr, " must be positive");
+  if (!(c.lr > 0.0f) || !std::isfinite(c.lr))
+    return invalidArgument("learning rate ", c.lr, " must be positive and finite");
   if (!(c.beta1 >= 0.0f && c.beta1 < 1.0f))
     return invalidArgument("beta1 ", c.beta1, " must be in [0, 1)");
   if (!(c.beta2 >= 0.0f && c.beta2 < 1.0f))
     return invalidArgument("beta2 ", c.beta2, " must be in [0, 1)");
-  if (!(c.eps > 0.0f)) return invalidArgument("eps ", c.eps, " must be positive");
-  if (!(c.weight_decay >= 0.0f))
-    return invalidArgument("weight decay ", c.weight_decay, " must be >= 0");
+  if (!(c.eps > 0.0f) || !std::isfinite(c.eps))
+    return invalidArgument("eps ", c.eps, " must be positive and finite");
+  if (!(c.weight_decay >= 0.0f) || !std::isfinite(c.weight_decay))
+    return invalidArgument("weight decay ", c.weight_decay, " must be >= 0 and finite");
   return okStatus();
 }
 

@@ -99,14 +99,19 @@ Status checkConfig(const Mesh& mesh, const EngineConfig& cfg) {
   for (DType t : {cfg.param_dtype, cfg.reduce_dtype})
     if (t != DType::kFloat32 && t != DType::kBFloat16)
       return invalidArgument("mixed precision dtype ", dtypeName(t), " is not float or bf16");
-  if (!std::isfinite(cfg.clip_norm) || cfg.clip_norm < 0)
-    return invalidArgument("clip_norm=", cfg.clip_norm, " must be finite and >= 0");
+  HSDP_RETURN_IF_ERROR(engine::checkClipNorm(cfg.clip_norm));
   if (cfg.max_gathered_units < 0)
     return invalidArgument("max_gathered_units=", cfg.max_gathered_units, " must be >= 0");
   return checkWires(s, cfg);
 }
 
 }  // namespace
+
+Status engine::checkClipNorm(float clip_norm) {
+  if (!std::isfinite(clip_norm) || clip_norm < 0)
+    return invalidArgument("clip_norm=", clip_norm, " must be finite and >= 0");
+  return okStatus();
+}
 
 Status ShardedModel::Impl::checkUnit(int u, const char* verb) const {
   if (!finalized) return failedPrecondition(verb, ": call finalize() first");
@@ -184,9 +189,19 @@ StatusOr<int> ShardedModel::addUnit(std::string name, std::vector<ParamSpec> par
                                     UnitOptions options) {
   Impl& m = *impl_;
   if (m.finalized) return failedPrecondition("addUnit('", name, "') after finalize()");
-  for (const Unit& u : m.units)
-    if (u.name == name) return invalidArgument("duplicate unit name '", name, "'");
-  HSDP_ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::create(std::move(params), m.shards));
+  for (size_t i = 0; i < m.units.size(); ++i)
+    if (m.units[i].name == name)
+      return invalidArgument("addUnit('", name, "'): duplicate unit name '", name, "' (unit ", i,
+                             " has it)");
+  StatusOr<FlatLayout> created = FlatLayout::create(std::move(params), m.shards);
+  if (!created.ok()) return created.status().withContext(strCat("addUnit('", name, "')"));
+  FlatLayout layout = std::move(*created);
+  // Checkpoints and safetensors name tensors "<unit>.<param>": no two may join to one name.
+  std::vector<ckpt::UnitDesc> descs = m.unitDescs();
+  ckpt::UnitDesc mine{name, options.frozen, {}};
+  for (const ParamSpec& p : layout.params()) mine.params.push_back({p.name, p.shape});
+  descs.push_back(std::move(mine));
+  HSDP_RETURN_IF_ERROR(ckpt::checkTensorNames(descs, strCat("addUnit('", name, "')")));
   Unit u;
   u.name = std::move(name);
   u.layout = std::move(layout);

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <thread>
 
 #include "gpt/data.h"
 #include "gpt/gpt_options.h"
@@ -24,22 +23,11 @@
 #include "hsdp/topology.h"
 #include "mlp/checkpointing.h"
 #include "mlp/options.h"
+#include "mlp/reference.h"
 
 namespace {
 
 constexpr const char* kProgram = "train_gpt";
-
-// Rank 0's two floats to every rank, the others polling every 10 ms instead of spinning in MPI
-// (8 ranks share 2 cores on the demo machine: a spinning rank takes cycles from rank 0).
-hsdp::Status waitAsleep(hsdp::Comm& world, float verdict[2]) {
-  HSDP_ASSIGN_OR_RETURN(hsdp::WorkHandle work,
-                        world.iallReduce(verdict, 2, hsdp::DType::kFloat32, hsdp::RedOp::kSum));
-  for (;;) {
-    HSDP_ASSIGN_OR_RETURN(bool done, work->test());
-    if (done) return hsdp::okStatus();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
 
 // The body of the program; a non-OK Status before the first step is bad input every rank sees
 // alike (exit 2); a failure after it ends the job (exit 3), so no rank waits on a collective
@@ -84,7 +72,11 @@ int runMain(const gpt::Options& opt, hsdp::Comm& world) {
 
   // --init-from, then --resume: the first step to train (batches and the learning rate are
   // functions of the step, so a resumed run continues exactly where the saved one stood).
-  auto first = mlp::restore(kProgram, world, model, opt.common);
+  // The schedule sets every step's rate; the other optimizer settings follow --optimizer-from.
+  mlp::RestoreHints hints;
+  hints.lr_at = [&](int64_t step) { return setup.train.schedule.at(static_cast<int>(step)); };
+  hints.beta2_flag = true;
+  auto first = mlp::restore(kProgram, world, model, opt.common, hints);
   if (!first.ok()) return fail(first.status());
 
   double optim_total = 0, optim_exposed = 0;  // offload: worker time, and what step() waited
@@ -159,7 +151,7 @@ int runMain(const gpt::Options& opt, hsdp::Comm& world) {
       verdict[1] = err <= opt.common.tolerance ? 1.0f : 0.0f;
     }
   }
-  if (hsdp::Status s = waitAsleep(world, verdict); !s.ok()) abort(s);
+  if (hsdp::Status s = mlp::shareVerdict(world, verdict); !s.ok()) abort(s);
   if (!opt.common.check) return 0;
   if (rank == 0)
     std::printf("\nparity vs reference: max_rel_err=%.3g %s\n", verdict[0],

@@ -3,6 +3,8 @@
 // engine's save and load, the offline reshard and export, so all of them agree by construction.
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <utility>
 
 #include "engine/checkpoint/format.h"
 
@@ -65,6 +67,36 @@ Status compareUnits(const std::vector<UnitDesc>& saved, const std::vector<UnitDe
       return differ("unit '", a.name,
                     "' was frozen when saved (no optimizer state) but is "
                     "trainable in the model; load with LoadOptions::optimizer_state = false");
+  }
+  return okStatus();
+}
+
+Status checkTensorNames(const std::vector<UnitDesc>& units, const std::string& where) {
+  auto fail = [&](auto&&... what) {
+    return invalidArgument(where.empty() ? "" : where + ": ", what...);
+  };
+  std::map<std::string, size_t> unit_names;
+  // Joined name -> (unit, param): the name a checkpoint and a safetensors file give the tensor.
+  std::map<std::string, std::pair<size_t, size_t>> joined;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const UnitDesc& d = units[u];
+    if (auto [it, fresh] = unit_names.emplace(d.name, u); !fresh)
+      return fail("units ", it->second, " and ", u, " are both named '", d.name, "'");
+    std::map<std::string, size_t> param_names;
+    for (size_t p = 0; p < d.params.size(); ++p)
+      if (auto [it, fresh] = param_names.emplace(d.params[p].name, p); !fresh)
+        return fail("unit '", d.name, "' has two parameters named '", d.params[p].name,
+                    "' (parameters ", it->second, " and ", p, ")");
+    for (size_t p = 0; p < d.params.size(); ++p) {
+      const std::string name = d.name + "." + d.params[p].name;
+      auto [it, fresh] = joined.emplace(name, std::pair{u, p});
+      if (fresh) continue;
+      const UnitDesc& o = units[it->second.first];
+      return fail("unit '", o.name, "' parameter '", o.params[it->second.second].name,
+                  "' and unit '", d.name, "' parameter '", d.params[p].name,
+                  "' are both the tensor '", name,
+                  "' (checkpoints and safetensors name a tensor <unit>.<parameter>)");
+    }
   }
   return okStatus();
 }

@@ -27,6 +27,27 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The optimizer settings a checkpoint holds, checked as the model's own are (validate, the clip
+// norm's check): a hand-edited or damaged manifest is refused, not trained with.
+StatusOr<AdamConfig> savedOptimizer(const ckpt::OptimDesc& o, const std::string& dir) {
+  auto bad = [&](const Status& s) {
+    return invalidArgument("checkpoint '", dir,
+                           "' holds invalid optimizer settings: ", s.message());
+  };
+  StatusOr<OptimizerKind> kind = parseOptimizerKind(o.kind);
+  if (!kind.ok()) return bad(kind.status());
+  AdamConfig a;
+  a.kind = *kind;
+  a.lr = o.lr;
+  a.beta1 = o.beta1;
+  a.beta2 = o.beta2;
+  a.eps = o.eps;
+  a.weight_decay = o.weight_decay;
+  if (Status s = validate(a); !s.ok()) return bad(s);
+  if (Status s = engine::checkClipNorm(o.clip_norm); !s.ok()) return bad(s);
+  return a;
+}
+
 }  // namespace
 
 // Fills the staging buffer's planned chunks of states < `states` through `read` (loadWeights;
@@ -129,6 +150,12 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
   }
   if (local.ok())
     local = ckpt::compareUnits(man->units, m.unitDescs(), result.dir, options.optimizer_state);
+  if (local.ok() && options.optimizer_state) {
+    StatusOr<AdamConfig> saved = savedOptimizer(man->optim, result.dir);
+    local = saved.status();
+    if (local.ok()) result.optimizer = *saved;
+    result.clip_norm = man->optim.clip_norm;
+  }
   for (Unit& u : m.units)
     if (local.ok()) local = m.waitForStep(u);
   if (local.ok()) local = m.ensureSaver();
@@ -166,7 +193,11 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
   const double install_s = secondsSince(t_install);
   if (installed.ok() && options.optimizer_state) {
     m.step = man->step;
-    if (options.restore_learning_rate && man->optim.lr > 0) m.cfg.adam.lr = man->optim.lr;
+    if (options.optimizer_from == OptimizerFrom::kCheckpoint) {
+      const float lr = m.cfg.adam.lr;
+      m.cfg.adam = result.optimizer;
+      if (!options.restore_learning_rate) m.cfg.adam.lr = lr;
+    }
   }
   for (Unit& u : m.units) u.launched_step = m.step;
   HSDP_RETURN_IF_ERROR(m.agree(installed));

@@ -140,6 +140,8 @@ StatusOr<SafetensorsSet> openSafetensors(const std::string& path_in) {
     HSDP_ASSIGN_OR_RETURN(std::string text,
                           files::readBounded(path, kMaxIndexBytes, "safetensors index"));
     json j = json::parse(text, nullptr, false);
+    if (const std::string dup = duplicateJsonKey(text); !dup.empty())
+      return invalidArgument(files::quote(path), ": key ", dup, " appears twice");
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
         !j["weight_map"].is_object())
       return invalidArgument(path, ": not a safetensors index (no weight_map object)");
@@ -232,6 +234,11 @@ StatusOr<SafetensorsWriter> SafetensorsWriter::create(const std::string& out,
   if (dtype != DType::kFloat32 && dtype != DType::kBFloat16)
     return invalidArgument("export: dtype ", dtypeName(dtype), " is neither float32 nor bf16");
   if (tensors.empty()) return invalidArgument("export: no tensors");
+  // Two tensors of one name would leave one of them unreadable (safetensors keys are unique).
+  std::set<std::string> seen;
+  for (const Tensor& t : tensors)
+    if (!seen.insert(t.name).second)
+      return invalidArgument("export: two tensors are named '", files::quote(t.name), "'");
   SafetensorsWriter w;
   w.out_ = out;
   w.dtype_ = dtype;

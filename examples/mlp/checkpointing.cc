@@ -18,17 +18,62 @@ void printSaved(const hsdp::Comm& world, const hsdp::SaveResult& r) {
 
 int last_saved = -1;  // the step of this run's last save into --save-dir
 
+// One line per optimizer setting where the checkpoint's differs from the flags' (rank 0).
+void printDifferences(const hsdp::LoadResult& r, const hsdp::AdamConfig& flags, const Options& opt,
+                      const RestoreHints& hints) {
+  const bool from_ckpt = opt.optimizer_from == "checkpoint";
+  auto line = [&](const char* setting, const std::string& saved, const char* flag,
+                  const std::string& configured) {
+    const std::string theirs = flag ? std::string(flag) : std::string("the configured ") + setting;
+    std::printf("resume: checkpoint %s %s differs from %s %s; using %s (--optimizer-from %s)\n",
+                setting, saved.c_str(), theirs.c_str(), configured.c_str(),
+                from_ckpt ? "the checkpoint's" : theirs.c_str(), opt.optimizer_from.c_str());
+  };
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  const hsdp::AdamConfig& c = r.optimizer;
+  if (c.kind != flags.kind)
+    line("optimizer", hsdp::optimizerName(c.kind), "--optimizer", hsdp::optimizerName(flags.kind));
+  if (hints.lr_at) {
+    // The schedule sets every step's rate: compare with the rate it gave the last saved step.
+    const float want = r.step > 0 ? hints.lr_at(r.step - 1) : flags.lr;
+    if (c.lr != want)
+      std::printf(
+          "resume: checkpoint lr %s differs from the schedule's %s at step %lld (--lr %s); "
+          "the schedule sets every step's rate from --lr\n",
+          num(c.lr).c_str(), num(want).c_str(), static_cast<long long>(r.step),
+          num(flags.lr).c_str());
+  } else if (c.lr != flags.lr) {
+    line("lr", num(c.lr), "--lr", num(flags.lr));
+  }
+  if (c.beta1 != flags.beta1) line("beta1", num(c.beta1), nullptr, num(flags.beta1));
+  if (c.beta2 != flags.beta2)
+    line("beta2", num(c.beta2), hints.beta2_flag ? "--beta2" : nullptr, num(flags.beta2));
+  if (c.eps != flags.eps) line("eps", num(c.eps), "--eps", num(flags.eps));
+  if (c.weight_decay != flags.weight_decay)
+    line("weight_decay", num(c.weight_decay), "--weight-decay", num(flags.weight_decay));
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 hsdp::StatusOr<int> restore(const char* program, hsdp::Comm& world, hsdp::ShardedModel& model,
-                            const Options& opt) {
+                            const Options& opt, const RestoreHints& hints) {
   if (!opt.init_from.empty()) {
     HSDP_RETURN_IF_ERROR(model.loadWeights(opt.init_from));
     if (world.rank() == 0) std::printf("initialised from %s\n", opt.init_from.c_str());
   }
   if (opt.resume.empty()) return 0;
   const std::string path = opt.resume == "latest" ? opt.save_dir : opt.resume;
-  HSDP_ASSIGN_OR_RETURN(hsdp::LoadResult r, model.load(path));
+  const hsdp::AdamConfig flags = model.config().adam;  // what the flags configured
+  hsdp::LoadOptions lo;
+  lo.optimizer_from = opt.optimizer_from == "flags" ? hsdp::OptimizerFrom::kConfig
+                                                    : hsdp::OptimizerFrom::kCheckpoint;
+  HSDP_ASSIGN_OR_RETURN(hsdp::LoadResult r, model.load(path, lo));
+  if (world.rank() == 0) printDifferences(r, flags, opt, hints);
   if (opt.resume == "latest" || opt.resume == opt.save_dir) last_saved = static_cast<int>(r.step);
   if (r.step > opt.steps)
     return hsdp::invalidArgument("--resume: the checkpoint is at step ", r.step, ", past --steps ",

@@ -22,15 +22,8 @@ namespace {
 constexpr int kMaxDim = 1 << 20;
 
 hsdp::StatusOr<std::vector<int>> parseDims(const std::string& text) {
-  std::vector<int> dims;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
-    auto v = hsdp::parseInteger<int>(item, "size", 1, kMaxDim);
-    if (!v.ok())
-      return hsdp::invalidArgument("--dims '", text, "': '", item,
-                                   "' is not a positive size (at most ", kMaxDim, ")");
-    dims.push_back(*v);
-  }
+  HSDP_ASSIGN_OR_RETURN(std::vector<int> dims,
+                        hsdp::parseIntegerList<int>(text, "--dims", 1, kMaxDim));
   if (dims.size() < 2) return hsdp::invalidArgument("--dims '", text, "' needs >= 2 sizes");
   return dims;
 }
@@ -142,6 +135,10 @@ void addCheckpointFlags(CLI::App& app, Options& opt) {
                  "After training, write the full parameters as safetensors");
   app.add_option("--init-from", opt.init_from,
                  "Initialise the parameters from a safetensors file or index");
+  app.add_option("--optimizer-from", opt.optimizer_from,
+                 "checkpoint | flags: with --resume, the optimizer settings (kind, lr, betas, eps, "
+                 "weight decay) of the checkpoint or of the flags; a difference is printed")
+      ->check(CLI::IsMember({"checkpoint", "flags"}));
 }
 
 std::optional<int> parseCommandLine(const char* program, const char* description, int argc,
@@ -172,7 +169,7 @@ std::optional<int> parseCommandLine(const char* program, const char* description
   addOptimizerFlags(app, opt, "Learning rate", "Weight decay");
   app.add_option("--optimizer", opt.optimizer, "adam | adamw")
       ->check(CLI::IsMember({"adam", "adamw"}));
-  app.add_option("--dims", opt.dims, "Layer sizes, input to classes, comma separated");
+  hsdp::cli::addList(app, "--dims", opt.dims, "Layer sizes, input to classes, comma separated");
   hsdp::cli::addInt(app, "--seed", opt.seed, "Seed of data and initialisation");
   addToleranceFlag(app, opt);
   addCheckpointFlags(app, opt);
@@ -456,7 +453,7 @@ int checkParity(const char* program, hsdp::Comm& world, const hsdp::Mesh& mesh,
       std::printf("\nparity: %s\n", bad.c_str());
     }
   }
-  if (!world.broadcast(verdict, 2, hsdp::DType::kFloat32, 0).ok()) world.abortJob(kExitRuntime);
+  if (!shareVerdict(world, verdict).ok()) world.abortJob(kExitRuntime);
   if (rank == 0) {
     std::printf("\nparity vs eigen reference: max_rel_err=%.3g %s\n", verdict[0],
                 verdict[1] == 1.0f ? "PASS" : "FAIL");

@@ -61,6 +61,9 @@ struct Options {
   std::string resume;  // a checkpoint directory, a root with `latest`, or "latest" (--save-dir)
   std::string export_path;
   std::string init_from;
+  // --optimizer-from checkpoint|flags: whose optimizer settings a resumed run uses
+  // (hsdp::LoadOptions::optimizer_from).
+  std::string optimizer_from = "checkpoint";
   // After training: the mean loss over this many held-out samples (train_mlp; 0: none).
   int val_samples = 0;
 };

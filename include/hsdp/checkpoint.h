@@ -67,10 +67,24 @@ struct SaveResult {
   double seconds = 0;           // saveAsync's start to the commit
 };
 
+// Whose optimizer settings (kind, learning rate, betas, eps, weight decay) a model steps with
+// after loading a checkpoint's optimizer state (LoadOptions::optimizer_from).
+enum class OptimizerFrom {
+  kCheckpoint,  // the checkpoint's, as PyTorch's optimizer.load_state_dict restores them
+  kConfig,      // the model's own: EngineConfig::adam (and setLearningRate's rate since)
+};
+
 struct LoadOptions {
-  // Also Adam's moments, the step count and (restore_learning_rate) the learning rate; false:
-  // the parameters only, the optimizer state stays as it is (fine-tuning).
+  // Also Adam's moments, the step count and the optimizer settings (optimizer_from); false: the
+  // parameters only, the optimizer state and settings stay as they are (fine-tuning).
   bool optimizer_state = true;
+  // With optimizer_state: the settings the model steps with from now on. Either way the
+  // checkpoint's settings are checked as EngineConfig::adam is (validate(AdamConfig), and a clip
+  // norm finite and >= 0): a value out of range (a NaN, a learning rate <= 0, a beta outside
+  // [0, 1)) is InvalidArgument naming the checkpoint, the setting and the value, on every rank,
+  // and the model is unchanged. LoadResult::optimizer returns them, to compare.
+  OptimizerFrom optimizer_from = OptimizerFrom::kCheckpoint;
+  // With kCheckpoint: false keeps the model's learning rate (the other settings are restored).
   bool restore_learning_rate = true;
   // Read every touched chunk whole and check its xxHash64 (default); false reads exactly the
   // overlapping bytes and checks nothing but sizes.
@@ -83,6 +97,11 @@ struct LoadResult {
   std::map<std::string, std::string> user;
   uint64_t bytes_read = 0;  // by this rank
   double seconds = 0;
+  // The optimizer settings the checkpoint holds (with LoadOptions::optimizer_state; checked),
+  // whichever LoadOptions::optimizer_from chose; its clip norm is informational (the model keeps
+  // EngineConfig::clip_norm).
+  AdamConfig optimizer;
+  float clip_norm = 0;
 };
 
 // ---- offline (no MPI, no job): what build/tools/hsdp-ckpt runs ----
