@@ -10,15 +10,16 @@
 // Prints: the host summary, a matrix in the style of `nvidia-smi topo -m` (GPU x GPU link, GPU x
 // NIC PCI path, CPU and NUMA affinity), the rails, the binding of each local rank, the cluster's
 // node level and the mesh for --intra-shard/--inter-shard. --json prints the same as one object.
-// Exit codes: 0 ok, 2 bad input (the message names the file or value).
+// Exit codes: 0 ok, 2 bad input (the message names the file or value), 3 a runtime failure (a
+// failing disk, a foreign library's error).
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "hsdp/cluster_topology.h"
 #include "hsdp/env.h"
+#include "hsdp/files.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
 #include "hsdp/node_topology.h"
@@ -27,6 +28,7 @@ namespace {
 
 using json = nlohmann::json;
 constexpr int kExitBadInput = 2;
+constexpr int kExitRuntime = 3;
 
 struct Options {
   std::vector<std::string> inputs, nvml, nccl;
@@ -160,9 +162,17 @@ int report(const Options& opt, const std::vector<hsdp::NodeTopology>& hosts,
   return 0;
 }
 
+// Bad input (a file that can never work, a value) exits 2; a failing disk or foreign library
+// (kInternal, kResourceExhausted) exits 3.
+int exitCodeOf(const hsdp::Status& s) {
+  return s.code() == hsdp::StatusCode::kInternal || s.code() == hsdp::StatusCode::kResourceExhausted
+             ? kExitRuntime
+             : kExitBadInput;
+}
+
 int fail(const hsdp::Status& s) {
   std::fprintf(stderr, "hsdp-topo: error: %s\n", s.toString().c_str());
-  return kExitBadInput;
+  return exitCodeOf(s);
 }
 
 // Recorded or live hosts without MPI: each host gets `ranks_per_host` simulated ranks.
@@ -227,7 +237,7 @@ int runMpi(int argc, char** argv, const Options& opt) {
   if (!c.ok()) {
     std::fprintf(stderr, "hsdp-topo [rank %d]: error: %s\n", (*world)->rank(),
                  c.status().toString().c_str());
-    return kExitBadInput;
+    return exitCodeOf(c.status());
   }
   if ((*world)->rank() != 0) return 0;
   return report(opt, {local}, *c);
@@ -236,6 +246,15 @@ int runMpi(int argc, char** argv, const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // hwloc reads recorded XML with its built-in minimal parser rather than its libxml2 plugin
+  // (unless the user chose with HWLOC_LIBXML / HWLOC_LIBXML_IMPORT): the library hands hwloc
+  // only its own re-serialization of a checked document, in the plain form that parser reads,
+  // so the plugin adds nothing but a global libxml2 error handler that dangles once hwloc
+  // unloads it (hsdp also restores the handlers around every hwloc load; this is the second
+  // fence). Set here, before any thread or hwloc call, because hwloc reads it once and setenv
+  // is not safe beside other threads, which is why the library itself does not do it.
+  if (!std::getenv("HWLOC_LIBXML") && !std::getenv("HWLOC_LIBXML_IMPORT"))
+    setenv("HWLOC_LIBXML_IMPORT", "0", 0);
   CLI::App app{"hsdp-topo: hosts, GPU/NIC topology, binding and the mesh hsdp would build"};
   Options opt;
   app.add_option("--input", opt.inputs, "recorded hwloc v2 XML (repeat for several hosts)")
@@ -264,9 +283,10 @@ int main(int argc, char** argv) {
   if (!opt.dump_nvml.empty()) {
     auto snap = hsdp::dumpNvmlSnapshot("libnvidia-ml.so.1");
     if (!snap.ok()) return fail(snap.status());
-    std::ofstream out(opt.dump_nvml);
-    out << *snap << "\n";
-    if (!out) return fail(hsdp::invalidArgument("cannot write '", opt.dump_nvml, "'"));
+    // Written atomically through the file layer: never through a symbolic link, FIFO or device,
+    // never a half-written snapshot in place of an old one.
+    if (hsdp::Status s = hsdp::files::writeFileAtomically(opt.dump_nvml, *snap + "\n"); !s.ok())
+      return fail(s);
     return 0;
   }
   // Under mpirun (Open MPI or any PMIx launcher) the cluster view is gathered; otherwise MPI is

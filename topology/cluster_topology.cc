@@ -11,10 +11,22 @@
 #include <set>
 
 #include "hsdp/env.h"
+#include "hsdp/files.h"
 #include "hsdp/host.h"
 #include "hsdp/log.h"
+#include "topology/topology_xml.h"
 
 namespace hsdp {
+
+// Every topology input (HSDP_TOPO_FILE, HSDP_TOPO_NVML_FILE, HSDP_TOPO_NCCL_FILE, hsdp-topo's
+// --input/--nvml/--nccl) goes through the file layer: a FIFO, device or directory is an error
+// naming the path (opened with O_NONBLOCK, never a hang), and so is a file over
+// topo_xml::kMaxFileBytes (8 MiB; a DGX H100's hwloc XML is 73 KB).
+StatusOr<std::string> readTopologyFile(const std::string& path, const std::string& what) {
+  HSDP_ASSIGN_OR_RETURN(std::string text, files::readBounded(path, topo_xml::kMaxFileBytes, what));
+  if (text.empty()) return invalidArgument(what, " '", path, "' is empty");
+  return text;
+}
 
 StatusOr<TopologySources> topologySourcesFromEnv() {
   TopologySources s;

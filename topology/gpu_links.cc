@@ -11,6 +11,7 @@
 
 #include "hsdp/node_topology.h"
 #include "topology/nvml_abi.h"
+#include "topology/topology_xml.h"
 
 namespace hsdp {
 namespace {
@@ -35,10 +36,7 @@ GpuLinks emptyLinks(const NodeTopology& topo, std::string source) {
 
 // ---- NCCL XML through libxml2 -----------------------------------------------------------------
 
-struct XmlDocDeleter {
-  void operator()(xmlDoc* d) const { xmlFreeDoc(d); }
-};
-using XmlDocPtr = std::unique_ptr<xmlDoc, XmlDocDeleter>;
+using topo_xml::XmlDocPtr;
 
 std::string attr(xmlNode* n, const char* name) {
   xmlChar* v = xmlGetProp(n, reinterpret_cast<const xmlChar*>(name));
@@ -70,6 +68,9 @@ Status walkNccl(xmlNode* node, const std::string& parent_busid, std::vector<Nccl
       if (parent_busid.empty())
         return invalidArgument(source, ": <gpu dev=\"", attr(c, "dev"),
                                "\"> is not inside a <pci busid=...> element");
+      if (out->size() >= topo_xml::kMaxGpus)
+        return invalidArgument(source, ": line ", c->line, ": more than ", topo_xml::kMaxGpus,
+                               " <gpu> elements (the limit for one host)");
       NcclGpu g{parent_busid, {}};
       for (xmlNode* l = c->children; l; l = l->next) {
         if (!named(l, "nvlink")) continue;
@@ -95,16 +96,8 @@ Status walkNccl(xmlNode* node, const std::string& parent_busid, std::vector<Nccl
 StatusOr<GpuLinks> gpuLinksFromNcclXml(const NodeTopology& topo, std::string_view xml,
                                        const std::string& source_name) {
   if (xml.empty()) return invalidArgument(source_name, ": empty NCCL topology XML");
-  if (xml.size() > (1u << 30)) return invalidArgument(source_name, ": larger than 1 GiB");
-  XmlDocPtr doc(xmlReadMemory(xml.data(), static_cast<int>(xml.size()), source_name.c_str(),
-                              nullptr, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING));
-  if (!doc) {
-    const xmlError* e = xmlGetLastError();
-    std::string why = e && e->message ? e->message : "parse error";
-    while (!why.empty() && why.back() == '\n') why.pop_back();
-    return invalidArgument(source_name, " is not well-formed XML (line ", e ? e->line : 0, ": ",
-                           why, ")");
-  }
+  // hsdp's own parse (topology/topology_xml.h): no DTD, no entities, our error handlers.
+  HSDP_ASSIGN_OR_RETURN(XmlDocPtr doc, topo_xml::parse(xml, source_name, "NCCL topology XML"));
   xmlNode* root = xmlDocGetRootElement(doc.get());
   if (root == nullptr) return invalidArgument(source_name, ": XML without a root element");
   if (!named(root, "system"))
@@ -151,6 +144,9 @@ StatusOr<GpuLinks> gpuLinksFromNcclXml(const NodeTopology& topo, std::string_vie
 
 StatusOr<GpuLinks> gpuLinksFromNvmlSnapshot(const NodeTopology& topo, std::string_view text,
                                             const std::string& source_name) {
+  if (text.size() > topo_xml::kMaxFileBytes)
+    return invalidArgument(source_name, " is ", text.size(), " bytes, over the limit of ",
+                           topo_xml::kMaxFileBytes, " bytes for an NVML snapshot");
   json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded())
     return invalidArgument(source_name, " is not valid JSON (malformed or truncated NVML snapshot)");
@@ -164,6 +160,9 @@ StatusOr<GpuLinks> gpuLinksFromNvmlSnapshot(const NodeTopology& topo, std::strin
                              " is not supported (1 is)");
     const json& gpus = doc.at("gpus");
     if (!gpus.is_array()) return invalidArgument(source_name, ": \"gpus\" is not an array");
+    if (gpus.size() > topo_xml::kMaxGpus)
+      return invalidArgument(source_name, " lists ", gpus.size(), " GPUs, over the limit of ",
+                             topo_xml::kMaxGpus, " for one host");
     GpuLinks l = emptyLinks(topo, "nvml snapshot " + source_name);
     // First pass: map every listed GPU to hwloc's, so NVLink targets can name any of them.
     std::vector<int> index;

@@ -1,9 +1,7 @@
 // hwloc part of NodeTopology: loading (live or XML), extracting NUMA nodes, GPUs and NICs, the PCI
-// path between devices, rails, and the binding plan. Depends only on hwloc and status.h so that
-// the fuzz target can compile it alone.
+// path between devices, rails, and the binding plan. Depends only on hwloc, topology_xml.cc and
+// status.h so that the fuzz target can compile it alone.
 #include <hwloc.h>
-#include <libxml/parser.h>
-#include <libxml/tree.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,14 +11,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <set>
-#include <sstream>
 
 #include "hsdp/node_topology.h"
 
 #include "hsdp/host.h"
+#include "topology/topology_xml.h"
 
 namespace hsdp {
 namespace {
@@ -83,51 +80,6 @@ std::string rootElement(std::string_view xml) {
   return "";
 }
 
-// hwloc 2.9 trusts its XML: a CPU-side object without its cpuset attributes crashes
-// hwloc_topology_load (found by tests/topology/topology_fuzz; `lstopo --input` crashes the same
-// way). So the document is checked first: well-formed, and every object that is not an I/O or
-// Misc object carries cpuset, complete_cpuset, nodeset and complete_nodeset.
-struct XmlDocDeleter {
-  void operator()(xmlDoc* d) const { xmlFreeDoc(d); }
-};
-Status checkHwlocXml(std::string_view xml, const std::string& source) {
-  std::unique_ptr<xmlDoc, XmlDocDeleter> doc(
-      xmlReadMemory(xml.data(), static_cast<int>(xml.size()), source.c_str(), nullptr,
-                    XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING));
-  if (!doc) {
-    const xmlError* e = xmlGetLastError();
-    std::string why = e && e->message ? e->message : "parse error";
-    while (!why.empty() && why.back() == '\n') why.pop_back();
-    return invalidArgument(source, " is not well-formed XML (malformed or truncated hwloc v2 "
-                           "topology; line ", e ? e->line : 0, ": ", why, ")");
-  }
-  static const char* kIo[] = {"Bridge", "PCIDev", "OSDev", "Misc", "HostBridge", "PCIBridge"};
-  static const char* kSets[] = {"cpuset", "complete_cpuset", "nodeset", "complete_nodeset"};
-  std::vector<std::pair<xmlNode*, int>> stack{{xmlDocGetRootElement(doc.get()), 0}};
-  while (!stack.empty()) {
-    auto [node, depth] = stack.back();
-    stack.pop_back();
-    if (depth > 256) return invalidArgument(source, ": objects nested deeper than 256 levels");
-    for (xmlNode* c = node ? node->children : nullptr; c; c = c->next) {
-      if (c->type != XML_ELEMENT_NODE) continue;
-      if (std::strcmp(reinterpret_cast<const char*>(c->name), "object") == 0) {
-        xmlChar* type = xmlGetProp(c, reinterpret_cast<const xmlChar*>("type"));
-        std::string t = type ? reinterpret_cast<char*>(type) : "";
-        if (type) xmlFree(type);
-        if (t.empty())
-          return invalidArgument(source, ": line ", c->line, ": <object> without a type");
-        if (std::find(std::begin(kIo), std::end(kIo), t) == std::end(kIo))
-          for (const char* a : kSets)
-            if (!xmlHasProp(c, reinterpret_cast<const xmlChar*>(a)))
-              return invalidArgument(source, ": line ", c->line, ": ", t, " object without ", a,
-                                     " (malformed hwloc v2 topology)");
-      }
-      stack.push_back({c, depth + 1});
-    }
-  }
-  return okStatus();
-}
-
 bool isNvidiaGpu(hwloc_obj_t o) {
   return o->type == HWLOC_OBJ_PCI_DEVICE && o->attr->pcidev.vendor_id == 0x10de &&
          (o->attr->pcidev.class_id >> 8) == 0x03;  // display controller: VGA 0300, 3D 0302
@@ -159,14 +111,26 @@ bool isHostBridge(hwloc_obj_t o) {
 }
 
 // hwloc_get_common_ancestor_obj() is for normal objects only (I/O objects have virtual depths),
-// so the common ancestor of two PCI devices is found by walking parents.
+// so the common ancestor of two PCI devices is found by walking parents: both walks are brought
+// to the same distance from the root, then go up together (O(depth) per pair; a host may have
+// 256 GPUs x 4096 NICs of them).
+int distanceFromRoot(hwloc_obj_t o) {
+  int n = 0;
+  for (; o; o = o->parent) ++n;
+  return n;
+}
+
 PciPath classify(hwloc_topology_t t, hwloc_obj_t a, hwloc_obj_t b) {
   if (a == b) return PciPath::kSelf;
-  std::vector<hwloc_obj_t> up_a;
-  for (hwloc_obj_t o = a; o; o = o->parent) up_a.push_back(o);
-  hwloc_obj_t lca = nullptr;
-  for (hwloc_obj_t o = b; o && !lca; o = o->parent)
-    if (std::find(up_a.begin(), up_a.end(), o) != up_a.end()) lca = o;
+  hwloc_obj_t x = a, y = b;
+  int dx = distanceFromRoot(x), dy = distanceFromRoot(y);
+  for (; dx > dy; --dx) x = x->parent;
+  for (; dy > dx; --dy) y = y->parent;
+  while (x != y) {
+    x = x->parent;
+    y = y->parent;
+  }
+  hwloc_obj_t lca = x;
   if (lca == nullptr) return PciPath::kSys;
   if (lca->type == HWLOC_OBJ_BRIDGE) {
     if (isHostBridge(lca)) return PciPath::kPhb;
@@ -393,35 +357,32 @@ void assignRails(NodeTopology* topo) {
   }
 }
 
-StatusOr<std::string> readTopologyFile(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return notFound(what, " '", path, "' cannot be opened: ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return internalError(what, " '", path, "' could not be read");
-  std::string text = ss.str();
-  if (text.empty()) return invalidArgument(what, " '", path, "' is empty");
-  return text;
-}
-
 StatusOr<NodeTopology> nodeTopologyFromHwlocXml(std::string_view xml,
                                                 const std::string& source_name) {
   if (xml.empty()) return invalidArgument(source_name, ": empty hwloc XML");
+  // A quick look at the root for the common mistakes (the full check is the parse below, which
+  // also reads documents this look cannot, e.g. UTF-16 ones).
   std::string root = rootElement(xml);
-  if (root.empty())
-    return invalidArgument(source_name, " is not XML (no root element found)");
   if (root == "system")
     return invalidArgument(source_name,
                            " is an NCCL topology XML (root element <system>), not an hwloc "
                            "topology; pass it as HSDP_TOPO_NCCL_FILE / --nccl");
-  if (root != "topology")
+  if (!root.empty() && root != "topology")
     return invalidArgument(source_name, " is not an hwloc topology XML (root element <", root,
                            ">, expected <topology>)");
-  HSDP_RETURN_IF_ERROR(checkHwlocXml(xml, source_name));
+  // hwloc is given hsdp's re-serialization of the checked document, never the file itself: no
+  // DTD (hwloc 2.9's libxml2 importer dereferences a DOCTYPE's missing SystemID), no encoding
+  // declaration, no malformed bitmap (hwloc_bitmap_sscanf asserts), no object hwloc cannot hold.
+  HSDP_ASSIGN_OR_RETURN(std::string canonical, topo_xml::canonicalHwlocXml(xml, source_name));
+  // hwloc's libxml2 plugin (used when HWLOC_LIBXML_IMPORT is not 0) points libxml2's generic
+  // error handler into itself and is unloaded with the last topology: the scope outlives the
+  // topology and puts the previous handlers back. hsdp-topo also sets HWLOC_LIBXML_IMPORT=0:
+  // hwloc's minimal parser, which the canonical form is written for.
+  topo_xml::ErrorHandlerScope handlers;
   HSDP_ASSIGN_OR_RETURN(TopologyPtr t, newTopology());
   // hwloc wants the terminating NUL counted in the size.
-  std::string buf(xml);
-  if (hwloc_topology_set_xmlbuffer(t.get(), buf.c_str(), static_cast<int>(buf.size() + 1)) != 0)
+  if (hwloc_topology_set_xmlbuffer(t.get(), canonical.c_str(),
+                                   static_cast<int>(canonical.size() + 1)) != 0)
     return invalidArgument(source_name, ": hwloc cannot parse this XML (malformed or truncated "
                            "hwloc v2 topology): ", std::strerror(errno));
   if (hwloc_topology_load(t.get()) != 0)

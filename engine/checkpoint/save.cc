@@ -164,13 +164,21 @@ struct Copied {
   Status status;
 };
 
+// The save's temporary directory, opened without following a link at its name: a directory
+// swapped for a link after rank 0 made it is refused, never written into.
+StatusOr<ckpt::Dir> openTmp(const SaveJob& job) {
+  HSDP_ASSIGN_OR_RETURN(ckpt::Dir root, ckpt::Dir::open(job.root));
+  return ckpt::Dir::openAt(root, job.tmp_name);
+}
+
 // Writes this rank's data file from the snapshot as the copier (`copier`, filling `copied`)
 // hands it over, then rank 0's user blobs, and fsyncs it; fills the part: bytes, the file's and
 // every chunk's xxh64. Joins the copier unless it returns early (the caller joins it then).
 Status writeDataFile(Saver& s, std::thread& copier, Copied& copied, nlohmann::json* part) {
   const SaveJob& job = s.job;
-  const std::string path = job.tmp + "/" + ckpt::dataFileName(job.rank);
-  HSDP_ASSIGN_OR_RETURN(ckpt::File f, ckpt::File::createNew(path, s.direct_io));
+  HSDP_ASSIGN_OR_RETURN(ckpt::Dir tmp, openTmp(job));
+  HSDP_ASSIGN_OR_RETURN(ckpt::File f,
+                        ckpt::File::createNewAt(tmp, ckpt::dataFileName(job.rank), s.direct_io));
   const char* snap = s.snapshot.as<char>();
   // The snapshot in slices of whole 4 KiB blocks as the copier finishes them (a direct write
   // needs them whole; it waits for the disk without using the CPU, so it overlaps the copy).
@@ -251,7 +259,7 @@ Status addPart(const SaveJob& job, int r, const std::string& text, const std::st
 StatusOr<ckpt::Manifest> collectParts(const SaveJob& job, bool* peer) {
   ckpt::Manifest m = job.manifest;
   m.files.resize(job.world);
-  HSDP_ASSIGN_OR_RETURN(ckpt::Dir tmp, ckpt::Dir::open(job.tmp));
+  HSDP_ASSIGN_OR_RETURN(ckpt::Dir tmp, openTmp(job));
   const Clock::time_point deadline =
       Clock::now() +
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(job.timeout_s));
@@ -363,7 +371,7 @@ void runWriter(Saver* s) {
   // The part appears whole (written beside, then renamed), so rank 0 never reads half of one;
   // no fsync: it only tells rank 0 the data file is durable, and the commit removes it.
   const std::string text = part.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  StatusOr<ckpt::Dir> tmp = ckpt::Dir::open(job.tmp);
+  StatusOr<ckpt::Dir> tmp = openTmp(job);
   Status p = [&]() -> Status {
     HSDP_RETURN_IF_ERROR(tmp.status());
     const std::string name = partName(job.rank), beside = name + ".tmp";
@@ -494,6 +502,8 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
   char def[32];
   std::snprintf(def, sizeof def, "step-%08lld", static_cast<long long>(m.step));
   const std::string name = options.name.empty() ? def : options.name;
+  // addUnit refuses colliding names; checked again where they become file content.
+  if (local.ok()) local = ckpt::checkTensorNames(m.unitDescs(), "save");
   for (const auto& [key, bytes] : options.user)
     if (local.ok() && bytes.size() > ckpt::kMaxUserEntryBytes)
       local = invalidArgument("save: user entry '", files::quote(key), "' is ", bytes.size(),
