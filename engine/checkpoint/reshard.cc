@@ -108,8 +108,9 @@ struct OutFile {
   }
 };
 
-// The output files: at most files::openFileBudget() open; the least recently written one is
-// fsynced and closed to make room, and reopened (at its end) when written again.
+// The output files: at most files::openFileBudget() open; the least recently opened one is closed
+// to make room (not fsynced: finish() fsyncs every file once, through a descriptor of the same
+// inode) and reopened at its end when written again.
 class OutFiles {
  public:
   OutFiles(const Dir& dir, int n) : dir_(dir), files_(n), budget_(files::openFileBudget()) {}
@@ -125,7 +126,6 @@ class OutFiles {
     if (open_.size() >= budget_) {
       OutFile& victim = files_[open_.front()];
       open_.erase(open_.begin());
-      HSDP_RETURN_IF_ERROR(victim.f.sync());
       HSDP_RETURN_IF_ERROR(victim.f.close());
     }
     if (o.h == nullptr) {
