@@ -20,6 +20,16 @@
 namespace hsdp::cli {
 
 constexpr int kExitBadInput = 2;
+constexpr int kExitRuntime = 3;
+
+// The tools' exit code for a failed Status: a failure of the machine (a failing disk, the
+// open-file limit, too little memory, a foreign library: kInternal, kResourceExhausted) is 3,
+// everything else (a file or value that can never work) is bad input, 2.
+inline int exitCodeOf(const Status& s) {
+  return s.code() == StatusCode::kInternal || s.code() == StatusCode::kResourceExhausted
+             ? kExitRuntime
+             : kExitBadInput;
+}
 
 // "-b,--minbytes" -> "--minbytes": the spelling errors name (the long one).
 inline std::string flagName(const std::string& names) {

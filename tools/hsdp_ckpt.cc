@@ -27,8 +27,7 @@ int fail(const hsdp::Status& s, int code) {
 // Bad input (no checkpoint there, a bad flag value) is 2; a checkpoint that does not hold is 1;
 // the machine's failure is 3.
 int codeOf(const hsdp::Status& s) {
-  if (s.code() == hsdp::StatusCode::kInternal || s.code() == hsdp::StatusCode::kResourceExhausted)
-    return 3;
+  if (hsdp::cli::exitCodeOf(s) == hsdp::cli::kExitRuntime) return hsdp::cli::kExitRuntime;
   const std::string& m = s.message();
   // A data file that is a link, a FIFO or a device is refused unread: bad input, not damage.
   if (m.find("not a regular file") != std::string::npos ||

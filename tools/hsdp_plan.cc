@@ -28,7 +28,6 @@ namespace {
 using json = nlohmann::json;
 constexpr int kExitNothingFits = 1;
 constexpr int kExitBadInput = 2;
-constexpr int kExitRuntime = 3;  // a failing disk
 constexpr int64_t kDefaultUnits = 32;
 
 struct Options {
@@ -381,7 +380,7 @@ int run(const Options& opt, bool intra_given, bool inter_given, bool mode_given)
     if (!s.ok()) {
       fail(hsdp::invalidArgument("--svg: cannot write '", hsdp::files::quote(opt.svg),
                                  "': ", s.message()));
-      return s.code() == hsdp::StatusCode::kInternal ? kExitRuntime : kExitBadInput;
+      return hsdp::cli::exitCodeOf(s);
     }
     if (!opt.json) std::printf("\nchart: %s (%zu configurations)\n", opt.svg.c_str(), chart.size());
   }

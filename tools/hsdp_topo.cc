@@ -28,7 +28,6 @@ namespace {
 
 using json = nlohmann::json;
 constexpr int kExitBadInput = 2;
-constexpr int kExitRuntime = 3;
 
 struct Options {
   std::vector<std::string> inputs, nvml, nccl;
@@ -162,13 +161,7 @@ int report(const Options& opt, const std::vector<hsdp::NodeTopology>& hosts,
   return 0;
 }
 
-// Bad input (a file that can never work, a value) exits 2; a failing disk or foreign library
-// (kInternal, kResourceExhausted) exits 3.
-int exitCodeOf(const hsdp::Status& s) {
-  return s.code() == hsdp::StatusCode::kInternal || s.code() == hsdp::StatusCode::kResourceExhausted
-             ? kExitRuntime
-             : kExitBadInput;
-}
+using hsdp::cli::exitCodeOf;
 
 int fail(const hsdp::Status& s) {
   std::fprintf(stderr, "hsdp-topo: error: %s\n", s.toString().c_str());
