@@ -16,6 +16,13 @@
 namespace hsdp::log {
 namespace {
 
+const env::StringParam kDebug{"HSDP_DEBUG", env::StringParam::Kind::kEnum, "WARN",
+                              "Log level: NONE, WARN, INFO or TRACE (to stderr)."};
+const env::StringParam kDebugSubsys{
+    "HSDP_DEBUG_SUBSYS", env::StringParam::Kind::kString, "ALL",
+    "Comma-separated log subsystems: INIT, MESH, COLL, SHARD, OPTIM, OFFLOAD, TOPO, ALL; a "
+    "leading ^ excludes the listed ones."};
+
 struct Settings {
   Level level = Level::kWarn;
   unsigned mask = kAll;
@@ -60,11 +67,11 @@ const Settings& settings() {
   // Read once: logging must not re-parse the environment on every line.
   static const Settings s = [] {
     Settings out;
-    const std::string level = env::getString("HSDP_DEBUG");
+    const std::string level = kDebug.get();
     StatusOr<Level> l = parseLevel(level);
     if (l.ok()) out.level = *l;
     else std::fprintf(stderr, "hsdp WARN %s; using WARN\n", l.status().message().c_str());
-    StatusOr<unsigned> mask = parseMask(env::getString("HSDP_DEBUG_SUBSYS"));
+    StatusOr<unsigned> mask = parseMask(kDebugSubsys.get());
     out.mask = mask.ok() ? *mask : unsigned{kAll};
     out.host = hostName();
     return out;
@@ -75,8 +82,8 @@ const Settings& settings() {
 }  // namespace
 
 Status checkSettings() {
-  HSDP_RETURN_IF_ERROR(parseLevel(env::getString("HSDP_DEBUG")).status());
-  return parseMask(env::getString("HSDP_DEBUG_SUBSYS")).status();
+  HSDP_RETURN_IF_ERROR(parseLevel(kDebug.get()).status());
+  return parseMask(kDebugSubsys.get()).status();
 }
 
 namespace {

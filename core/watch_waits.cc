@@ -32,33 +32,44 @@ namespace {
 
 Config& current() { return detail::mutableConfig(); }
 
-// A positive, finite number of seconds, or an InvalidArgument naming `name` and the value.
-StatusOr<double> parseSeconds(const char* name, const std::string& v) {
-  errno = 0;
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || errno != 0 || end == v.c_str() || *end != '\0' || !std::isfinite(x) || x <= 0)
-    return invalidArgument(name, "='", v, "' is not a positive number of seconds");
-  return x;
-}
+const env::BoolParam kWatchdog{
+    "HSDP_WATCHDOG", true,
+    "The watchdog: fingerprints of every collective in a node-local table, the out-of-band TCP "
+    "channel and the timeout. 0 turns all of it off (for measuring its cost; then nothing bounds "
+    "a wait)."};
+const env::BoolParam kCheckCollectives{
+    "HSDP_CHECK_COLLECTIVES", false,
+    "Compare every collective's fingerprint (sequence number, operation, count, dtype, "
+    "communicator, unit) across its members before it starts (one small all-gather each); a "
+    "mismatch prints both ranks' collectives on every rank and ends the job with exit 3."};
+const env::NumberParam kTimeout{
+    "HSDP_TIMEOUT_S", "600", "a positive number of seconds",
+    "Seconds a wait (a collective, or the engine's unshard / reduceGrad / step waits) may go "
+    "without progress before the watchdog ends the job: every live rank prints one line naming "
+    "the collective, its communicator and sequence number and the ranks that did not arrive "
+    "(stopped, gone, unreachable), and the job exits with code 3. Every transport. A positive "
+    "number (fractions allowed); also EngineConfig::timeout_s. docs/reliability.md."};
+const env::IntParam kNcclTimeout{
+    "HSDP_NCCL_TIMEOUT_S", env::Unset{""}, 0, 604800,
+    "Deprecated: read as HSDP_TIMEOUT_S (with a warning) when that is unset; 0 meant no "
+    "timeout."};
 
 }  // namespace
 
 StatusOr<Config> resolveConfig(Config cfg) {
   if (!cfg.enabled) {
-    HSDP_ASSIGN_OR_RETURN(cfg.enabled, env::getBool("HSDP_WATCHDOG"));
+    HSDP_ASSIGN_OR_RETURN(cfg.enabled, kWatchdog.get());
   }
   if (!cfg.check_collectives) {
-    HSDP_ASSIGN_OR_RETURN(cfg.check_collectives, env::getBool("HSDP_CHECK_COLLECTIVES"));
+    HSDP_ASSIGN_OR_RETURN(cfg.check_collectives, kCheckCollectives.get());
   }
   if (!cfg.timeout_s) {
-    const std::string v = env::getString("HSDP_TIMEOUT_S");
-    const std::string old = env::getString("HSDP_NCCL_TIMEOUT_S");
-    if (!v.empty()) {
-      HSDP_ASSIGN_OR_RETURN(cfg.timeout_s, parseSeconds("HSDP_TIMEOUT_S", v));
-    } else if (!old.empty()) {
+    HSDP_ASSIGN_OR_RETURN(std::optional<double> t, kTimeout.get());
+    if (t) {
+      cfg.timeout_s = *t;
+    } else if (kNcclTimeout.isSet()) {
       // The old NCCL-only name: an integer, 0 meaning no timeout.
-      HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> s, env::getInt("HSDP_NCCL_TIMEOUT_S"));
+      HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> s, kNcclTimeout.get());
       static bool warned = false;
       if (!warned) {
         HSDP_WARN(kInit, "HSDP_NCCL_TIMEOUT_S is deprecated: it now sets HSDP_TIMEOUT_S, the ",

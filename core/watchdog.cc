@@ -179,7 +179,7 @@ JobView snapshot(int timeout_ms) {
   job.ranks.resize(s.world_size);
   job.hosts.resize(s.world_size);
   // Virtual nodes (HSDP_RANKS_PER_NODE) are named as the topology names them: host/v<i>.
-  StatusOr<std::optional<int64_t>> rpn = env::getInt("HSDP_RANKS_PER_NODE");
+  StatusOr<std::optional<int64_t>> rpn = env::kRanksPerNode.get();
   const int64_t per_node = rpn.ok() && rpn->has_value() ? **rpn : 0;
   for (int r = 0; r < s.world_size; ++r) {
     job.ranks[r].world_rank = r;

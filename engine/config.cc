@@ -1,6 +1,7 @@
 #include "hsdp/config.h"
 
 #include "hsdp/env.h"
+#include "hsdp/log.h"
 #include "hsdp/watchdog.h"
 
 namespace hsdp {
@@ -10,16 +11,72 @@ namespace {
 // collective is all latency (a 1 GiB unit in 4096 chunks moves 256 KiB per chunk).
 constexpr int kMaxPipelineChunks = 4096;
 
+using env::BoolParam;
+using env::IntParam;
+using env::StringParam;
+
+const BoolParam kHier{
+    "HSDP_HIER", true,
+    "Run the engine's all-gather and reduce-scatter as hierarchical schedules (inter then "
+    "intra, intra then inter). 0 uses one flat collective over the shard group."};
+const IntParam kPipelineChunks{
+    "HSDP_PIPELINE_CHUNKS", env::Unset{"auto"}, 1, kMaxPipelineChunks,
+    "Chunks per hierarchical all-gather/reduce-scatter: chunk c's intra-node phase overlaps "
+    "chunk c+1's inter-node phase. Need not divide the size. Unset: up to 32, fewer for small "
+    "units (HSDP_PIPELINE_MIN_CHUNK_BYTES); set: exactly this many."};
+// No typed default: 1 MiB when HSDP_PIPELINE_CHUNKS is unset, else 0 (resolveEngineConfig).
+const IntParam kPipelineMinChunkBytes{
+    "HSDP_PIPELINE_MIN_CHUNK_BYTES", env::Unset{"1048576"}, 0, int64_t{1} << 40,
+    "Smallest chunk (bytes of the gathered unit) when HSDP_PIPELINE_CHUNKS is unset: a unit "
+    "under 2 MiB moves in one piece, a 64 MiB one in 32. Every chunk pays each level's latency "
+    "once. 0: always HSDP_PIPELINE_CHUNKS."};
+const StringParam kInterDtype{
+    "HSDP_INTER_DTYPE", StringParam::Kind::kEnum, "float",
+    "Wire type of the inter-node phase of the engine's hierarchical collectives: float or bf16 "
+    "(halves the bytes across nodes; the reduction across nodes rounds to bf16). The shorthand "
+    "for both inter wires: the default of HSDP_INTER_PARAM_WIRE and HSDP_INTER_GRAD_WIRE when "
+    "they are unset."};
+const StringParam kInterParamWire{
+    "HSDP_INTER_PARAM_WIRE", StringParam::Kind::kEnum, "",
+    "Inter-node wire of the engine's parameter all-gathers: fp32, bf16, int8 or int4 "
+    "(block-quantized, one fp32 scale per HSDP_QUANT_BLOCK elements; the master shard is "
+    "encoded once per step, every gather decodes the same codes). int8/int4 need zero3, "
+    "hierarchical host collectives and fp32 parameters. Unset: HSDP_INTER_DTYPE's."};
+const StringParam kInterGradWire{
+    "HSDP_INTER_GRAD_WIRE", StringParam::Kind::kEnum, "",
+    "Inter-node wire of the engine's gradient reduce-scatters: fp32, bf16, int8 or int4 "
+    "(int8/int4: an all-to-all of encoded pieces, each rank sums its block in fp32; error "
+    "feedback per HSDP_GRAD_ERROR_FEEDBACK). Unset: HSDP_INTER_DTYPE's."};
+const StringParam kReplicaWire{
+    "HSDP_REPLICA_WIRE", StringParam::Kind::kEnum, "fp32",
+    "Wire of the all-reduce of gradient shards over the data-parallel replicas (mode none: the "
+    "gradient over the world): fp32 (exact), bf16, int8 or int4 (all-to-all of encoded pieces "
+    "summed in fp32, the sum encoded once and all-gathered). Host only."};
+const IntParam kQuantBlock{
+    "HSDP_QUANT_BLOCK", kDefaultQuantBlock, 16, kMaxQuantBlock,
+    "Elements per fp32 scale of the int8/int4 wires: a multiple of 16 in [16, 1048576]. int8 "
+    "moves 1 + 4/block bytes per element (0.2505x fp32 at 2048)."};
+const BoolParam kGradErrorFeedback{
+    "HSDP_GRAD_ERROR_FEEDBACK", true,
+    "Error feedback for the encoded gradient wires (int8/int4 inter gradient wire, a bf16/int8/"
+    "int4 replica wire): each rank adds what its last encoding dropped to what it sends next (a "
+    "residual buffer per unit, allocated once)."};
+const BoolParam kCkptDirectIo{
+    "HSDP_CKPT_DIRECT_IO", true,
+    "Checkpoint data files written by save and read by load go around the page cache (O_DIRECT) "
+    "where the filesystem supports it (elsewhere, e.g. tmpfs before Linux 6.6, buffered); 0: "
+    "always through the page cache. Also EngineConfig::checkpoint_direct_io."};
+
 // An unset wire from its variable, else `fallback`; a bad value names the variable.
-Status wireFromEnv(std::optional<Wire>* field, const char* var, Wire fallback) {
+Status wireFromEnv(std::optional<Wire>* field, const StringParam& var, Wire fallback) {
   if (field->has_value()) return okStatus();
-  const std::string v = env::getString(var);
+  const std::string v = var.get();
   if (v.empty()) {
     *field = fallback;
     return okStatus();
   }
   StatusOr<Wire> w = parseWire(v);
-  if (!w.ok()) return invalidArgument(var, "='", v, "': ", w.status().message());
+  if (!w.ok()) return invalidArgument(var.name(), "='", v, "': ", w.status().message());
   *field = *w;
   return okStatus();
 }
@@ -27,18 +84,28 @@ Status wireFromEnv(std::optional<Wire>* field, const char* var, Wire fallback) {
 
 StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
   if (!cfg.hierarchical) {
-    HSDP_ASSIGN_OR_RETURN(cfg.hierarchical, env::getBool("HSDP_HIER"));
+    HSDP_ASSIGN_OR_RETURN(cfg.hierarchical, kHier.get());
+  }
+  if (cfg.device != Device::kHost && kHier.isSet()) {
+    // The two-level schedules stage chunks with host memcpy; on a device NCCL runs its own
+    // intra/inter hierarchy inside one communicator (ShardedModel::create).
+    static bool logged = false;
+    if (!logged)
+      HSDP_INFO(kShard,
+                "HSDP_HIER is ignored on a device: parameters and gradients move with one "
+                "NCCL collective over the shard group");
+    logged = true;
   }
   // Pipelining: unset, deep pipelines for large units and one piece for small ones (each chunk
   // pays both levels' latency); set, exactly that many chunks unless a minimum is set too.
   const bool chunks_given = cfg.pipeline_chunks.has_value();
   if (!cfg.pipeline_chunks) {
-    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> c, env::getInt("HSDP_PIPELINE_CHUNKS"));
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> c, kPipelineChunks.get());
     if (c) cfg.pipeline_chunks = static_cast<int>(*c);
   }
   const bool chunks_set = chunks_given || cfg.pipeline_chunks.has_value();
   if (!cfg.pipeline_min_chunk_bytes) {
-    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> m, env::getInt("HSDP_PIPELINE_MIN_CHUNK_BYTES"));
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> m, kPipelineMinChunkBytes.get());
     cfg.pipeline_min_chunk_bytes = m ? static_cast<size_t>(*m) : (chunks_set ? 0 : size_t{1} << 20);
   }
   if (!cfg.pipeline_chunks) cfg.pipeline_chunks = 32;
@@ -46,9 +113,9 @@ StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
     return invalidArgument("EngineConfig::pipeline_chunks=", *cfg.pipeline_chunks,
                            " must be in [1, ", kMaxPipelineChunks, "]");
   if (!cfg.inter_dtype) {
-    const std::string wire = env::getString("HSDP_INTER_DTYPE");
+    const std::string wire = kInterDtype.get();
     cfg.inter_dtype = DType::kFloat32;
-    if (!wire.empty()) {
+    if (kInterDtype.isSet()) {
       StatusOr<DType> t = parseDType(wire);
       if (!t.ok()) return invalidArgument("HSDP_INTER_DTYPE='", wire, "': ", t.status().message());
       cfg.inter_dtype = *t;
@@ -59,27 +126,24 @@ StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
                            " is not float or bf16");
   // The wires: HSDP_INTER_DTYPE is the default of both inter wires.
   const Wire alias = *cfg.inter_dtype == DType::kBFloat16 ? Wire::kBf16 : Wire::kFp32;
-  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.inter_param_wire, "HSDP_INTER_PARAM_WIRE", alias));
-  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.inter_grad_wire, "HSDP_INTER_GRAD_WIRE", alias));
-  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.replica_wire, "HSDP_REPLICA_WIRE", Wire::kFp32));
+  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.inter_param_wire, kInterParamWire, alias));
+  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.inter_grad_wire, kInterGradWire, alias));
+  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.replica_wire, kReplicaWire, Wire::kFp32));
   const char* block_from = "EngineConfig::quant_block";
   if (!cfg.quant_block) {
-    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> b, env::getInt("HSDP_QUANT_BLOCK"));
-    if (b && *b > kMaxQuantBlock)
-      return invalidArgument("HSDP_QUANT_BLOCK=", *b, " exceeds ", kMaxQuantBlock);
-    cfg.quant_block = b ? static_cast<uint32_t>(*b) : kDefaultQuantBlock;
+    HSDP_ASSIGN_OR_RETURN(int64_t b, kQuantBlock.value());
+    cfg.quant_block = static_cast<uint32_t>(b);
     block_from = "HSDP_QUANT_BLOCK";
   }
   if (Status s = validate(WireFormat{Wire::kInt8, *cfg.quant_block}); !s.ok())
     return invalidArgument(block_from, "=", *cfg.quant_block, ": ", s.message());
   if (!cfg.grad_error_feedback) {
-    HSDP_ASSIGN_OR_RETURN(cfg.grad_error_feedback, env::getBool("HSDP_GRAD_ERROR_FEEDBACK"));
+    HSDP_ASSIGN_OR_RETURN(cfg.grad_error_feedback, kGradErrorFeedback.get());
   }
   if (!cfg.cpu_adam_threads) {
-    // One thread per rank unless HSDP_CPU_ADAM_THREADS says otherwise: ranks share the node's
-    // cores, and the CPU Adam's pool does not know about the other ranks.
-    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> t, env::getInt("HSDP_CPU_ADAM_THREADS"));
-    cfg.cpu_adam_threads = t ? static_cast<int>(*t) : 1;
+    // One thread per rank unless HSDP_CPU_ADAM_THREADS says otherwise (its one default: ranks
+    // share the node's cores, and the CPU Adam's pool does not know about the other ranks).
+    HSDP_ASSIGN_OR_RETURN(cfg.cpu_adam_threads, cpuAdamThreadsFromEnv());
   }
   if (*cfg.cpu_adam_threads < 1)
     return invalidArgument("EngineConfig::cpu_adam_threads=", *cfg.cpu_adam_threads,
@@ -91,7 +155,7 @@ StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
   if (!(*cfg.timeout_s > 0))
     return invalidArgument("EngineConfig::timeout_s=", *cfg.timeout_s, " must be > 0");
   if (!cfg.checkpoint_direct_io) {
-    HSDP_ASSIGN_OR_RETURN(cfg.checkpoint_direct_io, env::getBool("HSDP_CKPT_DIRECT_IO"));
+    HSDP_ASSIGN_OR_RETURN(cfg.checkpoint_direct_io, kCkptDirectIo.get());
   }
   if (!cfg.cpu_adam_isa) {
     HSDP_ASSIGN_OR_RETURN(cfg.cpu_adam_isa, cpuAdamIsaFromEnv());

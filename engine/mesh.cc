@@ -68,15 +68,21 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::create(Comm& world, const NodeLayout& layo
   HSDP_ASSIGN_OR_RETURN(m->shard_group_reduce_, world.split(c.replica_rank, c.shard_rank));
   HSDP_ASSIGN_OR_RETURN(m->replica_, world.split(c.shard_rank, c.replica_rank));
 
-  // Each level may run on its own transport (HSDP_TRANSPORT_INTRA / _INTER).
-  HSDP_ASSIGN_OR_RETURN(m->intra_, selectLevelTransport(MeshLevel::kIntra, std::move(m->intra_)));
-  HSDP_ASSIGN_OR_RETURN(m->inter_, selectLevelTransport(MeshLevel::kInter, std::move(m->inter_)));
-  HSDP_ASSIGN_OR_RETURN(m->intra_reduce_,
-                        selectLevelTransport(MeshLevel::kIntra, std::move(m->intra_reduce_)));
-  HSDP_ASSIGN_OR_RETURN(m->inter_reduce_,
-                        selectLevelTransport(MeshLevel::kInter, std::move(m->inter_reduce_)));
-  HSDP_ASSIGN_OR_RETURN(m->replica_,
-                        selectLevelTransport(MeshLevel::kInter, std::move(m->replica_)));
+  // Each level may run on its own transport: MeshSpec's choice, else HSDP_TRANSPORT_INTRA /
+  // _INTER, else the bootstrap's.
+  auto level = [&](MeshLevel l, std::unique_ptr<Comm>& comm) -> Status {
+    const bool intra = l == MeshLevel::kIntra;
+    HSDP_ASSIGN_OR_RETURN(
+        comm, selectLevelTransport(
+                  l, std::move(comm), intra ? spec.intra_transport : spec.inter_transport,
+                  intra ? "MeshSpec::intra_transport" : "MeshSpec::inter_transport"));
+    return okStatus();
+  };
+  HSDP_RETURN_IF_ERROR(level(MeshLevel::kIntra, m->intra_));
+  HSDP_RETURN_IF_ERROR(level(MeshLevel::kInter, m->inter_));
+  HSDP_RETURN_IF_ERROR(level(MeshLevel::kIntra, m->intra_reduce_));
+  HSDP_RETURN_IF_ERROR(level(MeshLevel::kInter, m->inter_reduce_));
+  HSDP_RETURN_IF_ERROR(level(MeshLevel::kInter, m->replica_));
 
   // Names in messages and in the watchdog's reports ("... (shard group, inter level, seq 12)").
   m->node_->setName("node");

@@ -6,7 +6,6 @@
 #include <tuple>
 
 #include "engine/sharded_model_impl.h"
-#include "hsdp/env.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
 
@@ -151,13 +150,6 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
   if (cfg.device != Device::kHost) {
     // The two-level schedules stage chunks with host memcpy. On a device one collective over
     // the shard group does it: NCCL runs its own intra/inter hierarchy inside a communicator.
-    static bool logged = false;
-    if (!logged && !env::getString("HSDP_HIER").empty()) {
-      HSDP_INFO(kShard,
-                "HSDP_HIER is ignored on a device: parameters and gradients move "
-                "with one NCCL collective over the shard group");
-      logged = true;
-    }
     impl->hierarchical = false;
     // Collectives of the parameter path wait for the compute stream (the user wrote the
     // gradients, and a step updated the shards, there); the replica all-reduce of a reduced

@@ -12,10 +12,27 @@ const char* meshLevelName(MeshLevel level) {
 
 std::string availableTransports() { return transportNamesJoined(); }
 
+namespace {
+const env::StringParam kTransportIntra{
+    "HSDP_TRANSPORT_INTRA", env::StringParam::Kind::kEnum, "mpi",
+    "Transport of the intra-node level (intra-shard group): mpi, ucx (UCP over UCX's "
+    "shared-memory transports; see docs/ucx.md), or nccl in CUDA builds (device buffers; "
+    "docs/gpu.md). MeshSpec::intra_transport wins when set."};
+const env::StringParam kTransportInter{
+    "HSDP_TRANSPORT_INTER", env::StringParam::Kind::kEnum, "mpi",
+    "Transport of the inter-node level (inter-shard and replica groups): mpi, ucx (UCP "
+    "collectives over UCX's network transports; see docs/ucx.md), or nccl in CUDA builds. "
+    "MeshSpec::inter_transport wins when set."};
+}  // namespace
+
 StatusOr<std::unique_ptr<Comm>> selectLevelTransport(MeshLevel level,
-                                                     std::unique_ptr<Comm> bootstrap) {
-  const char* var = level == MeshLevel::kIntra ? "HSDP_TRANSPORT_INTRA" : "HSDP_TRANSPORT_INTER";
-  std::string name = env::getString(var);
+                                                     std::unique_ptr<Comm> bootstrap,
+                                                     std::string_view chosen,
+                                                     std::string_view chosen_by) {
+  const env::StringParam& param = level == MeshLevel::kIntra ? kTransportIntra : kTransportInter;
+  const std::string var =
+      chosen.empty() || chosen_by.empty() ? param.name() : std::string(chosen_by);
+  std::string name = chosen.empty() ? param.get() : std::string(chosen);
   if (name.empty() || name == bootstrap->transportName()) return bootstrap;
   if (!hasTransport(name)) {
     // Unknown, or known but not built in: the registry's reason (and how to get it) either way.

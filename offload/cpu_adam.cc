@@ -78,8 +78,28 @@ using cpu_adam_detail::KernelFn;
 // The kernels write bf16 through uint16_t*: the same two bytes.
 static_assert(sizeof(bf16) == sizeof(uint16_t));
 
+namespace {
+const env::StringParam kCpuAdamIsa{
+    "HSDP_CPU_ADAM_ISA", env::StringParam::Kind::kEnum, "auto",
+    "Kernel of the CPU (offload) Adam step: auto (best this CPU supports), avx512, avx2 or "
+    "scalar. A path this CPU or build cannot run is an error, not a fallback."};
+// One default for every reader (CpuAdam::create with threads 0, and the engine's
+// EngineConfig::cpu_adam_threads): one thread, because under MPI the ranks of a node share its
+// cores and the pool does not know about the other ranks.
+const env::IntParam kCpuAdamThreads{
+    "HSDP_CPU_ADAM_THREADS", 1, 1, 4096,
+    "Threads of the CPU Adam step (the caller included) when the program does not set them "
+    "(CpuAdamOptions::threads, EngineConfig::cpu_adam_threads). Several ranks share a node's "
+    "cores, so set it to the cores each rank owns."};
+}  // namespace
+
 StatusOr<CpuIsa> cpuAdamIsaFromEnv() {
-  return cpu_adam_detail::resolveCpuIsa(env::getString("HSDP_CPU_ADAM_ISA"), supportedCpuIsas());
+  return cpu_adam_detail::resolveCpuIsa(kCpuAdamIsa.get(), supportedCpuIsas());
+}
+
+StatusOr<int> cpuAdamThreadsFromEnv() {
+  HSDP_ASSIGN_OR_RETURN(int64_t t, kCpuAdamThreads.value());
+  return static_cast<int>(t);
 }
 
 namespace {
@@ -92,18 +112,6 @@ KernelFn kernelFor(CpuIsa isa) {
 #endif
     default: return &cpu_adam_detail::adamKernelScalar;
   }
-}
-
-StatusOr<int> defaultThreads() {
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> env, env::getInt("HSDP_CPU_ADAM_THREADS"));
-  if (env) {
-    return static_cast<int>(*env);
-  }
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  const int n = CPU_COUNT(&set);
-  return n > 0 ? n : 1;
 }
 
 }  // namespace
@@ -134,7 +142,7 @@ StatusOr<std::unique_ptr<CpuAdam>> CpuAdam::create(const CpuAdamOptions& options
     return invalidArgument("CPU Adam threads=", options.threads, " must be >= 0 (0: default)");
   int threads = options.threads;
   if (threads == 0) {
-    HSDP_ASSIGN_OR_RETURN(threads, defaultThreads());
+    HSDP_ASSIGN_OR_RETURN(threads, cpuAdamThreadsFromEnv());
   }
   HSDP_ASSIGN_OR_RETURN(impl->pool, offload_detail::WorkerPool::create(threads));
   HSDP_INFO(kOffload, "CPU Adam: ", cpuIsaName(impl->isa), " kernel, ", threads, " thread",

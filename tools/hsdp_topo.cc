@@ -18,7 +18,6 @@
 
 #include "cli.h"
 #include "hsdp/cluster_topology.h"
-#include "hsdp/env.h"
 #include "hsdp/files.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
@@ -190,7 +189,7 @@ int runLocal(const Options& opt) {
     if (!t.ok()) return fail(t.status());
     hosts.push_back(std::move(*t));
   }
-  auto mode = hsdp::parseBindMode(opt.bind.empty() ? hsdp::env::getString("HSDP_BIND") : opt.bind);
+  auto mode = opt.bind.empty() ? hsdp::bindModeFromEnv() : hsdp::parseBindMode(opt.bind);
   if (!mode.ok()) return fail(mode.status());
   std::vector<hsdp::RankView> views;
   for (size_t h = 0; h < hosts.size(); ++h) {

@@ -28,12 +28,35 @@ StatusOr<std::string> readTopologyFile(const std::string& path, const std::strin
   return text;
 }
 
+namespace {
+using env::StringParam;
+const StringParam kTopoFile{
+    "HSDP_TOPO_FILE", StringParam::Kind::kString, "",
+    "Recorded hwloc v2 XML (lstopo --of xml) used instead of discovering this machine."};
+const StringParam kTopoNvmlFile{
+    "HSDP_TOPO_NVML_FILE", StringParam::Kind::kString, "",
+    "Recorded NVML snapshot (hsdp-topo --dump-nvml) for the NVLink graph and fabric clique."};
+const StringParam kTopoNcclFile{
+    "HSDP_TOPO_NCCL_FILE", StringParam::Kind::kString, "",
+    "NCCL topology XML (written for NCCL_TOPO_DUMP_FILE), a second source of NVLink links."};
+const StringParam kBind{
+    "HSDP_BIND", StringParam::Kind::kEnum, "auto",
+    "Bind each rank to the NUMA node nearest its GPU (or NIC on CPU-only hosts): auto (numa "
+    "when the host has several NUMA nodes and is not oversubscribed), none, numa, core."};
+}  // namespace
+
 StatusOr<TopologySources> topologySourcesFromEnv() {
   TopologySources s;
-  s.hwloc_xml = env::getString("HSDP_TOPO_FILE");
-  s.nvml_snapshot = env::getString("HSDP_TOPO_NVML_FILE");
-  s.nccl_xml = env::getString("HSDP_TOPO_NCCL_FILE");
+  s.hwloc_xml = kTopoFile.get();
+  s.nvml_snapshot = kTopoNvmlFile.get();
+  s.nccl_xml = kTopoNcclFile.get();
   return s;
+}
+
+StatusOr<BindMode> bindModeFromEnv() { return parseBindMode(kBind.get()); }
+
+bool topologyEnvSet() {
+  return kTopoFile.isSet() || kTopoNvmlFile.isSet() || kTopoNcclFile.isSet() || kBind.isSet();
 }
 
 StatusOr<NodeTopology> discoverNodeTopology(const TopologySources& src) {
@@ -219,9 +242,9 @@ StatusOr<ClusterTopology> discoverClusterTopology(Comm& world, const ClusterOpti
   mine.host = hostName();
   NodeTopology topo;
   auto fill = [&]() -> Status {
-    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> rpn, env::getInt("HSDP_RANKS_PER_NODE"));
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> rpn, env::kRanksPerNode.get());
     (void)rpn;
-    HSDP_ASSIGN_OR_RETURN(BindMode mode, parseBindMode(env::getString("HSDP_BIND")));
+    HSDP_ASSIGN_OR_RETURN(BindMode mode, bindModeFromEnv());
     HSDP_ASSIGN_OR_RETURN(TopologySources src, topologySourcesFromEnv());
     HSDP_ASSIGN_OR_RETURN(topo, discoverNodeTopology(src));
     // A recorded topology names its own host; the key stays this rank's real host.
@@ -240,7 +263,7 @@ StatusOr<ClusterTopology> discoverClusterTopology(Comm& world, const ClusterOpti
 
   // Same views on every rank, so the same outcome on every rank from here on.
   HSDP_ASSIGN_OR_RETURN(ClusterTopology c, buildClusterTopology(views));
-  auto rpn = env::getInt("HSDP_RANKS_PER_NODE");  // validated in fill()
+  auto rpn = env::kRanksPerNode.get();  // validated in fill()
   if (rpn.ok() && rpn->has_value()) {
     HSDP_ASSIGN_OR_RETURN(c.layout, virtualNodeLayout(world.size(), static_cast<int>(**rpn),
                                                       mine.host));

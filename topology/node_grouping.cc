@@ -74,13 +74,10 @@ StatusOr<NodeLayout> nodeLayoutFromKeys(const std::vector<int>& key_of_rank,
 }
 
 StatusOr<NodeLayout> groupRanksIntoNodes(Comm& world) {
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> rpn, env::getInt("HSDP_RANKS_PER_NODE"));
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> rpn, env::kRanksPerNode.get());
   // Fast path for one-machine runs: no discovery unless a recorded topology or a binding was
   // asked for (then discovery validates them and the virtual layout still wins).
-  const bool topo_env = !env::getString("HSDP_TOPO_FILE").empty() ||
-                        !env::getString("HSDP_TOPO_NVML_FILE").empty() ||
-                        !env::getString("HSDP_TOPO_NCCL_FILE").empty() ||
-                        !env::getString("HSDP_BIND").empty();
+  const bool topo_env = topologyEnvSet();
   if (rpn.has_value() && !topo_env) {
     HSDP_ASSIGN_OR_RETURN(NodeLayout l,
                           virtualNodeLayout(world.size(), static_cast<int>(*rpn), hostName()));

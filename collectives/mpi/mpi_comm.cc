@@ -43,9 +43,21 @@ void scale(void* buf, size_t n, DType t, float factor) {
 
 bool isFloating(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
 
+const env::StringParam kRsAlgo{
+    "HSDP_MPI_RS_ALGO", env::StringParam::Kind::kEnum, "auto",
+    "The MPI transport's float32 reduce-scatter (every hierarchical intra-node phase runs one): "
+    "auto, ring, exchange or cma. ring: partial sums passed to the next rank, n-1 hops, the "
+    "fewest bytes on each link (auto's choice when the ranks are on several hosts). exchange: "
+    "every rank sends each peer its block and adds the n blocks it receives once. cma: on one "
+    "host, every rank reads its block of each peer's input in place with process_vm_readv "
+    "(Linux cross-memory attach, as Open MPI's shared-memory transport does) and adds it tile by "
+    "tile in cache, half the exchange's memory traffic (auto's choice on one host where a probe "
+    "read succeeds; else the exchange). bf16 takes the exchange (or cma) whatever this says. "
+    "exchange and cma give the same bits."};
+
 // HSDP_MPI_RS_ALGO, validated: auto (also when unset), ring, exchange or cma.
 StatusOr<std::string> reduceScatterAlgo() {
-  const std::string v = env::getString("HSDP_MPI_RS_ALGO");
+  const std::string v = kRsAlgo.get();
   if (v.empty() || v == "auto") return std::string("auto");
   if (v != "ring" && v != "exchange" && v != "cma")
     return invalidArgument("HSDP_MPI_RS_ALGO='", v, "' is not auto, ring, exchange or cma");

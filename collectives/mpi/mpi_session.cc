@@ -64,10 +64,57 @@ struct SessionEnv {
   watchdog::Config wd;
 };
 
+using env::BoolParam;
+using env::IntParam;
+
+const BoolParam kMallocTune{
+    "HSDP_MALLOC_TUNE", true,
+    "Keep freed heap memory mapped (glibc mallopt) so the MPI library's per-call temporary "
+    "buffers reuse pre-faulted pages instead of faulting in fresh ones each call."};
+const IntParam kTcpLinks{
+    "HSDP_MPI_TCP_LINKS", 0, 0, 64,
+    "If > 0, TCP connections Open MPI opens per peer pair (its btl_tcp_links), set before "
+    "MPI_Init unless OMPI_MCA_btl_tcp_links is already set; 0 leaves Open MPI's default (1). One "
+    "connection carrying both directions of a large exchange can stall under a rate-limited link "
+    "(emulated 1gbit, 4 rank pairs exchanging 8 MiB each with MPI_Sendrecv: ~450 ms with 1, ~305 "
+    "ms with 4, floor 280 ms). hsdp's own pipelined schedules measured the same with 1 or 4, and "
+    "8 once hung Open MPI 4.1, so it is opt-in."};
+// Open MPI's TCP transport keeps fragments of this size on free lists: a typo in the unit (bytes,
+// not KiB) must not become a multi-gigabyte allocation inside MPI_Init, hence the 1 GiB cap.
+const IntParam kTcpEager{
+    "HSDP_MPI_TCP_EAGER", int64_t{4} << 20, 0, int64_t{1} << 30,
+    "Bytes up to which Open MPI's TCP transport sends a message eagerly (its "
+    "btl_tcp_eager_limit, btl_tcp_rndv_eager_limit and btl_tcp_max_send_size), set before "
+    "MPI_Init unless the user set any of them; 0 leaves Open MPI's defaults (64 KiB); at most 1 "
+    "GiB. Above the limit each message waits for a rendezvous round trip, and behind a loaded "
+    "link that round trip queues behind data in both directions: emulated 2 nodes x 4 ranks at "
+    "1gbit, 64 MiB hierarchical reduce-scatter in 32 chunks took 1.17x the link floor with 64 "
+    "KiB and 1.05-1.07x with 4 MiB (docs/collectives.md)."};
+const env::StringParam kYield{
+    "HSDP_MPI_YIELD", env::StringParam::Kind::kEnum, "auto",
+    "Whether Open MPI yields the core while it waits (its mpi_yield_when_idle, set before "
+    "MPI_Init unless OMPI_MCA_mpi_yield_when_idle is set): auto yields when this host runs more "
+    "ranks than it has cores (OMPI_COMM_WORLD_LOCAL_SIZE against the cores this process may use), "
+    "or a boolean. Open MPI judges by its slots, not by cores: emulated nodes sharing one host's "
+    "cores, each busy-polling rank kept its core for a whole scheduler tick while the rank a "
+    "message waited for sat queued behind it (emulated 2 x 4 at 1gbit: 64 MiB reduce-scatter "
+    "fp32 296 -> 283 ms, int8 104 -> 80-97 ms; a 64 KiB exchange 8 ms -> 1 ms)."};
+const BoolParam kProgressThread{
+    "HSDP_PROGRESS_THREAD", false,
+    "Run a progress thread (MPI_THREAD_MULTIPLE): it advances in-flight collectives (rings, "
+    "pipelined schedules, MPI requests) while the caller computes, so a prefetched gather moves "
+    "during a layer's compute instead of only inside hsdp calls. For nodes with a spare core per "
+    "rank; with 8 ranks on 2 cores (this project's VM) it cost 10-40% of the step time, so it is "
+    "opt-in."};
+const IntParam kProgressIntervalUs{
+    "HSDP_PROGRESS_INTERVAL_US", 100, 1, 1000000,
+    "Progress thread: microseconds between its passes while collectives are in flight (it "
+    "sleeps while none are)."};
+
 // HSDP_MPI_YIELD: auto is whether mpirun started more ranks on this host than the cores this
 // process may run on.
 StatusOr<bool> yieldWhenIdle() {
-  const std::string v = env::getString("HSDP_MPI_YIELD");
+  const std::string v = kYield.get();
   if (!v.empty() && v != "auto") return parseBool(v, "HSDP_MPI_YIELD");
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (local == nullptr) return false;
@@ -83,20 +130,14 @@ StatusOr<bool> yieldWhenIdle() {
 
 StatusOr<SessionEnv> readSessionEnv() {
   SessionEnv e;
-  HSDP_ASSIGN_OR_RETURN(e.tune_malloc, env::getBool("HSDP_MALLOC_TUNE"));
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> links, env::getInt("HSDP_MPI_TCP_LINKS"));
-  e.tcp_links = links.value_or(0);
-  // Open MPI's TCP transport keeps fragments of this size on free lists: a typo in the unit
-  // (bytes, not KiB) must not become a multi-gigabyte allocation inside MPI_Init (the registry
-  // caps it at 1 GiB).
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> eager, env::getInt("HSDP_MPI_TCP_EAGER"));
-  e.tcp_eager = eager.value_or(4 << 20);
+  HSDP_ASSIGN_OR_RETURN(e.tune_malloc, kMallocTune.get());
+  HSDP_ASSIGN_OR_RETURN(e.tcp_links, kTcpLinks.value());
+  HSDP_ASSIGN_OR_RETURN(e.tcp_eager, kTcpEager.value());
   HSDP_ASSIGN_OR_RETURN(e.yield_when_idle, yieldWhenIdle());
   HSDP_RETURN_IF_ERROR(checkReduceScatterAlgo());
   HSDP_RETURN_IF_ERROR(log::checkSettings());
-  HSDP_ASSIGN_OR_RETURN(e.progress_thread, env::getBool("HSDP_PROGRESS_THREAD"));
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> interval, env::getInt("HSDP_PROGRESS_INTERVAL_US"));
-  e.interval_us = interval.value_or(100);
+  HSDP_ASSIGN_OR_RETURN(e.progress_thread, kProgressThread.get());
+  HSDP_ASSIGN_OR_RETURN(e.interval_us, kProgressIntervalUs.value());
   HSDP_ASSIGN_OR_RETURN(e.wd, watchdog::resolveConfig({}));
   return e;
 }

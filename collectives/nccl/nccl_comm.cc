@@ -80,9 +80,16 @@ StreamRole streamRoleOf(CollectiveOp::Kind kind) {
   return StreamRole::kControl;
 }
 
+namespace {
+const env::IntParam kCudaDevice{
+    "HSDP_CUDA_DEVICE", env::Unset{""}, 0, 1023,
+    "CUDA device of this rank's NCCL communicators (CUDA builds); unset: the rank's index on its "
+    "host modulo the visible devices."};
+}  // namespace
+
 StatusOr<NcclOptions> NcclOptions::fromEnv() {
   NcclOptions o;
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> device, env::getInt("HSDP_CUDA_DEVICE"));
+  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> device, kCudaDevice.get());
   if (device) o.device = static_cast<int>(*device);
   // HSDP_TIMEOUT_S, the timeout of every transport (or its old name, HSDP_NCCL_TIMEOUT_S).
   HSDP_ASSIGN_OR_RETURN(watchdog::Config wd, watchdog::resolveConfig({}));

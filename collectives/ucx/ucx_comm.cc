@@ -394,10 +394,17 @@ Status UcxComm::State::wait(CollectiveOp& op) {
 
 // ---- creation ----------------------------------------------------------------------------------
 
+namespace {
+const env::IntParam kUcxSmallBytes{
+    "HSDP_UCX_SMALL_BYTES", int64_t{32768}, 0, int64_t{1} << 30,
+    "UCX transport: collectives of at most this many bytes (all-gather and reduce-scatter: the "
+    "whole buffer) use recursive doubling or Bruck, larger ones the ring."};
+}  // namespace
+
 StatusOr<UcxOptions> UcxOptions::fromEnv() {
   UcxOptions o;
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> small, env::getInt("HSDP_UCX_SMALL_BYTES"));
-  if (small) o.small_bytes = static_cast<size_t>(*small);
+  HSDP_ASSIGN_OR_RETURN(int64_t small, kUcxSmallBytes.value());
+  o.small_bytes = static_cast<size_t>(small);
   return o;
 }
 

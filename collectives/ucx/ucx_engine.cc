@@ -17,13 +17,22 @@ std::weak_ptr<Engine>& processEngine() {
   return engine;
 }
 
+const env::StringParam kUcxTls{
+    "HSDP_UCX_TLS", env::StringParam::Kind::kString, "",
+    "UCX transports of hsdp's own UCP context (the UCX_TLS syntax, e.g. tcp or ^cma); unset: "
+    "UCX_TLS, else all. Open MPI's use of UCX keeps UCX_TLS."};
+const env::StringParam kUcxNetDevices{
+    "HSDP_UCX_NET_DEVICES", env::StringParam::Kind::kString, "",
+    "Network devices of hsdp's UCP context (the UCX_NET_DEVICES syntax, e.g. eth0 or "
+    "mlx5_0:1); unset: UCX_NET_DEVICES, else all."};
+
 }  // namespace
 
 StatusOr<std::shared_ptr<Engine>> Engine::acquire() {
   if (auto existing = processEngine().lock()) return existing;
   std::shared_ptr<Engine> e(new Engine());
-  e->settings_.tls = env::getString("HSDP_UCX_TLS");
-  e->settings_.net_devices = env::getString("HSDP_UCX_NET_DEVICES");
+  e->settings_.tls = kUcxTls.get();
+  e->settings_.net_devices = kUcxNetDevices.get();
   HSDP_ASSIGN_OR_RETURN(e->context_, UcpContext::create(e->settings_));
   HSDP_ASSIGN_OR_RETURN(e->worker_, UcpWorker::create(e->context_.get()));
   HSDP_ASSIGN_OR_RETURN(e->address_, e->worker_.address());

@@ -37,6 +37,9 @@ namespace hsdp {
 // if supported, else FailedPrecondition naming it and what this CPU supports; anything else is
 // InvalidArgument naming the value.
 StatusOr<CpuIsa> cpuAdamIsaFromEnv();
+// HSDP_CPU_ADAM_THREADS, else 1 (the one default of CpuAdamOptions::threads and
+// EngineConfig::cpu_adam_threads); a value outside [1, 4096] is an InvalidArgument naming it.
+StatusOr<int> cpuAdamThreadsFromEnv();
 
 // The shard the step works on: hsdp::AdamShard (hsdp/optimizer.h), host arrays, any alignment
 // (page-aligned buffers are fastest; see HostBuffer::allocateNuma).
@@ -44,9 +47,9 @@ StatusOr<CpuIsa> cpuAdamIsaFromEnv();
 struct CpuAdamOptions {
   // nullopt: cpuAdamIsaFromEnv(). A value must be supported (else FailedPrecondition).
   std::optional<CpuIsa> isa;
-  // Participating threads, the caller included. 0: HSDP_CPU_ADAM_THREADS if set, else the
-  // number of CPUs this process may run on. Under MPI with several ranks per node, set it to
-  // the cores each rank owns: the pool does not know about other ranks.
+  // Participating threads, the caller included. 0: cpuAdamThreadsFromEnv() (HSDP_CPU_ADAM_THREADS,
+  // else 1). Under MPI with several ranks per node, set it to the cores each rank owns: the pool
+  // does not know about other ranks.
   int threads = 0;
   // Write the bf16 copy with streaming (non-temporal) stores when the step's bytes exceed the
   // last-level cache: a plain store first reads the line it writes (read-for-ownership), so the

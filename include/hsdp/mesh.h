@@ -22,6 +22,10 @@ namespace hsdp {
 struct MeshSpec {
   int intra_shard = 0;  // 0: default, all ranks of a node
   int inter_shard = 0;  // 0: default, 1 (replicate across nodes)
+  // Transport of each level (hsdp/transport_select.h): "mpi", "ucx", "nccl" or one the program
+  // registered. "": HSDP_TRANSPORT_INTRA / HSDP_TRANSPORT_INTER, else mpi (the bootstrap).
+  std::string intra_transport;
+  std::string inter_transport;
 };
 
 struct MeshShape {

@@ -163,7 +163,10 @@ StatusOr<NodeTopology> discoverNodeTopology(const TopologySources& sources);
 // rank's GPU, or its NIC on CPU-only hosts), core (one core of that NUMA node per rank).
 enum class BindMode { kAuto, kNone, kNuma, kCore };
 StatusOr<BindMode> parseBindMode(std::string_view text);
+StatusOr<BindMode> bindModeFromEnv();  // parseBindMode of HSDP_BIND (unset: auto)
 const char* bindModeName(BindMode mode);
+// Whether any of HSDP_TOPO_FILE, HSDP_TOPO_NVML_FILE, HSDP_TOPO_NCCL_FILE or HSDP_BIND is set.
+bool topologyEnvSet();
 
 struct BindPlan {
   BindMode requested = BindMode::kAuto;

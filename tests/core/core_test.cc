@@ -11,9 +11,12 @@
 #include "hsdp/dtype.h"
 #include "hsdp/env.h"
 #include "hsdp/status.h"
+#include "tests/common/scoped_env.h"
 
 namespace hsdp {
 namespace {
+
+using testing::ScopedEnv;
 
 StatusOr<int> half(int x) {
   if (x % 2) return invalidArgument("x=", x, " is odd");
@@ -37,6 +40,8 @@ TEST(Status, CarriesCodeAndMessage) {
   EXPECT_EQ(s.withContext("ctx").message(), "ctx: x=3 is odd");
 }
 
+// What this test binary links declares these; hsdp-env (every object of the library) is checked
+// for the whole set by the env.declared test.
 TEST(Env, RegistryIsDocumentedAndUnique) {
   std::set<std::string> names;
   for (const env::Param& p : env::registry()) {
@@ -52,30 +57,88 @@ TEST(Env, RegistryIsDocumentedAndUnique) {
       }
     }
   }
+  EXPECT_TRUE(names.count("HSDP_RANKS_PER_NODE"));  // core's own declaration
 }
+
+// Declared here, so registered in this binary only: the typed reads against closed forms.
+const env::IntParam kTestInt{"HSDP_TEST_INT", 7, -3, 100, "an integer parameter of core_test"};
+const env::IntParam kTestAuto{"HSDP_TEST_AUTO", env::Unset{"auto"}, 1, 8,
+                              "an int without a default (core_test)"};
+const env::BoolParam kTestBool{"HSDP_TEST_BOOL", true, "a boolean parameter of core_test"};
+const env::StringParam kTestEnum{"HSDP_TEST_ENUM", env::StringParam::Kind::kEnum, "red",
+                                 "an enum parameter of core_test (red, green)"};
+const env::NumberParam kTestNumber{"HSDP_TEST_NUMBER", "", "a positive number of apples",
+                                   "a real parameter of core_test"};
 
 TEST(Env, IntParsingNamesTheBadValue) {
-  setenv("HSDP_RANKS_PER_NODE", "4x", 1);
-  auto bad = env::getInt("HSDP_RANKS_PER_NODE");
+  ScopedEnv e("HSDP_TEST_INT", "4x");
+  auto bad = kTestInt.get();
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("HSDP_RANKS_PER_NODE='4x'"), std::string::npos);
-  setenv("HSDP_RANKS_PER_NODE", "4", 1);
-  auto good = env::getInt("HSDP_RANKS_PER_NODE");
-  ASSERT_TRUE(good.ok());
-  EXPECT_EQ(**good, 4);
-  unsetenv("HSDP_RANKS_PER_NODE");
-  EXPECT_FALSE(env::getInt("HSDP_RANKS_PER_NODE")->has_value());
-  EXPECT_FALSE(env::getInt("HSDP_NOT_REGISTERED").ok());
+  EXPECT_NE(bad.status().message().find("HSDP_TEST_INT='4x'"), std::string::npos);
+  for (const char* out : {"101", "-4", "99999999999999999999"}) {
+    ScopedEnv o("HSDP_TEST_INT", out);
+    EXPECT_FALSE(kTestInt.get().ok()) << out;
+  }
+  {
+    ScopedEnv g("HSDP_TEST_INT", "-3");
+    EXPECT_EQ(*kTestInt.value(), -3);
+  }
+  {
+    ScopedEnv u("HSDP_TEST_INT", nullptr);
+    EXPECT_EQ(*kTestInt.value(), 7);  // the declared default
+    EXPECT_FALSE(kTestInt.isSet());
+  }
+  ScopedEnv a("HSDP_TEST_AUTO", nullptr);
+  EXPECT_FALSE(kTestAuto.get()->has_value());  // no default: unset stays unset
+  EXPECT_FALSE(kTestAuto.value().ok());
+  ScopedEnv a2("HSDP_TEST_AUTO", "8");
+  EXPECT_EQ(**kTestAuto.get(), 8);
 }
 
-TEST(Env, BoolDefaultsAndErrors) {
-  unsetenv("HSDP_HIER");
-  EXPECT_TRUE(*env::getBool("HSDP_HIER"));  // registered default 1
-  setenv("HSDP_HIER", "off", 1);
-  EXPECT_FALSE(*env::getBool("HSDP_HIER"));
-  setenv("HSDP_HIER", "maybe", 1);
-  EXPECT_FALSE(env::getBool("HSDP_HIER").ok());
-  unsetenv("HSDP_HIER");
+TEST(Env, BoolStringAndNumber) {
+  {
+    ScopedEnv u("HSDP_TEST_BOOL", nullptr);
+    EXPECT_TRUE(*kTestBool.get());  // declared default
+  }
+  {
+    ScopedEnv off("HSDP_TEST_BOOL", "off");
+    EXPECT_FALSE(*kTestBool.get());
+  }
+  {
+    ScopedEnv bad("HSDP_TEST_BOOL", "maybe");
+    ASSERT_FALSE(kTestBool.get().ok());
+    EXPECT_NE(kTestBool.get().status().message().find("HSDP_TEST_BOOL"), std::string::npos);
+  }
+  {
+    ScopedEnv u("HSDP_TEST_ENUM", nullptr);
+    EXPECT_EQ(kTestEnum.get(), "red");
+    ScopedEnv g("HSDP_TEST_ENUM", "green");
+    EXPECT_EQ(kTestEnum.get(), "green");
+    EXPECT_EQ(kTestEnum.raw(), "green");
+  }
+  {
+    ScopedEnv u("HSDP_TEST_NUMBER", nullptr);
+    EXPECT_FALSE(kTestNumber.get()->has_value());
+    ScopedEnv v("HSDP_TEST_NUMBER", "2.5");
+    EXPECT_DOUBLE_EQ(**kTestNumber.get(), 2.5);
+  }
+  for (const char* bad : {"0", "-1", "nan", "inf", "1e999", "ten"}) {
+    ScopedEnv b("HSDP_TEST_NUMBER", bad);
+    auto r = kTestNumber.get();
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().message(),
+              std::string("HSDP_TEST_NUMBER='") + bad + "' is not a positive number of apples");
+  }
+  // The registry lists what this binary declared, with the defaults as written.
+  bool found = false;
+  for (const env::Param& p : env::registry())
+    if (std::string(p.name) == "HSDP_TEST_INT") {
+      found = true;
+      EXPECT_STREQ(p.default_value, "7");
+      EXPECT_EQ(p.min, -3);
+      EXPECT_EQ(p.max, 100);
+    }
+  EXPECT_TRUE(found);
 }
 
 TEST(BFloat16, RoundsToNearestEven) {

@@ -5,7 +5,9 @@
 #include <algorithm>
 
 #include "hsdp/mesh.h"
+#include "hsdp/transport_registry.h"
 #include "tests/common/mpi_test_main.h"
+#include "tests/common/scoped_env.h"
 
 namespace hsdp {
 namespace {
@@ -89,6 +91,37 @@ TEST(Mesh, BadFactorsFailOnEveryRank) {
   auto c = Mesh::create(world(), *layout, {-1, 1});
   EXPECT_FALSE(c.ok());
   EXPECT_TRUE(world().barrier().ok());  // everyone is still in step
+}
+
+// MeshSpec's per-level transports: the program's choice wins over HSDP_TRANSPORT_INTRA/_INTER
+// (here deliberately bad, so reading it would fail), and a bad choice names the field on every
+// rank.
+TEST(Mesh, SpecTransportsWinOverTheEnvironment) {
+  auto layout = groupRanksIntoNodes(world());
+  ASSERT_TRUE(layout.ok());
+  testing::ScopedEnv intra("HSDP_TRANSPORT_INTRA", "bogus");
+  testing::ScopedEnv inter("HSDP_TRANSPORT_INTER", "bogus");
+  const std::string other = hasTransport("ucx") ? "ucx" : "mpi";
+  MeshSpec spec{1, 1};
+  spec.intra_transport = other;
+  spec.inter_transport = "mpi";
+  auto m = Mesh::create(world(), *layout, spec);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_EQ((*m)->intraShard().transportName(), other);
+  EXPECT_EQ((*m)->intraShardReduce().transportName(), other);
+  EXPECT_EQ((*m)->interShard().transportName(), std::string("mpi"));
+  EXPECT_EQ((*m)->replica().transportName(), std::string("mpi"));
+  // Unset fields read the environment: bogus there is the variable's error.
+  auto env_bad = Mesh::create(world(), *layout, MeshSpec{1, 1});
+  ASSERT_FALSE(env_bad.ok());
+  EXPECT_NE(env_bad.status().message().find("HSDP_TRANSPORT_INTRA='bogus'"), std::string::npos)
+      << env_bad.status().message();
+  spec.inter_transport = "nope";
+  auto bad = Mesh::create(world(), *layout, spec);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("MeshSpec::inter_transport='nope'"), std::string::npos)
+      << bad.status().message();
+  EXPECT_TRUE(world().barrier().ok());
 }
 
 }  // namespace

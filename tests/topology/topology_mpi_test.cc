@@ -57,7 +57,7 @@ TEST(ClusterMpi, RecordedHostGivesTheLayoutOnEveryRank) {
   ScopedEnv n("HSDP_TOPO_NVML_FILE", kDir + "/dgx_h100.nvml.json");
   auto c = discoverClusterTopology(world());
   ASSERT_TRUE(c.ok()) << c.status().toString();
-  const bool virt = !env::getString("HSDP_RANKS_PER_NODE").empty();
+  const bool virt = env::kRanksPerNode.isSet();
   EXPECT_EQ(c->level, virt ? "virtual" : "host");
   EXPECT_EQ(c->layout.world_size, world().size());
   EXPECT_EQ(c->ranks[world().rank()].host, "dgx-h100-01");
