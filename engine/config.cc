@@ -1,5 +1,6 @@
 #include "hsdp/config.h"
 
+#include "hsdp/cpu_adam.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"

@@ -8,11 +8,11 @@
 #include <optional>
 #include <string_view>
 
-#include "hsdp/cpu_adam.h"
+#include "hsdp/cpu_isa.h"
 #include "hsdp/dtype.h"
 #include "hsdp/optimizer.h"
-#include "hsdp/quantize.h"
 #include "hsdp/status.h"
+#include "hsdp/wire.h"
 
 namespace hsdp {
 
