@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/watchdog.h"
+#include "watchdog/watchdog.h"
 
 namespace hsdp {
 namespace {

@@ -3,8 +3,8 @@
 #include <cstring>
 #include <utility>
 
-#include "core/watchdog.h"
 #include "hsdp/transport.h"
+#include "watchdog/watchdog.h"
 
 namespace hsdp {
 namespace {

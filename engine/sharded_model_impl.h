@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "engine/buffer_pool.h"
-#include "engine/checkpoint/format.h"
 #include "engine/memory_space.h"
 #include "hsdp/cpu_adam.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/sharded_model.h"
 #include "offload/step_queue.h"
+#include "storage/format.h"
 
 namespace hsdp::engine {
 

@@ -8,11 +8,11 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint/io.h"
-#include "engine/checkpoint/safetensors.h"
 #include "hsdp/checkpoint.h"
 #include "hsdp/mesh.h"
 #include "hsdp/topology.h"
+#include "storage/io.h"
+#include "storage/safetensors.h"
 
 namespace hsdp {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint/io.h"
+#include "storage/io.h"
 
 namespace hsdp::ckpt {
 namespace {

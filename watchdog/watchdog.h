@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "core/watch_table.h"
 #include "hsdp/transport.h"
 #include "hsdp/watchdog.h"
+#include "watchdog/watch_table.h"
 
 namespace hsdp {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/watch_oob.h"
-#include "core/watchdog.h"
+#include "watchdog/watch_oob.h"
+#include "watchdog/watchdog.h"
 
 namespace hsdp::watchdog::detail {
 

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/watchdog_state.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
+#include "watchdog/watchdog_state.h"
 
 namespace hsdp::watchdog {
 

@@ -12,10 +12,10 @@
 #include <random>
 #include <thread>
 
-#include "core/watchdog_state.h"
 #include "hsdp/env.h"
 #include "hsdp/host.h"
 #include "hsdp/log.h"
+#include "watchdog/watchdog_state.h"
 
 namespace hsdp::watchdog {
 

@@ -1,7 +1,7 @@
 // The manifest's JSON (nlohmann-json) and the layout arithmetic. The reader checks every field
 // it uses, so a corrupt or hand-edited manifest is an error naming the field, never a crash (the
 // fuzz target in tests/checkpoint drives parseManifest with arbitrary bytes).
-#include "engine/checkpoint/format.h"
+#include "storage/format.h"
 
 #include "hsdp/files.h"
 

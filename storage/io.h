@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/checkpoint/format.h"
 #include "hsdp/files.h"
 #include "hsdp/status.h"
+#include "storage/format.h"
 
 namespace hsdp::ckpt {
 

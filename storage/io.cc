@@ -1,4 +1,4 @@
-#include "engine/checkpoint/io.h"
+#include "storage/io.h"
 
 #include <fcntl.h>
 #include <stdio.h>

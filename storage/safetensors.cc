@@ -1,4 +1,4 @@
-#include "engine/checkpoint/safetensors.h"
+#include "storage/safetensors.h"
 
 #include "hsdp/files.h"
 

@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/checkpoint/format.h"
-#include "engine/checkpoint/io.h"
 #include "hsdp/dtype.h"
+#include "storage/format.h"
+#include "storage/io.h"
 
 namespace hsdp::ckpt {
 
