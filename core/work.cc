@@ -3,8 +3,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/comm_observer.h"
 #include "hsdp/transport.h"
-#include "watchdog/watchdog.h"
 
 namespace hsdp {
 namespace {
@@ -162,7 +162,7 @@ StatusOr<WorkHandle> Comm::igroup(std::span<const CollectiveOp> ops) {
 }
 
 void Comm::setName(std::string name) {
-  if (trace_) trace_->setName(name);
+  if (CommObserver* o = commObserver(); trace_ && o != nullptr) o->renamed(*trace_, name);
   name_ = std::move(name);
 }
 

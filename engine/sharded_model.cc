@@ -9,6 +9,7 @@
 #include "hsdp/env.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
+#include "storage/format.h"
 
 namespace hsdp {
 

@@ -25,7 +25,14 @@
 #include "hsdp/host_buffer.h"
 #include "hsdp/sharded_model.h"
 #include "offload/step_queue.h"
-#include "storage/format.h"
+
+// The checkpoint format's types the save/load methods below return (storage/format.h, included
+// by the checkpoint's files only: the model's state does not depend on the format).
+namespace hsdp::ckpt {
+struct UnitDesc;
+struct MeshDesc;
+struct FilePlan;
+}  // namespace hsdp::ckpt
 
 namespace hsdp::engine {
 

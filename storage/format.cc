@@ -3,14 +3,14 @@
 // fuzz target in tests/checkpoint drives parseManifest with arbitrary bytes).
 #include "storage/format.h"
 
-#include "hsdp/files.h"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+
+#include "hsdp/files.h"
 
 namespace hsdp::ckpt {
 
