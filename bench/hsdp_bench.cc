@@ -36,13 +36,13 @@
 
 #include "cli.h"
 #include "collectives/mpi/mpi_comm.h"
-#include "core/watchdog.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
 #include "hsdp/quantize.h"
 #include "hsdp/topology.h"
+#include "watchdog/watchdog.h"
 
 namespace {
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "cli.h"
-#include "core/watchdog.h"
 #include "hsdp/mpi.h"
+#include "watchdog/watchdog.h"
 
 namespace {
 

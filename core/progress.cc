@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/watchdog.h"
+#include "core/comm_observer.h"
 
 namespace hsdp {
 namespace {
@@ -138,7 +138,7 @@ StatusOr<bool> ProgressiveWork::isComplete(Work& w) {
 }
 
 Status ProgressiveWork::wait() {
-  watchdog::CommWait watched(trace_, trace_seq_, "wait");
+  ObservedWait watched(trace_, trace_seq_, "wait");
   g_waiters.fetch_add(1);
   struct Leave {
     ~Leave() { g_waiters.fetch_sub(1); }

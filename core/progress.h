@@ -40,7 +40,7 @@ class ProgressiveWork : public Work {
   // Complete without test(): for schedules checking their sub-operations from inside advance().
   static StatusOr<bool> isComplete(Work& w);
 
-  // The collective this work is, for the watchdog's report of a wait on it (core/watchdog.h).
+  // The collective this work is, for the watchdog's report of a wait on it (core/comm_observer.h).
   void watchAs(const CommTrace* t, uint64_t seq) {
     trace_ = t;
     trace_seq_ = seq;

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <utility>
 
-#include "core/watchdog.h"
+#include "core/comm_observer.h"
 #include "hsdp/transport.h"
 
 namespace hsdp {
@@ -162,7 +162,7 @@ StatusOr<WorkHandle> Comm::igroup(std::span<const CollectiveOp> ops) {
 }
 
 void Comm::setName(std::string name) {
-  if (trace_) trace_->setName(name);
+  if (CommObserver* o = commObserver(); trace_ && o != nullptr) o->renamed(*trace_, name);
   name_ = std::move(name);
 }
 

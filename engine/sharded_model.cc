@@ -8,6 +8,7 @@
 #include "engine/sharded_model_impl.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
+#include "storage/format.h"
 
 namespace hsdp {
 

@@ -19,13 +19,20 @@
 #include <vector>
 
 #include "engine/buffer_pool.h"
-#include "engine/checkpoint/format.h"
 #include "engine/memory_space.h"
 #include "hsdp/cpu_adam.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/sharded_model.h"
 #include "offload/step_queue.h"
+
+// The checkpoint format's types the save/load methods below return (storage/format.h, included
+// by the checkpoint's files only: the model's state does not depend on the format).
+namespace hsdp::ckpt {
+struct UnitDesc;
+struct MeshDesc;
+struct FilePlan;
+}  // namespace hsdp::ckpt
 
 namespace hsdp::engine {
 

@@ -12,9 +12,9 @@
 
 #include "core/progress.h"
 #include "core/scratch_pool.h"
-#include "core/watchdog.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/quantize.h"
+#include "watchdog/watchdog.h"
 
 namespace hsdp::hier_detail {
 

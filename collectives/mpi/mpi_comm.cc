@@ -8,9 +8,9 @@
 #include "collectives/mpi/mpi_check.h"
 #include "collectives/mpi/mpi_cma.h"
 #include "collectives/mpi/mpi_exchange.h"
-#include "core/watchdog.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
+#include "watchdog/watchdog.h"
 
 namespace hsdp::mpi {
 namespace {

@@ -10,12 +10,12 @@
 #include "collectives/mpi/mpi_check.h"
 #include "collectives/mpi/mpi_comm.h"
 #include "core/progress.h"
-#include "core/watchdog.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
 #include "hsdp/mpi.h"
 #include "hsdp/parse.h"
 #include "hsdp/transport_registry.h"
+#include "watchdog/watchdog.h"
 
 namespace hsdp::mpi {
 namespace {

@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "collectives/nccl/nccl_check.h"
-#include "core/watchdog.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_resources.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
 #include "hsdp/nccl.h"
 #include "hsdp/transport_registry.h"
+#include "watchdog/watchdog.h"
 
 namespace hsdp::nccl {
 namespace {

@@ -13,11 +13,11 @@
 #include "collectives/ucx/ucx_engine.h"
 #include "collectives/ucx/ucx_resources.h"
 #include "core/progress.h"
-#include "core/watchdog.h"
 #include "hsdp/env.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/log.h"
 #include "hsdp/transport_registry.h"
+#include "watchdog/watchdog.h"
 
 namespace hsdp::ucx {
 namespace {

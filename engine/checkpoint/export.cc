@@ -1,8 +1,8 @@
 // ShardedModel::exportSafetensors: the full parameters, one unit at a time (gatherFullParameters,
 // collective), written by rank 0 with the writer exportCheckpoint uses, so a model and a
 // checkpoint of it export to the same bytes.
-#include "engine/checkpoint/safetensors.h"
 #include "engine/sharded_model_impl.h"
+#include "storage/safetensors.h"
 
 namespace hsdp {
 

@@ -9,10 +9,10 @@
 #include <cstring>
 #include <functional>
 
-#include "engine/checkpoint/io.h"
-#include "engine/checkpoint/safetensors.h"
 #include "engine/sharded_model_impl.h"
 #include "hsdp/log.h"
+#include "storage/io.h"
+#include "storage/safetensors.h"
 
 namespace hsdp {
 

@@ -1,5 +1,7 @@
 // What hsdp-ckpt runs, without MPI or a model: inspect, verify, diff, and the streaming reshard
-// (one chunk buffer of memory, whatever the model size), plus exportCheckpoint.
+// (one chunk buffer of memory, whatever the model size), plus exportCheckpoint. Only storage/ and
+// hsdp/checkpoint.h; it stays in the engine because that public header is the engine's (it
+// names ShardMode from hsdp/config.h).
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -8,11 +10,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint/io.h"
-#include "engine/checkpoint/safetensors.h"
 #include "hsdp/checkpoint.h"
-#include "hsdp/mesh.h"
-#include "hsdp/topology.h"
+#include "storage/io.h"
+#include "storage/safetensors.h"
 
 namespace hsdp {
 
@@ -134,8 +134,8 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
     return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   std::string s =
-      strCat("checkpoint ", files::quote(o.dir), "\n  format version ", m.version, ", step ", m.step,
-             ", created ", m.created, "\n  saved under: mode ", d.mode, ", ", d.world_size,
+      strCat("checkpoint ", files::quote(o.dir), "\n  format version ", m.version, ", step ",
+             m.step, ", created ", m.created, "\n  saved under: mode ", d.mode, ", ", d.world_size,
              " ranks = ", d.num_nodes, " nodes x ", d.ranks_per_node, ", intra_shard ",
              d.intra_shard, " x inter_shard ", d.inter_shard, " (", d.shards, " shards x ",
              d.replicas, " replicas), hpz ", d.hpz ? "on" : "off", ", offload ",
@@ -149,8 +149,9 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
   s += line;
   for (const UnitDesc& u : m.units)
     for (const ParamDesc& p : u.params) {
-      std::snprintf(line, sizeof line, "  %-28s %-20s %12llu %s\n", files::quote(u.name + "." + p.name, 64).c_str(),
-                    shapeString(p.shape).c_str(), static_cast<unsigned long long>(p.numel()),
+      std::snprintf(line, sizeof line, "  %-28s %-20s %12llu %s\n",
+                    files::quote(u.name + "." + p.name, 64).c_str(), shapeString(p.shape).c_str(),
+                    static_cast<unsigned long long>(p.numel()),
                     u.frozen ? "param (frozen)" : "param, exp_avg, exp_avg_sq");
       s += line;
     }
@@ -159,8 +160,9 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
                 "checksum");
   s += line;
   for (size_t f = 0; f < m.files.size(); ++f) {
-    std::snprintf(line, sizeof line, "  %-16s %6d %14llu %18s %s\n", files::quote(m.files[f].name, 64).c_str(),
-                  m.files[f].rank, static_cast<unsigned long long>(m.files[f].bytes),
+    std::snprintf(line, sizeof line, "  %-16s %6d %14llu %18s %s\n",
+                  files::quote(m.files[f].name, 64).c_str(), m.files[f].rank,
+                  static_cast<unsigned long long>(m.files[f].bytes),
                   hex64(m.files[f].xxh64).c_str(), checks[f].ok() ? "ok" : "FAIL");
     s += line;
   }

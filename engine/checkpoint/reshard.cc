@@ -16,10 +16,10 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/checkpoint/io.h"
 #include "hsdp/checkpoint.h"
 #include "hsdp/mesh.h"
 #include "hsdp/topology.h"
+#include "storage/io.h"
 
 namespace hsdp {
 

@@ -24,11 +24,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/checkpoint/io.h"
 #include "engine/sharded_model_impl.h"
 #include "hsdp/files.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
+#include "storage/io.h"
 
 namespace hsdp {
 namespace engine {

@@ -25,7 +25,7 @@
 
 namespace hsdp {
 
-class CommTrace;  // core/watchdog.h: a communicator's entry in the watchdog's table
+class CommTrace;  // watchdog/watchdog.h: a communicator's entry in the watchdog's table
 
 // A collective in flight. The buffers passed to the call must stay alive and untouched until the
 // Work completes. Transports progress their operations inside test() and wait() (and, where they

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/checkpoint/format.h"
-#include "engine/checkpoint/safetensors.h"
+#include "storage/format.h"
+#include "storage/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -1,4 +1,4 @@
-// ckpt::File's direct I/O (engine/checkpoint/io.h): what goes around the page cache and what
+// ckpt::File's direct I/O (storage/io.h): what goes around the page cache and what
 // through it gives the same bytes as a plain buffered write, read back with std::ifstream (an
 // independent reader), on the build tree's filesystem (ext4 or xfs: O_DIRECT) and on tmpfs
 // (/dev/shm: O_DIRECT since Linux 6.6, before that everything buffered); reads at every
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint/io.h"
+#include "storage/io.h"
 
 namespace hsdp::ckpt {
 namespace {

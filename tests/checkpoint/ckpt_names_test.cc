@@ -13,11 +13,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/checkpoint/format.h"
 #include "hsdp/checkpoint.h"
 #include "hsdp/mesh.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/topology.h"
+#include "storage/format.h"
 #include "tests/checkpoint/ckpt_test_util.h"
 #include "tests/common/mpi_test_main.h"
 

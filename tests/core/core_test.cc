@@ -7,7 +7,10 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <vector>
 
+#include "core/comm_observer.h"
+#include "core/progress.h"
 #include "hsdp/dtype.h"
 #include "hsdp/env.h"
 #include "hsdp/status.h"
@@ -145,8 +148,8 @@ TEST(BFloat16, RoundsToNearestEven) {
   // Closed forms: bf16 keeps 8 significant bits.
   EXPECT_EQ(toFloat(toBf16(1.0f)), 1.0f);
   EXPECT_EQ(toFloat(toBf16(-3.5f)), -3.5f);
-  EXPECT_EQ(toFloat(toBf16(1.0f + 1.0f / 256)), 1.0f);                 // tie -> even (down)
-  EXPECT_EQ(toFloat(toBf16(1.0f + 3.0f / 256)), 1.0f + 4.0f / 256);    // tie -> even (up)
+  EXPECT_EQ(toFloat(toBf16(1.0f + 1.0f / 256)), 1.0f);               // tie -> even (down)
+  EXPECT_EQ(toFloat(toBf16(1.0f + 3.0f / 256)), 1.0f + 4.0f / 256);  // tie -> even (up)
   EXPECT_EQ(toFloat(toBf16(1.0f + 1.0f / 128 + 1e-4f)), 1.0f + 1.0f / 128);
   EXPECT_TRUE(std::isnan(toFloat(toBf16(NAN))));
   EXPECT_EQ(toFloat(toBf16(INFINITY)), INFINITY);
@@ -158,6 +161,57 @@ TEST(DType, NamesAndSizes) {
   EXPECT_EQ(*parseDType("bf16"), DType::kBFloat16);
   EXPECT_EQ(*parseDType("float"), DType::kFloat32);
   EXPECT_FALSE(parseDType("fp8").ok());
+}
+
+// core/comm_observer.h: what the watchdog sees of core. A recording observer stands in for it.
+struct RecordingObserver final : CommObserver {
+  std::vector<std::string> events;
+  void waitBegin(const CommTrace* t, uint64_t seq, const char* what, WaitState& s) override {
+    events.push_back(strCat("begin ", reinterpret_cast<uintptr_t>(t), " ", seq, " ", what));
+    s.bytes[0] = 42;  // the state reaches waitEnd unchanged
+  }
+  void waitEnd(WaitState& s) override { events.push_back(strCat("end ", int(s.bytes[0]))); }
+  void renamed(CommTrace&, const std::string& name) override { events.push_back("rename " + name); }
+};
+
+// A work that completes on its second advance.
+class TwoStepWork final : public ProgressiveWork {
+ public:
+  ~TwoStepWork() override { waitForDestruction(); }
+  int advances = 0;
+
+ private:
+  void advance() override {
+    if (++advances == 2) finish(okStatus());
+  }
+};
+
+TEST(CommObserver, SeesEveryWaitOfTheProgressLoopOnlyWhileInstalled) {
+  ASSERT_EQ(commObserver(), nullptr);  // nothing installs one without the watchdog
+  RecordingObserver rec;
+  setCommObserver(&rec);
+  int token = 0;  // an opaque trace: core never looks inside it
+  const auto* trace = reinterpret_cast<const CommTrace*>(&token);
+  {
+    TwoStepWork w;
+    w.watchAs(trace, 17);
+    ASSERT_TRUE(w.wait().ok());
+    EXPECT_EQ(w.advances, 2);
+    ASSERT_TRUE(w.wait().ok());  // complete: still a wait, reported again
+  }
+  {
+    TwoStepWork untraced;
+    ASSERT_TRUE(untraced.wait().ok());
+  }
+  setCommObserver(nullptr);
+  {
+    TwoStepWork after;
+    ASSERT_TRUE(after.wait().ok());
+  }
+  const std::string t = std::to_string(reinterpret_cast<uintptr_t>(trace));
+  EXPECT_EQ(rec.events, (std::vector<std::string>{"begin " + t + " 17 wait", "end 42",
+                                                  "begin " + t + " 17 wait", "end 42",
+                                                  "begin 0 0 wait", "end 42"}));
 }
 
 }  // namespace

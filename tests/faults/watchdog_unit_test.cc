@@ -20,10 +20,10 @@
 #include <filesystem>
 #include <thread>
 
-#include "core/watch_oob.h"
-#include "core/watch_table.h"
-#include "core/watchdog.h"
 #include "hsdp/config.h"
+#include "watchdog/watch_oob.h"
+#include "watchdog/watch_table.h"
+#include "watchdog/watchdog.h"
 
 namespace hsdp::watchdog {
 namespace {

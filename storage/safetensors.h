@@ -1,4 +1,4 @@
-// Internal to the engine: the safetensors format (8-byte little-endian header length, a JSON
+// Internal to storage/: the safetensors format (8-byte little-endian header length, a JSON
 // header of {name: {dtype, shape, data_offsets}} plus "__metadata__", then the raw tensor data)
 // and HF's sharded form (<stem>-00001-of-0000n.safetensors plus <stem>.safetensors.index.json
 // with a "weight_map"). The reader checks every offset and size (the fuzz target drives
@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/checkpoint/format.h"
-#include "engine/checkpoint/io.h"
 #include "hsdp/dtype.h"
+#include "storage/format.h"
+#include "storage/io.h"
 
 namespace hsdp::ckpt {
 

@@ -1,4 +1,4 @@
-#include "engine/checkpoint/io.h"
+#include "storage/io.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -200,7 +200,8 @@ Status TensorReader::readMany(const std::vector<Request>& requests) {
   return readPieces(pieces, whole);
 }
 
-Status TensorReader::readPieces(const std::vector<Piece>& pieces, const std::vector<size_t>& whole) {
+Status TensorReader::readPieces(const std::vector<Piece>& pieces,
+                                const std::vector<size_t>& whole) {
   if (whole.size() < 2) {
     for (const Piece& p : pieces) HSDP_RETURN_IF_ERROR(read(p.t, p.begin, p.end, p.dst));
     return okStatus();

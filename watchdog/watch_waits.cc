@@ -6,10 +6,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
-#include "core/watchdog_state.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
+#include "watchdog/watchdog_state.h"
 
 namespace hsdp::watchdog {
 
@@ -244,6 +245,34 @@ CommWait::~CommWait() {
   w->comm_id.store(prev_comm_, std::memory_order_relaxed);
   w->seq.store(prev_seq_, std::memory_order_relaxed);
 }
+
+// ---- core's hook -------------------------------------------------------------------------------
+
+namespace detail {
+namespace {
+
+// The watchdog's side of core/comm_observer.h: a wait of core's progress loop is a CommWait
+// (built in the caller's WaitState, so the hot path allocates nothing), a traced communicator's
+// new name goes to its trace. Trivially destructible: it outlives every wait, even at exit.
+class Observer final : public CommObserver {
+ public:
+  void waitBegin(const CommTrace* t, uint64_t seq, const char* what, WaitState& s) override {
+    static_assert(sizeof(CommWait) <= sizeof(WaitState::bytes) &&
+                  alignof(CommWait) <= alignof(WaitState));
+    new (s.bytes) CommWait(t, seq, what);
+  }
+  void waitEnd(WaitState& s) override {
+    std::launder(reinterpret_cast<CommWait*>(s.bytes))->~CommWait();
+  }
+  void renamed(CommTrace& t, const std::string& name) override { t.setName(name); }
+};
+Observer g_observer;
+
+}  // namespace
+
+CommObserver& observer() { return g_observer; }
+
+}  // namespace detail
 
 namespace detail {
 

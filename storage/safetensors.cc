@@ -1,12 +1,12 @@
-#include "engine/checkpoint/safetensors.h"
-
-#include "hsdp/files.h"
+#include "storage/safetensors.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+
+#include "hsdp/files.h"
 
 namespace hsdp::ckpt {
 

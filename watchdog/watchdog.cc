@@ -12,10 +12,10 @@
 #include <random>
 #include <thread>
 
-#include "core/watchdog_state.h"
 #include "hsdp/env.h"
 #include "hsdp/host.h"
 #include "hsdp/log.h"
+#include "watchdog/watchdog_state.h"
 
 namespace hsdp::watchdog {
 
@@ -140,6 +140,9 @@ Status start(Comm& world, const Config& cfg) {
   slot.pid = getpid();
   slot.heartbeat_ns.store(monotonicNs(), std::memory_order_release);
   g_state = s.release();
+  // From here on communicators are traced: core's waits and renames reach the watchdog. Never
+  // uninstalled, as the state stays after stop() for the traces still alive.
+  setCommObserver(&detail::observer());
   if (*cfg.enabled) {
     // Without a server of its own (listen failed) this rank still times out and asks the
     // others; only they cannot ask it.

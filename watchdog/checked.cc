@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "core/progress.h"
-#include "core/watchdog_state.h"
 #include "hsdp/log.h"
+#include "watchdog/watchdog_state.h"
 
 namespace hsdp {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/watchdog.h"
+#include "watchdog/watchdog.h"
 
 namespace hsdp::watchdog {
 namespace {

@@ -1,4 +1,4 @@
-// Internal to the engine: files for checkpoints. POSIX calls wrapped in RAII owners whose errors
+// Internal to storage/: files for checkpoints. POSIX calls wrapped in RAII owners whose errors
 // name the path and errno (a full disk is "No space left on device" or, under RLIMIT_FSIZE, "File
 // too large", with the file), the atomic-commit helpers (fsync of files and directories, rename,
 // a pointer file replaced atomically), and the reader that fetches any element range of a
@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/checkpoint/format.h"
 #include "hsdp/files.h"
 #include "hsdp/status.h"
+#include "storage/format.h"
 
 namespace hsdp::ckpt {
 

@@ -1,5 +1,7 @@
-// The watchdog inside hsdp (internal to core/; the public side is hsdp/watchdog.h): what the
-// transports call on every collective, what mpi::Session starts and stops, and how the job ends.
+// The watchdog module's internal interface (watchdog/, layer 1.5: on core, below the transports;
+// the public side is hsdp/watchdog.h): what the transports call on every collective, what
+// mpi::Session starts and stops, and how the job ends. Core's own waits (the progress loop)
+// reach it through the observer start() installs (core/comm_observer.h).
 //
 // Transports (layer 2) own one CommTrace per communicator (Comm::trace()), made by traceComm()
 // when the communicator is built, and route every collective through startCollective() (the
@@ -16,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "core/watch_table.h"
 #include "hsdp/transport.h"
 #include "hsdp/watchdog.h"
+#include "watchdog/watch_table.h"
 
 namespace hsdp {
 
@@ -198,7 +200,7 @@ bool tracing();
 // "all-gather of unit "fc1" (1000 floats)", for reports and mismatch messages.
 std::string describe(const Fingerprint& f);
 
-// internal to core/: the report of a timeout (watch_report.cc)
+// internal to watchdog/: the report of a timeout (watch_report.cc)
 struct WaitInfo {
   bool waiting = false;
   double seconds = 0;    // since the wait started or last made progress

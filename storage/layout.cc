@@ -6,7 +6,7 @@
 #include <map>
 #include <utility>
 
-#include "engine/checkpoint/format.h"
+#include "storage/format.h"
 
 namespace hsdp::ckpt {
 

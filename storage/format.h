@@ -1,4 +1,4 @@
-// Internal to the engine: the checkpoint's on-disk format (docs/checkpoint.md is its spec). A
+// Internal to storage/: the checkpoint's on-disk format (docs/checkpoint.md is its spec). A
 // checkpoint is a directory holding manifest.json and one data file per writing rank; this file
 // is the manifest as data (Manifest), its JSON reader and writer, and the layout arithmetic that
 // decides which rank writes which bytes where (one plan for the engine's save, the offline

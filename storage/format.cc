@@ -1,9 +1,7 @@
 // The manifest's JSON (nlohmann-json) and the layout arithmetic. The reader checks every field
 // it uses, so a corrupt or hand-edited manifest is an error naming the field, never a crash (the
 // fuzz target in tests/checkpoint drives parseManifest with arbitrary bytes).
-#include "engine/checkpoint/format.h"
-
-#include "hsdp/files.h"
+#include "storage/format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+
+#include "hsdp/files.h"
 
 namespace hsdp::ckpt {
 

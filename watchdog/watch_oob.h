@@ -1,4 +1,4 @@
-// The watchdog's out-of-band channel (internal to core/): a small TCP server on every rank,
+// The watchdog's out-of-band channel (internal to watchdog/): a small TCP server on every rank,
 // started at init, that answers a peer's questions without MPI, UCX or NCCL, so a report can be
 // made when the data path is stuck. Ranks find each other through the addresses exchanged at
 // init (watchdog.cc). One request per connection:

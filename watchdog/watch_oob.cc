@@ -1,4 +1,4 @@
-#include "core/watch_oob.h"
+#include "watchdog/watch_oob.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
-// Process state the watchdog's files share (internal to core/: watchdog.cc, checked.cc,
-// watch_report.cc). Nothing here is on a header that a transport includes.
+// Process state the watchdog's files share (internal to watchdog/: watchdog.cc, checked.cc,
+// watch_report.cc, watch_waits.cc). Nothing here is on a header that a transport includes.
 #pragma once
 
 #include <atomic>
@@ -9,8 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "core/watch_oob.h"
-#include "core/watchdog.h"
+#include "core/comm_observer.h"
+#include "watchdog/watch_oob.h"
+#include "watchdog/watchdog.h"
 
 namespace hsdp::watchdog::detail {
 
@@ -57,6 +58,8 @@ Config& mutableConfig();
 WaitInfo longestWait(int64_t now);
 // Whether WaitScopes record anything: on while the watchdog thread runs.
 void setWatching(bool on);
+// What start() installs as core's observer of waits and names (core/comm_observer.h).
+CommObserver& observer();
 
 constexpr int64_t kStaleMs = 3000;  // no heartbeat for this long: stopped
 

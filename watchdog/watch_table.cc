@@ -1,4 +1,4 @@
-#include "core/watch_table.h"
+#include "watchdog/watch_table.h"
 
 #include <fcntl.h>
 #include <signal.h>

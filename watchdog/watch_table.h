@@ -1,4 +1,4 @@
-// The watchdog's published table (internal to core/): what every rank entered last, per
+// The watchdog's published table (internal to watchdog/): what every rank entered last, per
 // communicator, and whether it is alive. One segment per shared-memory group (the ranks of one
 // host): the group's first rank creates it, every member maps it, and it is unlinked as soon as
 // all have (so no segment is ever left behind, even after SIGKILL). A stopped rank's entries stay
