@@ -29,7 +29,7 @@
 namespace mlp::cuda {
 
 // A cuBLAS failure as an INTERNAL Status carrying cuBLAS's status name and string, the call and
-// file:line (the cuBLAS counterpart of HSDP_CUDA_CHECK).
+// file:line (the cuBLAS counterpart of MLP_CUDA_CHECK, gpu/cuda_owners.h).
 hsdp::Status cublasFailure(cublasStatus_t status, const char* call, const char* file, int line);
 
 }  // namespace mlp::cuda
