@@ -3,6 +3,7 @@
 namespace mlp::cuda {
 
 hsdp::Status cudaFailure(cudaError_t err, const char* call, const char* file, int line) {
+  (void)cudaGetLastError();
   return hsdp::internalError("CUDA error ", static_cast<int>(err), " (", cudaGetErrorName(err),
                              ": ", cudaGetErrorString(err), ") in ", call, " at ", file, ":", line);
 }

@@ -15,21 +15,21 @@
 namespace mlp::cuda {
 
 // A failing CUDA call as an INTERNAL Status carrying CUDA's error name and string, the call and
-// file:line.
+// file:line. The error is also cleared from the thread's last-error state, so a non-sticky error
+// does not resurface at an unrelated later check.
 hsdp::Status cudaFailure(cudaError_t err, const char* call, const char* file, int line);
 
 }  // namespace mlp::cuda
 
-// For calls that return cudaError_t. The failure is also cleared from the thread's last-error
-// state, so a non-sticky error does not resurface at an unrelated later check.
-#define MLP_CUDA_CHECK(call)                                                     \
-  do {                                                                           \
-    cudaError_t mlp_cuda_err_ = (call);                                          \
-    if (mlp_cuda_err_ != cudaSuccess) {                                          \
-      (void)cudaGetLastError();                                                  \
-      return ::mlp::cuda::cudaFailure(mlp_cuda_err_, #call, __FILE__, __LINE__); \
-    }                                                                            \
+// A call of a GPU library that returns its error code: anything but `ok` returns
+// failure(code, call, file, line), the library's Status (cudaFailure; cublasFailure in
+// gpu/mlp_cuda.h).
+#define MLP_GPU_CHECK(call, ok, failure)                                               \
+  do {                                                                                 \
+    const auto mlp_gpu_err_ = (call);                                                  \
+    if (mlp_gpu_err_ != (ok)) return failure(mlp_gpu_err_, #call, __FILE__, __LINE__); \
   } while (0)
+#define MLP_CUDA_CHECK(call) MLP_GPU_CHECK(call, cudaSuccess, ::mlp::cuda::cudaFailure)
 
 namespace mlp::cuda {
 
