@@ -32,7 +32,7 @@ struct TrainSettings {
   float clip_norm = 0.0f;
   uint64_t data_seed = 1;
   bool checkpoint = false;       // activation checkpointing (same values, recomputed)
-  bool allow_nonfinite = false;  // train on through a non-finite loss or norm (the trainer only)
+  bool allow_nonfinite = false;  // train on through a non-finite loss or norm (train_gpt's loop)
 };
 
 // The sequences [first, first + count) of step `step`'s global batch, context-long: tokens and
