@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <memory>
 
+#include "common/failure.h"
+#include "common/session.h"
 #include "hsdp/config.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
@@ -38,10 +40,10 @@ hsdp::StatusOr<float> microStep(Run& run, int64_t step, int micro, bool last) {
   hsdp::ShardedModel& model = run.model;
   const mlp::Spec& spec = run.spec;
   const int L = spec.layers();
-  const int micro_batch = run.opt.batch / run.opt.accum;
+  const int micro_batch = run.opt.common.batch / run.opt.common.accum;
   const int per_rank = micro_batch / run.world.size();
-  mlp::Batch batch = mlp::makeBatch(spec, step, micro * micro_batch + run.world.rank() * per_rank,
-                                    per_rank);
+  mlp::Batch batch =
+      mlp::makeBatch(spec, step, micro * micro_batch + run.world.rank() * per_rank, per_rank);
 
   // Forward: unit l+1's all-gather is in flight while unit l computes (the schedule helper
   // prefetches one unit ahead).
@@ -57,7 +59,8 @@ hsdp::StatusOr<float> microStep(Run& run, int64_t step, int micro, bool last) {
   }));
   mlp::Matrix dz;
   const float loss = mlp::crossEntropy(acts[L], batch.labels, &dz);
-  dz /= static_cast<float>(run.opt.accum);  // the step's gradient is the mean over micro-steps
+  dz /=
+      static_cast<float>(run.opt.common.accum);  // the step's gradient is the mean over micro-steps
   // Backward: unit l-1's gather is prefetched; unit l's gradient reduction (last micro-step
   // only) runs in the background while earlier units compute, and step() waits for what is left.
   HSDP_RETURN_IF_ERROR(hsdp::backwardUnits(
@@ -101,9 +104,9 @@ hsdp::StatusOr<float> validationLoss(Run& run, int samples) {
 // One optimizer step: `accum` micro-steps, then the step on the shards; returns the mean loss.
 hsdp::StatusOr<float> trainStep(Run& run, int64_t step) {
   float loss = 0;
-  for (int k = 0; k < run.opt.accum; ++k) {
-    HSDP_ASSIGN_OR_RETURN(float l, microStep(run, step, k, k + 1 == run.opt.accum));
-    loss += l / run.opt.accum;
+  for (int k = 0; k < run.opt.common.accum; ++k) {
+    HSDP_ASSIGN_OR_RETURN(float l, microStep(run, step, k, k + 1 == run.opt.common.accum));
+    loss += l / run.opt.common.accum;
   }
   HSDP_RETURN_IF_ERROR(run.model.step());
   return loss;
@@ -116,10 +119,8 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
   mlp::Spec spec;
   hsdp::EngineConfig cfg;
   hsdp::MeshSpec mesh_spec;
-  auto fail = [&](const hsdp::Status& s) {
-    mlp::printError(kProgram, rank, s.toString());
-    return mlp::kExitUsage;
-  };
+  const examples::Failure failure(kProgram, world, world);
+  auto fail = [&](const hsdp::Status& s) { return failure.agreed(s, examples::kExitUsage); };
   if (hsdp::Status s = mlp::configure(opt, world.size(), &spec, &cfg, &mesh_spec); !s.ok())
     return fail(s);
   auto layout = hsdp::groupRanksIntoNodes(world);
@@ -140,10 +141,7 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
                                [&](int step) { return trainStep(run, step); });
   if (opt.val_samples > 0) {
     auto val = validationLoss(run, opt.val_samples);
-    if (!val.ok()) {
-      mlp::printError(kProgram, rank, val.status().toString());
-      world.abortJob(mlp::kExitRuntime);
-    }
+    if (!val.ok()) failure.alone(val.status());
     if (rank == 0) std::printf("validation loss: %.6f (%d samples)\n", *val, opt.val_samples);
   }
   return rc;
@@ -152,10 +150,12 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  mlp::Started run;
-  if (auto rc = mlp::start(
+  examples::Started mpi;
+  if (auto rc = examples::startMpi(kProgram, &argc, &argv, &mpi)) return *rc;
+  mlp::Options opt;
+  if (auto rc = mlp::parseCommandLine(
           kProgram, "hsdp example: hybrid-sharded MLP training checked against an Eigen reference",
-          &argc, &argv, &run))
+          argc, argv, mpi.world->rank(), &opt))
     return *rc;
-  return runMain(run.opt, *run.world);
+  return runMain(opt, *mpi.world);
 }

@@ -26,8 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_check.h"
-#include "cuda/cuda_resources.h"
+#include "common/failure.h"
+#include "common/session.h"
+#include "gpu/cuda_owners.h"
 #include "gpu/mlp_cuda.h"
 #include "hsdp/config.h"
 #include "hsdp/mesh.h"
@@ -44,7 +45,7 @@ namespace {
 constexpr const char* kProgram = "train_mlp_gpu";
 constexpr int kExitNoDevice = 77;  // ctest's SKIP_RETURN_CODE for the gpu label
 
-namespace gpu = hsdp::gpu;
+namespace gpu = mlp::cuda;  // the example's CUDA owners (gpu/cuda_owners.h)
 
 // One rank's device buffers and host staging for the whole run, allocated once (no allocation in
 // the step loop). Sizes are per rank: n = per-rank micro-batch, accum micro-steps per step.
@@ -86,16 +87,18 @@ struct Workspace {
     for (int l = 0; l <= spec.layers(); ++l) {
       widest = std::max(widest, spec.dims[l]);
       if (l > 0) {  // (braces: the macro is several statements)
-        HSDP_ASSIGN_OR_RETURN(w.acts[l], gpu::DeviceBuffer::allocate(size_t(spec.dims[l]) * n * sizeof(float)));
+        HSDP_ASSIGN_OR_RETURN(
+            w.acts[l], gpu::DeviceBuffer::allocate(size_t(spec.dims[l]) * n * sizeof(float)));
       }
     }
     HSDP_ASSIGN_OR_RETURN(w.dz, gpu::DeviceBuffer::allocate(size_t(widest) * n * sizeof(float)));
     HSDP_ASSIGN_OR_RETURN(w.dx, gpu::DeviceBuffer::allocate(size_t(widest) * n * sizeof(float)));
     HSDP_ASSIGN_OR_RETURN(w.col_loss, gpu::DeviceBuffer::allocate(size_t(n) * sizeof(float)));
     HSDP_ASSIGN_OR_RETURN(w.losses, gpu::DeviceBuffer::allocate(size_t(accum) * sizeof(float)));
-    HSDP_ASSIGN_OR_RETURN(w.losses_host, gpu::PinnedBuffer::allocate(size_t(accum) * sizeof(float)));
-    HSDP_ASSIGN_OR_RETURN(w.h2d_done, gpu::Event::create());
-    HSDP_ASSIGN_OR_RETURN(w.losses_ready, gpu::Event::create());
+    HSDP_ASSIGN_OR_RETURN(w.losses_host,
+                          gpu::PinnedBuffer::allocate(size_t(accum) * sizeof(float)));
+    HSDP_ASSIGN_OR_RETURN(w.h2d_done, gpu::createEvent());
+    HSDP_ASSIGN_OR_RETURN(w.losses_ready, gpu::createEvent());
     return w;
   }
 };
@@ -115,10 +118,10 @@ struct Run {
 // the pinned staging buffer, then one H2D copy on the compute stream.
 hsdp::Status uploadBatch(Run& run, int64_t step) {
   Workspace& ws = run.ws;
-  const int micro_batch = run.opt.batch / run.opt.accum;
+  const int micro_batch = run.opt.common.batch / run.opt.common.accum;
   // The previous step's copy has long completed (the host waited for that step's losses); the
   // event makes the reuse of the staging buffer safe by construction, not by that argument.
-  HSDP_CUDA_CHECK(cudaEventSynchronize(ws.h2d_done.get()));
+  MLP_CUDA_CHECK(cudaEventSynchronize(ws.h2d_done.get()));
   float* x = ws.batch_host.as<float>();
   int* labels = reinterpret_cast<int*>(x + ws.x_floats);
   const int classes = run.spec.dims.back();
@@ -132,9 +135,9 @@ hsdp::Status uploadBatch(Run& run, int64_t step) {
       labels[size_t(k) * ws.n + s] = b.labels[s];
     }
   }
-  HSDP_CUDA_CHECK(cudaMemcpyAsync(ws.batch.data(), ws.batch_host.data(), ws.batch.size(),
-                                  cudaMemcpyHostToDevice, run.stream()));
-  HSDP_CUDA_CHECK(cudaEventRecord(ws.h2d_done.get(), run.stream()));
+  MLP_CUDA_CHECK(cudaMemcpyAsync(ws.batch.data(), ws.batch_host.data(), ws.batch.size(),
+                                 cudaMemcpyHostToDevice, run.stream()));
+  MLP_CUDA_CHECK(cudaEventRecord(ws.h2d_done.get(), run.stream()));
   return hsdp::okStatus();
 }
 
@@ -165,7 +168,7 @@ hsdp::Status microStep(Run& run, int micro, bool last) {
   HSDP_RETURN_IF_ERROR(mlp::cuda::crossEntropy(
       ws.acts[L].as<float>(), ws.labels(micro), spec.dims[L], n, ws.dz.as<float>(),
       ws.col_loss.as<float>(), ws.losses.as<float>() + micro, run.stream(),
-      static_cast<float>(run.opt.accum)));
+      static_cast<float>(run.opt.common.accum)));
   // Backward: unit l-1's gather is prefetched; unit l's reduction is ordered after the kernels
   // that wrote its gradient and runs while earlier units compute.
   return hsdp::backwardUnits(
@@ -195,35 +198,37 @@ hsdp::Status microStep(Run& run, int micro, bool last) {
 hsdp::StatusOr<float> trainStep(Run& run, int64_t step) {
   Workspace& ws = run.ws;
   HSDP_RETURN_IF_ERROR(uploadBatch(run, step));
-  for (int k = 0; k < run.opt.accum; ++k)
-    HSDP_RETURN_IF_ERROR(microStep(run, k, k + 1 == run.opt.accum));
+  for (int k = 0; k < run.opt.common.accum; ++k)
+    HSDP_RETURN_IF_ERROR(microStep(run, k, k + 1 == run.opt.common.accum));
   HSDP_RETURN_IF_ERROR(run.model.step());
-  HSDP_CUDA_CHECK(cudaMemcpyAsync(ws.losses_host.data(), ws.losses.data(), ws.losses.size(),
-                                  cudaMemcpyDeviceToHost, run.stream()));
-  HSDP_CUDA_CHECK(cudaEventRecord(ws.losses_ready.get(), run.stream()));
-  HSDP_CUDA_CHECK(cudaEventSynchronize(ws.losses_ready.get()));
+  MLP_CUDA_CHECK(cudaMemcpyAsync(ws.losses_host.data(), ws.losses.data(), ws.losses.size(),
+                                 cudaMemcpyDeviceToHost, run.stream()));
+  MLP_CUDA_CHECK(cudaEventRecord(ws.losses_ready.get(), run.stream()));
+  MLP_CUDA_CHECK(cudaEventSynchronize(ws.losses_ready.get()));
   float loss = 0;
-  for (int k = 0; k < run.opt.accum; ++k) loss += ws.losses_host.as<float>()[k] / run.opt.accum;
+  for (int k = 0; k < run.opt.common.accum; ++k)
+    loss += ws.losses_host.as<float>()[k] / run.opt.common.accum;
   return loss;
 }
 
 hsdp::StatusOr<std::string> describeDevice(int device) {
   cudaDeviceProp prop{};
-  HSDP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  MLP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   return hsdp::strCat("device: cuda:", device, " (", prop.name, ", sm_", prop.major, prop.minor,
                       "); engine state in device memory, NCCL mesh, cuBLAS fp32 (pedantic)");
 }
 
 int runMain(const mlp::Options& opt, hsdp::Comm& world) {
-  const int rank = world.rank();
   mlp::Spec spec;
   hsdp::EngineConfig cfg;
   hsdp::MeshSpec mesh_spec;
   // Before the first step every rank meets the same failures (bad input, an engine that refuses
   // the configuration, NCCL creation failing everywhere): print, exit, no hang.
+  const examples::Failure failure(kProgram, world, world);
   auto fail = [&](const hsdp::Status& s) {
-    mlp::printError(kProgram, rank, s.toString());
-    return s.code() == hsdp::StatusCode::kInvalidArgument ? mlp::kExitUsage : mlp::kExitRuntime;
+    return failure.agreed(s, s.code() == hsdp::StatusCode::kInvalidArgument
+                                 ? examples::kExitUsage
+                                 : examples::kExitRuntime);
   };
   if (hsdp::Status s = mlp::configure(opt, world.size(), &spec, &cfg, &mesh_spec); !s.ok())
     return fail(s);
@@ -242,7 +247,7 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
   // Why a stream of our own: the forward/backward kernels and cuBLAS run on it, and the engine
   // orders its gathers, reductions and optimizer step against it with events
   // (setComputeStream); a non-blocking stream keeps the legacy default stream out of the picture.
-  auto stream = gpu::Stream::create("compute");
+  auto stream = gpu::createStream();
   if (!stream.ok()) return fail(stream.status());
   auto layout = hsdp::groupRanksIntoNodes(world);
   if (!layout.ok()) return fail(layout.status());
@@ -256,8 +261,8 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
   if (!blas.ok()) return fail(blas.status());
 
   if (hsdp::Status s = mlp::buildModel(model, spec); !s.ok()) return fail(s);
-  const int per_rank = opt.batch / opt.accum / world.size();
-  auto ws = Workspace::create(spec, per_rank, opt.accum);
+  const int per_rank = opt.common.batch / opt.common.accum / world.size();
+  auto ws = Workspace::create(spec, per_rank, opt.common.accum);
   if (!ws.ok()) return fail(ws.status());
   auto device_line = describeDevice(device);
   if (!device_line.ok()) return fail(device_line.status());
@@ -274,22 +279,23 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  mlp::Started run;
-  if (auto rc = mlp::start(kProgram,
-                           "hsdp example on CUDA: hybrid-sharded MLP training (device memory, "
-                           "NCCL, cuBLAS) checked against an Eigen reference",
-                           &argc, &argv, &run))
+  examples::Started mpi;
+  if (auto rc = examples::startMpi(kProgram, &argc, &argv, &mpi)) return *rc;
+  hsdp::Comm& world = *mpi.world;
+  mlp::Options opt;
+  if (auto rc = mlp::parseCommandLine(kProgram,
+                                      "hsdp example on CUDA: hybrid-sharded MLP training (device "
+                                      "memory, NCCL, cuBLAS) checked against an Eigen reference",
+                                      argc, argv, world.rank(), &opt))
     return *rc;
-  hsdp::Comm& world = *run.world;
-  const mlp::Options& opt = run.opt;
   // No device: skip. The ranks agree first (one host-side MPI all-reduce of "I have none"), so
   // either every rank skips or none does; nothing of NCCL or the engine has started yet.
   std::string why;
   int32_t missing = gpu::deviceCount(&why) == 0 ? 1 : 0;
   if (hsdp::Status s = world.allReduce(&missing, 1, hsdp::DType::kInt32, hsdp::RedOp::kSum);
       !s.ok()) {
-    mlp::printError(kProgram, world.rank(), s.toString());
-    return mlp::kExitRuntime;
+    examples::printError(kProgram, world.rank(), s.toString());
+    return examples::kExitRuntime;
   }
   if (missing > 0) {
     if (world.rank() == 0)

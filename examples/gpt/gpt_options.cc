@@ -4,15 +4,15 @@
 #include <algorithm>
 
 #include "cli.h"
+#include "common/flags.h"
 #include "hsdp/parse.h"
-#include "mlp/flags.h"
 
 namespace gpt {
 
 std::optional<int> parseCommandLine(const char* program, int argc, char** argv, int rank,
                                     Options* opt_out) {
   Options& opt = *opt_out;
-  mlp::Options& c = opt.common;
+  examples::Options& c = opt.common;
   // GPT defaults for the flags train_mlp shares (nanoGPT-like: AdamW, beta2 0.95, wd 0.1, clip 1).
   c.steps = 20;
   c.batch = 16;
@@ -26,14 +26,16 @@ std::optional<int> parseCommandLine(const char* program, int argc, char** argv, 
       program};
   app.add_option("--mode", c.mode, "Sharding mode: none | zero1 | zero2 | zero3")
       ->check(CLI::IsMember({"none", "zero1", "zero2", "zero3"}));
-  mlp::addShardFlags(app, c,
-                     "Ranks per node that shard each unit (divides ranks per node; default: all, "
-                     "or 1 in mode none)",
-                     "Nodes that shard each unit (default 1)");
-  mlp::addStepFlags(app, c,
-                    "Sequences per global batch (a multiple of accum x ranks; each rank reads its "
-                    "own slice)",
-                    "Micro-steps per optimizer step (gradient accumulation)");
+  examples::addShardFlags(
+      app, c,
+      "Ranks per node that shard each unit (divides ranks per node; default: all, "
+      "or 1 in mode none)",
+      "Nodes that shard each unit (default 1)");
+  examples::addStepFlags(
+      app, c,
+      "Sequences per global batch (a multiple of accum x ranks; each rank reads its "
+      "own slice)",
+      "Micro-steps per optimizer step (gradient accumulation)");
   app.add_flag("--hpz", c.hpz, "hpZ: backward re-gathers inside the node (zero3, I > 1, J > 1)");
   app.add_option("--param-dtype", c.param_dtype, "fp32 | bf16: parameters gathered as bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}));
@@ -42,9 +44,9 @@ std::optional<int> parseCommandLine(const char* program, int argc, char** argv, 
   app.add_option("--offload", c.offload, "none | cpu: optimizer state on the CPU Adam")
       ->check(CLI::IsMember({"none", "cpu"}));
   app.add_flag("--check", c.check, "Train the single-process reference and compare parameters");
-  mlp::addToleranceFlag(app, c);
-  mlp::addOptimizerFlags(app, c, "Peak learning rate (after warm-up)",
-                         "AdamW weight decay (matrices only)");
+  examples::addToleranceFlag(app, c);
+  examples::addOptimizerFlags(app, c, "Peak learning rate (after warm-up)",
+                              "AdamW weight decay (matrices only)");
   hsdp::cli::addReal(app, "--min-lr", opt.min_lr,
                      "Learning rate at the end of the cosine decay (default: lr / 10)",
                      hsdp::RealRange::above(0));
@@ -72,14 +74,14 @@ std::optional<int> parseCommandLine(const char* program, int argc, char** argv, 
                     "Validation loss every K steps (0: once, after the last step)", 0);
   hsdp::cli::addInt(app, "--eval-batches", opt.eval_batches,
                     "Micro-batches of validation sequences per evaluation (0: no evaluation)", 0,
-                    mlp::kMaxBatch);
+                    examples::kMaxBatch);
   hsdp::cli::addInt(app, "--sample", opt.sample, "Tokens to generate from --prompt after training",
                     0, 1 << 20);
   hsdp::cli::addReal(app, "--temperature", opt.temperature, "Sampling temperature",
                      hsdp::RealRange::above(0));
   hsdp::cli::addInt(app, "--sample-seed", opt.sample_seed, "Seed of the sampler");
   app.add_option("--prompt", opt.prompt, "The text generation starts from");
-  mlp::addCheckpointFlags(app, c);
+  examples::addCheckpointFlags(app, c.ckpt);
   hsdp::cli::addInt(app, "--prefetch", opt.prefetch,
                     "Units whose gathers are issued ahead of the one computing (0: no prefetch)", 0,
                     1024);
@@ -90,13 +92,12 @@ std::optional<int> parseCommandLine(const char* program, int argc, char** argv, 
   }
   c.intra_shard_given = app.count("--intra-shard") > 0;
   c.inter_shard_given = app.count("--inter-shard") > 0;
-  mlp::applyBf16Tolerance(app, c);
+  examples::applyBf16Tolerance(app, c);
   return std::nullopt;
 }
 
 hsdp::Status configure(const Options& opt, int world_size, Setup* out) {
-  mlp::Spec unused;  // train_mlp's --dims stays at its default; only the engine part is used
-  HSDP_RETURN_IF_ERROR(mlp::configure(opt.common, world_size, &unused, &out->engine, &out->mesh));
+  HSDP_RETURN_IF_ERROR(examples::configure(opt.common, world_size, &out->engine, &out->mesh));
   out->engine.adam.beta2 = opt.beta2;
   HSDP_RETURN_IF_ERROR(hsdp::validate(out->engine.adam));
   HSDP_ASSIGN_OR_RETURN(out->model, preset(opt.preset));
@@ -122,7 +123,7 @@ hsdp::Status configure(const Options& opt, int world_size, Setup* out) {
     const uint64_t tokens = seqs * uint64_t(m.context);
     const uint64_t act =
         hsdp::checkedMul(tokens, (uint64_t(m.layers) * d + m.vocab) * 4).value_or(UINT64_MAX);
-    HSDP_RETURN_IF_ERROR(mlp::checkModelFits(
+    HSDP_RETURN_IF_ERROR(examples::checkModelFits(
         largest, m.paramCount(), act, opt.common.check,
         hsdp::strCat("--layers ", m.layers, " --d-model ", m.d_model, " --context ", m.context,
                      " --batch ", opt.common.batch, opt.common.check ? " with --check" : "")));

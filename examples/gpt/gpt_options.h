@@ -1,5 +1,6 @@
-// train_gpt's command line: train_mlp's flags where they apply (the same names, checks, errors
-// and exit codes: they land in an mlp::Options and go through mlp::configure), plus the model
+// train_gpt's command line: every example's flags (the same names, checks, errors and exit codes
+// as train_mlp's: they land in an examples::Options and go through examples::configure), plus the
+// model
 // (--preset, --layers, --d-model, --heads, --context, --activation-checkpointing), the data
 // (--data), the schedule (--warmup, --min-lr), evaluation (--eval-every, --eval-batches),
 // sampling (--sample, --temperature, --sample-seed, --prompt) and --prefetch.
@@ -9,17 +10,17 @@
 #include <optional>
 #include <string>
 
+#include "common/options.h"
 #include "gpt/data.h"
 #include "gpt/model.h"
 #include "gpt/reference.h"
 #include "hsdp/config.h"
 #include "hsdp/mesh.h"
-#include "mlp/options.h"
 
 namespace gpt {
 
 struct Options {
-  mlp::Options common;  // the flags train_mlp has; gpt defaults set by parseCommandLine
+  examples::Options common;  // the flags every example has; gpt defaults set by parseCommandLine
   std::string preset = "tiny";
   int layers = 0, d_model = 0, heads = 0, context = 0;  // 0: the preset's
   bool activation_checkpointing = false;
@@ -37,7 +38,8 @@ struct Options {
 };
 
 // Parses argv into *opt on every rank. Returns an exit code when the program should end now: 0
-// after --help (printed by rank 0), mlp::kExitUsage after a parse error (printed by every rank).
+// after --help (printed by rank 0), examples::kExitUsage after a parse error (printed by every
+// rank).
 std::optional<int> parseCommandLine(const char* program, int argc, char** argv, int rank,
                                     Options* opt);
 
@@ -48,6 +50,6 @@ struct Setup {
   hsdp::MeshSpec mesh;
   TrainSettings train;
 };
-hsdp::Status configure(const Options& opt, int world_size, Setup* out);
+[[nodiscard]] hsdp::Status configure(const Options& opt, int world_size, Setup* out);
 
 }  // namespace gpt

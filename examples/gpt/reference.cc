@@ -68,15 +68,15 @@ std::vector<std::vector<float>> perTensor(const std::vector<UnitInfo>& units,
 }
 
 ReferenceResult trainReference(const Config& cfg, const Corpus& corpus, const TrainSettings& s,
-                               bool bf16_params, const mlp::GradReduction* bf16_grads) {
+                               bool bf16_params, const examples::GradReduction* bf16_grads) {
   const std::vector<UnitInfo> us = units(cfg);
   const size_t U = us.size();
   ReferenceResult r;
-  std::vector<std::vector<mlp::EigenAdam>> opt(U);
+  std::vector<std::vector<examples::EigenAdam>> opt(U);
   for (size_t u = 0; u < U; ++u) {
     r.params.push_back(initUnit(cfg, static_cast<int>(u)));
     for (const hsdp::ParamSpec& p : us[u].params) {
-      mlp::EigenAdam a{s.adam, {}, {}};
+      examples::EigenAdam a{s.adam, {}, {}};
       if (!p.weight_decay) a.cfg.weight_decay = 0.0f;
       opt[u].push_back(a);
     }
@@ -119,10 +119,10 @@ ReferenceResult trainReference(const Config& cfg, const Corpus& corpus, const Tr
         for (auto& g : val[q]) round16(g);
       }
       r.losses.push_back(static_cast<float>(loss / (ranks * s.accum)));
-      mlp::applyGradReduction(*bf16_grads, &val);
+      examples::applyGradReduction(*bf16_grads, &val);
       grads = std::move(val[0]);  // a complete tree leaves every rank the same value
     }
-    if (s.clip_norm > 0) mlp::clipGradients(s.clip_norm, &grads);
+    if (s.clip_norm > 0) examples::clipGradients(s.clip_norm, &grads);
     const float lr = s.schedule.at(step);
     for (size_t u = 0; u < U; ++u) {
       size_t off = 0;

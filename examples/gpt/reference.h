@@ -1,16 +1,16 @@
 // What a training run is (the settings train_gpt and the reference share: optimizer, schedule,
 // batching) and the single-process reference: the same model code (gpt/model.h) trained on the
-// whole global batch in one process with its own AdamW (mlp::EigenAdam), no engine. train_gpt
+// whole global batch in one process with its own AdamW (examples::EigenAdam), no engine. train_gpt
 // --check compares the engine's parameters after training with the reference's.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "common/reference.h"
 #include "gpt/data.h"
 #include "gpt/model.h"
 #include "hsdp/optimizer.h"
-#include "mlp/reference.h"
 
 namespace gpt {
 
@@ -31,8 +31,8 @@ struct TrainSettings {
   int accum = 1;  // micro-steps per step
   float clip_norm = 0.0f;
   uint64_t data_seed = 1;
-  bool checkpoint = false;  // activation checkpointing (same values, recomputed)
-  bool allow_nonfinite = false;  // train on through a non-finite loss or norm (the trainer only)
+  bool checkpoint = false;       // activation checkpointing (same values, recomputed)
+  bool allow_nonfinite = false;  // train on through a non-finite loss or norm (train_gpt's loop)
 };
 
 // The sequences [first, first + count) of step `step`'s global batch, context-long: tokens and
@@ -59,11 +59,11 @@ struct ReferenceResult {
 
 // bf16_params: forward and backward see the parameters rounded to bf16 (the master stays fp32).
 // bf16_grads (not null): each rank's gradient (its slice of every micro-batch, averaged over the
-// micro-steps) rounded to bf16 and reduced through that tree (the mesh's, mlp::GradReduction);
+// micro-steps) rounded to bf16 and reduced through that tree (the mesh's, examples::GradReduction);
 // null: the exact mean gradient of the whole global batch.
 ReferenceResult trainReference(const Config& cfg, const Corpus& corpus, const TrainSettings& s,
                                bool bf16_params = false,
-                               const mlp::GradReduction* bf16_grads = nullptr);
+                               const examples::GradReduction* bf16_grads = nullptr);
 
 // Splits per-unit flat vectors into per-tensor ones (for a per-tensor relative error).
 std::vector<std::vector<float>> perTensor(const std::vector<UnitInfo>& units,

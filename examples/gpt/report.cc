@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/report.h"
 #include "hsdp/dtype.h"
-#include "mlp/flags.h"
 
 namespace gpt {
 
@@ -15,7 +15,7 @@ void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh&
   const Config& m = setup.model;
   const TrainSettings& t = setup.train;
   const hsdp::EngineConfig& e = setup.engine;
-  mlp::printNodeMap(program, world, mesh);
+  examples::printNodeMap(program, world, mesh);
   std::printf(
       "model: GPT-2 %s, %d layers, d %d, %d heads, context %d, vocab %d (bytes): %.2f M "
       "parameters in %d units, LM head tied to wte\n",
@@ -39,34 +39,41 @@ void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh&
   std::fflush(stdout);
 }
 
-hsdp::Status printStepRow(hsdp::Comm& world, const hsdp::ShardedModel& model, const Setup& setup,
-                          int step, const StepStats& s) {
+hsdp::StatusOr<StepRow> gatherStepRow(hsdp::Comm& world, const hsdp::ShardedModel& model,
+                                      const StepStats& s) {
   constexpr int kStats = 5;
   float mine[kStats] = {s.loss, s.time_ms, s.exposed_comm_ms, s.optim_ms, s.optim_exposed_ms};
   std::vector<float> all(kStats * world.size());
   HSDP_RETURN_IF_ERROR(world.allGather(mine, all.data(), kStats, hsdp::DType::kFloat32));
-  double loss = 0, ms = 0, exposed = 0, optim = 0, optim_exposed = 0;
+  StepRow row;
+  row.lr = s.lr;
   for (int q = 0; q < world.size(); ++q) {
     const float* v = &all[kStats * q];
-    loss += v[0] / world.size();
-    ms = std::max<double>(ms, v[1]);
-    exposed = std::max<double>(exposed, v[2]);
-    optim += v[3];
-    optim_exposed += v[4];
+    row.loss += v[0] / world.size();
+    row.ms = std::max<double>(row.ms, v[1]);
+    row.exposed_ms = std::max<double>(row.exposed_ms, v[2]);
+    row.optim_ms += v[3];
+    row.optim_exposed_ms += v[4];
   }
-  const double norm = model.lastGradNorm();
-  if (world.rank() != 0) return mlp::checkFinite(setup.train.allow_nonfinite, step, loss, norm);
+  row.grad_norm = model.lastGradNorm();
+  return row;
+}
+
+void printStepRow(const hsdp::Comm& world, const Setup& setup, int step, const StepRow& row) {
+  if (world.rank() != 0) return;
   const TrainSettings& t = setup.train;
-  const double tokens = double(t.batch) * setup.model.context;
+  const double tokens = double(t.batch) * setup.model.context, ms = row.ms;
   char progress[32];
   std::snprintf(progress, sizeof progress, "%d/%d", step + 1, t.steps);
-  std::printf("%9s %9.2e %8.4f %9.4f %9.1f %9.0f %10.1f %6.1f%%", progress, s.lr, loss, norm, ms,
-              tokens / (ms / 1e3), exposed, ms > 0 ? 100.0 * exposed / ms : 0.0);
-  if (setup.engine.offload_cpu)
+  std::printf("%9s %9.2e %8.4f %9.4f %9.1f %9.0f %10.1f %6.1f%%", progress, row.lr, row.loss,
+              row.grad_norm, ms, tokens / (ms / 1e3), row.exposed_ms,
+              ms > 0 ? 100.0 * row.exposed_ms / ms : 0.0);
+  if (setup.engine.offload_cpu) {
+    const double optim = row.optim_ms, optim_exposed = row.optim_exposed_ms;
     std::printf(" %7.0f%%", optim > 0 ? 100.0 * (1.0 - std::min(1.0, optim_exposed / optim)) : 0.0);
+  }
   std::printf(" %7.0f\n", (t.steps - step - 1) * ms / 1e3);
   std::fflush(stdout);
-  return mlp::checkFinite(setup.train.allow_nonfinite, step, loss, norm);
 }
 
 std::string generate(const Config& cfg, const std::vector<std::vector<float>>& params,
@@ -116,17 +123,17 @@ std::string printable(const std::string& text) {
 double referenceError(const hsdp::Mesh& mesh, const hsdp::ShardedModel& model, const Setup& setup,
                       const Corpus& corpus, const std::vector<std::vector<float>>& mine) {
   // The engine rounds to bf16 only over a shard group larger than one (mode none reduces in
-  // float); a bf16 reduction is modelled on the mesh's own tree (mlp::meshGradReduction).
+  // float); a bf16 reduction is modelled on the mesh's own tree (examples::meshGradReduction).
   const bool sharded = model.shardCount() > 1;
-  mlp::GradReduction tree;
+  examples::GradReduction tree;
   if (sharded && setup.engine.reduce_dtype == hsdp::DType::kBFloat16)
-    tree = mlp::meshGradReduction(mesh.layout(), mesh.shape(), model.hierarchical());
+    tree = examples::meshGradReduction(mesh.layout(), mesh.shape(), model.hierarchical());
   const ReferenceResult ref =
       trainReference(setup.model, corpus, setup.train,
                      sharded && setup.engine.param_dtype == hsdp::DType::kBFloat16,
                      tree.levels.empty() ? nullptr : &tree);
   const std::vector<UnitInfo> us = units(setup.model);
-  return mlp::maxRelativeError(perTensor(us, mine), perTensor(us, ref.params));
+  return examples::maxRelativeError(perTensor(us, mine), perTensor(us, ref.params));
 }
 
 }  // namespace gpt

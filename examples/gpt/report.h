@@ -1,7 +1,8 @@
 // What train_gpt prints: the header (mesh, model, data, optimizer), one row per step (loss,
 // tokens/s, step time, exposed communication and its share, with offload the optimizer's hidden
-// share, time left), validation lines, the sample, and --check's verdict. The memory table and
-// the offload summary are train_mlp's (mlp/options.h).
+// share, time left), the sample, and --check's measure. The node map, the memory table and the
+// offload summary are every example's (common/report.h). Printing decides nothing: the loop in
+// train_gpt.cc does.
 #pragma once
 
 #include <string>
@@ -25,11 +26,19 @@ struct StepStats {
   float optim_ms = 0, optim_exposed_ms = 0;  // CPU offload: Adam time and the part step() waited
 };
 
-// Collective over `world`: rank 0 prints the row (mean loss, slowest rank's time and its tokens/s,
-// the most exposed communication and its share of that time, the optimizer's hidden share, time
-// left at this pace).
-[[nodiscard]] hsdp::Status printStepRow(hsdp::Comm& world, const hsdp::ShardedModel& model,
-                                        const Setup& setup, int step, const StepStats& s);
+// The step over every rank: the mean loss, the global gradient norm, the slowest rank's time and
+// the most exposed communication, the optimizer's totals (CPU offload).
+struct StepRow {
+  float lr = 0;
+  double loss = 0, grad_norm = 0, ms = 0, exposed_ms = 0, optim_ms = 0, optim_exposed_ms = 0;
+};
+// Collective over `world`: every rank's StepStats gathered into the row.
+[[nodiscard]] hsdp::StatusOr<StepRow> gatherStepRow(hsdp::Comm& world,
+                                                    const hsdp::ShardedModel& model,
+                                                    const StepStats& s);
+// Rank 0 prints the row of 0-based `step` (tokens/s at the slowest rank's pace, exposed
+// communication and its share of the time, the optimizer's hidden share, time left at this pace).
+void printStepRow(const hsdp::Comm& world, const Setup& setup, int step, const StepRow& row);
 
 // The tied-head generation: n bytes sampled after `prompt` (softmax of logits / temperature, a
 // fixed-seed generator), each step a forward over the last <= context tokens, on full parameters

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <utility>
 
-#include "cuda/cuda_check.h"
+#include "gpu/cuda_owners.h"
 #include "gpu/mlp_cuda.h"
 #include "hsdp/log.h"
 
@@ -172,7 +172,7 @@ hsdp::Status linearForward(const Cublas& blas, const float* W, const float* b, i
                                 in, &zero, y, out));
   const size_t total = static_cast<size_t>(out) * n;
   addBiasKernel<<<gridFor(total), kThreads, 0, blas.stream()>>>(y, b, out, total);
-  HSDP_CUDA_CHECK(cudaGetLastError());
+  MLP_CUDA_CHECK(cudaGetLastError());
   return hsdp::okStatus();
 }
 
@@ -192,7 +192,7 @@ hsdp::Status linearBackward(const Cublas& blas, const float* W, int out, int in,
                                 in, &one, dW, out));
   rowSumAddKernel<<<gridFor(static_cast<size_t>(out)), kThreads, 0, blas.stream()>>>(dy, db, out,
                                                                                      n);
-  HSDP_CUDA_CHECK(cudaGetLastError());
+  MLP_CUDA_CHECK(cudaGetLastError());
   if (dx != nullptr) {
     // dx (in x n) = W^T (W stored out x in, lda = out) * dy (out x n); beta = 0.
     HSDP_CUBLAS_CHECK(cublasSgemm(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, in, n, out, &one, W, out,
@@ -206,7 +206,7 @@ hsdp::Status tanhForward(const float* z, float* a, size_t count, cudaStream_t st
   HSDP_RETURN_IF_ERROR(notNull("tanhForward", "z", z));
   HSDP_RETURN_IF_ERROR(notNull("tanhForward", "a", a));
   tanhKernel<<<gridFor(count), kThreads, 0, stream>>>(z, a, count);
-  HSDP_CUDA_CHECK(cudaGetLastError());
+  MLP_CUDA_CHECK(cudaGetLastError());
   return hsdp::okStatus();
 }
 
@@ -217,7 +217,7 @@ hsdp::Status tanhBackward(const float* dx, const float* a, float* dz, size_t cou
   HSDP_RETURN_IF_ERROR(notNull("tanhBackward", "a", a));
   HSDP_RETURN_IF_ERROR(notNull("tanhBackward", "dz", dz));
   tanhBackwardKernel<<<gridFor(count), kThreads, 0, stream>>>(dx, a, dz, count);
-  HSDP_CUDA_CHECK(cudaGetLastError());
+  MLP_CUDA_CHECK(cudaGetLastError());
   return hsdp::okStatus();
 }
 
@@ -238,10 +238,10 @@ hsdp::Status crossEntropy(const float* logits, const int* labels, int classes, i
                                  " must be positive and finite");
   crossEntropyKernel<<<gridFor(static_cast<size_t>(n)), kThreads, 0, stream>>>(
       logits, labels, classes, n, dlogits, col_loss, grad_divisor);
-  HSDP_CUDA_CHECK(cudaGetLastError());
+  MLP_CUDA_CHECK(cudaGetLastError());
   // Same stream: runs after every column's loss is written.
   meanLossKernel<<<1, 1, 0, stream>>>(col_loss, n, loss);
-  HSDP_CUDA_CHECK(cudaGetLastError());
+  MLP_CUDA_CHECK(cudaGetLastError());
   return hsdp::okStatus();
 }
 

@@ -24,23 +24,20 @@
 
 #include <cstddef>
 
+#include "gpu/cuda_owners.h"
 #include "hsdp/status.h"
 
 namespace mlp::cuda {
 
 // A cuBLAS failure as an INTERNAL Status carrying cuBLAS's status name and string, the call and
-// file:line (the cuBLAS counterpart of HSDP_CUDA_CHECK).
+// file:line (the cuBLAS counterpart of MLP_CUDA_CHECK, gpu/cuda_owners.h).
 hsdp::Status cublasFailure(cublasStatus_t status, const char* call, const char* file, int line);
 
 }  // namespace mlp::cuda
 
 // For calls that return cublasStatus_t.
-#define HSDP_CUBLAS_CHECK(call)                                                      \
-  do {                                                                               \
-    cublasStatus_t hsdp_cublas_st_ = (call);                                         \
-    if (hsdp_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                    \
-      return ::mlp::cuda::cublasFailure(hsdp_cublas_st_, #call, __FILE__, __LINE__); \
-  } while (0)
+#define HSDP_CUBLAS_CHECK(call) \
+  MLP_GPU_CHECK(call, CUBLAS_STATUS_SUCCESS, ::mlp::cuda::cublasFailure)
 
 namespace mlp::cuda {
 

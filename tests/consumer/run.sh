@@ -6,7 +6,11 @@
 #      run its programs under mpirun: tied_frozen_model against its closed form on 1, 3 and 4
 #      ranks (zero3, zero2, zero1, none; virtual nodes 2 x 2 with inter_shard 2), attach_app on
 #      an MPI the application initialised (with and without the progress thread), and
-#      docs/api.md's example program as written there;
+#      docs/api.md's first program as written there, its output checked against the data it
+#      learns from (the first loss in closed form, the learned parameters the teacher's);
+#      with CUDA, train_mlp_gpu built from examples/ on the installed package (public headers
+#      and the CUDA runtime only) and run on one rank (exit 77, skipped, without a device);
+#   docs/api.md names every installed public header;
 #   3. find_package's version and components: CUDA found exactly when hsdp was built with it,
 #      an unknown component and a newer version refused with a message that names them;
 #   4. pkg-config: a program compiled and linked with `pkg-config --cflags --libs hsdp`.
@@ -39,16 +43,27 @@ fi
 built_with_cuda=$(sed -n 's/^#define HSDP_BUILT_WITH_CUDA \([01]\)$/\1/p' "$prefix/include/hsdp/version.h")
 [ -n "$built_with_cuda" ] || fail "hsdp/version.h has no HSDP_BUILT_WITH_CUDA"
 
-# docs/api.md's example: the first cpp block after "## Bring your own model", as written.
-awk '/^## Bring your own model/ {sec=1} sec && /^```cpp/ {inb=1; next} inb && /^```/ {exit} inb {print}' \
-    "$src/docs/api.md" >"$work/api_example.cc"
+# docs/api.md's first program: its first cpp block, as written (in "## Bring your own model").
+awk '/^## / {sec=$0} /^```cpp/ {inb=1; where=sec; next} inb && /^```/ {exit}
+     inb {print} END {if (where != "## Bring your own model") exit 1}' \
+    "$src/docs/api.md" >"$work/api_example.cc" ||
+  fail "docs/api.md's first cpp block is not in its '## Bring your own model' section"
 [ -s "$work/api_example.cc" ] || fail "no example program found in docs/api.md"
+
+# docs/api.md's "Public headers" table names every installed header, and no other.
+for h in "$prefix"/include/hsdp/*.h; do
+  grep -qF "| \`${h##*/}\` |" "$src/docs/api.md" || fail "docs/api.md does not list hsdp/${h##*/}"
+done
+for h in $(sed -n 's/^| `\([a-z0-9_]*\.h\)` |.*/\1/p' "$src/docs/api.md"); do
+  [ -e "$prefix/include/hsdp/$h" ] || fail "docs/api.md lists hsdp/$h, which is not installed"
+done
 
 step "configuring and building tests/consumer against the install"
 # The build tree must not be found by accident: only the prefix is on the search path.
 cmake -S "$src/tests/consumer" -B "$work/app" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
-      -DHSDP_API_EXAMPLE="$work/api_example.cc" \
+      -DHSDP_API_EXAMPLE="$work/api_example.cc" -DHSDP_EXAMPLES_DIR="$src/examples" \
+      -DHSDP_TOOLS_DIR="$src/tools" \
       >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; fail "configure"; }
 grep -q "consumer: hsdp .* from $prefix/lib/cmake/hsdp" "$work/configure.log" ||
   { cat "$work/configure.log"; fail "find_package did not find the installed package"; }
@@ -68,8 +83,42 @@ run 4 2 "$work/app/tied_frozen_model" --mode zero2 --steps 3
 run 3 0 "$work/app/tied_frozen_model" --mode zero1 --steps 2
 run 1 0 "$work/app/tied_frozen_model" --mode none --steps 3
 run 4 0 "$work/app/attach_app"
-run 4 2 "$work/app/api_example"
 run 3 0 -x HSDP_PROGRESS_THREAD=1 "$work/app/attach_app"
+
+# docs/api.md's program learns y = w.x + b from a teacher (w_j = 0.1 (j+1), j < 16; b = 0.5) on
+# data each rank draws (x_ij = sin(0.7 g + 1.3 j + 0.1 g j), g the global sample index). The
+# truth here is this test's own: the first loss (parameters zero) in closed form, the learned
+# parameters the teacher's (the minimum of a noiseless least-squares problem), the loss 10^4
+# lower at the end.
+step "mpirun -np 4 -x HSDP_RANKS_PER_NODE=2 api_example"
+api_out=$("$mpirun" "${mpiflags[@]}" -np 4 -x HSDP_RANKS_PER_NODE=2 "$work/app/api_example") ||
+  fail "api_example on 4 ranks"
+echo "$api_out"
+want0=$(awk 'BEGIN { R = 4; N = 32; D = 16; s = 0
+  for (r = 0; r < R; r++) for (i = 0; i < N; i++) {
+    g = r * N + i; y = 0.5
+    for (j = 0; j < D; j++) y += 0.1 * (j + 1) * sin(0.7 * g + 1.3 * j + 0.1 * g * j)
+    s += 0.5 * y * y }
+  printf "%.6f", s / (R * N) }')
+first=$(echo "$api_out" | awk '$1 == "step" && $2 == 0 {print $4}')
+last=$(echo "$api_out" | awk '$1 == "step" && $2 == 199 {print $4}')
+awk -v a="$first" -v w="$want0" 'BEGIN {d = a - w; exit !(a != "" && d * d < (0.01 * w) ^ 2)}' ||
+  fail "api_example: first loss '$first', closed form $want0"
+awk -v a="$first" -v b="$last" 'BEGIN {exit !(b != "" && b < a * 1e-4)}' ||
+  fail "api_example: the loss did not fall 10^4 ($first -> $last)"
+echo "$api_out" | awk '$1 == "param" { n++; want = $2 < 16 ? 0.1 * ($2 + 1) : 0.5
+                                         d = $3 - want; if (d * d > 1e-6) bad++ }
+                       END {exit !(n == 17 && bad == 0)}' ||
+  fail "api_example: the learned parameters are not the teacher's to 1e-3"
+
+if [ "$built_with_cuda" = 1 ]; then
+  [ -x "$work/app/train_mlp_gpu" ] || fail "train_mlp_gpu was not built against the CUDA install"
+  # One rank: the parity run where a device is visible, exit 77 (skip) where none is.
+  step "mpirun -np 1 train_mlp_gpu --steps 3 --check"
+  rc=0
+  "$mpirun" "${mpiflags[@]}" -np 1 "$work/app/train_mlp_gpu" --steps 3 --check || rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || fail "train_mlp_gpu on 1 rank: exit $rc"
+fi
 
 step "find_package versions and components"
 components() {  # components VERSION COMPONENTS -> configure log in $work/comp.log, status

@@ -91,9 +91,9 @@ TEST(MlpExample, ReferenceTrains) {
 }
 
 TEST(MlpExample, RelativeErrorIsScaledPerTensor) {
-  EXPECT_DOUBLE_EQ(mlp::maxRelativeError({{1, 2}, {10}}, {{1, 2}, {10}}), 0.0);
-  EXPECT_NEAR(mlp::maxRelativeError({{1, 2.5f}}, {{1, 2}}), 0.25, 1e-12);
-  EXPECT_TRUE(std::isinf(mlp::maxRelativeError({{1}}, {{1, 2}})));
+  EXPECT_DOUBLE_EQ(examples::maxRelativeError({{1, 2}, {10}}, {{1, 2}, {10}}), 0.0);
+  EXPECT_NEAR(examples::maxRelativeError({{1, 2.5f}}, {{1, 2}}), 0.25, 1e-12);
+  EXPECT_TRUE(std::isinf(examples::maxRelativeError({{1}}, {{1, 2}})));
 }
 
 }  // namespace
@@ -108,7 +108,7 @@ TEST(MeshGradReduction, EightRanksTwoByTwoWithReplicas) {
   ASSERT_TRUE(layout.ok());
   hsdp::MeshShape shape{8, 2, 4, 2, 2};
   using Groups = std::vector<std::vector<int>>;
-  mlp::GradReduction hier = mlp::meshGradReduction(*layout, shape, /*hierarchical=*/true);
+  examples::GradReduction hier = examples::meshGradReduction(*layout, shape, /*hierarchical=*/true);
   EXPECT_EQ(hier.ranks, 8);
   ASSERT_EQ(hier.levels.size(), 3u);
   EXPECT_EQ(hier.levels[0].groups, (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));  // intra
@@ -118,7 +118,8 @@ TEST(MeshGradReduction, EightRanksTwoByTwoWithReplicas) {
   EXPECT_EQ(hier.levels[2].groups, (Groups{{0, 2}, {4, 6}, {1, 3}, {5, 7}}));
   EXPECT_FALSE(hier.levels[2].bf16);
 
-  mlp::GradReduction flat = mlp::meshGradReduction(*layout, shape, /*hierarchical=*/false);
+  examples::GradReduction flat =
+      examples::meshGradReduction(*layout, shape, /*hierarchical=*/false);
   ASSERT_EQ(flat.levels.size(), 2u);
   // Shard group of replica 0: shard 0 = rank 0, 1 = rank 4 (node 1), 2 = rank 1, 3 = rank 5.
   EXPECT_EQ(flat.levels[0].groups, (Groups{{0, 4, 1, 5}, {2, 6, 3, 7}}));

@@ -1,9 +1,9 @@
-#include "mlp/checkpointing.h"
+#include "common/checkpointing.h"
 
 #include <cstdio>
 #include <string>
 
-namespace mlp {
+namespace examples {
 namespace {
 
 void printSaved(const hsdp::Comm& world, const hsdp::SaveResult& r) {
@@ -16,18 +16,16 @@ void printSaved(const hsdp::Comm& world, const hsdp::SaveResult& r) {
   std::fflush(stdout);
 }
 
-int last_saved = -1;  // the step of this run's last save into --save-dir
-
 // One line per optimizer setting where the checkpoint's differs from the flags' (rank 0).
-void printDifferences(const hsdp::LoadResult& r, const hsdp::AdamConfig& flags, const Options& opt,
-                      const RestoreHints& hints) {
-  const bool from_ckpt = opt.optimizer_from == "checkpoint";
+void printDifferences(const hsdp::LoadResult& r, const hsdp::AdamConfig& flags,
+                      const std::string& optimizer_from, const RestoreHints& hints) {
+  const bool from_ckpt = optimizer_from == "checkpoint";
   auto line = [&](const char* setting, const std::string& saved, const char* flag,
                   const std::string& configured) {
     const std::string theirs = flag ? std::string(flag) : std::string("the configured ") + setting;
     std::printf("resume: checkpoint %s %s differs from %s %s; using %s (--optimizer-from %s)\n",
                 setting, saved.c_str(), theirs.c_str(), configured.c_str(),
-                from_ckpt ? "the checkpoint's" : theirs.c_str(), opt.optimizer_from.c_str());
+                from_ckpt ? "the checkpoint's" : theirs.c_str(), optimizer_from.c_str());
   };
   auto num = [](double v) {
     char buf[32];
@@ -60,25 +58,25 @@ void printDifferences(const hsdp::LoadResult& r, const hsdp::AdamConfig& flags, 
 
 }  // namespace
 
-hsdp::StatusOr<int> restore(const char* program, hsdp::Comm& world, hsdp::ShardedModel& model,
-                            const Options& opt, const RestoreHints& hints) {
-  if (!opt.init_from.empty()) {
-    HSDP_RETURN_IF_ERROR(model.loadWeights(opt.init_from));
-    if (world.rank() == 0) std::printf("initialised from %s\n", opt.init_from.c_str());
+hsdp::StatusOr<int> Checkpoints::restore(int steps, const RestoreHints& hints) {
+  if (!flags_.init_from.empty()) {
+    HSDP_RETURN_IF_ERROR(model_.loadWeights(flags_.init_from));
+    if (world_.rank() == 0) std::printf("initialised from %s\n", flags_.init_from.c_str());
   }
-  if (opt.resume.empty()) return 0;
-  const std::string path = opt.resume == "latest" ? opt.save_dir : opt.resume;
-  const hsdp::AdamConfig flags = model.config().adam;  // what the flags configured
+  if (flags_.resume.empty()) return 0;
+  const std::string path = flags_.resume == "latest" ? flags_.save_dir : flags_.resume;
+  const hsdp::AdamConfig configured = model_.config().adam;  // what the flags configured
   hsdp::LoadOptions lo;
-  lo.optimizer_from = opt.optimizer_from == "flags" ? hsdp::OptimizerFrom::kConfig
-                                                    : hsdp::OptimizerFrom::kCheckpoint;
-  HSDP_ASSIGN_OR_RETURN(hsdp::LoadResult r, model.load(path, lo));
-  if (world.rank() == 0) printDifferences(r, flags, opt, hints);
-  if (opt.resume == "latest" || opt.resume == opt.save_dir) last_saved = static_cast<int>(r.step);
-  if (r.step > opt.steps)
+  lo.optimizer_from = flags_.optimizer_from == "flags" ? hsdp::OptimizerFrom::kConfig
+                                                       : hsdp::OptimizerFrom::kCheckpoint;
+  HSDP_ASSIGN_OR_RETURN(hsdp::LoadResult r, model_.load(path, lo));
+  if (world_.rank() == 0) printDifferences(r, configured, flags_.optimizer_from, hints);
+  if (flags_.resume == "latest" || flags_.resume == flags_.save_dir)
+    last_saved_ = static_cast<int>(r.step);
+  if (r.step > steps)
     return hsdp::invalidArgument("--resume: the checkpoint is at step ", r.step, ", past --steps ",
-                                 opt.steps, " (--steps counts the total)");
-  if (world.rank() == 0) {
+                                 steps, " (--steps counts the total)");
+  if (world_.rank() == 0) {
     std::printf("resumed from %s at step %lld (%.2f MiB read by rank 0 in %.3f s)\n", r.dir.c_str(),
                 static_cast<long long>(r.step), r.bytes_read / 1048576.0, r.seconds);
     std::fflush(stdout);
@@ -86,43 +84,43 @@ hsdp::StatusOr<int> restore(const char* program, hsdp::Comm& world, hsdp::Sharde
   return static_cast<int>(r.step);
 }
 
-hsdp::Status afterStep(hsdp::Comm& world, hsdp::ShardedModel& model, const Options& opt,
-                       int steps_done, bool last) {
-  if (opt.save_dir.empty()) return hsdp::okStatus();
-  const bool due = (opt.save_every > 0 && steps_done % opt.save_every == 0) || last;
-  if (!due || steps_done == last_saved) return hsdp::okStatus();
+hsdp::Status Checkpoints::afterStep(int steps_done, bool last) {
+  if (flags_.save_dir.empty()) return hsdp::okStatus();
+  const bool due = (flags_.save_every > 0 && steps_done % flags_.save_every == 0) || last;
+  if (!due || steps_done == last_saved_) return hsdp::okStatus();
   hsdp::SaveOptions so;
-  so.keep_last = opt.keep;
+  so.keep_last = flags_.keep;
   so.user["train_mlp.next_step"] = std::to_string(steps_done);  // the data position
-  so.user["train_mlp.seed"] = std::to_string(opt.seed);
-  last_saved = steps_done;
-  if (!opt.async_save) {
-    HSDP_ASSIGN_OR_RETURN(hsdp::SaveResult r, model.save(opt.save_dir, so));
-    printSaved(world, r);
+  so.user["train_mlp.seed"] = std::to_string(seed_);
+  last_saved_ = steps_done;
+  if (!flags_.async_save) {
+    HSDP_ASSIGN_OR_RETURN(hsdp::SaveResult r, model_.save(flags_.save_dir, so));
+    printSaved(world_, r);
     return hsdp::okStatus();
   }
-  if (model.saveInFlight()) {
-    HSDP_ASSIGN_OR_RETURN(hsdp::SaveResult r, model.waitForSave());
-    printSaved(world, r);
+  if (model_.saveInFlight()) {
+    HSDP_ASSIGN_OR_RETURN(hsdp::SaveResult r, model_.waitForSave());
+    printSaved(world_, r);
   }
-  HSDP_RETURN_IF_ERROR(model.saveAsync(opt.save_dir, so));
-  if (world.rank() == 0) {
+  HSDP_RETURN_IF_ERROR(model_.saveAsync(flags_.save_dir, so));
+  if (world_.rank() == 0) {
     std::printf("checkpoint of step %d: writing in the background\n", steps_done);
     std::fflush(stdout);
   }
   return hsdp::okStatus();
 }
 
-hsdp::Status finishCheckpoints(hsdp::Comm& world, hsdp::ShardedModel& model, const Options& opt) {
-  if (model.saveInFlight()) {
-    HSDP_ASSIGN_OR_RETURN(hsdp::SaveResult r, model.waitForSave());
-    printSaved(world, r);
+hsdp::Status Checkpoints::finish() {
+  if (model_.saveInFlight()) {
+    HSDP_ASSIGN_OR_RETURN(hsdp::SaveResult r, model_.waitForSave());
+    printSaved(world_, r);
   }
-  if (opt.export_path.empty()) return hsdp::okStatus();
-  HSDP_ASSIGN_OR_RETURN(std::vector<std::string> files, model.exportSafetensors(opt.export_path));
-  if (world.rank() == 0)
+  if (flags_.export_path.empty()) return hsdp::okStatus();
+  HSDP_ASSIGN_OR_RETURN(std::vector<std::string> files,
+                        model_.exportSafetensors(flags_.export_path));
+  if (world_.rank() == 0)
     for (const std::string& f : files) std::printf("exported %s\n", f.c_str());
   return hsdp::okStatus();
 }
 
-}  // namespace mlp
+}  // namespace examples

@@ -4,9 +4,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "mlp/options.h"
+#include "common/options.h"
 
-namespace mlp {
+namespace examples {
 
 // Largest --batch and --accum (a batch sizes every rank's activations; accum x ranks divides it),
 // and largest shard factor: documented maxima, so no value can size memory or a loop unbounded.
@@ -15,24 +15,20 @@ constexpr int kMaxRanks = 1 << 20;
 
 // Numeric flags both examples share, parsed by tools/cli.h (range-checked, named as written):
 // --intra-shard --inter-shard (>= 1 when given), --steps (>= 0), --batch --accum (1..kMaxBatch),
-// --clip-norm (>= 0), --max-gathered (>= 0); --lr --weight-decay (>= 0, finite), --eps (> 0);
-// --tolerance (>= 0, finite).
+// --clip-norm (>= 0), --max-gathered (>= 0), --allow-nonfinite; --lr --weight-decay (>= 0,
+// finite), --eps (> 0); --tolerance (>= 0, finite).
 void addShardFlags(CLI::App& app, Options& opt, const char* intra_help, const char* inter_help);
 void addStepFlags(CLI::App& app, Options& opt, const char* batch_help, const char* accum_help);
 void addOptimizerFlags(CLI::App& app, Options& opt, const char* lr_help, const char* wd_help);
 void addToleranceFlag(CLI::App& app, Options& opt);
-// A loss (the mean over the ranks) or global gradient norm that is not finite stops the run at
-// that step with an error on every rank (the same verdict everywhere: both values are global),
-// unless --allow-nonfinite. The error's code is kOutOfRange: exit 3, every rank returns.
-[[nodiscard]] hsdp::Status checkFinite(bool allow_nonfinite, int step, double mean_loss,
-                                       double grad_norm);
 // After parsing: without --tolerance, a run with bf16 parameters or reductions checks against
 // kBf16Tolerance (bf16 rounds to 8 bits of mantissa; the fp32 default cannot pass).
 constexpr double kBf16Tolerance = 1e-2;
 void applyBf16Tolerance(const CLI::App& app, Options& opt);
 
-// --save-dir, --save-every, --async-save, --keep, --resume, --export, --init-from
-// (mlp/checkpointing.h carries them out; configure() checks how they combine).
-void addCheckpointFlags(CLI::App& app, Options& opt);
+// --save-dir, --save-every, --async-save, --keep, --resume, --export, --init-from,
+// --optimizer-from (common/checkpointing.h carries them out; configure() checks how they
+// combine).
+void addCheckpointFlags(CLI::App& app, CheckpointFlags& flags);
 
-}  // namespace mlp
+}  // namespace examples

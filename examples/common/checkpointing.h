@@ -1,0 +1,74 @@
+// The examples' checkpoint flags (--save-dir, --save-every, --async-save, --keep, --resume,
+// --export, --init-from, --optimizer-from) on the library's calls (hsdp/checkpoint.h): restore
+// before the first step, save after steps, wait and export at the end. Rank 0 prints one line per
+// save:
+//   checkpoint step-00000004: 1.53 MiB in 0.021 s (72.9 MiB/s) -> DIR/step-00000004
+// and, with --async-save, the snapshot time when the save starts.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "hsdp/sharded_model.h"
+#include "hsdp/status.h"
+#include "hsdp/transport.h"
+
+namespace examples {
+
+struct CheckpointFlags {
+  std::string save_dir;
+  int save_every = 0;  // 0: save after the last step only
+  bool async_save = false;
+  int keep = 0;        // keep_last; 0 keeps all
+  std::string resume;  // a checkpoint directory, a root with `latest`, or "latest" (--save-dir)
+  std::string export_path;
+  std::string init_from;
+  // --optimizer-from checkpoint|flags: whose optimizer settings a resumed run uses
+  // (hsdp::LoadOptions::optimizer_from).
+  std::string optimizer_from = "checkpoint";
+};
+
+// What restore() needs to know of a program's optimizer flags to compare them with a checkpoint.
+struct RestoreHints {
+  // The rate the run gives step s when a schedule sets it every step (train_gpt); empty: the
+  // rate is --lr (the checkpoint's, if --optimizer-from checkpoint, from the resumed step on).
+  std::function<float(int64_t step)> lr_at;
+  bool beta2_flag = false;  // the program has --beta2
+};
+
+// One run's checkpoints: the flags, and the step of the run's last save into --save-dir (a
+// resumed run does not save the step it resumed at again).
+class Checkpoints {
+ public:
+  // `seed` is recorded in every save beside the data position (the batches are functions of
+  // seed and step).
+  Checkpoints(hsdp::Comm& world, hsdp::ShardedModel& model, const CheckpointFlags& flags,
+              uint64_t seed)
+      : world_(world), model_(model), flags_(flags), seed_(seed) {}
+
+  // --init-from (loadWeights) then --resume (load); returns the first step to train: the
+  // checkpoint's step (0 without --resume). Errors (a missing or corrupt checkpoint, another
+  // model, invalid optimizer settings in it, a checkpoint past `steps`) are the same on every
+  // rank. --optimizer-from says whose optimizer settings the run goes on with; rank 0 prints one
+  // line per setting where the checkpoint's differs from the flags', e.g.
+  //   resume: checkpoint lr 0.001 differs from --lr 0.0003; using the checkpoint's
+  //   (--optimizer-from checkpoint)
+  [[nodiscard]] hsdp::StatusOr<int> restore(int steps, const RestoreHints& hints = {});
+
+  // After the optimizer step that made `steps_done` steps: saves every --save-every steps, and
+  // after the last one.
+  [[nodiscard]] hsdp::Status afterStep(int steps_done, bool last);
+
+  // Waits for a save in flight, then --export.
+  [[nodiscard]] hsdp::Status finish();
+
+ private:
+  hsdp::Comm& world_;
+  hsdp::ShardedModel& model_;
+  const CheckpointFlags& flags_;
+  uint64_t seed_;
+  int last_saved_ = -1;
+};
+
+}  // namespace examples

@@ -1,0 +1,35 @@
+// What every example prints alike: the node map, the offload summary, and the per-rank memory
+// table beside hsdp-plan's prediction. Each program's own header and per-step row are its own
+// (mlp/options.h, gpt/report.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hsdp/config.h"
+#include "hsdp/mesh.h"
+#include "hsdp/sharded_model.h"
+#include "hsdp/status.h"
+#include "hsdp/transport.h"
+
+namespace examples {
+
+// The header's first two lines (the caller prints them on rank 0 only):
+//   hsdp <program>: <n> ranks on <k> [virtual ]nodes (<names>)
+//   mesh: <Mesh::describe()>
+void printNodeMap(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh);
+
+// With CPU offload, rank 0 prints how much CPU Adam time per step the run spent and how much of
+// it step() waited for (the totals of ShardedModel::takeOptimizerSeconds over `steps` steps).
+void printOffloadSummary(const hsdp::Comm& world, const hsdp::EngineConfig& cfg, int steps,
+                         double optim_total_s, double optim_exposed_s);
+
+// Collective over `world`: the per-rank memory table, hsdp-plan's prediction beside rank 0's
+// measurement (fp32 policy), and the saving against replicated data parallel. unit_numels holds
+// each unit's parameter count (the plan's units; their sum is the model's size).
+[[nodiscard]] hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh,
+                                       const hsdp::ShardedModel& model,
+                                       const std::vector<uint64_t>& unit_numels,
+                                       const hsdp::EngineConfig& cfg);
+
+}  // namespace examples
