@@ -170,7 +170,7 @@ Status ShardedModel::finalize() {
   // The encoded master starts current (zeros, or what setParameter/load write next).
   for (Unit& u : m.units) HSDP_RETURN_IF_ERROR(m.refreshEncoded(u));
   if (m.bf16Params() || m.bf16Reduce()) {
-    HSDP_RETURN_IF_ERROR(m.pool16.init(m.space.get(), max_padded * sizeof(bf16), 4));
+    HSDP_RETURN_IF_ERROR(m.blocks.pool16.init(m.space.get(), max_padded * sizeof(bf16), 4));
   }
   if (m.shards > 1) {
     // zero3: four blocks: in backward the current unit's parameters, the prefetched next unit's,
@@ -179,10 +179,10 @@ Status ShardedModel::finalize() {
     const int blocks = m.cfg.mode == ShardMode::kZero3   ? 4
                        : m.cfg.mode == ShardMode::kZero2 ? 2
                                                          : 0;
-    HSDP_RETURN_IF_ERROR(m.pool.init(m.space.get(), max_padded * sizeof(float), blocks));
+    HSDP_RETURN_IF_ERROR(m.blocks.pool.init(m.space.get(), max_padded * sizeof(float), blocks));
   }
   HSDP_RETURN_IF_ERROR(m.coll->reserve(max_shard, m.bf16Params() || m.bf16Reduce()));
-  m.post_step.reserve(m.units.size());
+  m.coll->group().reserve(m.units.size());
   m.finalized = true;
   HSDP_INFO(kShard, "finalized ", m.units.size(), " units, mode ", shardModeName(m.cfg.mode),
             ", device ", deviceName(m.cfg.device), ", shard group ", m.shards, ", largest unit ",
@@ -210,8 +210,8 @@ MemoryReport ShardedModel::memoryReport() const {
     // The encoded wires' per-unit state counts as communication memory.
     r.comm_bytes += u.encoded_shard.size() + u.grad_residual.size() + u.replica_residual.size();
   }
-  r.gathered_peak_bytes = m.pool.peakBytes();
-  r.gathered_capacity_bytes = m.pool.capacityBytes();
+  r.gathered_peak_bytes = m.blocks.pool.peakBytes();
+  r.gathered_capacity_bytes = m.blocks.pool.capacityBytes();
   r.comm_bytes += m.coll->scratchBytes();
   return r;
 }

@@ -33,7 +33,7 @@ Status ShardedModel::Impl::ensureGrad(Unit& u, const char* verb, std::string_vie
     g.full = u.full_grad_buf.as<float>();
     HSDP_RETURN_IF_ERROR(space->zero(g.full, u.full_grad_buf.size(), Lane::kCompute));
   } else {
-    HSDP_ASSIGN_OR_RETURN(void* block, pool.acquire(/*zero=*/true));
+    HSDP_ASSIGN_OR_RETURN(void* block, blocks.pool.acquire(/*zero=*/true));
     g.full = static_cast<float*>(block);
   }
   return transition(u.name, g.state, GradState::kAccumulating, who, from);
@@ -51,11 +51,11 @@ Status ShardedModel::Impl::pollReductions(bool block) {
         // On a device this orders the reduce lane after the scatter and is true at once.
         HSDP_ASSIGN_OR_RETURN(bool done, space->reached(p.scatter, Lane::kReduce, block));
         if (!done) break;  // later ones start their all-reduce after this one: keep order
-        if (pooledGrads()) HSDP_RETURN_IF_ERROR(pool.release(u.grads.full, Lane::kReduce));
+        if (pooledGrads()) HSDP_RETURN_IF_ERROR(blocks.pool.release(u.grads.full, Lane::kReduce));
         if (u.grads.block16 != nullptr) {  // bf16 reduce: upcast the shard, free the wire copy
           HSDP_RETURN_IF_ERROR(space->castToFloat(u.grad16.as<bf16>(), u.grad_shard.as<float>(),
                                                   u.layout.shardNumel(), Lane::kReduce));
-          HSDP_RETURN_IF_ERROR(pool16.release(u.grads.block16, Lane::kReduce));
+          HSDP_RETURN_IF_ERROR(blocks.pool16.release(u.grads.block16, Lane::kReduce));
           u.grads.block16 = nullptr;
         }
       }
@@ -127,7 +127,7 @@ Status ShardedModel::reduceGrad(int unit) {
         return m.coll->reduceScatter(u.grads.full, u.grad_shard.data(), u.layout.shardNumel(),
                                      DType::kFloat32, u.grad_residual.as<float>());
       // Round the whole gradient to bf16 and reduce 2-byte data.
-      HSDP_ASSIGN_OR_RETURN(u.grads.block16, m.pool16.acquire(/*zero=*/false));
+      HSDP_ASSIGN_OR_RETURN(u.grads.block16, m.blocks.pool16.acquire(/*zero=*/false));
       bf16* g16 = static_cast<bf16*>(u.grads.block16);
       HSDP_RETURN_IF_ERROR(
           m.space->castToBf16(u.grads.full, g16, u.layout.paddedNumel(), Lane::kCompute));

@@ -269,7 +269,7 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
     const void* src = m.shards == 1 ? u.param_shard.data() : u.full_params.data();
     return m.space->copyToHost(out->data(), src, u.layout.numel() * sizeof(float));
   }
-  HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/false));
+  HSDP_ASSIGN_OR_RETURN(void* block, m.blocks.pool.acquire(/*zero=*/false));
   // The fp32 masters (with bf16 parameters the gathered compute copies are roundings; an
   // int8/int4 parameter wire is bypassed: this gather is exact).
   watchdog::Label label(u.name, "shard group");
@@ -279,7 +279,7 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
                  ? m.space->reached(*w, Lane::kCompute, /*block=*/true, /*exposed=*/false).status()
                  : w.status();
   if (s.ok()) s = m.space->copyToHost(out->data(), block, u.layout.numel() * sizeof(float));
-  HSDP_RETURN_IF_ERROR(m.pool.release(block));
+  HSDP_RETURN_IF_ERROR(m.blocks.pool.release(block));
   return s;
 }
 

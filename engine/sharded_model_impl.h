@@ -8,6 +8,10 @@
 //   step.cc             step(): clipping, Adam per decay span, CPU offload, post-step gathers
 //   checkpoint/save.cc  save / saveAsync / waitForSave: snapshot, background writer, commit
 //   checkpoint/load.cc  load / loadWeights: reading pieces, installing them into the shards
+// and the owners they stand on:
+//   unit_state.h        a unit's parameter and gradient state machines, checked in one place
+//   unit_collectives.h  every gather and reduction of a unit, and the route each takes
+//   optimizer_step.h    the CPU Adam, offload's worker and NUMA placement, the gradient norm
 // The fields are grouped by who owns them; each group says which file writes it.
 #pragma once
 
@@ -81,27 +85,28 @@ struct PendingReduce {
   bool scatter_done = false;
 };
 
-// zero1/zero2's gathers of the updated parameters after step(), one per unit: reused every step
-// (no allocation once grown).
-struct PostStepGathers {
-  std::vector<CollectiveOp> ops;
-  std::vector<std::string_view> labels;  // the unit of each, named for the watchdog
-  std::vector<int> units;                // the unit of each
-  std::vector<void*> blocks16;           // bf16 parameters: the pool block of each
-  void reserve(size_t n) {
-    ops.reserve(n);
-    labels.reserve(n);
-    units.reserve(n);
-    blocks16.reserve(n);
-  }
-};
-
 // One piece of copyOutParams / copyInGrads as checkTensors planned it.
 struct PlannedCopy {
   float* user;    // the caller's tensor
   size_t offset;  // of its parameter in the flat buffer
   size_t n;
   size_t k;  // index in the caller's list, for messages
+};
+
+// copyOutParams / copyInGrads scratch (unshard.cc), reused: no allocation once grown.
+struct CopyScratch {
+  std::vector<PlannedCopy> plan;
+  std::vector<CopyPiece> pieces;
+  std::vector<char> seen;  // per parameter of the unit: named by a tensor already
+};
+
+// The full-size blocks gathered parameters and full gradients live in while a unit is
+// unsharded or its gradient written, and the rate limiter's count of them (unshard.cc).
+struct Blocks {
+  BufferPool pool;           // fp32: gathered parameters, full gradients
+  BufferPool pool16;         // bf16: gathered parameters, gradients on the wire
+  int gathered_alive = 0;    // zero3 units holding a gathered block
+  std::deque<int> deferred;  // rate-limited unshard() calls (Deferred units), in call order
 };
 
 // EngineConfig::clip_norm's check (finite, >= 0): create() and load (a checkpoint's) use it.
@@ -137,21 +142,14 @@ struct ShardedModel::Impl {
   std::unique_ptr<engine::OptimizerStep> opt;
 
   // ---- the gather path (unshard.cc) ----
-  BufferPool pool;           // fp32 full-size blocks: gathered parameters, full gradients
-  BufferPool pool16;         // bf16 full-size blocks: gathered parameters, gradients on the wire
-  int gathered_alive = 0;    // zero3 units holding a gathered block
-  std::deque<int> deferred;  // rate-limited unshard() calls, in call order
-  // copyOutParams / copyInGrads scratch, reused: no allocation once grown.
-  std::vector<engine::PlannedCopy> copy_plan;
-  std::vector<CopyPiece> copy_pieces;
-  std::vector<char> copy_seen;
+  engine::Blocks blocks;
+  engine::CopyScratch copies;
 
   // ---- the gradient path (reduce.cc) ----
   std::deque<engine::PendingReduce> pending;
 
   // ---- the optimizer step (step.cc) ----
   int64_t step = 0;
-  engine::PostStepGathers post_step;
 
   // ---- checkpoints (checkpoint/save.cc, checkpoint/load.cc) ----
   // Declared last: destroyed first, so the writer thread is joined while everything it may

@@ -115,11 +115,8 @@ float ShardedModel::learningRate() const { return impl_->cfg.adam.lr; }
 // place, all units together: several buffers that move at once, so one group (on a device one
 // fused NCCL launch instead of a launch per unit). Frozen units did not change in a step.
 Status ShardedModel::Impl::gatherReplicated(bool frozen_too) {
-  engine::PostStepGathers& g = post_step;
-  g.ops.clear();
-  g.labels.clear();
-  g.units.clear();
-  g.blocks16.clear();
+  engine::UnitCollectives::Group& g = coll->group();
+  g.clear();
   for (size_t k = 0; k < units.size(); ++k) {
     Unit& u = units[k];
     if (u.frozen && !frozen_too) continue;
@@ -127,14 +124,14 @@ Status ShardedModel::Impl::gatherReplicated(bool frozen_too) {
     g.units.push_back(static_cast<int>(k));
     g.labels.push_back(u.name);
     if (bf16Params()) {  // bf16 on the wire, upcast into the fp32 compute copy below
-      HSDP_ASSIGN_OR_RETURN(void* b16, pool16.acquire(/*zero=*/false));
+      HSDP_ASSIGN_OR_RETURN(void* b16, blocks.pool16.acquire(/*zero=*/false));
       g.blocks16.push_back(b16);
       g.ops.push_back(CollectiveOp::allGather(u.shard16.data(), b16, n, DType::kBFloat16));
     } else {
       g.ops.push_back(CollectiveOp::allGather(master(u), u.full_params.data(), n, DType::kFloat32));
     }
   }
-  HSDP_ASSIGN_OR_RETURN(WorkHandle gathers, coll->gatherGroup(g.ops, g.labels));
+  HSDP_ASSIGN_OR_RETURN(WorkHandle gathers, coll->gatherGroup());
   // On a device the compute stream waits for them: step() returns without the host waiting.
   watchdog::WaitScope wait("step: parameter all-gathers");
   HSDP_RETURN_IF_ERROR(blockOn(gathers).withContext("parameter all-gathers after the step"));
@@ -145,7 +142,7 @@ Status ShardedModel::Impl::gatherReplicated(bool frozen_too) {
     HSDP_RETURN_IF_ERROR(space->castToFloat(static_cast<const bf16*>(g.blocks16[k]),
                                             u.full_params.as<float>(), u.layout.paddedNumel(),
                                             Lane::kCompute));
-    HSDP_RETURN_IF_ERROR(pool16.release(g.blocks16[k]));
+    HSDP_RETURN_IF_ERROR(blocks.pool16.release(g.blocks16[k]));
   }
   return okStatus();
 }

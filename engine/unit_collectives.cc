@@ -89,8 +89,22 @@ StatusOr<WorkHandle> UnitCollectives::gatherNodeBlock(const void* block, float* 
   return space_.iallGather(mesh_.intraShard(), block, full, count, DType::kFloat32);
 }
 
-StatusOr<WorkHandle> UnitCollectives::gatherGroup(std::span<const CollectiveOp> ops,
-                                                  std::span<const std::string_view> labels) {
+void UnitCollectives::Group::clear() {
+  ops.clear();
+  labels.clear();
+  units.clear();
+  blocks16.clear();
+}
+
+void UnitCollectives::Group::reserve(size_t n) {
+  ops.reserve(n);
+  labels.reserve(n);
+  units.reserve(n);
+  blocks16.reserve(n);
+}
+
+StatusOr<WorkHandle> UnitCollectives::gatherGroup() {
+  const std::vector<CollectiveOp>& ops = group_.ops;
   if (!opt_.hierarchical) {
     watchdog::Label label("parameters after step", "shard group");
     return space_.igroup(mesh_.shardGroup(), ops);
@@ -99,7 +113,7 @@ StatusOr<WorkHandle> UnitCollectives::gatherGroup(std::span<const CollectiveOp> 
   works.reserve(ops.size());
   for (size_t k = 0; k < ops.size(); ++k) {
     const CollectiveOp& o = ops[k];
-    watchdog::Label label(labels[k], "shard group");
+    watchdog::Label label(group_.labels[k], "shard group");
     HSDP_ASSIGN_OR_RETURN(WorkHandle w, hier_->iallGather(o.send, o.recv, o.count, o.dtype));
     works.push_back(std::move(w));
   }

@@ -62,11 +62,20 @@ class UnitCollectives {
   StatusOr<WorkHandle> gatherEncoded(const void* codes, float* full, size_t count);
   // hpZ: the node blocks of `count` elements, re-gathered inside the node only.
   StatusOr<WorkHandle> gatherNodeBlock(const void* block, float* full, size_t count);
-  // The all-gathers that move together after a step (zero1/zero2), as one Work: `labels[k]`
-  // names op k's unit in the watchdog. The host schedules keep them all in flight (pipelined in
-  // start order); otherwise one group (on a device one fused NCCL launch).
-  StatusOr<WorkHandle> gatherGroup(std::span<const CollectiveOp> ops,
-                                   std::span<const std::string_view> labels);
+  // zero1/zero2's gathers of the updated parameters after step(), one per unit, filled by the
+  // caller (clear(), then one entry per unit); reused every step: no allocation once grown.
+  struct Group {
+    std::vector<CollectiveOp> ops;
+    std::vector<std::string_view> labels;  // the unit of each, named for the watchdog
+    std::vector<int> units;                // the unit of each
+    std::vector<void*> blocks16;           // bf16 parameters: the pool block of each
+    void clear();
+    void reserve(size_t n);
+  };
+  Group& group() { return group_; }
+  // The group's all-gathers, as one Work. The host schedules keep them all in flight
+  // (pipelined in start order); otherwise one group (on a device one fused NCCL launch).
+  StatusOr<WorkHandle> gatherGroup();
 
   // ---- gradients ----
   // `full` -> this rank's `shard` (count elements), averaged over the shard group; `residual`:
@@ -90,6 +99,7 @@ class UnitCollectives {
   // over the data-parallel communicator split by node; built by finalize().
   std::unique_ptr<Comm> replica_intra_, replica_inter_;
   std::unique_ptr<HierarchicalCollectives> replica_;
+  Group group_;
 };
 
 }  // namespace hsdp::engine

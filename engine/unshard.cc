@@ -22,7 +22,7 @@ constexpr std::string_view kGatheredHint = "unshard first, then waitForUnshard";
 Status ShardedModel::Impl::issueGather(Unit& u, std::string_view verb) {
   ParamLifecycle& p = u.params;
   const bool node_block = p.rest == ParamState::kNodeBlockKept;
-  HSDP_ASSIGN_OR_RETURN(void* block, pool.acquire(/*zero=*/false));
+  HSDP_ASSIGN_OR_RETURN(void* block, blocks.pool.acquire(/*zero=*/false));
   p.full = static_cast<float*>(block);
   // The unit's name goes into the fingerprints of the collectives below.
   watchdog::Label label(u.name, node_block ? "hpZ node group" : "shard group");
@@ -33,14 +33,14 @@ Status ShardedModel::Impl::issueGather(Unit& u, std::string_view verb) {
     if (encodedParams())  // int8/int4 across nodes: the encoded master, decoded here
       return coll->gatherEncoded(u.encoded_shard.data(), p.full, u.layout.shardNumel());
     if (bf16Params()) {  // 2 bytes on the wire; upcast in waitForUnshard
-      HSDP_ASSIGN_OR_RETURN(p.block16, pool16.acquire(/*zero=*/false));
+      HSDP_ASSIGN_OR_RETURN(p.block16, blocks.pool16.acquire(/*zero=*/false));
       return coll->gather(u.shard16.data(), p.block16, u.layout.shardNumel(), DType::kBFloat16);
     }
     return coll->gather(u.param_shard.as<float>(), p.full, u.layout.shardNumel(), DType::kFloat32);
   }();
   if (!w.ok()) return w.status().withContext(strCat("all-gather of unit '", u.name, "'"));
   p.work = std::move(*w);
-  ++gathered_alive;
+  ++blocks.gathered_alive;
   // A gather that left nothing in flight (no work, no bf16 block to upcast) is readable now.
   const ParamState to =
       p.work || p.block16 != nullptr ? ParamState::kGathering : ParamState::kGathered;
@@ -50,9 +50,9 @@ Status ShardedModel::Impl::issueGather(Unit& u, std::string_view verb) {
 
 // Issues deferred gathers, oldest first, while the limit allows.
 Status ShardedModel::Impl::issueDeferred() {
-  while (!deferred.empty() && gathered_alive < cfg.max_gathered_units) {
-    Unit& u = units[deferred.front()];
-    deferred.pop_front();
+  while (!blocks.deferred.empty() && blocks.gathered_alive < cfg.max_gathered_units) {
+    Unit& u = units[blocks.deferred.front()];
+    blocks.deferred.pop_front();
     HSDP_RETURN_IF_ERROR(issueGather(u, "unshard (deferred)"));
   }
   return okStatus();
@@ -60,13 +60,13 @@ Status ShardedModel::Impl::issueDeferred() {
 
 // copyOutParams / copyInGrads, in two steps so that copy-in can check everything before it
 // takes (and zeroes) the gradient buffer. checkTensors: every tensor against unit u's layout
-// and the memory space, into copy_plan; copy-out writes all of them at once, so they must not
+// and the memory space, into copies.plan; copy-out writes all of them at once, so they must not
 // overlap one another (copy-in only reads them, into disjoint parameter slices; a tensor
 // shared by tied parameters is fine).
 Status ShardedModel::Impl::checkTensors(Unit& u, std::span<const TensorRef> tensors,
                                         const char* verb, bool into_flat) {
-  copy_plan.clear();
-  copy_seen.assign(u.layout.params().size(), 0);
+  copies.plan.clear();
+  copies.seen.assign(u.layout.params().size(), 0);
   for (size_t k = 0; k < tensors.size(); ++k) {
     const TensorRef& t = tensors[k];
     auto bad = [&](auto&&... what) {
@@ -76,21 +76,21 @@ Status ShardedModel::Impl::checkTensors(Unit& u, std::span<const TensorRef> tens
     if (!i.ok()) return i.status().withContext(strCat(verb, "('", u.name, "'): tensor ", k));
     const ParamSpec& p = u.layout.params()[*i];
     if (t.numel != p.numel()) return bad("holds ", t.numel, " elements, the parameter ", p.numel());
-    if (copy_seen[*i]++) return bad("is given twice");
+    if (copies.seen[*i]++) return bad("is given twice");
     if (t.numel == 0) continue;
     if (t.data == nullptr) return bad("is a null pointer");
     Status where = space->checkPointer(t.data);
     if (!where.ok()) return bad(where.message());
-    copy_plan.push_back({t.data, u.layout.offset(*i), t.numel, k});
+    copies.plan.push_back({t.data, u.layout.offset(*i), t.numel, k});
   }
   std::sort(
-      copy_plan.begin(), copy_plan.end(),
+      copies.plan.begin(), copies.plan.end(),
       [](const engine::PlannedCopy& a, const engine::PlannedCopy& b) { return a.user < b.user; });
-  for (size_t r = 1; r < copy_plan.size() && !into_flat; ++r)
-    if (copy_plan[r].user < copy_plan[r - 1].user + copy_plan[r - 1].n)
+  for (size_t r = 1; r < copies.plan.size() && !into_flat; ++r)
+    if (copies.plan[r].user < copies.plan[r - 1].user + copies.plan[r - 1].n)
       return invalidArgument(verb, "('", u.name, "'): tensors ",
-                             std::min(copy_plan[r - 1].k, copy_plan[r].k), " and ",
-                             std::max(copy_plan[r - 1].k, copy_plan[r].k), " overlap");
+                             std::min(copies.plan[r - 1].k, copies.plan[r].k), " and ",
+                             std::max(copies.plan[r - 1].k, copies.plan[r].k), " overlap");
   return okStatus();
 }
 
@@ -99,16 +99,16 @@ Status ShardedModel::Impl::checkTensors(Unit& u, std::span<const TensorRef> tens
 Status ShardedModel::Impl::runCopies(Unit& u, std::span<const TensorRef> tensors, const char* verb,
                                      float* flat, bool into_flat) {
   const float* flat_end = flat + u.layout.paddedNumel();
-  copy_pieces.clear();
-  for (const engine::PlannedCopy& c : copy_plan) {
+  copies.pieces.clear();
+  for (const engine::PlannedCopy& c : copies.plan) {
     if (c.user < flat_end && flat < c.user + c.n)
       return invalidArgument(verb, "('", u.name, "'): tensor ", c.k, " '", tensors[c.k].name,
                              "' lies inside the unit's own flat buffer (a view from param() "
                              "or grad()): use the view, or a tensor of your own");
     float* f = flat + c.offset;
-    copy_pieces.push_back(into_flat ? CopyPiece{c.user, f, c.n} : CopyPiece{f, c.user, c.n});
+    copies.pieces.push_back(into_flat ? CopyPiece{c.user, f, c.n} : CopyPiece{f, c.user, c.n});
   }
-  return space->batchedCopy(copy_pieces, /*accumulate=*/into_flat, Lane::kCompute);
+  return space->batchedCopy(copies.pieces, /*accumulate=*/into_flat, Lane::kCompute);
 }
 
 Status ShardedModel::unshard(int unit) {
@@ -127,9 +127,9 @@ Status ShardedModel::unshard(int unit) {
     p.full = m.shards == 1 ? u.param_shard.as<float>() : u.full_params.as<float>();
     return transition(u.name, p.state, ParamState::kGathered, "unshard", kSharded);
   }
-  if (m.cfg.max_gathered_units > 0 && m.gathered_alive >= m.cfg.max_gathered_units) {
+  if (m.cfg.max_gathered_units > 0 && m.blocks.gathered_alive >= m.cfg.max_gathered_units) {
     // Rate limit: issue this gather when an earlier unit is resharded (or when waited for).
-    m.deferred.push_back(unit);
+    m.blocks.deferred.push_back(unit);
     return transition(u.name, p.state, ParamState::kDeferred, "unshard", kSharded);
   }
   return m.issueGather(u, "unshard");
@@ -147,7 +147,7 @@ Status ShardedModel::waitForUnshard(int unit) {
   if (p.state == ParamState::kDeferred) {  // waited for before a slot freed up: issue it now
     HSDP_INFO(kShard, "gather of unit '", u.name, "' issued past the limit of ",
               m.cfg.max_gathered_units, " gathered units: it is waited for");
-    m.deferred.erase(std::find(m.deferred.begin(), m.deferred.end(), unit));
+    m.blocks.deferred.erase(std::find(m.blocks.deferred.begin(), m.blocks.deferred.end(), unit));
     HSDP_RETURN_IF_ERROR(m.issueGather(u, "waitForUnshard"));
   }
   if (p.state == ParamState::kGathering) {
@@ -160,7 +160,7 @@ Status ShardedModel::waitForUnshard(int unit) {
     if (p.block16 != nullptr) {  // compute runs in fp32 on the bf16-rounded parameters
       HSDP_RETURN_IF_ERROR(m.space->castToFloat(static_cast<const bf16*>(p.block16), p.full,
                                                 u.layout.paddedNumel(), Lane::kCompute));
-      HSDP_RETURN_IF_ERROR(m.pool16.release(p.block16));
+      HSDP_RETURN_IF_ERROR(m.blocks.pool16.release(p.block16));
       p.block16 = nullptr;
     }
     HSDP_RETURN_IF_ERROR(transition(u.name, p.state, ParamState::kGathered, "waitForUnshard",
@@ -178,7 +178,7 @@ Status ShardedModel::reshard(int unit) {
       ParamState::kDeferred, ParamState::kGathering, ParamState::kGathered};
   HSDP_RETURN_IF_ERROR(require(u.name, p.state, "reshard", kUnsharded, "it is not unsharded"));
   if (p.state == ParamState::kDeferred) {  // never issued: nothing to free, nothing to keep
-    m.deferred.erase(std::find(m.deferred.begin(), m.deferred.end(), unit));
+    m.blocks.deferred.erase(std::find(m.blocks.deferred.begin(), m.blocks.deferred.end(), unit));
     return transition(u.name, p.state, p.rest, "reshard", kUnsharded);
   }
   if (p.work) {  // resharding a unit whose gather is still in flight: let it land first
@@ -187,7 +187,7 @@ Status ShardedModel::reshard(int unit) {
     p.work.reset();
   }
   if (p.block16 != nullptr) {
-    HSDP_RETURN_IF_ERROR(m.pool16.release(p.block16));
+    HSDP_RETURN_IF_ERROR(m.blocks.pool16.release(p.block16));
     p.block16 = nullptr;
   }
   ParamState to = p.rest;
@@ -199,8 +199,8 @@ Status ShardedModel::reshard(int unit) {
     to = ParamState::kNodeBlockKept;
   }
   if (m.shards > 1 && !m.replicatedParams()) {
-    HSDP_RETURN_IF_ERROR(m.pool.release(p.full));
-    --m.gathered_alive;
+    HSDP_RETURN_IF_ERROR(m.blocks.pool.release(p.full));
+    --m.blocks.gathered_alive;
   }
   p.full = nullptr;
   HSDP_RETURN_IF_ERROR(transition(u.name, p.state, to, "reshard", kUnsharded));
