@@ -48,7 +48,8 @@ std::vector<DecaySpan> decaySpans(const FlatLayout& l, int k) {
     const size_t b = std::max(sb, pb), e = std::min(se, pe);
     if (b >= e) continue;
     const bool decay = l.params()[i].weight_decay;
-    if (!spans.empty() && spans.back().decay == decay && spans.back().begin + spans.back().n == b - sb)
+    if (!spans.empty() && spans.back().decay == decay &&
+        spans.back().begin + spans.back().n == b - sb)
       spans.back().n += e - b;
     else
       spans.push_back({b - sb, e - b, decay});
@@ -65,29 +66,12 @@ std::vector<DecaySpan> decaySpans(const FlatLayout& l, int k) {
 
 }  // namespace
 
-// The encoded replica wire: the schedules' encoded all-reduce over the data-parallel
-// communicator split in two levels, the replicas on this node (intra, reduced in fp32) and one
-// per node (inter, where the encoded bytes cross), so that bytes cross nodes once per node as
-// in a hierarchical all-reduce. Collective over that communicator (finalize() is collective);
-// the mesh is uniform, so every node holds as many replicas.
-Status ShardedModel::Impl::createReplicaWire() {
-  Comm& dp = dataParallel();
-  if (*cfg.replica_wire == Wire::kFp32 || dp.size() < 2) return okStatus();
-  const int node = mesh->coords().node;
-  HSDP_ASSIGN_OR_RETURN(replica_intra, dp.split(node, dp.rank()));
-  HSDP_ASSIGN_OR_RETURN(replica_inter, dp.split(replica_intra->rank(), node));
-  HierOptions o;
-  o.allreduce_wire = {*cfg.replica_wire, *cfg.quant_block};
-  replica_coll = std::make_unique<HierarchicalCollectives>(*replica_intra, *replica_inter);
-  return replica_coll->setOptions(o);
-}
-
 // Error feedback buffers of the unit's encoded gradient wires, zeroed once.
 Status ShardedModel::Impl::allocateResiduals(Unit& u) {
   if (!*cfg.grad_error_feedback || u.frozen) return okStatus();
   const size_t n = u.layout.shardNumel();
-  const size_t inter = shards > 1 && hierarchical ? hier_reduce->residualCount(n) : 0;
-  const size_t replica = replica_coll ? replica_coll->allReduceResidualCount(n) : 0;
+  const size_t inter = coll->gradResidualCount(n);
+  const size_t replica = coll->replicaResidualCount(n);
   if (inter > 0) {
     HSDP_ASSIGN_OR_RETURN(u.grad_residual, space->allocate(inter * sizeof(float)));
     HSDP_RETURN_IF_ERROR(
@@ -118,25 +102,33 @@ Status ShardedModel::finalize() {
                              std::dec, "); every rank must add the same units and parameters");
   }
   if (m.units.empty()) return failedPrecondition("finalize(): no units registered");
-  HSDP_RETURN_IF_ERROR(m.createReplicaWire());
+  HSDP_RETURN_IF_ERROR(m.coll->connectReplicas());
 
   size_t max_shard = 0, max_padded = 0;
   MemorySpace& sp = *m.space;
+  // What the CPU Adam steps in place (offload on host memory: the master and the gradient
+  // shard) is NUMA-placed host memory, as the moments; everything else comes from the space.
+  auto allocateStepped = [&](bool stepped, size_t bytes) -> StatusOr<SpaceBuffer> {
+    if (!stepped || !m.opt->offloaded() || m.onDevice()) return sp.allocate(bytes);
+    HSDP_ASSIGN_OR_RETURN(HostBuffer b, HostBuffer::allocateNuma(bytes, m.opt->numa()));
+    return SpaceBuffer::wrap(std::move(b));
+  };
   for (Unit& u : m.units) {
     const size_t n = u.layout.shardNumel();
     const size_t bytes = n * sizeof(float);
     const size_t full_bytes = u.layout.paddedNumel() * sizeof(float);
     u.decay_spans = decaySpans(u.layout, m.shardIndex());
-    if (m.replicatedParams()) {
-      HSDP_ASSIGN_OR_RETURN(u.full_params, sp.allocate(full_bytes));
-      if (m.cfg.param_dtype == DType::kBFloat16) {
-        HSDP_ASSIGN_OR_RETURN(u.param_shard, sp.allocate(bytes));
+    const bool bf16_whole = m.cfg.param_dtype == DType::kBFloat16;
+    if (m.replicatedParams()) {  // the master is a slice of the whole, or apart with bf16
+      HSDP_ASSIGN_OR_RETURN(u.full_params, allocateStepped(!u.frozen && !bf16_whole, full_bytes));
+      if (bf16_whole) {
+        HSDP_ASSIGN_OR_RETURN(u.param_shard, allocateStepped(!u.frozen, bytes));
       }
       if (m.cfg.mode == ShardMode::kZero1 && !u.frozen) {
         HSDP_ASSIGN_OR_RETURN(u.full_grad_buf, sp.allocate(full_bytes));
       }
     } else {
-      HSDP_ASSIGN_OR_RETURN(u.param_shard, sp.allocate(bytes));
+      HSDP_ASSIGN_OR_RETURN(u.param_shard, allocateStepped(!u.frozen, bytes));
     }
     if (m.bf16Params()) {
       HSDP_ASSIGN_OR_RETURN(u.shard16, sp.allocate(n * sizeof(bf16)));
@@ -150,16 +142,18 @@ Status ShardedModel::finalize() {
     max_shard = std::max(max_shard, n);
     max_padded = std::max(max_padded, u.layout.paddedNumel());
     if (u.frozen) continue;  // no gradient, no optimizer state
-    HSDP_ASSIGN_OR_RETURN(u.grad_shard, sp.allocate(bytes));
-    if (m.queue) {  // offload: optimizer state in NUMA-local host memory
-      HSDP_ASSIGN_OR_RETURN(HostBuffer ea, HostBuffer::allocateNuma(bytes, m.numa));
-      HSDP_ASSIGN_OR_RETURN(HostBuffer eas, HostBuffer::allocateNuma(bytes, m.numa));
+    HSDP_ASSIGN_OR_RETURN(u.grad_shard, allocateStepped(true, bytes));
+    if (m.opt->offloaded()) {  // offload: optimizer state in NUMA-local host memory
+      HSDP_ASSIGN_OR_RETURN(HostBuffer ea, HostBuffer::allocateNuma(bytes, m.opt->numa()));
+      HSDP_ASSIGN_OR_RETURN(HostBuffer eas, HostBuffer::allocateNuma(bytes, m.opt->numa()));
       u.exp_avg = SpaceBuffer::wrap(std::move(ea));
       u.exp_avg_sq = SpaceBuffer::wrap(std::move(eas));
-      HSDP_ASSIGN_OR_RETURN(u.host_master, HostBuffer::allocateNuma(bytes, m.numa));
-      HSDP_ASSIGN_OR_RETURN(u.host_grad, HostBuffer::allocateNuma(bytes, m.numa));
-      if (m.bf16Params() && m.onDevice()) {
-        HSDP_ASSIGN_OR_RETURN(u.host16, HostBuffer::allocateNuma(n * sizeof(bf16), m.numa));
+      if (m.stagedOffload()) {  // on a device: the host copies the CPU Adam steps
+        HSDP_ASSIGN_OR_RETURN(u.host_master, HostBuffer::allocateNuma(bytes, m.opt->numa()));
+        HSDP_ASSIGN_OR_RETURN(u.host_grad, HostBuffer::allocateNuma(bytes, m.opt->numa()));
+      }
+      if (m.bf16Params() && m.stagedOffload()) {
+        HSDP_ASSIGN_OR_RETURN(u.host16, HostBuffer::allocateNuma(n * sizeof(bf16), m.opt->numa()));
       }
       HSDP_ASSIGN_OR_RETURN(u.offload, sp.offloadSlot({{u.host_grad.data(), u.host_grad.size()},
                                                        {u.host_master.data(), u.host_master.size()},
@@ -173,35 +167,26 @@ Status ShardedModel::finalize() {
     }
     HSDP_RETURN_IF_ERROR(m.allocateResiduals(u));
   }
+  // The encoded master starts current (zeros, or what setParameter/load write next).
+  for (Unit& u : m.units) HSDP_RETURN_IF_ERROR(m.refreshEncoded(u));
   if (m.bf16Params() || m.bf16Reduce()) {
-    HSDP_RETURN_IF_ERROR(m.pool16.init(m.space.get(), max_padded * sizeof(bf16), 4));
-    if (m.hierarchical) {
-      HSDP_RETURN_IF_ERROR(m.hier->reserve(max_shard, DType::kBFloat16));
-      HSDP_RETURN_IF_ERROR(m.hier_reduce->reserve(max_shard, DType::kBFloat16));
-    }
+    HSDP_RETURN_IF_ERROR(m.blocks.pool16.init(m.space.get(), max_padded * sizeof(bf16), 4));
   }
   if (m.shards > 1) {
     // zero3: four blocks: in backward the current unit's parameters, the prefetched next unit's,
     // the gradient being written and one still being reduce-scattered. zero2: the last two.
     // zero1 holds whole gradients and needs none.
-    const int blocks = m.cfg.mode == ShardMode::kZero3 ? 4 : m.cfg.mode == ShardMode::kZero2 ? 2 : 0;
-    HSDP_RETURN_IF_ERROR(m.pool.init(m.space.get(), max_padded * sizeof(float), blocks));
-    if (m.hierarchical) {
-      HSDP_RETURN_IF_ERROR(m.hier->reserve(max_shard, DType::kFloat32));
-      HSDP_RETURN_IF_ERROR(m.hier_reduce->reserve(max_shard, DType::kFloat32));
-    } else {
-      // The reduce-scatter's ring scratch; the gathers need none.
-      HSDP_RETURN_IF_ERROR(m.mesh->shardGroupReduce().reserveScratch(max_shard * sizeof(float)));
-    }
+    const int blocks = m.cfg.mode == ShardMode::kZero3   ? 4
+                       : m.cfg.mode == ShardMode::kZero2 ? 2
+                                                         : 0;
+    HSDP_RETURN_IF_ERROR(m.blocks.pool.init(m.space.get(), max_padded * sizeof(float), blocks));
   }
-  if (m.replica_coll) HSDP_RETURN_IF_ERROR(m.replica_coll->reserve(max_shard, DType::kFloat32));
-  m.group_ops.reserve(m.units.size());
-  m.blocks16.reserve(m.units.size());
-  m.group_units.reserve(m.units.size());
+  HSDP_RETURN_IF_ERROR(m.coll->reserve(max_shard, m.bf16Params() || m.bf16Reduce()));
+  m.coll->group().reserve(m.units.size());
   m.finalized = true;
   HSDP_INFO(kShard, "finalized ", m.units.size(), " units, mode ", shardModeName(m.cfg.mode),
-            ", device ", deviceName(m.cfg.device), ", shard group ", m.shards,
-            ", largest unit ", max_padded, " elements (padded)");
+            ", device ", deviceName(m.cfg.device), ", shard group ", m.shards, ", largest unit ",
+            max_padded, " elements (padded)");
   return okStatus();
 }
 
@@ -212,22 +197,22 @@ MemoryReport ShardedModel::memoryReport() const {
     r.param_bytes += u.param_shard.size() + u.full_params.size();
     r.grad_bytes += u.grad_shard.size() + u.full_grad_buf.size();
     r.optim_bytes += u.exp_avg.size() + u.exp_avg_sq.size();
-    if (m.cfg.offload_cpu)  // the moments are host memory only then
-      r.offload_host_bytes += u.exp_avg.size() + u.exp_avg_sq.size() + u.host_master.size() +
-                              u.host_grad.size() + u.host16.size();
+    // With offload, the host memory the CPU Adam steps: the moments, and the master and the
+    // gradient shard: on a device their host copies; on host memory the shards themselves,
+    // stepped in place (one buffer each, in param_bytes/grad_bytes too; total() counts it once).
+    if (m.cfg.offload_cpu && !u.frozen) {
+      const size_t stepped = m.stagedOffload()
+                                 ? u.host_master.size() + u.host_grad.size() + u.host16.size()
+                                 : u.layout.shardNumel() * sizeof(float) + u.grad_shard.size();
+      r.offload_host_bytes += u.exp_avg.size() + u.exp_avg_sq.size() + stepped;
+    }
     r.hpz_bytes += u.hpz_block.size();
     // The encoded wires' per-unit state counts as communication memory.
     r.comm_bytes += u.encoded_shard.size() + u.grad_residual.size() + u.replica_residual.size();
   }
-  r.gathered_peak_bytes = m.pool.peakBytes();
-  r.gathered_capacity_bytes = m.pool.capacityBytes();
-  const Mesh& mesh = *m.mesh;
-  r.comm_bytes += m.hier->scratchBytes() + m.hier_reduce->scratchBytes() +
-                  mesh.intraShard().scratchBytes() + mesh.interShard().scratchBytes() +
-                  mesh.intraShardReduce().scratchBytes() + mesh.interShardReduce().scratchBytes() +
-                  mesh.shardGroup().scratchBytes() + mesh.shardGroupReduce().scratchBytes() +
-                  mesh.replica().scratchBytes() + mesh.world().scratchBytes() +
-                  (m.replica_coll ? m.replica_coll->scratchBytes() : 0);
+  r.gathered_peak_bytes = m.blocks.pool.peakBytes();
+  r.gathered_capacity_bytes = m.blocks.pool.capacityBytes();
+  r.comm_bytes += m.coll->scratchBytes();
   return r;
 }
 

@@ -130,28 +130,20 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
   HSDP_RETURN_IF_ERROR(watchdog::setTimeout(*cfg.timeout_s));
   auto impl = std::make_unique<Impl>();
   impl->mesh = &mesh;
-  if (cfg.device == Device::kHost || cfg.offload_cpu) {  // the CPU Adam steps host shards
-    CpuAdamOptions adam_opts;
-    adam_opts.threads = *cfg.cpu_adam_threads;
-    adam_opts.isa = *cfg.cpu_adam_isa;
-    HSDP_ASSIGN_OR_RETURN(impl->cpu_adam, CpuAdam::create(adam_opts));
-  }
-  if (cfg.device == Device::kHost) {
-    impl->space = hostMemorySpace(impl->cpu_adam.get());
+  HSDP_ASSIGN_OR_RETURN(impl->opt, engine::OptimizerStep::create(cfg));
+  if (cfg.device == Device::kHost) {  // host shards are stepped by the SIMD CPU Adam
+    impl->space = hostMemorySpace(impl->opt->cpuAdam());
   } else {
     HSDP_ASSIGN_OR_RETURN(impl->space, createMemorySpace(cfg.device, /*compute_stream=*/nullptr));
   }
-  if (cfg.offload_cpu) {
-    HSDP_ASSIGN_OR_RETURN(impl->numa, NumaTopology::load());
-    impl->queue = std::make_unique<StepQueue>();
-  }
+  impl->opt->setSpace(impl->space.get());
   impl->cfg = cfg;
   impl->shards = cfg.mode == ShardMode::kNone ? 1 : mesh.shape().shardGroupSize();
-  impl->hierarchical = *cfg.hierarchical;
+  bool hierarchical = *cfg.hierarchical;
   if (cfg.device != Device::kHost) {
     // The two-level schedules stage chunks with host memcpy. On a device one collective over
     // the shard group does it: NCCL runs its own intra/inter hierarchy inside a communicator.
-    impl->hierarchical = false;
+    hierarchical = false;
     // Collectives of the parameter path wait for the compute stream (the user wrote the
     // gradients, and a step updated the shards, there); the replica all-reduce of a reduced
     // shard waits for the engine's reduce lane.
@@ -163,18 +155,17 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
     if (cfg.hpz)
       HSDP_RETURN_IF_ERROR(impl->space->bindComm(mesh.intraShard(), Lane::kCompute, "intra-shard"));
   }
-  HierOptions hopts;
-  hopts.chunks = *cfg.pipeline_chunks;
-  hopts.min_chunk_bytes = *cfg.pipeline_min_chunk_bytes;
+  engine::UnitCollectives::Options copt;
+  copt.shards = impl->shards;
+  copt.hierarchical = hierarchical;
+  copt.on_device = impl->onDevice();
+  copt.gather.chunks = copt.reduce.chunks = *cfg.pipeline_chunks;
+  copt.gather.min_chunk_bytes = copt.reduce.min_chunk_bytes = *cfg.pipeline_min_chunk_bytes;
   // The wires per direction (inter_dtype, their shorthand, is already resolved into them).
-  HierOptions gather_opts = hopts, reduce_opts = hopts;
-  gather_opts.gather_wire = {*cfg.inter_param_wire, *cfg.quant_block};
-  reduce_opts.reduce_wire = {*cfg.inter_grad_wire, *cfg.quant_block};
-  impl->hier = std::make_unique<HierarchicalCollectives>(mesh.intraShard(), mesh.interShard());
-  impl->hier_reduce =
-      std::make_unique<HierarchicalCollectives>(mesh.intraShardReduce(), mesh.interShardReduce());
-  HSDP_RETURN_IF_ERROR(impl->hier->setOptions(gather_opts));
-  HSDP_RETURN_IF_ERROR(impl->hier_reduce->setOptions(reduce_opts));
+  copt.gather.gather_wire = {*cfg.inter_param_wire, *cfg.quant_block};
+  copt.reduce.reduce_wire = {*cfg.inter_grad_wire, *cfg.quant_block};
+  copt.replica_wire = {*cfg.replica_wire, *cfg.quant_block};
+  HSDP_ASSIGN_OR_RETURN(impl->coll, engine::UnitCollectives::create(mesh, *impl->space, copt));
   return std::unique_ptr<ShardedModel>(new ShardedModel(std::move(impl)));
 }
 
@@ -211,7 +202,7 @@ const EngineConfig& ShardedModel::config() const { return impl_->cfg; }
 int64_t ShardedModel::stepCount() const { return impl_->step; }
 ShardMode ShardedModel::mode() const { return impl_->cfg.mode; }
 int ShardedModel::shardCount() const { return impl_->shards; }
-bool ShardedModel::hierarchical() const { return impl_->hierarchical; }
+bool ShardedModel::hierarchical() const { return impl_->coll->hierarchical(); }
 Device ShardedModel::device() const { return impl_->cfg.device; }
 void ShardedModel::setComputeStream(void* cuda_stream) {
   impl_->space->setComputeStream(cuda_stream);
@@ -253,7 +244,7 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
   } else {
     HSDP_RETURN_IF_ERROR(copySlice());
   }
-  if (m.queue && !u.frozen)  // the host master mirrors the shard
+  if (m.stagedOffload() && !u.frozen)  // the host master mirrors the shard
     HSDP_RETURN_IF_ERROR(
         sp.copyToHost(u.host_master.data(), m.master(u), u.layout.shardNumel() * sizeof(float)));
   HSDP_RETURN_IF_ERROR(m.refreshEncoded(u));
@@ -271,20 +262,17 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
     const void* src = m.shards == 1 ? u.param_shard.data() : u.full_params.data();
     return m.space->copyToHost(out->data(), src, u.layout.numel() * sizeof(float));
   }
-  HSDP_ASSIGN_OR_RETURN(void* block, m.pool.acquire(/*zero=*/false));
+  HSDP_ASSIGN_OR_RETURN(void* block, m.blocks.pool.acquire(/*zero=*/false));
   // The fp32 masters (with bf16 parameters the gathered compute copies are roundings; an
   // int8/int4 parameter wire is bypassed: this gather is exact).
   watchdog::Label label(u.name, "shard group");
-  auto w = m.encodedParams() ? m.hier->iallGather(m.master(u), block, u.layout.shardNumel(),
-                                                  DType::kFloat32, WireFormat{})
-                             : m.gatherAny(m.master(u), static_cast<float*>(block),
-                                           u.layout.shardNumel(), DType::kFloat32);
+  auto w = m.coll->gatherExact(m.master(u), block, u.layout.shardNumel());
   watchdog::WaitScope wait("gatherFullParameters", u.name);
   Status s = w.ok()
                  ? m.space->reached(*w, Lane::kCompute, /*block=*/true, /*exposed=*/false).status()
                  : w.status();
   if (s.ok()) s = m.space->copyToHost(out->data(), block, u.layout.numel() * sizeof(float));
-  HSDP_RETURN_IF_ERROR(m.pool.release(block));
+  HSDP_RETURN_IF_ERROR(m.blocks.pool.release(block));
   return s;
 }
 

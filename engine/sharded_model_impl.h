@@ -8,6 +8,10 @@
 //   step.cc             step(): clipping, Adam per decay span, CPU offload, post-step gathers
 //   checkpoint/save.cc  save / saveAsync / waitForSave: snapshot, background writer, commit
 //   checkpoint/load.cc  load / loadWeights: reading pieces, installing them into the shards
+// and the owners they stand on:
+//   unit_state.h        a unit's parameter and gradient state machines, checked in one place
+//   unit_collectives.h  every gather and reduction of a unit, and the route each takes
+//   optimizer_step.h    the CPU Adam, offload's worker and NUMA placement, the gradient norm
 // The fields are grouped by who owns them; each group says which file writes it.
 #pragma once
 
@@ -20,11 +24,11 @@
 
 #include "engine/buffer_pool.h"
 #include "engine/memory_space.h"
-#include "hsdp/cpu_adam.h"
-#include "hsdp/hier_collectives.h"
+#include "engine/optimizer_step.h"
+#include "engine/unit_collectives.h"
+#include "engine/unit_state.h"
 #include "hsdp/host_buffer.h"
 #include "hsdp/sharded_model.h"
-#include "offload/step_queue.h"
 
 // The checkpoint format's types the save/load methods below return (storage/format.h, included
 // by the checkpoint's files only: the model's state does not depend on the format).
@@ -35,15 +39,6 @@ struct FilePlan;
 }  // namespace hsdp::ckpt
 
 namespace hsdp::engine {
-
-// A contiguous run of a unit's shard whose parameters all take AdamW's weight decay, or all do
-// not (ParamSpec::weight_decay); the shard's padding joins its neighbour. Offsets are in
-// elements from the start of the shard.
-struct DecaySpan {
-  size_t begin = 0;
-  size_t n = 0;
-  bool decay = true;
-};
 
 struct Unit {
   std::string name;
@@ -58,8 +53,9 @@ struct Unit {
   // space (host or device, engine/memory_space.h); with CPU offload the moments are host memory.
   SpaceBuffer param_shard, grad_shard, exp_avg, exp_avg_sq;
   SpaceBuffer full_params, full_grad_buf;
-  // With CPU offload: the fp32 master shard and a host copy of the gradient shard (the moments
-  // above are host memory too); the step's job copies grad in, steps, copies the master back.
+  // With CPU offload on a device: host copies of the fp32 master shard and of the gradient shard
+  // (the moments above are host memory too); the step's job copies grad in, steps, copies the
+  // master back. On host memory the shards themselves are NUMA-placed and stepped in place.
   HostBuffer host_master, host_grad;
   // With offload on a device and bf16 parameters: the bf16 copy the CPU Adam writes, uploaded
   // into shard16 (on the host the CPU Adam writes shard16 itself).
@@ -73,32 +69,17 @@ struct Unit {
   // hpZ: this rank's intra-node block of the unit's parameters (J shards), kept from forward.
   SpaceBuffer hpz_block;
   // int8/int4 parameter wire: the fp32 master shard encoded for the gathers (hsdp/quantize.h),
-  // refreshed after every optimizer step and setParameter (step.cc), so that all gathers of a
-  // step (zero3: forward and backward) send and decode the same codes.
+  // refreshed wherever the master changes (finalize, every optimizer step, setParameter, load),
+  // so that all gathers of a step (zero3: forward and backward) send and decode the same codes.
   SpaceBuffer encoded_shard;
-  bool encoded_valid = false;
   // Error feedback of the encoded gradient wires: what this rank's encodings of the unit's
   // gradient dropped last step, added to what it sends next (zeros at first): the inter
   // reduce-scatter's (J-1 pieces of the shard) and the replica all-reduce's.
   SpaceBuffer grad_residual, replica_residual;
 
-  // ---- the gather path (unshard.cc) ----
-  bool hpz_valid = false;
-  bool deferred = false;       // unshard() was rate-limited: the gather is not issued yet
-  void* gathered16 = nullptr;  // in-flight bf16 pool block of the gather
-  float* gathered = nullptr;   // full parameters while unsharded (pool block, or the shard)
-  WorkHandle gather;           // the all-gather in flight between unshard() and its wait
-  bool unsharded = false;
-
-  // ---- the gradient path (reduce.cc) ----
-  void* full_grad16 = nullptr;  // in-flight bf16 pool block of the reduce-scatter
-  float* full_grad = nullptr;   // full gradient while backward writes it (pool block, or shard)
-  bool grad_pending = false;    // reduceGrad() started, not yet complete
-  bool grad_reduced = false;
-
-  // ---- the optimizer step (step.cc) ----
-  int64_t step_ticket = 0;    // StepQueue ticket of this unit's pending offloaded step; 0: none
-  int64_t launched_step = 0;  // the optimizer step whose job was last submitted
+  // ---- the lifecycle (engine/unit_state.h): where the unit is and what that state holds ----
+  ParamLifecycle params;  // unshard.cc
+  GradLifecycle grads;    // reduce.cc, step.cc
 };
 
 // A gradient on its way to the shard: reduce-scatter over the shard group, then all-reduce over
@@ -117,6 +98,22 @@ struct PlannedCopy {
   size_t offset;  // of its parameter in the flat buffer
   size_t n;
   size_t k;  // index in the caller's list, for messages
+};
+
+// copyOutParams / copyInGrads scratch (unshard.cc), reused: no allocation once grown.
+struct CopyScratch {
+  std::vector<PlannedCopy> plan;
+  std::vector<CopyPiece> pieces;
+  std::vector<char> seen;  // per parameter of the unit: named by a tensor already
+};
+
+// The full-size blocks gathered parameters and full gradients live in while a unit is
+// unsharded or its gradient written, and the rate limiter's count of them (unshard.cc).
+struct Blocks {
+  BufferPool pool;           // fp32: gathered parameters, full gradients
+  BufferPool pool16;         // bf16: gathered parameters, gradients on the wire
+  int gathered_alive = 0;    // zero3 units holding a gathered block
+  std::deque<int> deferred;  // rate-limited unshard() calls (Deferred units), in call order
 };
 
 // EngineConfig::clip_norm's check (finite, >= 0): create() and load (a checkpoint's) use it.
@@ -140,47 +137,26 @@ struct ShardedModel::Impl {
   const Mesh* mesh = nullptr;
   EngineConfig cfg;  // resolved: every optional has its value
   int shards = 1;    // shard group size used for layouts (1 in mode none)
-  bool hierarchical = true;
   bool finalized = false;
   std::vector<Unit> units;
   // Where every buffer lives and how the operations on them run (host or CUDA). The host
   // space waits for collectives on the calling thread and counts that as exposed time.
   std::unique_ptr<MemorySpace> space;
-  // Gathers and reductions run on separate communicators (mesh.h): both are in flight at once.
-  std::unique_ptr<HierarchicalCollectives> hier;         // parameter all-gathers
-  std::unique_ptr<HierarchicalCollectives> hier_reduce;  // gradient reduce-scatters
-  // An encoded replica wire (replica_wire bf16/int8/int4): the replica all-reduce as the
-  // schedules' encoded all-reduce over the data-parallel communicator split by node (the
-  // replicas on this node; one per node); built by finalize().
-  std::unique_ptr<Comm> replica_intra, replica_inter;
-  std::unique_ptr<HierarchicalCollectives> replica_coll;
-  // Every host shard is stepped by the SIMD CPU Adam (bitwise equal to adamStep, ~4x faster).
-  std::unique_ptr<CpuAdam> cpu_adam;
-  NumaTopology numa;
-  std::unique_ptr<StepQueue> queue;  // offload: steps run here, off the training thread
+  // Every gather and reduction of a unit, and the route each takes (engine/unit_collectives.h).
+  std::unique_ptr<engine::UnitCollectives> coll;
+  // The optimizer step: the CPU Adam, offload's worker and NUMA placement, the gradient norm
+  // (engine/optimizer_step.h).
+  std::unique_ptr<engine::OptimizerStep> opt;
 
   // ---- the gather path (unshard.cc) ----
-  BufferPool pool;           // fp32 full-size blocks: gathered parameters, full gradients
-  BufferPool pool16;         // bf16 full-size blocks: gathered parameters, gradients on the wire
-  int gathered_alive = 0;    // zero3 units holding a gathered block
-  std::deque<int> deferred;  // rate-limited unshard() calls, in call order
-  // copyOutParams / copyInGrads scratch, reused: no allocation once grown.
-  std::vector<engine::PlannedCopy> copy_plan;
-  std::vector<CopyPiece> copy_pieces;
-  std::vector<char> copy_seen;
+  engine::Blocks blocks;
+  engine::CopyScratch copies;
 
   // ---- the gradient path (reduce.cc) ----
   std::deque<engine::PendingReduce> pending;
 
   // ---- the optimizer step (step.cc) ----
   int64_t step = 0;
-  // Global gradient norm of the last step; on a device read back from it when first asked
-  // (with clipping, in step()).
-  mutable float last_grad_norm = 0;
-  mutable bool norm_pending = false;
-  std::vector<CollectiveOp> group_ops;  // step()'s post-step gathers, reused every step
-  std::vector<void*> blocks16;
-  std::vector<int> group_units;  // the unit of each of them
 
   // ---- checkpoints (checkpoint/save.cc, checkpoint/load.cc) ----
   // Declared last: destroyed first, so the writer thread is joined while everything it may
@@ -198,21 +174,18 @@ struct ShardedModel::Impl {
   bool pooledGrads() const {
     return shards > 1 && (cfg.mode == ShardMode::kZero2 || cfg.mode == ShardMode::kZero3);
   }
+  // CPU offload with the shards in device memory: the CPU Adam steps host copies of the master
+  // and gradient (host_master, host_grad). On host memory it steps the shards in place.
+  bool stagedOffload() const { return opt->offloaded() && onDevice(); }
   bool bf16Params() const { return shards > 1 && cfg.param_dtype == DType::kBFloat16; }
   // Gathers move the encoded master shard (int8/int4 parameter wire across nodes, zero3).
   bool encodedParams() const {
-    return shards > 1 && hierarchical && cfg.mode == ShardMode::kZero3 && hier->gatherQuantizes();
+    return shards > 1 && cfg.mode == ShardMode::kZero3 && coll->gatherQuantizes();
   }
   WireFormat paramWire() const { return {*cfg.inter_param_wire, *cfg.quant_block}; }
   bool bf16Reduce() const { return shards > 1 && cfg.reduce_dtype == DType::kBFloat16; }
   // This rank's shard index in every unit's layout.
   int shardIndex() const { return shards == 1 ? 0 : mesh->coords().shard_rank; }
-  // The replicas of a shard. Mode none (a shard group of one) reduces over the world on the
-  // host (every rank is a replica); on a device over the replica communicator, which has the
-  // same members and is the engine's own (the world is the user's, with the user's streams).
-  Comm& dataParallel() const {
-    return shards == 1 && !onDevice() ? mesh->world() : mesh->replica();
-  }
   // The fp32 master shard: with bf16 parameters in zero1/zero2 the whole copy holds bf16
   // roundings for compute, so the master slice lives apart, in param_shard.
   float* master(Unit& u) const {
@@ -223,7 +196,6 @@ struct ShardedModel::Impl {
 
   Status checkUnit(int u, const char* verb) const;
   // allocate.cc
-  Status createReplicaWire();
   Status allocateResiduals(Unit& u);
   // Waits (host) or orders `lane` (device) for `w`, counting host waiting as exposed time.
   Status blockOn(WorkHandle& w, Lane lane = Lane::kCompute) {
@@ -231,12 +203,9 @@ struct ShardedModel::Impl {
   }
 
   // unshard.cc
-  Status issueGather(Unit& u);
+  // Names `verb` in its state error.
+  Status issueGather(Unit& u, std::string_view verb);
   Status issueDeferred();
-  StatusOr<WorkHandle> gatherAny(const void* shard, void* full, size_t count, DType t);
-  // The all-gathers `ops` of the units `op_units` (one per op), as one Work.
-  StatusOr<WorkHandle> gatherGroup(std::span<const CollectiveOp> ops,
-                                   std::span<const int> op_units);
   Status checkTensors(Unit& u, std::span<const TensorRef> tensors, const char* verb,
                       bool into_flat);
   Status runCopies(Unit& u, std::span<const TensorRef> tensors, const char* verb, float* flat,
@@ -244,8 +213,6 @@ struct ShardedModel::Impl {
 
   // reduce.cc
   Status ensureGrad(Unit& u, const char* verb, std::string_view param);
-  StatusOr<WorkHandle> reduceScatter(Unit& u, const void* full, void* shard, DType t);
-  StatusOr<WorkHandle> replicaAllReduce(Unit& u);
   Status pollReductions(bool block);
 
   // step.cc
@@ -254,7 +221,7 @@ struct ShardedModel::Impl {
   Status gatherReplicated(bool frozen_too);
   Status refresh16(Unit& u);
   Status refreshEncoded(Unit& u);
-  Status readNorm() const;
+  engine::ShardStep shardStep(Unit& u);
   Status launchStep(Unit& u, int64_t t, float scale);
   Status waitForStep(Unit& u);
 

@@ -12,106 +12,84 @@
 
 namespace hsdp {
 
-using engine::DecaySpan;
+using engine::GradState;
 using engine::Unit;
-
-namespace {
-// The Adam settings of a span: no decay where its parameters take none.
-AdamConfig spanConfig(const AdamConfig& adam, const DecaySpan& s) {
-  AdamConfig c = adam;
-  if (!s.decay) c.weight_decay = 0.0f;
-  return c;
-}
-}  // namespace
 
 Status ShardedModel::Impl::refresh16(Unit& u) {
   if (!bf16Params()) return okStatus();
   return space->castToBf16(master(u), u.shard16.as<bf16>(), u.layout.shardNumel(), Lane::kCompute);
 }
 
-// The int8/int4 parameter wire: encode the master shard once, for every gather until the next
-// step. (Host only: the quantized wires run in the host schedules.)
+// The int8/int4 parameter wire: encode the master shard once, for every gather until it changes
+// again. (Host only: the quantized wires run in the host schedules.)
 Status ShardedModel::Impl::refreshEncoded(Unit& u) {
   if (!encodedParams()) return okStatus();
   wireEncode(paramWire(), master(u), u.layout.shardNumel(), u.encoded_shard.data());
-  u.encoded_valid = true;
   return okStatus();
 }
 
-Status ShardedModel::Impl::readNorm() const {
-  if (!norm_pending) return okStatus();
-  HSDP_ASSIGN_OR_RETURN(double sumsq, space->normResult());
-  last_grad_norm = static_cast<float>(std::sqrt(sumsq));
-  norm_pending = false;
-  return okStatus();
-}
-
-// Offload: queue unit u's step t (gradient scaled by `scale`) on the worker thread. The gradient
-// shard goes to host memory (on a device: a D2H copy started here), the CPU Adam steps the host
-// master span by span, and the master comes back (on a device: an H2D copy).
-Status ShardedModel::Impl::launchStep(Unit& u, int64_t t, float scale) {
-  HSDP_RETURN_IF_ERROR(waitForSnapshot());  // the step writes what a save in flight may read
-  float* space_master = master(u);
-  const size_t n = u.layout.shardNumel();
-  const AdamConfig adam = cfg.adam;  // by value: the rate of this step, whatever comes later
-  CpuAdam* opt = cpu_adam.get();
-  MemorySpace* sp = space.get();
-  u.launched_step = t;
+// Unit u's shard as the optimizer steps it: the master and gradient in place, or (offload on a
+// device) their host copies and the trip there and back; the bf16 rounding and the encoded
+// master it refreshes.
+engine::ShardStep ShardedModel::Impl::shardStep(Unit& u) {
+  engine::ShardStep s;
+  const bool staged = stagedOffload();
+  s.master = staged ? u.host_master.as<float>() : master(u);
+  s.grad = staged ? u.host_grad.as<float>() : u.grad_shard.as<float>();
+  s.exp_avg = u.exp_avg.as<float>();
+  s.exp_avg_sq = u.exp_avg_sq.as<float>();
+  s.n = u.layout.shardNumel();
+  s.spans = u.decay_spans;
   // The bf16 copy: straight into shard16 on the host; on a device into host16, then uploaded.
-  bf16* out16 = !bf16Params() ? nullptr : onDevice() ? u.host16.as<bf16>() : u.shard16.as<bf16>();
-  bf16* up16 = bf16Params() && onDevice() ? u.shard16.as<bf16>() : nullptr;
-  // The int8/int4 parameter wire: the worker encodes the new master too, off the training thread.
-  const bool encode = encodedParams();
-  const WireFormat wire = paramWire();
-  HSDP_RETURN_IF_ERROR(
-      sp->startDownload(*u.offload, u.host_grad.data(), u.grad_shard.data(), n * sizeof(float)));
-  u.encoded_valid = false;
-  u.step_ticket = queue->submit(
-      [&u, space_master, n, adam, opt, sp, t, scale, out16, up16, encode, wire]() -> Status {
-        HSDP_RETURN_IF_ERROR(sp->finishDownload(*u.offload, u.host_grad.data(), u.grad_shard.data(),
-                                                n * sizeof(float)));
-        for (const DecaySpan& s : u.decay_spans) {
-          HSDP_RETURN_IF_ERROR(
-              opt->step(spanConfig(adam, s), t,
-                        {u.host_master.as<float>() + s.begin, u.host_grad.as<float>() + s.begin,
-                         u.exp_avg.as<float>() + s.begin, u.exp_avg_sq.as<float>() + s.begin, s.n,
-                         out16 ? out16 + s.begin : nullptr},
-                        scale));
-        }
-        HSDP_RETURN_IF_ERROR(
-            sp->upload(*u.offload, space_master, u.host_master.data(), n * sizeof(float)));
-        if (up16 != nullptr)
-          HSDP_RETURN_IF_ERROR(sp->upload(*u.offload, up16, out16, n * sizeof(bf16)));
-        if (encode) wireEncode(wire, u.host_master.as<float>(), n, u.encoded_shard.data());
-        return okStatus();
-      });
-  return okStatus();
+  if (bf16Params()) s.out16 = staged ? u.host16.as<bf16>() : u.shard16.as<bf16>();
+  if (encodedParams()) {  // int8/int4 parameter wire: encoded once per step, while warm
+    s.wire = paramWire();
+    s.encoded = u.encoded_shard.data();
+  }
+  if (staged) {
+    s.slot = u.offload.get();
+    s.space_master = master(u);
+    s.space_grad = u.grad_shard.data();
+    if (bf16Params()) s.space16 = u.shard16.as<bf16>();
+  }
+  return s;
+}
+
+// Offload: queue unit u's step t (gradient scaled by `scale`) on the worker; Reduced ->
+// Stepping. On host memory the CPU Adam steps the shards in place (NUMA-placed host memory);
+// on a device, host copies (a D2H copy of the gradient started here, the master back after).
+Status ShardedModel::Impl::launchStep(Unit& u, int64_t t, float scale) {
+  const std::initializer_list<GradState> from = {GradState::kReduced};
+  HSDP_RETURN_IF_ERROR(require(u.name, u.grads.state, "offloaded optimizer step", from));
+  HSDP_RETURN_IF_ERROR(waitForSnapshot());  // the step writes what a save in flight may read
+  HSDP_ASSIGN_OR_RETURN(u.grads.ticket, opt->launch(cfg.adam, t, shardStep(u), scale));
+  return transition(u.name, u.grads.state, GradState::kStepping, "offloaded optimizer step", from);
 }
 
 // The unit's parameters are about to be read: its offloaded step must have landed (on a device:
-// the compute stream waits for the upload).
+// the compute stream waits for the upload). Stepping -> Stepped.
 Status ShardedModel::Impl::waitForStep(Unit& u) {
-  if (u.step_ticket == 0) return okStatus();
+  if (u.grads.state != GradState::kStepping) return okStatus();
   watchdog::WaitScope wait("offloaded optimizer step", u.name);
-  HSDP_RETURN_IF_ERROR(queue->waitFor(u.step_ticket));
-  u.step_ticket = 0;
-  u.encoded_valid = encodedParams();  // the job encoded the new master
+  HSDP_RETURN_IF_ERROR(opt->wait(u.grads.ticket));
+  u.grads.ticket = 0;
+  HSDP_RETURN_IF_ERROR(transition(u.name, u.grads.state, GradState::kStepped,
+                                  "offloaded optimizer step", {GradState::kStepping}));
   return space->awaitUpload(*u.offload);
 }
 
 float ShardedModel::lastGradNorm() const {
   // On a device without clipping the norm is still on its way back from the last step.
-  Status s = impl_->readNorm();
+  Status s = impl_->opt->readNorm();
   if (!s.ok()) {
     HSDP_WARN(kShard, "lastGradNorm: reading the norm back failed: ", s.message());
     return std::numeric_limits<float>::quiet_NaN();
   }
-  return impl_->last_grad_norm;
+  return impl_->opt->lastNorm();
 }
 
 void ShardedModel::takeOptimizerSeconds(double* total, double* exposed) {
-  *total = *exposed = 0;
-  if (impl_->queue) impl_->queue->takeSeconds(total, exposed);
+  impl_->opt->takeSeconds(total, exposed);
 }
 
 double ShardedModel::takeExposedCommSeconds() { return impl_->space->takeExposedSeconds(); }
@@ -121,9 +99,10 @@ Status ShardedModel::setLearningRate(float lr) {
   if (!std::isfinite(lr) || lr <= 0)
     return invalidArgument("setLearningRate: lr=", lr, " must be finite and > 0");
   for (const Unit& u : m.units)
-    if (u.launched_step > m.step)
-      return failedPrecondition("setLearningRate: unit '", u.name, "' already started step ",
-                                u.launched_step, " with lr ", m.cfg.adam.lr,
+    if (u.grads.state == GradState::kStepping || u.grads.state == GradState::kStepped)
+      return failedPrecondition("setLearningRate: unit '", u.name, "' is ",
+                                stateName(u.grads.state), ": it already started step ", m.step + 1,
+                                " with lr ", m.cfg.adam.lr,
                                 " (CPU offload steps units during backward); set the rate "
                                 "before the step's first reduceGrad");
   m.cfg.adam.lr = lr;
@@ -136,35 +115,34 @@ float ShardedModel::learningRate() const { return impl_->cfg.adam.lr; }
 // place, all units together: several buffers that move at once, so one group (on a device one
 // fused NCCL launch instead of a launch per unit). Frozen units did not change in a step.
 Status ShardedModel::Impl::gatherReplicated(bool frozen_too) {
-  group_ops.clear();
-  blocks16.clear();
-  group_units.clear();
+  engine::UnitCollectives::Group& g = coll->group();
+  g.clear();
   for (size_t k = 0; k < units.size(); ++k) {
     Unit& u = units[k];
     if (u.frozen && !frozen_too) continue;
     const size_t n = u.layout.shardNumel();
-    group_units.push_back(static_cast<int>(k));
+    g.units.push_back(static_cast<int>(k));
+    g.labels.push_back(u.name);
     if (bf16Params()) {  // bf16 on the wire, upcast into the fp32 compute copy below
-      HSDP_ASSIGN_OR_RETURN(void* b16, pool16.acquire(/*zero=*/false));
-      blocks16.push_back(b16);
-      group_ops.push_back(CollectiveOp::allGather(u.shard16.data(), b16, n, DType::kBFloat16));
+      HSDP_ASSIGN_OR_RETURN(void* b16, blocks.pool16.acquire(/*zero=*/false));
+      g.blocks16.push_back(b16);
+      g.ops.push_back(CollectiveOp::allGather(u.shard16.data(), b16, n, DType::kBFloat16));
     } else {
-      group_ops.push_back(
-          CollectiveOp::allGather(master(u), u.full_params.data(), n, DType::kFloat32));
+      g.ops.push_back(CollectiveOp::allGather(master(u), u.full_params.data(), n, DType::kFloat32));
     }
   }
-  HSDP_ASSIGN_OR_RETURN(WorkHandle gathers, gatherGroup(group_ops, group_units));
+  HSDP_ASSIGN_OR_RETURN(WorkHandle gathers, coll->gatherGroup());
   // On a device the compute stream waits for them: step() returns without the host waiting.
   watchdog::WaitScope wait("step: parameter all-gathers");
   HSDP_RETURN_IF_ERROR(blockOn(gathers).withContext("parameter all-gathers after the step"));
-  for (size_t k = 0; k < blocks16.size(); ++k) {
-    Unit& u = units[group_units[k]];
+  for (size_t k = 0; k < g.blocks16.size(); ++k) {
+    Unit& u = units[g.units[k]];
     // The compute copy holds the bf16 rounding, as every other rank's; our own slice of the
     // fp32 master is the host/shard master, untouched by this.
-    HSDP_RETURN_IF_ERROR(space->castToFloat(static_cast<const bf16*>(blocks16[k]),
+    HSDP_RETURN_IF_ERROR(space->castToFloat(static_cast<const bf16*>(g.blocks16[k]),
                                             u.full_params.as<float>(), u.layout.paddedNumel(),
                                             Lane::kCompute));
-    HSDP_RETURN_IF_ERROR(pool16.release(blocks16[k]));
+    HSDP_RETURN_IF_ERROR(blocks.pool16.release(g.blocks16[k]));
   }
   return okStatus();
 }
@@ -175,60 +153,57 @@ Status ShardedModel::step() {
   HSDP_RETURN_IF_ERROR(m.waitForSnapshot());  // the step writes what a save may still read
   HSDP_RETURN_IF_ERROR(m.pollReductions(/*block=*/true));
   for (const Unit& u : m.units)
-    if (!u.frozen && !u.grad_reduced)
-      return failedPrecondition("step: unit '", u.name,
-                                "' has no reduced gradient; call "
-                                "reduceGrad for every unit before step");
+    if (!u.frozen)
+      HSDP_RETURN_IF_ERROR(require(u.name, u.grads.state, "step",
+                                   {GradState::kReduced, GradState::kStepping, GradState::kStepped},
+                                   "it has no reduced gradient; call reduceGrad for every unit "
+                                   "before step"));
   // On a device: the compute stream (norm, optimizer) comes after every reduction.
   HSDP_RETURN_IF_ERROR(m.space->order(Lane::kCompute, Lane::kReduce));
   HSDP_RETURN_IF_ERROR(m.space->poll());
   ++m.step;
-  for (Unit& u : m.units) u.hpz_valid = false;  // parameters change: the next gather is full
+  for (Unit& u : m.units)  // parameters change: the next gather is full
+    HSDP_RETURN_IF_ERROR(forgetNodeBlock(u.name, u.params, "step"));
   // Global-norm clipping: the squared norm of every shard, summed over the shard group (the
   // replicas hold identical shards, so they are not added again).
-  HSDP_RETURN_IF_ERROR(m.space->normBegin());
+  engine::OptimizerStep& opt = *m.opt;
+  std::vector<std::pair<const float*, size_t>> grads;
+  grads.reserve(m.units.size());
   for (Unit& u : m.units)
-    if (!u.frozen)
-      HSDP_RETURN_IF_ERROR(
-          m.space->normAccumulate(u.grad_shard.as<float>(), u.layout.shardNumel()));
+    if (!u.frozen) grads.push_back({u.grad_shard.as<float>(), u.layout.shardNumel()});
   {
     watchdog::Label label("gradient norm", "shard group");
-    HSDP_RETURN_IF_ERROR(m.space->normReduce(m.shards > 1 ? &m.mesh->shardGroup() : nullptr));
+    HSDP_RETURN_IF_ERROR(opt.beginNorm(grads, m.shards > 1 ? &m.mesh->shardGroup() : nullptr));
   }
-  m.norm_pending = true;
   // The host needs the norm now only to clip; otherwise a device reads it back when asked.
-  if (m.cfg.clip_norm > 0 || !m.onDevice()) HSDP_RETURN_IF_ERROR(m.readNorm());
-  // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is < 1;
-  // the scale is fused into the Adam pass.
-  float coef = 1.0f;
-  if (m.cfg.clip_norm > 0) coef = std::min(1.0f, m.cfg.clip_norm / (m.last_grad_norm + 1e-6f));
+  if (m.cfg.clip_norm > 0 || !m.onDevice()) HSDP_RETURN_IF_ERROR(opt.readNorm());
+  // The scale is fused into the Adam pass.
+  const float coef = opt.clipCoefficient(m.cfg.clip_norm);
   for (Unit& u : m.units) {
     if (u.frozen) continue;
-    if (m.queue) {
-      if (u.launched_step != m.step)  // not launched early
+    if (opt.offloaded()) {
+      if (u.grads.state == GradState::kReduced)  // not launched early
         HSDP_RETURN_IF_ERROR(m.launchStep(u, m.step, coef));
-    } else {
-      float* p = m.master(u);
-      bf16* p16 = m.bf16Params() ? u.shard16.as<bf16>() : nullptr;
-      for (const DecaySpan& s : u.decay_spans)
-        HSDP_RETURN_IF_ERROR(m.space->adamStep(
-            spanConfig(m.cfg.adam, s), m.step,
-            {p + s.begin, u.grad_shard.as<float>() + s.begin, u.exp_avg.as<float>() + s.begin,
-             u.exp_avg_sq.as<float>() + s.begin, s.n, p16 ? p16 + s.begin : nullptr},
-            coef));
-      HSDP_RETURN_IF_ERROR(m.refreshEncoded(u));  // once per step, while the shard is warm
+      continue;  // Stepping until the wait below
     }
-    u.grad_reduced = false;
+    HSDP_RETURN_IF_ERROR(opt.stepNow(m.cfg.adam, m.step, m.shardStep(u), coef));
+    HSDP_RETURN_IF_ERROR(
+        transition(u.name, u.grads.state, GradState::kEmpty, "step", {GradState::kReduced}));
   }
-  if (m.queue) {
+  if (opt.offloaded()) {
     // What backward did not hide of the offloaded steps is waited for here.
     watchdog::WaitScope wait("step: offloaded optimizer");
-    HSDP_RETURN_IF_ERROR(m.queue->waitAll());
+    HSDP_RETURN_IF_ERROR(opt.waitAll());
     for (Unit& u : m.units) {
       if (u.frozen) continue;
-      u.step_ticket = 0;
-      u.encoded_valid = m.encodedParams();
+      if (u.grads.state == GradState::kStepping) {  // landed: waitAll above
+        u.grads.ticket = 0;
+        HSDP_RETURN_IF_ERROR(
+            transition(u.name, u.grads.state, GradState::kStepped, "step", {GradState::kStepping}));
+      }
       HSDP_RETURN_IF_ERROR(m.space->awaitUpload(*u.offload));
+      HSDP_RETURN_IF_ERROR(
+          transition(u.name, u.grads.state, GradState::kEmpty, "step", {GradState::kStepped}));
     }
   }
   if (m.replicatedParams()) HSDP_RETURN_IF_ERROR(m.gatherReplicated(/*frozen_too=*/false));

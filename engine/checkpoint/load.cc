@@ -85,7 +85,7 @@ Status ShardedModel::Impl::installFromStaging(int states) {
     const size_t s = u.layout.shardNumel(), p = (s + R - 1) / R;
     const size_t shard0 = static_cast<size_t>(k) * s;
     for (int st = 0; st < (u.frozen ? 1 : states); ++st) {
-      const bool host_dest = st > 0 && queue;  // offloaded moments live in host memory
+      const bool host_dest = st > 0 && opt->offloaded();  // offloaded moments live in host memory
       float* dest = st == 0   ? master(u)
                     : st == 1 ? u.exp_avg.as<float>()
                               : u.exp_avg_sq.as<float>();
@@ -122,10 +122,11 @@ Status ShardedModel::Impl::installFromStaging(int states) {
   }
   // What derives from the masters.
   for (Unit& u : units) {
-    u.hpz_valid = false;
-    if (queue && !u.frozen)
+    HSDP_RETURN_IF_ERROR(engine::forgetNodeBlock(u.name, u.params, "load"));
+    if (stagedOffload() && !u.frozen)
       HSDP_RETURN_IF_ERROR(space->copyToHost(u.host_master.data(), master(u),
                                              u.layout.shardNumel() * sizeof(float)));
+    HSDP_RETURN_IF_ERROR(refreshEncoded(u));
     HSDP_RETURN_IF_ERROR(refresh16(u));
   }
   if (replicatedParams()) HSDP_RETURN_IF_ERROR(gatherReplicated(/*frozen_too=*/true));
@@ -199,7 +200,12 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
       if (!options.restore_learning_rate) m.cfg.adam.lr = lr;
     }
   }
-  for (Unit& u : m.units) u.launched_step = m.step;
+  // A unit stepped early (offload, before this load) is stepped again by the next step(), from
+  // the loaded state: Stepped -> Reduced (load waited for every step in flight).
+  for (Unit& u : m.units)
+    if (u.grads.state == engine::GradState::kStepped)
+      HSDP_RETURN_IF_ERROR(transition(u.name, u.grads.state, engine::GradState::kReduced, "load",
+                                      {engine::GradState::kStepped}));
   HSDP_RETURN_IF_ERROR(m.agree(installed));
   result.step = man->step;
   result.bytes_read = reader.bytesRead();

@@ -402,14 +402,15 @@ using engine::Unit;
 Status ShardedModel::Impl::checkIdle(const char* verb) const {
   if (!finalized) return failedPrecondition(verb, ": call finalize() first");
   for (const Unit& u : units) {
-    if (u.unsharded)
-      return failedPrecondition(verb, ": unit '", u.name,
-                                "' is unsharded; call it between "
-                                "step() and the next forward");
-    if (u.grad_pending || u.full_grad != nullptr)
-      return failedPrecondition(verb, ": unit '", u.name,
-                                "' has a gradient in progress; call "
-                                "it between step() and the next forward");
+    HSDP_RETURN_IF_ERROR(
+        engine::require(u.name, u.params.state, verb,
+                        {engine::ParamState::kSharded, engine::ParamState::kNodeBlockKept},
+                        "it is unsharded; call it between step() and the next forward"));
+    HSDP_RETURN_IF_ERROR(engine::require(
+        u.name, u.grads.state, verb,
+        {engine::GradState::kEmpty, engine::GradState::kReduced, engine::GradState::kStepping,
+         engine::GradState::kStepped},
+        "it has a gradient in progress; call it between step() and the next forward"));
   }
   return okStatus();
 }
@@ -559,7 +560,7 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
     Unit& u = m.units[tensors[c.tensor].unit];
     const ckpt::State state = tensors[c.tensor].state;
     const size_t rel = c.flat - static_cast<size_t>(k) * u.layout.shardNumel();
-    const bool offloaded = m.queue && !u.frozen;
+    const bool offloaded = m.stagedOffload() && !u.frozen;  // the master's host copy
     const float* src = state == ckpt::State::kParam && !offloaded ? m.master(u)
                        : state == ckpt::State::kParam             ? u.host_master.as<float>()
                        : state == ckpt::State::kExpAvg            ? u.exp_avg.as<float>()

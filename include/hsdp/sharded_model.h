@@ -95,8 +95,9 @@ struct MemoryReport {
   size_t gathered_peak_bytes = 0;      // most bytes of gathered params + full grads alive at once
   size_t gathered_capacity_bytes = 0;  // bytes the gather pool holds (>= peak)
   size_t comm_bytes = 0;         // transport and schedule scratch
-  // With CPU offload: host memory of the optimizer (master, moments, gradient copy). The
-  // moments are also counted in optim_bytes.
+  // With CPU offload: host memory of the optimizer (master, moments, gradient). The moments are
+  // also counted in optim_bytes; on host memory the master and gradient are the shards
+  // themselves, stepped in place (also in param_bytes and grad_bytes), on a device host copies.
   size_t offload_host_bytes = 0;
   size_t hpz_bytes = 0;          // hpZ secondary partitions (1/I of every unit)
   size_t total() const {

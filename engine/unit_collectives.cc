@@ -1,0 +1,135 @@
+// UnitCollectives: every route a unit's parameters and gradients take (unit_collectives.h).
+#include "engine/unit_collectives.h"
+
+#include "hsdp/watchdog.h"
+
+namespace hsdp::engine {
+
+UnitCollectives::UnitCollectives(const Mesh& mesh, MemorySpace& space, const Options& options)
+    : mesh_(mesh), space_(space), opt_(options) {}
+
+StatusOr<std::unique_ptr<UnitCollectives>> UnitCollectives::create(const Mesh& mesh,
+                                                                   MemorySpace& space,
+                                                                   const Options& options) {
+  std::unique_ptr<UnitCollectives> c(new UnitCollectives(mesh, space, options));
+  c->hier_ = std::make_unique<HierarchicalCollectives>(mesh.intraShard(), mesh.interShard());
+  c->hier_reduce_ =
+      std::make_unique<HierarchicalCollectives>(mesh.intraShardReduce(), mesh.interShardReduce());
+  HSDP_RETURN_IF_ERROR(c->hier_->setOptions(options.gather));
+  HSDP_RETURN_IF_ERROR(c->hier_reduce_->setOptions(options.reduce));
+  return c;
+}
+
+Comm& UnitCollectives::dataParallel() const {
+  return opt_.shards == 1 && !opt_.on_device ? mesh_.world() : mesh_.replica();
+}
+
+// The mesh is uniform, so every node holds as many replicas.
+Status UnitCollectives::connectReplicas() {
+  Comm& dp = dataParallel();
+  if (opt_.replica_wire.wire == Wire::kFp32 || dp.size() < 2) return okStatus();
+  const int node = mesh_.coords().node;
+  HSDP_ASSIGN_OR_RETURN(replica_intra_, dp.split(node, dp.rank()));
+  HSDP_ASSIGN_OR_RETURN(replica_inter_, dp.split(replica_intra_->rank(), node));
+  HierOptions o;
+  o.allreduce_wire = opt_.replica_wire;
+  replica_ = std::make_unique<HierarchicalCollectives>(*replica_intra_, *replica_inter_);
+  return replica_->setOptions(o);
+}
+
+Status UnitCollectives::reserve(size_t max_shard, bool bf16) {
+  if (opt_.shards > 1) {
+    if (opt_.hierarchical) {
+      for (DType t : {DType::kBFloat16, DType::kFloat32}) {
+        if (t == DType::kBFloat16 && !bf16) continue;
+        HSDP_RETURN_IF_ERROR(hier_->reserve(max_shard, t));
+        HSDP_RETURN_IF_ERROR(hier_reduce_->reserve(max_shard, t));
+      }
+    } else {  // the reduce-scatter's ring scratch; the gathers need none
+      HSDP_RETURN_IF_ERROR(mesh_.shardGroupReduce().reserveScratch(max_shard * sizeof(float)));
+    }
+  }
+  if (replica_) HSDP_RETURN_IF_ERROR(replica_->reserve(max_shard, DType::kFloat32));
+  return okStatus();
+}
+
+size_t UnitCollectives::gradResidualCount(size_t n) const {
+  return opt_.shards > 1 && opt_.hierarchical ? hier_reduce_->residualCount(n) : 0;
+}
+size_t UnitCollectives::replicaResidualCount(size_t n) const {
+  return replica_ ? replica_->allReduceResidualCount(n) : 0;
+}
+
+size_t UnitCollectives::scratchBytes() const {
+  const Mesh& m = mesh_;
+  return hier_->scratchBytes() + hier_reduce_->scratchBytes() + m.intraShard().scratchBytes() +
+         m.interShard().scratchBytes() + m.intraShardReduce().scratchBytes() +
+         m.interShardReduce().scratchBytes() + m.shardGroup().scratchBytes() +
+         m.shardGroupReduce().scratchBytes() + m.replica().scratchBytes() +
+         m.world().scratchBytes() + (replica_ ? replica_->scratchBytes() : 0);
+}
+
+StatusOr<WorkHandle> UnitCollectives::gather(const void* shard, void* full, size_t count, DType t) {
+  if (opt_.hierarchical) return hier_->iallGather(shard, full, count, t);
+  return space_.iallGather(mesh_.shardGroup(), shard, full, count, t);
+}
+
+StatusOr<WorkHandle> UnitCollectives::gatherExact(const float* master, void* full, size_t count) {
+  if (gatherQuantizes())  // the int8/int4 parameter wire is bypassed: fp32 for this call
+    return hier_->iallGather(master, full, count, DType::kFloat32, WireFormat{});
+  return gather(master, full, count, DType::kFloat32);
+}
+
+StatusOr<WorkHandle> UnitCollectives::gatherEncoded(const void* codes, float* full, size_t count) {
+  return hier_->iallGatherEncoded(codes, full, count);
+}
+
+StatusOr<WorkHandle> UnitCollectives::gatherNodeBlock(const void* block, float* full,
+                                                      size_t count) {
+  return space_.iallGather(mesh_.intraShard(), block, full, count, DType::kFloat32);
+}
+
+void UnitCollectives::Group::clear() {
+  ops.clear();
+  labels.clear();
+  units.clear();
+  blocks16.clear();
+}
+
+void UnitCollectives::Group::reserve(size_t n) {
+  ops.reserve(n);
+  labels.reserve(n);
+  units.reserve(n);
+  blocks16.reserve(n);
+}
+
+StatusOr<WorkHandle> UnitCollectives::gatherGroup() {
+  const std::vector<CollectiveOp>& ops = group_.ops;
+  if (!opt_.hierarchical) {
+    watchdog::Label label("parameters after step", "shard group");
+    return space_.igroup(mesh_.shardGroup(), ops);
+  }
+  std::vector<WorkHandle> works;
+  works.reserve(ops.size());
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const CollectiveOp& o = ops[k];
+    watchdog::Label label(group_.labels[k], "shard group");
+    HSDP_ASSIGN_OR_RETURN(WorkHandle w, hier_->iallGather(o.send, o.recv, o.count, o.dtype));
+    works.push_back(std::move(w));
+  }
+  return allOf(std::move(works));
+}
+
+StatusOr<WorkHandle> UnitCollectives::reduceScatter(const void* full, void* shard, size_t count,
+                                                    DType t, float* residual) {
+  if (opt_.hierarchical)  // an int8/int4 inter wire with error feedback carries the residual
+    return hier_reduce_->ireduceScatter(full, shard, count, t, RedOp::kAvg, residual);
+  return space_.ireduceScatter(mesh_.shardGroupReduce(), full, shard, count, t, RedOp::kAvg);
+}
+
+StatusOr<WorkHandle> UnitCollectives::replicaReduce(void* shard, size_t count, float* residual) {
+  if (replica_) return replica_->iallReduce(shard, count, DType::kFloat32, RedOp::kAvg, residual);
+  return space_.iallReduce(dataParallel(), shard, count, DType::kFloat32, RedOp::kAvg);
+}
+
+}  // namespace hsdp::engine

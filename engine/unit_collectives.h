@@ -1,0 +1,105 @@
+// The one owner of a unit's collectives: it holds the hierarchical schedules of the parameter
+// gathers and the gradient reductions, the encoded replica wire (its communicators and its
+// schedule), and decides every route: the two-level host schedules or one collective over the
+// shard group through the memory space, the exact or the encoded wire, the hpZ node group, the
+// data-parallel communicator of the replicas. The engine's files ask for a gather, a
+// reduce-scatter or a replica reduction and never pick a route themselves.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "engine/memory_space.h"
+#include "hsdp/config.h"
+#include "hsdp/hier_collectives.h"
+#include "hsdp/mesh.h"
+
+namespace hsdp::engine {
+
+class UnitCollectives {
+ public:
+  struct Options {
+    int shards = 1;              // shard group size of the layouts (1 in mode none)
+    bool hierarchical = true;    // the two-level host schedules (false on a device)
+    bool on_device = false;      // the replica all-reduce of mode none runs on mesh.replica()
+    HierOptions gather, reduce;  // the schedules' options per direction (wires, pipelining)
+    WireFormat replica_wire;     // fp32: the transport's exact all-reduce
+  };
+  // Builds the schedules over the mesh's communicators; nothing collective yet.
+  static StatusOr<std::unique_ptr<UnitCollectives>> create(const Mesh& mesh, MemorySpace& space,
+                                                           const Options& options);
+
+  // finalize(), collective over the replicas: the encoded replica wire's communicators, the
+  // replicas on this node (reduced in fp32) and one per node (where the encoded bytes cross),
+  // so that bytes cross nodes once per node as in a hierarchical all-reduce.
+  [[nodiscard]] Status connectReplicas();
+  // finalize(): every schedule's scratch for shards of up to `max_shard` elements (bf16 ones
+  // too with `bf16`), so that no collective allocates while training.
+  [[nodiscard]] Status reserve(size_t max_shard, bool bf16);
+
+  bool hierarchical() const { return opt_.hierarchical; }
+  // Gathers of the encoded master (int8/int4 parameter wire across nodes).
+  bool gatherQuantizes() const { return opt_.hierarchical && hier_->gatherQuantizes(); }
+  // Error-feedback residual sizes of a shard of `n` elements (0: none needed).
+  size_t gradResidualCount(size_t n) const;
+  size_t replicaResidualCount(size_t n) const;
+  // The replicas of a shard. Mode none (a shard group of one) reduces over the world on the
+  // host (every rank is a replica); on a device over the replica communicator, which has the
+  // same members and is the engine's own (the world is the user's, with the user's streams).
+  Comm& dataParallel() const;
+  bool hasReplicas() const { return dataParallel().size() > 1; }
+  // Scratch of the schedules and of every mesh communicator (the memory report's comm bytes).
+  size_t scratchBytes() const;
+
+  // ---- parameters ----
+  // `shard` (count elements) of every shard-group rank into `full`.
+  StatusOr<WorkHandle> gather(const void* shard, void* full, size_t count, DType t);
+  // The fp32 master, exactly, whatever the parameter wire (gatherFullParameters).
+  StatusOr<WorkHandle> gatherExact(const float* master, void* full, size_t count);
+  // The master encoded for the int8/int4 wire (gatherQuantizes()), decoded into `full`.
+  StatusOr<WorkHandle> gatherEncoded(const void* codes, float* full, size_t count);
+  // hpZ: the node blocks of `count` elements, re-gathered inside the node only.
+  StatusOr<WorkHandle> gatherNodeBlock(const void* block, float* full, size_t count);
+  // zero1/zero2's gathers of the updated parameters after step(), one per unit, filled by the
+  // caller (clear(), then one entry per unit); reused every step: no allocation once grown.
+  struct Group {
+    std::vector<CollectiveOp> ops;
+    std::vector<std::string_view> labels;  // the unit of each, named for the watchdog
+    std::vector<int> units;                // the unit of each
+    std::vector<void*> blocks16;           // bf16 parameters: the pool block of each
+    void clear();
+    void reserve(size_t n);
+  };
+  Group& group() { return group_; }
+  // The group's all-gathers, as one Work. The host schedules keep them all in flight
+  // (pipelined in start order); otherwise one group (on a device one fused NCCL launch).
+  StatusOr<WorkHandle> gatherGroup();
+
+  // ---- gradients ----
+  // `full` -> this rank's `shard` (count elements), averaged over the shard group; `residual`:
+  // the unit's error feedback of an int8/int4 inter wire (gradResidualCount floats) or null.
+  StatusOr<WorkHandle> reduceScatter(const void* full, void* shard, size_t count, DType t,
+                                     float* residual);
+  // The fp32 shard averaged in place over the replicas: the transport's exact all-reduce, or
+  // the encoded replica wire (with `residual`, replicaResidualCount floats, for error feedback).
+  StatusOr<WorkHandle> replicaReduce(void* shard, size_t count, float* residual);
+
+ private:
+  UnitCollectives(const Mesh& mesh, MemorySpace& space, const Options& options);
+
+  const Mesh& mesh_;
+  MemorySpace& space_;
+  Options opt_;
+  // Gathers and reductions run on separate communicators (mesh.h): both are in flight at once.
+  std::unique_ptr<HierarchicalCollectives> hier_;         // parameter all-gathers
+  std::unique_ptr<HierarchicalCollectives> hier_reduce_;  // gradient reduce-scatters
+  // The encoded replica wire (replica_wire bf16/int8/int4): the schedules' encoded all-reduce
+  // over the data-parallel communicator split by node; built by finalize().
+  std::unique_ptr<Comm> replica_intra_, replica_inter_;
+  std::unique_ptr<HierarchicalCollectives> replica_;
+  Group group_;
+};
+
+}  // namespace hsdp::engine
