@@ -1,0 +1,67 @@
+// Internal to the engine's checkpoint save: the writer thread's job and state (save.cc prepares
+// them on the training thread; writer.cc is the thread: the data file, the part files, rank 0's
+// commit and pruning).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "engine/sharded_model_impl.h"
+#include "storage/io.h"
+
+namespace hsdp::engine {
+
+using Clock = std::chrono::steady_clock;
+
+// What a writer thread needs, prepared on the training thread before it starts.
+struct SaveJob {
+  std::string root, name, tmp;  // tmp: root + "/" + tmp_name
+  std::string tmp_name;         // files::tempName(name): this job's temporary directory
+  int rank = 0, world = 1;
+  int64_t step = 0;
+  ckpt::Manifest manifest;            // rank 0: all but the files' sizes and checksums
+  std::vector<ckpt::FilePlan> plans;  // rank 0: every rank's plan, for the chunk lists
+  std::vector<std::pair<std::string, std::string>> user;  // rank 0
+  int keep_last = 0;
+  double timeout_s = 600;
+  Clock::time_point t0;
+};
+
+struct Saver {
+  HostBuffer snapshot;  // this rank's data file image (myPlan()), reused by every save
+  std::unique_ptr<MemorySpace::OffloadSlot> pinned;  // the snapshot registered with the space
+  MemorySpace* space = nullptr;
+  ckpt::FilePlan plan;
+  bool direct_io = true;  // EngineConfig::checkpoint_direct_io: the data file around the cache
+  // Per plan chunk: where the copier copies it from (host memory: the engine's buffers or the
+  // offloaded state), or nullptr where startSnapshot brings it (device memory). Set by saveAsync.
+  std::vector<const char*> sources;
+  // The copier's progress, under `mu`: the snapshot's first `ready` bytes are final (the writer
+  // may write them); `copied`: no chunk is read from the training state any more (it may change).
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t ready = 0;
+  bool copied = true;
+  // No lock: the training thread fills `job` before starting the writer and reads `status` /
+  // `result` only after joining it; the join orders the two.
+  std::thread writer;
+  SaveJob job;
+  Status status;
+  bool status_secondary = false;  // rank 0: the commit failed because a peer's write did
+  SaveResult result;
+  bool in_flight = false;
+};
+
+// The writer thread's body: writes this rank's data file as the copier hands it over, its part
+// file, and on rank 0 the commit (manifest, rename into place, `latest`, pruning).
+void runWriter(Saver* s);
+// Now, UTC, as the manifest's "created" (ISO 8601).
+std::string utcNow();
+
+}  // namespace hsdp::engine
