@@ -26,27 +26,14 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kNumRoles = 4;
 
-bool isFloating(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
-
-// Every member learns whether every member's local step succeeded, so that one rank's failure
-// fails the step on all ranks instead of leaving the others waiting in NCCL (the same pattern as
-// the UCX transport's creation).
-Status agreeOnSuccess(Comm& bootstrap, const Status& local, const std::string& what) {
-  int32_t failed = local.ok() ? 0 : 1;
-  HSDP_RETURN_IF_ERROR(bootstrap.allReduce(&failed, 1, DType::kInt32, RedOp::kSum));
-  if (!local.ok()) return local.withContext(what);
-  if (failed > 0)
-    return internalError(what, " failed on ", failed, " of ", bootstrap.size(),
-                         " ranks (this rank, ", bootstrap.rank(), ", succeeded; see theirs)");
-  return okStatus();
-}
-
 // Polling with back-off: the first rounds only yield (a collective that is about to finish
 // should not pay a sleep), later ones sleep so that a rank waiting on a slow peer leaves the
 // CPU to the others (several ranks share a host's cores).
 void backoff(int round) {
-  if (round < 64) std::this_thread::yield();
-  else std::this_thread::sleep_for(std::chrono::microseconds(round < 1024 ? 10 : 100));
+  if (round < 64)
+    std::this_thread::yield();
+  else
+    std::this_thread::sleep_for(std::chrono::microseconds(round < 1024 ? 10 : 100));
 }
 
 ncclConfig_t nonblockingConfig(const std::string& name) {
@@ -60,10 +47,14 @@ ncclConfig_t nonblockingConfig(const std::string& name) {
 
 const char* streamRoleName(StreamRole role) {
   switch (role) {
-    case StreamRole::kAllGather: return "allgather";
-    case StreamRole::kReduceScatter: return "reducescatter";
-    case StreamRole::kAllReduce: return "allreduce";
-    case StreamRole::kControl: return "control";
+    case StreamRole::kAllGather:
+      return "allgather";
+    case StreamRole::kReduceScatter:
+      return "reducescatter";
+    case StreamRole::kAllReduce:
+      return "allreduce";
+    case StreamRole::kControl:
+      return "control";
   }
   return "?";
 }
@@ -142,8 +133,9 @@ struct NcclComm::State {
 
   Status usable(const char* op) const {
     if (!aborted && comm != nullptr) return okStatus();
-    return failedPrecondition(describe(), ": ", op, " on an aborted communicator (first error: ",
-                              abort_reason.message(), ")");
+    return failedPrecondition(describe(), ": ", op,
+                              " on an aborted communicator (first error: ", abort_reason.message(),
+                              ")");
   }
 
   // Aborts and returns the Status for a failure of collective `op` (#seq).
@@ -191,7 +183,7 @@ struct NcclComm::State {
   // until the work is on the stream (recording the completion event earlier would record it
   // before the collective); any error aborts. Even an invalid argument does: on a nonblocking
   // communicator NCCL records it as the communicator's asynchronous error, so every later call
-  // would fail too. (checkOp rejects what NCCL would, first, and leaves the communicator usable.)
+  // would fail too. (checkCall rejects what NCCL would, first, and leaves the communicator usable.)
   Status enqueued(ncclResult_t rc, const char* op, uint64_t seq_no, Clock::time_point start) {
     if (rc == ncclSuccess) return okStatus();
     if (rc == ncclInProgress) return waitReady(comm, op, seq_no, start);
@@ -206,16 +198,14 @@ struct NcclComm::State {
                            "; the NCCL transport moves device buffers of its device only");
   }
 
-  // Everything NCCL would reject about one collective, checked before it is launched (inside a
-  // group a rejected call would fail the whole group at ncclGroupEnd).
-  Status checkOp(const CollectiveOp& o) const {
-    const char* name = collectiveKindName(o.kind);
-    if (o.kind != CollectiveOp::Kind::kAllGather && o.op == RedOp::kAvg && !isFloating(o.dtype))
-      return invalidArgument(name, ": avg of ", dtypeName(o.dtype));
-    if (o.count == 0) return okStatus();
-    if (o.kind == CollectiveOp::Kind::kAllReduce) return checkBuffer(o.recv, "in-place", name);
-    HSDP_RETURN_IF_ERROR(checkBuffer(o.send, "send", name));
-    return checkBuffer(o.recv, "recv", name);
+  // Everything NCCL would reject about one call's buffers (Comm::checkArgs; inside a group a
+  // rejected call would fail the whole group at ncclGroupEnd).
+  Status checkCall(const CallArgs& a) const {
+    HSDP_RETURN_IF_ERROR(usable(a.what));
+    if (a.count == 0) return okStatus();
+    if (a.send == nullptr) return checkBuffer(a.recv, "in-place", a.what);
+    HSDP_RETURN_IF_ERROR(checkBuffer(a.send, "send", a.what));
+    return checkBuffer(a.recv, "recv", a.what);
   }
 
   StatusOr<gpu::Event> takeEvent() {
@@ -250,7 +240,8 @@ struct NcclComm::State {
       abortNow(s);
     } else {
       rc = ncclCommDestroy(comm);
-      if (rc != ncclSuccess) HSDP_WARN(kColl, describe(), ": ncclCommDestroy: ", ncclGetErrorString(rc));
+      if (rc != ncclSuccess)
+        HSDP_WARN(kColl, describe(), ": ncclCommDestroy: ", ncclGetErrorString(rc));
       comm = nullptr;
     }
     if (switched) (void)cudaSetDevice(previous);
@@ -351,9 +342,9 @@ class NcclWork final : public Work {
 // Creates the CUDA side of a communicator on `device`: role streams and the ordering event.
 Status createCudaResources(NcclComm::State& s) {
   for (int r = 0; r < kNumRoles; ++r) {
-    HSDP_ASSIGN_OR_RETURN(
-        s.streams[r],
-        gpu::Stream::create(strCat("nccl-", s.name, "-", streamRoleName(static_cast<StreamRole>(r)))));
+    HSDP_ASSIGN_OR_RETURN(s.streams[r],
+                          gpu::Stream::create(strCat("nccl-", s.name, "-",
+                                                     streamRoleName(static_cast<StreamRole>(r)))));
   }
   HSDP_ASSIGN_OR_RETURN(s.caller_ready, gpu::Event::create());
   return okStatus();
@@ -401,10 +392,11 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(std::unique_ptr<Comm> boots
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   Status made = okStatus();
-  if (s->rank == 0) made = [&]() -> Status {
-    HSDP_NCCL_CHECK(ncclGetUniqueId(&id));
-    return okStatus();
-  }();
+  if (s->rank == 0)
+    made = [&]() -> Status {
+      HSDP_NCCL_CHECK(ncclGetUniqueId(&id));
+      return okStatus();
+    }();
   HSDP_RETURN_IF_ERROR(agreeOnSuccess(boot, made, "nccl: ncclGetUniqueId on rank 0"));
   HSDP_RETURN_IF_ERROR(boot.broadcast(&id, sizeof(id), DType::kUInt8, 0));
 
@@ -419,8 +411,9 @@ StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(std::unique_ptr<Comm> boots
     joined = s->waitReady(s->comm, "ncclCommInitRankConfig", 0, start);
   if (!joined.ok()) s->abortNow(joined);
   HSDP_RETURN_IF_ERROR(agreeOnSuccess(boot, joined, strCat("nccl: joining ", s->describe())));
-  HSDP_INFO(kColl, s->describe(), " created (", std::chrono::duration<double>(Clock::now() - start).count(),
-            " s); timeout ", options.timeout_s, " s");
+  HSDP_INFO(kColl, s->describe(), " created (",
+            std::chrono::duration<double>(Clock::now() - start).count(), " s); timeout ",
+            options.timeout_s, " s");
   std::unique_ptr<NcclComm> comm(new NcclComm(std::move(s)));
   HSDP_RETURN_IF_ERROR(comm->traceOverBootstrap());
   return comm;
@@ -546,24 +539,13 @@ StatusOr<WorkHandle> launchCollective(const std::shared_ptr<NcclComm::State>& sp
   return WorkHandle(std::make_unique<NcclWork>(sp, op, seq_no, std::move(done), start, trace));
 }
 
-// The fingerprint published and, with HSDP_CHECK_COLLECTIVES, compared before the launch. The
-// comparison blocks: the engine issues NCCL collectives in program order, the same on every rank
-// (no progress-driven issue as in the host schedules), so a blocking check cannot deadlock.
-Status enterChecked(CommTrace* t, OpKind kind, size_t count, DType dtype, RedOp op, int root = -1,
-                    int ops = 1) {
-  if (t == nullptr) return okStatus();
-  const uint64_t seq = t->enter(kind, count, dtype, op, root, ops);
-  if (t->checker() != nullptr) return checkNow(*t, seq);
-  return okStatus();
-}
-
 }  // namespace
 
 namespace {
 
 ncclRedOp_t ncclOp(RedOp op) { return op == RedOp::kAvg ? ncclAvg : ncclSum; }
 
-// One collective onto `stream` (arguments already checked by State::checkOp).
+// One collective onto `stream` (arguments already checked by State::checkCall).
 ncclResult_t launch(const CollectiveOp& o, ncclComm_t comm, cudaStream_t stream) {
   switch (o.kind) {
     case CollectiveOp::Kind::kAllGather:
@@ -577,62 +559,86 @@ ncclResult_t launch(const CollectiveOp& o, ncclComm_t comm, cudaStream_t stream)
   return ncclInvalidArgument;
 }
 
-OpKind opKindOf(CollectiveOp::Kind kind) {
-  switch (kind) {
-    case CollectiveOp::Kind::kAllGather:
-      return OpKind::kAllGather;
-    case CollectiveOp::Kind::kReduceScatter:
-      return OpKind::kReduceScatter;
-    case CollectiveOp::Kind::kAllReduce:
-      return OpKind::kAllReduce;
-  }
-  return OpKind::kGroup;
-}
-
-StatusOr<WorkHandle> startOne(const std::shared_ptr<NcclComm::State>& sp, CommTrace* trace,
-                              const CollectiveOp& o) {
-  NcclComm::State& s = *sp;
-  const char* name = collectiveKindName(o.kind);
-  HSDP_RETURN_IF_ERROR(s.usable(name));
-  HSDP_RETURN_IF_ERROR(s.checkOp(o));
-  HSDP_RETURN_IF_ERROR(enterChecked(trace, opKindOf(o.kind), o.count, o.dtype, o.op));
-  if (o.count == 0) return completedWork();
-  return launchCollective(sp, trace, name, streamRoleOf(o.kind),
-                          [&](cudaStream_t st) { return launch(o, s.comm, st); });
-}
-
 // NCCL's limit on the operations between one ncclGroupStart and its ncclGroupEnd.
 constexpr size_t kMaxGroupOps = 2048;
 
 }  // namespace
 
-StatusOr<WorkHandle> NcclComm::iallGather(const void* send, void* recv, size_t count,
-                                          DType dtype) {
-  return startOne(s_, trace(), CollectiveOp::allGather(send, recv, count, dtype));
+Status NcclComm::checkArgs(const CallArgs& args) const { return s_->checkCall(args); }
+
+StatusOr<WorkHandle> NcclComm::startOne(const CollectiveOp& o) {
+  if (o.count == 0) return completedWork();
+  State& s = *s_;
+  return launchCollective(s_, trace(), collectiveKindName(o.kind), streamRoleOf(o.kind),
+                          [&](cudaStream_t st) { return launch(o, s.comm, st); });
 }
 
-StatusOr<WorkHandle> NcclComm::ireduceScatter(const void* send, void* recv, size_t count,
-                                              DType dtype, RedOp op) {
-  return startOne(s_, trace(), CollectiveOp::reduceScatter(send, recv, count, dtype, op));
+StatusOr<WorkHandle> NcclComm::startAllGather(const void* send, void* recv, size_t count,
+                                              DType dtype) {
+  return startOne(CollectiveOp::allGather(send, recv, count, dtype));
 }
 
-StatusOr<WorkHandle> NcclComm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
-  return startOne(s_, trace(), CollectiveOp::allReduce(buf, count, dtype, op));
+StatusOr<WorkHandle> NcclComm::startReduceScatter(const void* send, void* recv, size_t count,
+                                                  DType dtype, RedOp op) {
+  return startOne(CollectiveOp::reduceScatter(send, recv, count, dtype, op));
 }
 
-StatusOr<WorkHandle> NcclComm::ireduceScatterRuns(const void*, void*, const BlockRuns&, DType,
-                                                  RedOp, void*) {
+StatusOr<WorkHandle> NcclComm::startAllReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  return startOne(CollectiveOp::allReduce(buf, count, dtype, op));
+}
+
+StatusOr<WorkHandle> NcclComm::startReduceScatterRuns(const void*, void*, const BlockRuns&, DType,
+                                                      RedOp, void*) {
   return unimplemented(
       "the 'nccl' transport has no reduce-scatter of non-contiguous blocks "
       "(device buffers): pack them and call ireduceScatter");
 }
 
-StatusOr<WorkHandle> NcclComm::iallToAll(const void* send, void* recv, size_t count, DType dtype) {
+StatusOr<WorkHandle> NcclComm::startAllGatherRuns(const void* send, void* recv,
+                                                  const BlockRuns& layout, DType dtype, void*) {
   State& s = *s_;
-  HSDP_RETURN_IF_ERROR(s.usable("allToAll"));
-  // Checked as an all-gather of the same shape: device memory of this communicator's device.
-  HSDP_RETURN_IF_ERROR(s.checkOp(CollectiveOp::allGather(send, recv, count, dtype)));
-  HSDP_RETURN_IF_ERROR(enterChecked(trace(), OpKind::kAllToAll, count, dtype, RedOp::kSum));
+  const size_t n = layout.run, es = dtypeSize(dtype), block = layout.blockCount();
+  if (block == 0) return completedWork();
+  // One send and one receive per run and peer, in one group (NCCL matches a pair's sends and
+  // receives in the order they were posted).
+  if (2 * static_cast<size_t>(s.size - 1) * layout.runs > kMaxGroupOps)
+    return unimplemented("nccl iallGatherRuns: ", layout.runs, " runs to ", s.size - 1,
+                         " peers exceed the ", kMaxGroupOps, " operations of one NCCL group");
+  auto* out = static_cast<char*>(recv);
+  const auto* in = static_cast<const char*>(send);
+  const size_t me = static_cast<size_t>(s.rank);
+  const bool in_place = in == out + layout.offset(me, 0) * es;
+  return launchCollective(
+      s_, trace(), "allGatherRuns", StreamRole::kAllGather, [&](cudaStream_t st) {
+        // Our own block to its runs first, on the same stream (device to device).
+        for (size_t p = 0; p < layout.runs && !in_place; ++p)
+          if (cudaMemcpyAsync(out + layout.offset(me, p) * es, in + p * n * es, n * es,
+                              cudaMemcpyDeviceToDevice, st) != cudaSuccess)
+            return ncclUnhandledCudaError;
+        // Why send from our runs: in place, the block is not contiguous in `send`.
+        auto mine = [&](size_t p) {
+          return in_place ? out + layout.offset(me, p) * es : in + p * n * es;
+        };
+        ncclResult_t rc = ncclGroupStart();
+        if (rc != ncclSuccess) return rc;
+        ncclResult_t first = ncclSuccess;
+        for (int q = 0; q < s.size; ++q) {
+          if (q == s.rank) continue;
+          for (size_t p = 0; p < layout.runs; ++p)
+            for (ncclResult_t r : {ncclSend(mine(p), n, ncclType(dtype), q, s.comm, st),
+                                   ncclRecv(out + layout.offset(static_cast<size_t>(q), p) * es, n,
+                                            ncclType(dtype), q, s.comm, st)})
+              if (r != ncclSuccess && r != ncclInProgress && first == ncclSuccess) first = r;
+        }
+        // Closed even after a failed call (the group depth is per thread; see startGroup).
+        const ncclResult_t end = ncclGroupEnd();
+        return first != ncclSuccess ? first : end;
+      });
+}
+
+StatusOr<WorkHandle> NcclComm::startAllToAll(const void* send, void* recv, size_t count,
+                                             DType dtype) {
+  State& s = *s_;
   if (count == 0) return completedWork();
   const size_t block = count * dtypeSize(dtype);
   return launchCollective(
@@ -647,28 +653,17 @@ StatusOr<WorkHandle> NcclComm::iallToAll(const void* send, void* recv, size_t co
                                  ncclRecv(to, count, ncclType(dtype), j, s.comm, st)})
             if (r != ncclSuccess && r != ncclInProgress && first == ncclSuccess) first = r;
         }
-        // Closed even after a failed call (the group depth is per thread; see igroup).
+        // Closed even after a failed call (the group depth is per thread; see startGroup).
         const ncclResult_t end = ncclGroupEnd();
         return first != ncclSuccess ? first : end;
       });
 }
 
-StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {
+StatusOr<WorkHandle> NcclComm::startGroup(std::span<const CollectiveOp> ops) {
   State& s = *s_;
   HSDP_RETURN_IF_ERROR(s.usable("group"));
   size_t live = 0;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    Status checked = s.checkOp(ops[i]);
-    if (!checked.ok())
-      return checked.withContext(strCat("group operation ", i, " of ", ops.size()));
-    if (ops[i].count > 0) ++live;
-  }
-  HSDP_RETURN_IF_ERROR(checkIndependent(ops, s.size));
-  size_t total = 0;
-  for (const CollectiveOp& o : ops) total += o.count;
-  HSDP_RETURN_IF_ERROR(enterChecked(trace(), OpKind::kGroup, total,
-                                    ops.empty() ? DType::kFloat32 : ops.front().dtype, RedOp::kSum,
-                                    -1, static_cast<int>(live)));
+  for (const CollectiveOp& o : ops) live += o.count > 0 ? 1 : 0;
   if (live == 0) return completedWork();
 
   HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard guard, gpu::DeviceGuard::set(s.device));
@@ -720,14 +715,9 @@ StatusOr<WorkHandle> NcclComm::igroup(std::span<const CollectiveOp> ops) {
       std::make_unique<NcclWork>(s_, "group", seq_no, std::move(done), start, trace()));
 }
 
-Status NcclComm::broadcast(void* buf, size_t count, DType dtype, int root) {
+Status NcclComm::runBroadcast(void* buf, size_t count, DType dtype, int root) {
   State& s = *s_;
-  HSDP_RETURN_IF_ERROR(s.usable("broadcast"));
-  if (root < 0 || root >= s.size)
-    return invalidArgument("broadcast: root ", root, " outside communicator of size ", s.size);
-  HSDP_RETURN_IF_ERROR(enterChecked(trace(), OpKind::kBroadcast, count, dtype, RedOp::kSum, root));
   if (count == 0) return okStatus();
-  HSDP_RETURN_IF_ERROR(s.checkBuffer(buf, "in-place", "broadcast"));
   HSDP_ASSIGN_OR_RETURN(
       WorkHandle w,
       launchCollective(s_, trace(), "broadcast", StreamRole::kControl, [&](cudaStream_t st) {
@@ -736,17 +726,15 @@ Status NcclComm::broadcast(void* buf, size_t count, DType dtype, int root) {
   return w->wait();
 }
 
-Status NcclComm::barrier() {
+Status NcclComm::runBarrier() {
   State& s = *s_;
-  HSDP_RETURN_IF_ERROR(s.usable("barrier"));
   if (s.barrier_word.data() == nullptr) {
     HSDP_ASSIGN_OR_RETURN(gpu::DeviceGuard guard, gpu::DeviceGuard::set(s.device));
     HSDP_ASSIGN_OR_RETURN(s.barrier_word, gpu::DeviceBuffer::allocate(sizeof(int32_t)));
-    HSDP_CUDA_CHECK(cudaMemsetAsync(s.barrier_word.data(), 0, sizeof(int32_t),
-                                    s.stream(StreamRole::kControl)));
+    HSDP_CUDA_CHECK(
+        cudaMemsetAsync(s.barrier_word.data(), 0, sizeof(int32_t), s.stream(StreamRole::kControl)));
   }
   void* word = s.barrier_word.data();
-  HSDP_RETURN_IF_ERROR(enterChecked(trace(), OpKind::kBarrier, 0, DType::kUInt8, RedOp::kSum));
   HSDP_ASSIGN_OR_RETURN(
       WorkHandle w,
       launchCollective(s_, trace(), "barrier", StreamRole::kControl, [&](cudaStream_t st) {

@@ -34,8 +34,8 @@ constexpr int kMaxRanks = 1 << 15;
 
 uint64_t makeTag(uint32_t comm, uint32_t seq, uint32_t msg, int sender) {
   return (static_cast<uint64_t>(comm & 0xffff) << 48) |
-         (static_cast<uint64_t>(seq & 0xffff) << 32) |
-         (static_cast<uint64_t>(msg & 0xffff) << 16) | static_cast<uint64_t>(sender & 0xffff);
+         (static_cast<uint64_t>(seq & 0xffff) << 32) | (static_cast<uint64_t>(msg & 0xffff) << 16) |
+         static_cast<uint64_t>(sender & 0xffff);
 }
 
 // Every buffer this transport moves is host memory, and saying so spares UCX a memory-type
@@ -49,21 +49,6 @@ constexpr ucs_memory_type_t kHostMemory = UCS_MEMORY_TYPE_HOST;
 size_t initialSlotBytes(const UcxOptions& options) {
   constexpr size_t kMinSlot = 4096, kMaxInitialSlot = size_t(4) << 20;
   return std::clamp(2 * options.small_bytes, kMinSlot, kMaxInitialSlot);
-}
-
-bool isFloating(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
-
-// Every member learns whether every member's local step succeeded, so that one rank's failure
-// (no usable transport, an allocation) fails creation on all ranks instead of leaving the others
-// blocked in the next collective step.
-Status agreeOnSuccess(Comm& bootstrap, const Status& local, const char* what) {
-  int32_t failed = local.ok() ? 0 : 1;
-  HSDP_RETURN_IF_ERROR(bootstrap.allReduce(&failed, 1, DType::kInt32, RedOp::kSum));
-  if (!local.ok()) return local.withContext(what);
-  if (failed > 0)
-    return internalError(what, " failed on ", failed, " of ", bootstrap.size(),
-                         " ranks (this rank, ", bootstrap.rank(), ", succeeded; see theirs)");
-  return okStatus();
 }
 
 // One scratch buffer of the pool, registered once for as long as it lives.
@@ -96,9 +81,7 @@ struct UcxComm::State {
 
   std::vector<int> world;  // world ranks by rank, from the watchdog's trace (empty: untraced)
 
-  std::string describe() const {
-    return strCat("comm ", id, ", rank ", rank, " of ", size);
-  }
+  std::string describe() const { return strCat("comm ", id, ", rank ", rank, " of ", size); }
   std::string peerName(int p) const {
     return world.empty() ? strCat("rank ", p) : strCat("rank ", p, " (world rank ", world[p], ")");
   }
@@ -137,8 +120,8 @@ struct UcxComm::State {
                   " bytes of scratch, more than reserved (", slot_bytes,
                   "); growing on the hot path: call reserveScratch first");
       else
-        HSDP_INFO(kColl, "ucx ", what, " (", describe(), ") grows scratch slots from ",
-                  slot_bytes, " to ", bytes, " bytes, once");
+        HSDP_INFO(kColl, "ucx ", what, " (", describe(), ") grows scratch slots from ", slot_bytes,
+                  " to ", bytes, " bytes, once");
       slot_bytes = bytes;
     } else {
       HSDP_INFO(kColl, "ucx ", describe(), ": ", in_flight.size(),
@@ -236,8 +219,9 @@ class CollectiveOp final : public ActiveOp {
   Status transferError(const Transfer& t, bool is_recv, ucs_status_t st) const {
     std::string hint;
     if (st == UCS_ERR_MESSAGE_TRUNCATED)
-      hint = "; ranks started different collectives or counts (every rank must start the same "
-             "collectives, in the same order, with the same counts)";
+      hint =
+          "; ranks started different collectives or counts (every rank must start the same "
+          "collectives, in the same order, with the same counts)";
     return internalError("ucx ", name_, " (", algorithmName(algorithm_), ", ", comm_->describe(),
                          ", collective #", seq_, "): ", is_recv ? "receive" : "send",
                          " of message ", t.msg, " (", t.bytes, " bytes) ", is_recv ? "from" : "to",
@@ -247,10 +231,10 @@ class CollectiveOp final : public ActiveOp {
 
   void checkLength(const Transfer& t, size_t received) {
     if (received == t.bytes) return;
-    fail(failedPrecondition("ucx ", name_, " (", algorithmName(algorithm_), ", ",
-                            comm_->describe(), ", collective #", seq_, "): message ", t.msg,
-                            " from rank ", t.peer, " has ", received, " bytes, expected ",
-                            t.bytes, "; ranks started different collectives or counts (every "
+    fail(failedPrecondition("ucx ", name_, " (", algorithmName(algorithm_), ", ", comm_->describe(),
+                            ", collective #", seq_, "): message ", t.msg, " from rank ", t.peer,
+                            " has ", received, " bytes, expected ", t.bytes,
+                            "; ranks started different collectives or counts (every "
                             "rank must start the same collectives, in the same order, with the "
                             "same counts)"));
   }
@@ -280,16 +264,20 @@ class CollectiveOp final : public ActiveOp {
       p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
       ucs_status_ptr_t r = ucp_tag_recv_nbx(comm_->engine->worker(), t.buf, t.bytes,
                                             makeTag(id, seq_, t.msg, t.peer), kFullMask, &p);
-      if (UCS_PTR_IS_ERR(r)) fail(transferError(t, true, UCS_PTR_STATUS(r)));
-      else if (r != nullptr) pending_.push_back({r, i, true, false});
+      if (UCS_PTR_IS_ERR(r))
+        fail(transferError(t, true, UCS_PTR_STATUS(r)));
+      else if (r != nullptr)
+        pending_.push_back({r, i, true, false});
     }
     for (uint32_t i = st.send_begin; i < st.send_end && status_.ok(); ++i) {
       const Transfer& t = schedule_.sendAt(i);
       ucp_request_param_t p = params(t.buf, t.bytes);
       ucs_status_ptr_t r = ucp_tag_send_nbx(comm_->eps[t.peer]->get(), t.buf, t.bytes,
                                             makeTag(id, seq_, t.msg, comm_->rank), &p);
-      if (UCS_PTR_IS_ERR(r)) fail(transferError(t, false, UCS_PTR_STATUS(r)));
-      else if (r != nullptr) pending_.push_back({r, i, false, false});
+      if (UCS_PTR_IS_ERR(r))
+        fail(transferError(t, false, UCS_PTR_STATUS(r)));
+      else if (r != nullptr)
+        pending_.push_back({r, i, false, false});
     }
   }
 
@@ -300,8 +288,10 @@ class CollectiveOp final : public ActiveOp {
       if (p.req == nullptr) continue;
       ucs_status_t st;
       ucp_tag_recv_info_t info{};
-      if (p.is_recv) st = ucp_tag_recv_request_test(p.req, &info);
-      else st = ucp_request_check_status(p.req);
+      if (p.is_recv)
+        st = ucp_tag_recv_request_test(p.req, &info);
+      else
+        st = ucp_request_check_status(p.req);
       if (st == UCS_INPROGRESS) {
         all_done = false;
         continue;
@@ -371,8 +361,7 @@ class UcxWork final : public Work {
 }  // namespace
 
 template <typename Build>
-StatusOr<std::shared_ptr<CollectiveOp>> UcxComm::State::start(const char* name,
-                                                              Algorithm algorithm,
+StatusOr<std::shared_ptr<CollectiveOp>> UcxComm::State::start(const char* name, Algorithm algorithm,
                                                               size_t scratch_bytes, Build build) {
   auto op = std::make_shared<CollectiveOp>(*this, name, algorithm, seq++);
   void* buf = nullptr;
@@ -442,8 +431,7 @@ StatusOr<std::unique_ptr<UcxComm>> UcxComm::create(std::unique_ptr<Comm> bootstr
   const size_t width = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
   std::vector<uint8_t> all(n * width);
   std::memcpy(all.data() + r * width, address.data(), address.size());
-  HSDP_RETURN_IF_ERROR(
-      boot.allGather(all.data() + r * width, all.data(), width, DType::kUInt8));
+  HSDP_RETURN_IF_ERROR(boot.allGather(all.data() + r * width, all.data(), width, DType::kUInt8));
 
   // Which peers share this rank's host (splitByHost: one host, or one container; on the
   // emulated cluster, one virtual node): a host is named by the first bootstrap rank on it.
@@ -532,104 +520,90 @@ uint32_t UcxComm::id() const { return s_->id; }
 
 // ---- collectives -------------------------------------------------------------------------------
 
-StatusOr<WorkHandle> UcxComm::iallGather(const void* send, void* recv, size_t count,
-                                         DType dtype) {
-  auto lock = progressLock();
-  return startCollective(
-      trace(), OpKind::kAllGather, count, dtype, RedOp::kSum,
-      [this, send, recv, count, dtype]() -> StatusOr<WorkHandle> {
-        State& s = *s_;
-        const Algorithm a = chooseAllGather(s.size, count, dtype, s.options.small_bytes);
-        HSDP_ASSIGN_OR_RETURN(
-            auto op, s.start("allGather", a, allGatherScratchBytes(a, s.size, count, dtype),
-                             [&](Schedule& sched, void* scratch) {
-                               buildAllGather(sched, a, s.rank, s.size, send, recv, count, dtype,
-                                              scratch);
-                             }));
-        return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(op), trace()));
-      });
-}
-
-StatusOr<WorkHandle> UcxComm::ireduceScatter(const void* send, void* recv, size_t count,
-                                             DType dtype, RedOp op) {
-  auto lock = progressLock();
-  if (op == RedOp::kAvg && !isFloating(dtype))
-    return invalidArgument("reduceScatter: avg of ", dtypeName(dtype));
-  return startCollective(
-      trace(), OpKind::kReduceScatter, count, dtype, op,
-      [this, send, recv, count, dtype, op]() -> StatusOr<WorkHandle> {
-        State& s = *s_;
-        const Algorithm a = chooseReduceScatter(s.size, count, dtype, s.options.small_bytes);
-        HSDP_ASSIGN_OR_RETURN(
-            auto o, s.start("reduceScatter", a, reduceScatterScratchBytes(a, s.size, count, dtype),
-                            [&](Schedule& sched, void* scratch) {
-                              buildReduceScatter(sched, a, s.rank, s.size, send, recv, count, dtype,
-                                                 op, scratch);
-                            }));
-        return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
-      });
-}
-
-StatusOr<WorkHandle> UcxComm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
-  auto lock = progressLock();
-  if (op == RedOp::kAvg && !isFloating(dtype))
-    return invalidArgument("allReduce: avg of ", dtypeName(dtype));
-  return startCollective(
-      trace(), OpKind::kAllReduce, count, dtype, op,
-      [this, buf, count, dtype, op]() -> StatusOr<WorkHandle> {
-        State& s = *s_;
-        const Algorithm a = chooseAllReduce(s.size, count, dtype, s.options.small_bytes);
-        HSDP_ASSIGN_OR_RETURN(
-            auto o, s.start("allReduce", a, allReduceScratchBytes(a, s.size, count, dtype),
-                            [&](Schedule& sched, void* scratch) {
-                              buildAllReduce(sched, a, s.rank, s.size, buf, count, dtype, op,
-                                             scratch);
-                            }));
-        return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
-      });
-}
-
-StatusOr<WorkHandle> UcxComm::iallToAll(const void* send, void* recv, size_t count, DType dtype) {
-  auto lock = progressLock();
+StatusOr<WorkHandle> UcxComm::startAllGather(const void* send, void* recv, size_t count,
+                                             DType dtype) {
   State& s = *s_;
-  return startCollective(
-      trace(), OpKind::kAllToAll, count, dtype, RedOp::kSum,
-      [this, &s, send, recv, count, dtype]() -> StatusOr<WorkHandle> {
-        HSDP_ASSIGN_OR_RETURN(
-            auto o, s.start("allToAll", Algorithm::kPairwise, 0, [&](Schedule& sched, void*) {
-              buildAllToAll(sched, s.rank, s.size, send, recv, count, dtype);
-            }));
-        return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
-      });
+  const Algorithm a = chooseAllGather(s.size, count, dtype, s.options.small_bytes);
+  HSDP_ASSIGN_OR_RETURN(auto op,
+                        s.start("allGather", a, allGatherScratchBytes(a, s.size, count, dtype),
+                                [&](Schedule& sched, void* scratch) {
+                                  buildAllGather(sched, a, s.rank, s.size, send, recv, count, dtype,
+                                                 scratch);
+                                }));
+  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(op), trace()));
 }
 
-Status UcxComm::broadcast(void* buf, size_t count, DType dtype, int root) {
-  auto lock = progressLock();
+StatusOr<WorkHandle> UcxComm::startAllGatherRuns(const void* send, void* recv,
+                                                 const BlockRuns& layout, DType dtype, void* pack) {
   State& s = *s_;
-  if (root < 0 || root >= s.size)
-    return invalidArgument("broadcast: root ", root, " outside communicator of size ", s.size);
-  return runCollective(
-      trace(), OpKind::kBroadcast, count, dtype, RedOp::kSum, root, "ucx broadcast",
-      [&]() -> Status {
-        HSDP_ASSIGN_OR_RETURN(
-            auto op, s.start("broadcast", Algorithm::kBinomial, 0, [&](Schedule& sched, void*) {
-              buildBroadcast(sched, s.rank, s.size, buf, count * dtypeSize(dtype), root);
-            }));
-        return s.wait(*op);
-      });
+  // Small gathers are latency-bound (Bruck, recursive doubling beat the ring there), and a ring
+  // of too many runs would overflow the tags' message ids: those pack and unpack instead.
+  const size_t bytes = static_cast<size_t>(s.size) * layout.blockCount() * dtypeSize(dtype);
+  if (s.size == 1 || bytes <= s.options.small_bytes || !allGatherRunsFits(s.size, layout))
+    return Comm::startAllGatherRuns(send, recv, layout, dtype, pack);
+  HSDP_ASSIGN_OR_RETURN(auto op,
+                        s.start("allGather", Algorithm::kRing, 0, [&](Schedule& sched, void*) {
+                          buildAllGatherRuns(sched, s.rank, s.size, send, recv, layout, dtype);
+                        }));
+  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(op), trace()));
 }
 
-Status UcxComm::barrier() {
-  auto lock = progressLock();
+StatusOr<WorkHandle> UcxComm::startReduceScatter(const void* send, void* recv, size_t count,
+                                                 DType dtype, RedOp op) {
   State& s = *s_;
-  return runCollective(
-      trace(), OpKind::kBarrier, 0, DType::kUInt8, RedOp::kSum, -1, "ucx barrier", [&]() -> Status {
-        HSDP_ASSIGN_OR_RETURN(
-            auto op, s.start("barrier", Algorithm::kDissemination, 0, [&](Schedule& sched, void*) {
-              buildBarrier(sched, s.rank, s.size, &s.token);
-            }));
-        return s.wait(*op);
-      });
+  const Algorithm a = chooseReduceScatter(s.size, count, dtype, s.options.small_bytes);
+  HSDP_ASSIGN_OR_RETURN(
+      auto o, s.start("reduceScatter", a, reduceScatterScratchBytes(a, s.size, count, dtype),
+                      [&](Schedule& sched, void* scratch) {
+                        buildReduceScatter(sched, a, s.rank, s.size, send, recv, count, dtype, op,
+                                           scratch);
+                      }));
+  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
+}
+
+StatusOr<WorkHandle> UcxComm::startAllReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  State& s = *s_;
+  const Algorithm a = chooseAllReduce(s.size, count, dtype, s.options.small_bytes);
+  HSDP_ASSIGN_OR_RETURN(
+      auto o, s.start("allReduce", a, allReduceScratchBytes(a, s.size, count, dtype),
+                      [&](Schedule& sched, void* scratch) {
+                        buildAllReduce(sched, a, s.rank, s.size, buf, count, dtype, op, scratch);
+                      }));
+  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
+}
+
+StatusOr<WorkHandle> UcxComm::startAllToAll(const void* send, void* recv, size_t count,
+                                            DType dtype) {
+  State& s = *s_;
+  HSDP_ASSIGN_OR_RETURN(auto o,
+                        s.start("allToAll", Algorithm::kPairwise, 0, [&](Schedule& sched, void*) {
+                          buildAllToAll(sched, s.rank, s.size, send, recv, count, dtype);
+                        }));
+  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
+}
+
+const char* UcxComm::waitName(const char* call) const {
+  if (std::strcmp(call, "broadcast") == 0) return "ucx broadcast";
+  if (std::strcmp(call, "barrier") == 0) return "ucx barrier";
+  return call;
+}
+
+Status UcxComm::runBroadcast(void* buf, size_t count, DType dtype, int root) {
+  State& s = *s_;
+  HSDP_ASSIGN_OR_RETURN(
+      auto op, s.start("broadcast", Algorithm::kBinomial, 0, [&](Schedule& sched, void*) {
+        buildBroadcast(sched, s.rank, s.size, buf, count * dtypeSize(dtype), root);
+      }));
+  return s.wait(*op);
+}
+
+Status UcxComm::runBarrier() {
+  State& s = *s_;
+  HSDP_ASSIGN_OR_RETURN(
+      auto op, s.start("barrier", Algorithm::kDissemination, 0, [&](Schedule& sched, void*) {
+        buildBarrier(sched, s.rank, s.size, &s.token);
+      }));
+  return s.wait(*op);
 }
 
 // ---- communicators, memory ---------------------------------------------------------------------
@@ -707,8 +681,7 @@ Status UcxComm::deregisterMemory(const void* p) {
   auto it = std::find_if(regs.begin(), regs.end(),
                          [p](const UcpMemRegion& r) { return r.address() == p; });
   if (it == regs.end())
-    return notFound("deregisterMemory: no region registered at ", p, " on ucx ",
-                    s_->describe());
+    return notFound("deregisterMemory: no region registered at ", p, " on ucx ", s_->describe());
   regs.erase(it);
   return okStatus();
 }
