@@ -1,153 +1,17 @@
-#include "collectives/ucx/ucx_comm.h"
-
-#include <ucp/api/ucp.h>
-#include <ucs/memory/memory_type.h>
-
+// The UCX transport's collectives: a CollectiveOp executes a Schedule (schedule.h) with tagged
+// UCP messages; communicators are built in ucx_create.cc, the shared state is in ucx_internal.h.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "collectives/ucx/schedule.h"
 #include "collectives/ucx/ucx_check.h"
-#include "collectives/ucx/ucx_engine.h"
-#include "collectives/ucx/ucx_resources.h"
+#include "collectives/ucx/ucx_internal.h"
 #include "core/progress.h"
 #include "core/watchdog.h"
-#include "hsdp/env.h"
-#include "hsdp/host_buffer.h"
-#include "hsdp/log.h"
 #include "hsdp/transport_registry.h"
 
 namespace hsdp::ucx {
-namespace {
-
-// Tag layout, 16 bits each from the top: communicator id | collective sequence number (mod 2^16)
-// | message id within the collective | sender rank. Receives match all 64 bits, so a message can
-// only land in the receive posted for it, whatever else is in flight on the worker. The
-// sequence number wraps, which is safe while fewer than 65536 collectives of one communicator
-// are in flight at once.
-constexpr uint64_t kFullMask = ~0ull;
-constexpr uint32_t kMaxCommIds = 1u << 16;
-// Sender ranks need 16 bits, and the ring all-reduce uses 2(n-1) message ids.
-constexpr int kMaxRanks = 1 << 15;
-
-uint64_t makeTag(uint32_t comm, uint32_t seq, uint32_t msg, int sender) {
-  return (static_cast<uint64_t>(comm & 0xffff) << 48) |
-         (static_cast<uint64_t>(seq & 0xffff) << 32) | (static_cast<uint64_t>(msg & 0xffff) << 16) |
-         static_cast<uint64_t>(sender & 0xffff);
-}
-
-// Every buffer this transport moves is host memory, and saying so spares UCX a memory-type
-// lookup per request. The GPU path replaces this with UCS_MEMORY_TYPE_UNKNOWN (UCX detects
-// CUDA memory itself) and runs the Schedule's local ops on the device (see ucx_comm.h).
-constexpr ucs_memory_type_t kHostMemory = UCS_MEMORY_TYPE_HOST;
-
-// The first scratch slot covers the small algorithms (at most 2 * small_bytes: the
-// recursive-doubling reduce-scatter's working copy and partner buffer), capped so that a large
-// HSDP_UCX_SMALL_BYTES does not pre-fault a large buffer on every communicator up front.
-size_t initialSlotBytes(const UcxOptions& options) {
-  constexpr size_t kMinSlot = 4096, kMaxInitialSlot = size_t(4) << 20;
-  return std::clamp(2 * options.small_bytes, kMinSlot, kMaxInitialSlot);
-}
-
-// One scratch buffer of the pool, registered once for as long as it lives.
-struct ScratchSlot {
-  HostBuffer buffer;
-  UcpMemRegion region;  // declared after `buffer`: unregistered before the memory is freed
-  bool busy = false;
-};
-
-class CollectiveOp;
-
-}  // namespace
-
-struct UcxComm::State {
-  std::shared_ptr<Engine> engine;  // first: outlives the endpoints and regions below
-  std::unique_ptr<Comm> bootstrap;
-  UcxOptions options;
-  int rank = 0;
-  int size = 1;
-  uint32_t id = 0;
-  uint32_t seq = 0;
-  // By rank, owned by the engine (shared with other communicators reaching the same peers); our
-  // own stays null: no algorithm sends to itself.
-  std::vector<const UcpEndpoint*> eps;
-  std::vector<std::unique_ptr<ScratchSlot>> scratch;
-  size_t slot_bytes = 0;  // size of a new slot: reserveScratch's promise, or the small paths'
-  std::vector<UcpMemRegion> registered;  // registerMemory()
-  std::vector<CollectiveOp*> in_flight;  // started and not finished; owned by the engine/Work
-  uint8_t token = 0;                     // the barrier's (empty) message buffer
-
-  std::vector<int> world;  // world ranks by rank, from the watchdog's trace (empty: untraced)
-
-  std::string describe() const { return strCat("comm ", id, ", rank ", rank, " of ", size); }
-  std::string peerName(int p) const {
-    return world.empty() ? strCat("rank ", p) : strCat("rank ", p, " (world rank ", world[p], ")");
-  }
-
-  ucp_mem_h memhFor(const void* p, size_t bytes) const {
-    for (const auto& slot : scratch)
-      if (slot->region.contains(p, bytes)) return slot->region.get();
-    for (const UcpMemRegion& r : registered)
-      if (r.contains(p, bytes)) return r.get();
-    return nullptr;
-  }
-
-  StatusOr<std::unique_ptr<ScratchSlot>> newSlot(size_t bytes) {
-    auto slot = std::make_unique<ScratchSlot>();
-    HSDP_ASSIGN_OR_RETURN(slot->buffer, HostBuffer::allocate(bytes));
-    HSDP_ASSIGN_OR_RETURN(slot->region, UcpMemRegion::map(engine->context(), slot->buffer.data(),
-                                                          slot->buffer.size(), kHostMemory));
-    return slot;
-  }
-
-  // A free slot of at least `bytes`. The pool grows when every slot is held by a collective in
-  // flight (many outstanding handles) or when a collective needs more than was reserved.
-  StatusOr<ScratchSlot*> acquireScratch(size_t bytes, const char* what) {
-    for (auto& slot : scratch) {
-      if (!slot->busy && slot->buffer.size() >= bytes) {
-        slot->busy = true;
-        return slot.get();
-      }
-    }
-    if (bytes > slot_bytes) {
-      // reserveScratch promises reduce-scatters of a size; like the MPI transport, growing for
-      // one is a warning. Other collectives have no reserve contract (the MPI library allocates
-      // for them itself): their one-time growth is information.
-      if (std::strcmp(what, "reduceScatter") == 0)
-        HSDP_WARN(kColl, "ucx ", what, " (", describe(), ") needs ", bytes,
-                  " bytes of scratch, more than reserved (", slot_bytes,
-                  "); growing on the hot path: call reserveScratch first");
-      else
-        HSDP_INFO(kColl, "ucx ", what, " (", describe(), ") grows scratch slots from ", slot_bytes,
-                  " to ", bytes, " bytes, once");
-      slot_bytes = bytes;
-    } else {
-      HSDP_INFO(kColl, "ucx ", describe(), ": ", in_flight.size(),
-                " collectives in flight; scratch pool grows to ", scratch.size() + 1, " slots of ",
-                slot_bytes, " bytes");
-    }
-    HSDP_ASSIGN_OR_RETURN(auto fresh, newSlot(slot_bytes));
-    fresh->busy = true;
-    // Replace a free slot that is too small rather than keep it around unused.
-    for (auto& slot : scratch) {
-      if (!slot->busy) {
-        slot = std::move(fresh);
-        return slot.get();
-      }
-    }
-    scratch.push_back(std::move(fresh));
-    return scratch.back().get();
-  }
-
-  template <typename Build>
-  StatusOr<std::shared_ptr<CollectiveOp>> start(const char* name, Algorithm algorithm,
-                                                size_t scratch_bytes, Build build);
-  Status wait(CollectiveOp& op);
-};
-
-namespace {
 
 // One collective in flight: executes its Schedule step by step with tagged UCP messages. The
 // engine calls advance() on every progress round; the Work handle (or a blocking call) waits
@@ -331,6 +195,8 @@ class CollectiveOp final : public ActiveOp {
   bool done_ = false;
 };
 
+namespace {
+
 class UcxWork final : public Work {
  public:
   UcxWork(std::shared_ptr<Engine> engine, std::shared_ptr<CollectiveOp> op, const CommTrace* t)
@@ -379,120 +245,6 @@ StatusOr<std::shared_ptr<CollectiveOp>> UcxComm::State::start(const char* name, 
 Status UcxComm::State::wait(CollectiveOp& op) {
   engine->progressUntil([&op] { return op.done(); });
   return op.status();
-}
-
-// ---- creation ----------------------------------------------------------------------------------
-
-StatusOr<UcxOptions> UcxOptions::fromEnv() {
-  UcxOptions o;
-  HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> small, env::getInt("HSDP_UCX_SMALL_BYTES"));
-  if (small) o.small_bytes = static_cast<size_t>(*small);
-  return o;
-}
-
-UcxComm::UcxComm(std::unique_ptr<State> state) : s_(std::move(state)) {}
-
-StatusOr<std::unique_ptr<UcxComm>> UcxComm::create(std::unique_ptr<Comm> bootstrap,
-                                                   const UcxOptions& options) {
-  if (bootstrap == nullptr) return invalidArgument("createUcxComm: no bootstrap communicator");
-  Comm& boot = *bootstrap;
-  const int n = boot.size(), r = boot.rank();
-  if (n > kMaxRanks)
-    return outOfRange("createUcxComm: ", n, " ranks exceed the UCX transport's limit of ",
-                      kMaxRanks, " (16-bit rank and message fields of its tags)");
-
-  // The process's context and worker (created by the first UCX communicator).
-  StatusOr<std::shared_ptr<Engine>> engine = Engine::acquire();
-  HSDP_RETURN_IF_ERROR(agreeOnSuccess(boot, engine.status(), "creating the UCX context"));
-  auto state = std::make_unique<State>();
-  state->engine = *engine;
-  state->options = options;
-  state->rank = r;
-  state->size = n;
-
-  // An id no member has used yet.
-  int64_t mine = state->engine->nextCommId();
-  std::vector<int64_t> ids(n);
-  HSDP_RETURN_IF_ERROR(boot.allGather(&mine, ids.data(), 1, DType::kInt64));
-  const int64_t id = *std::max_element(ids.begin(), ids.end());
-  if (id >= kMaxCommIds)
-    return Status(StatusCode::kResourceExhausted,
-                  strCat("createUcxComm: communicator id ", id, " exceeds the ", kMaxCommIds,
-                         " ids of the UCX transport's tags (too many UCX communicators created)"));
-  state->engine->takeCommId(static_cast<uint32_t>(id));
-  state->id = static_cast<uint32_t>(id);
-
-  // Worker addresses differ in length (one per transport and device): all-gather the lengths,
-  // then the addresses padded to the longest.
-  const std::vector<uint8_t>& address = state->engine->address();
-  int64_t len = static_cast<int64_t>(address.size());
-  std::vector<int64_t> lens(n);
-  HSDP_RETURN_IF_ERROR(boot.allGather(&len, lens.data(), 1, DType::kInt64));
-  const size_t width = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
-  std::vector<uint8_t> all(n * width);
-  std::memcpy(all.data() + r * width, address.data(), address.size());
-  HSDP_RETURN_IF_ERROR(boot.allGather(all.data() + r * width, all.data(), width, DType::kUInt8));
-
-  // Which peers share this rank's host (splitByHost: one host, or one container; on the
-  // emulated cluster, one virtual node): a host is named by the first bootstrap rank on it.
-  // Endpoints to other hosts handle peer failure (UcpEndpoint::connect).
-  int32_t host = r;
-  {
-    HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> same_host, boot.splitByHost());
-    HSDP_RETURN_IF_ERROR(same_host->broadcast(&host, 1, DType::kInt32, 0));
-  }
-  std::vector<int32_t> hosts(n);
-  HSDP_RETURN_IF_ERROR(boot.allGather(&host, hosts.data(), 1, DType::kInt32));
-
-  // Endpoints to every peer, and the first scratch slot (the small algorithms never allocate).
-  Status local = [&]() -> Status {
-    state->eps.assign(n, nullptr);
-    for (int p = 0; p < n; ++p) {
-      if (p == r) continue;
-      HSDP_ASSIGN_OR_RETURN(state->eps[p], state->engine->endpointTo(all.data() + p * width,
-                                                                     static_cast<size_t>(lens[p]),
-                                                                     /*remote=*/hosts[p] != host));
-    }
-    if (n > 1) {
-      state->slot_bytes = initialSlotBytes(options);
-      HSDP_ASSIGN_OR_RETURN(auto slot, state->newSlot(state->slot_bytes));
-      state->scratch.push_back(std::move(slot));
-    }
-    return okStatus();
-  }();
-  HSDP_RETURN_IF_ERROR(agreeOnSuccess(boot, local, "connecting UCX endpoints"));
-
-  state->bootstrap = std::move(bootstrap);
-  std::unique_ptr<UcxComm> comm(new UcxComm(std::move(state)));
-  // A first collective over the new endpoints: wires them up now, and a transport that cannot
-  // carry messages fails here rather than in the first training step.
-  HSDP_RETURN_IF_ERROR(comm->barrier().withContext("first barrier over the UCX endpoints"));
-  // Traced from now on (its members are the bootstrap's); checked over the bootstrap's checker.
-  HSDP_ASSIGN_OR_RETURN(comm->trace_, traceOver(*comm->s_->bootstrap));
-  if (comm->trace_) comm->s_->world = comm->trace_->members();
-  HSDP_INFO(kColl, "ucx communicator ", comm->s_->describe(), " ready; small-message limit ",
-            options.small_bytes, " bytes");
-  if (n > 1)
-    HSDP_TRACE(kColl, "ucx ", comm->s_->describe(), " endpoint to rank ", (r + 1) % n, ":\n",
-               comm->s_->eps[(r + 1) % n]->describe());
-  return comm;
-}
-
-StatusOr<std::unique_ptr<Comm>> createUcxComm(std::unique_ptr<Comm> bootstrap,
-                                              const UcxOptions& options) {
-  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<UcxComm> c, UcxComm::create(std::move(bootstrap), options));
-  return std::unique_ptr<Comm>(std::move(c));
-}
-
-StatusOr<std::unique_ptr<Comm>> createUcxComm(std::unique_ptr<Comm> bootstrap) {
-  // Read on every rank alike (same environment), so a bad value fails everywhere.
-  HSDP_ASSIGN_OR_RETURN(UcxOptions options, UcxOptions::fromEnv());
-  return createUcxComm(std::move(bootstrap), options);
-}
-
-StatusOr<std::unique_ptr<Comm>> createUcxComm(Comm& bootstrap) {
-  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> own, bootstrap.split(0, bootstrap.rank()));
-  return createUcxComm(std::move(own));
 }
 
 UcxComm::~UcxComm() {
