@@ -22,9 +22,9 @@ ncclDataType_t ncclType(DType t);
 
 }  // namespace hsdp::nccl
 
-#define HSDP_NCCL_CHECK(call)                                                     \
-  do {                                                                            \
-    ncclResult_t hsdp_nccl_rc_ = (call);                                          \
-    if (hsdp_nccl_rc_ != ncclSuccess)                                             \
-      return ::hsdp::nccl::ncclFailure(hsdp_nccl_rc_, #call, __FILE__, __LINE__); \
+#define HSDP_NCCL_CHECK(call)                                                      \
+  do {                                                                             \
+    ncclResult_t hsdp_nccl_rc_ = (call);                                           \
+    if (hsdp_nccl_rc_ != ncclSuccess)                                              \
+      return ::hsdp::nccl::ncclFailure(hsdp_nccl_rc_, #call, __FILE__, __LINE__);  \
   } while (0)
