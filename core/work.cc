@@ -404,28 +404,20 @@ StatusOr<WorkHandle> Comm::igroup(std::span<const CollectiveOp> ops) {
 // ---- Comm: the defaults of what a backend implements ---------------------------------------
 
 StatusOr<WorkHandle> Comm::startGroup(std::span<const CollectiveOp> ops) {
-  // Not fused: called with one operation at a time (igroup traced it as its single call).
-  std::vector<WorkHandle> works;
-  for (const CollectiveOp& o : ops) {
-    StatusOr<WorkHandle> w = [&]() -> StatusOr<WorkHandle> {
-      switch (o.kind) {
-        case CollectiveOp::Kind::kAllGather:
-          return startAllGather(o.send, o.recv, o.count, o.dtype);
-        case CollectiveOp::Kind::kReduceScatter:
-          return startReduceScatter(o.send, o.recv, o.count, o.dtype, o.op);
-        case CollectiveOp::Kind::kAllReduce:
-          return startAllReduce(o.recv, o.count, o.dtype, o.op);
-      }
-      return invalidArgument("unknown collective kind ", static_cast<int>(o.kind));
-    }();
-    if (!w.ok()) {
-      for (WorkHandle& started : works) (void)started->wait();
-      return w.status();
-    }
-    works.push_back(std::move(*w));
+  // Not fused: igroup calls it with one operation at a time, traced as its single call.
+  if (ops.size() != 1)
+    return internalError("Comm::startGroup of ", ops.size(), " operations on the '",
+                         transportName(), "' transport, which does not fuse groups");
+  const CollectiveOp& o = ops.front();
+  switch (o.kind) {
+    case CollectiveOp::Kind::kAllGather:
+      return startAllGather(o.send, o.recv, o.count, o.dtype);
+    case CollectiveOp::Kind::kReduceScatter:
+      return startReduceScatter(o.send, o.recv, o.count, o.dtype, o.op);
+    case CollectiveOp::Kind::kAllReduce:
+      return startAllReduce(o.recv, o.count, o.dtype, o.op);
   }
-  if (works.empty()) return completedWork();
-  return allOf(std::move(works));
+  return invalidArgument("unknown collective kind ", static_cast<int>(o.kind));
 }
 
 StatusOr<WorkHandle> Comm::startReduceScatterRuns(const void* send, void* recv,
