@@ -9,11 +9,34 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "hsdp/transport.h"
 
 namespace hsdp {
+
+// What a collective is, in the watchdog's fingerprints (watchdog/watchdog.h: opKindName).
+enum class OpKind : uint8_t {
+  kAllGather = 1,
+  kReduceScatter,
+  kAllReduce,
+  kBroadcast,
+  kBarrier,
+  kGroup,
+  kAllToAll
+};
+
+// One call of a traced communicator, as Comm's public calls (core/work.cc) report it.
+struct TracedCall {
+  OpKind kind;
+  size_t count;
+  DType dtype;
+  RedOp op = RedOp::kSum;
+  int root = -1;
+  int ops = 1;                 // operations of a fused group
+  bool compare_first = false;  // checks compare before the start (the transport's choice)
+};
 
 class CommObserver {
  public:
@@ -29,6 +52,15 @@ class CommObserver {
   virtual void waitEnd(WaitState& s) = 0;
   // Comm::setName of a traced communicator: the name its reports use.
   virtual void renamed(CommTrace& t, const std::string& name) = 0;
+  // A nonblocking call of the communicator traced by `t`: its fingerprint is published and
+  // `start` runs at once, or, with collective checks on, once every member's fingerprint matched
+  // (blocking first with `compare_first`, else from the progress loop in call order: `start`
+  // captures its arguments by value).
+  virtual StatusOr<WorkHandle> startTraced(CommTrace& t, const TracedCall& call,
+                                           std::function<StatusOr<WorkHandle>()> start) = 0;
+  // A blocking call: published, checked, then `run` inside a wait named `what`.
+  virtual Status runTraced(CommTrace& t, const TracedCall& call, const char* what,
+                           const std::function<Status()>& run) = 0;
 
  protected:
   ~CommObserver() = default;  // never deleted through the hook: it lives as long as the process

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/progress.h"
 #include "core/comm_observer.h"
 #include "hsdp/transport.h"
 
@@ -126,31 +127,280 @@ WorkHandle allOf(std::vector<WorkHandle> works) {
   return std::make_unique<AllOfWork>(std::move(works));
 }
 
-namespace {
-// One operation of a group, started as its single call.
-StatusOr<WorkHandle> startOp(Comm& comm, const CollectiveOp& o) {
-  switch (o.kind) {
-    case CollectiveOp::Kind::kAllGather:
-      return comm.iallGather(o.send, o.recv, o.count, o.dtype);
-    case CollectiveOp::Kind::kReduceScatter:
-      return comm.ireduceScatter(o.send, o.recv, o.count, o.dtype, o.op);
-    case CollectiveOp::Kind::kAllReduce:
-      return comm.iallReduce(o.recv, o.count, o.dtype, o.op);
-  }
-  return invalidArgument("unknown collective kind ", static_cast<int>(o.kind));
+void Comm::setName(std::string name) {
+  if (CommObserver* o = commObserver(); trace_ && o != nullptr) o->renamed(*trace_, name);
+  name_ = std::move(name);
 }
+
+WorkHandle completedWork(Status status) {
+  return std::make_unique<CompletedWork>(std::move(status));
+}
+
+// ---- Comm: the public calls, checked and traced once (non-virtual interface) ------------------
+
+namespace {
+
+bool isFloating(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
+
+// What every transport checks alike. `reduction`: the name in the avg message ("reduceScatter",
+// "allReduce"), null for calls that do not reduce.
+Status checkShared(const CallArgs& a, const char* reduction, RedOp op, bool has_send) {
+  if (reduction != nullptr && op == RedOp::kAvg && !isFloating(a.dtype))
+    return invalidArgument(reduction, ": avg of ", dtypeName(a.dtype));
+  if (a.count > 0 && (a.recv == nullptr || (has_send && a.send == nullptr)))
+    return invalidArgument(a.what, ": null ", a.recv == nullptr ? "recv" : "send", " buffer for ",
+                           a.count, " elements");
+  return okStatus();
+}
+
+OpKind opKindOf(CollectiveOp::Kind kind) {
+  switch (kind) {
+    case CollectiveOp::Kind::kAllGather:
+      return OpKind::kAllGather;
+    case CollectiveOp::Kind::kReduceScatter:
+      return OpKind::kReduceScatter;
+    case CollectiveOp::Kind::kAllReduce:
+      return OpKind::kAllReduce;
+  }
+  return OpKind::kGroup;
+}
+
+// The one place a nonblocking call enters the watchdog's trace, through core's hook
+// (core/comm_observer.h: the watchdog stands above core): the fingerprint is published; with
+// checking on, `start` runs once every member's fingerprint matched, from the progress loop (so
+// it captures by value), or, for a transport that compares before it starts, right after a
+// blocking comparison. `ops`: operations of a fused group. Untraced: just `start`.
+template <typename Start>
+StatusOr<WorkHandle> tracedStart(CommTrace* t, bool compare_first, OpKind kind, size_t count,
+                                 DType dtype, RedOp op, Start&& start, int ops = 1) {
+  CommObserver* o = commObserver();
+  if (t == nullptr || o == nullptr) return start();
+  const TracedCall call{kind, count, dtype, op, -1, ops, compare_first};
+  return o->startTraced(*t, call,
+                        std::function<StatusOr<WorkHandle>()>(std::forward<Start>(start)));
+}
+
+// A blocking call: published and checked through the hook when traced; waited for inside a
+// wait named `what` (the foreign call, e.g. "MPI_Allgather") either way.
+Status runCollective(CommTrace* t, OpKind kind, size_t count, DType dtype, RedOp op, int root,
+                     const char* what, const std::function<Status()>& run) {
+  CommObserver* o = commObserver();
+  if (t == nullptr || o == nullptr) {
+    ObservedWait wait(nullptr, 0, what);
+    return run();
+  }
+  return o->runTraced(*t, TracedCall{kind, count, dtype, op, root}, what, run);
+}
+
+// The all-gather of the default startAllGatherRuns: completes when the contiguous gather into
+// `pack` has, after unpacking every other rank's block into its runs (this rank's went in when
+// it started, or was there already).
+class UnpackRunsWork final : public ProgressiveWork {
+ public:
+  UnpackRunsWork(WorkHandle gather, const char* pack, char* recv, const BlockRuns& layout,
+                 size_t es, int size, int rank)
+      : gather_(std::move(gather)),
+        pack_(pack),
+        recv_(recv),
+        layout_(layout),
+        es_(es),
+        size_(size),
+        rank_(rank) {}
+  ~UnpackRunsWork() override { waitForDestruction(); }
+
+ private:
+  void advance() override {
+    StatusOr<bool> done = isComplete(*gather_);
+    if (!done.ok()) return finish(done.status());
+    if (!*done) return;
+    const size_t block = layout_.blockCount(), run = layout_.run;
+    for (size_t q = 0; q < static_cast<size_t>(size_); ++q) {
+      if (q == static_cast<size_t>(rank_)) continue;
+      for (size_t p = 0; p < layout_.runs; ++p)
+        std::memcpy(recv_ + layout_.offset(q, p) * es_, pack_ + (q * block + p * run) * es_,
+                    run * es_);
+    }
+    finish(okStatus());
+  }
+
+  WorkHandle gather_;
+  const char* pack_;
+  char* recv_;
+  BlockRuns layout_;
+  size_t es_;
+  int size_, rank_;
+};
+
 }  // namespace
 
+Status Comm::checkArgs(const CallArgs&) const { return okStatus(); }
+
+StatusOr<WorkHandle> Comm::iallGather(const void* send, void* recv, size_t count, DType dtype) {
+  auto lock = progressLock();
+  const CallArgs a{"iallGather", send, recv, count, count * size(), dtype};
+  HSDP_RETURN_IF_ERROR(checkShared(a, nullptr, RedOp::kSum, true));
+  HSDP_RETURN_IF_ERROR(checkArgs(a));
+  return tracedStart(
+      trace(), comparesBeforeStart(), OpKind::kAllGather, count, dtype, RedOp::kSum,
+      [this, send, recv, count, dtype] { return startAllGather(send, recv, count, dtype); });
+}
+
+StatusOr<WorkHandle> Comm::iallGatherRuns(const void* send, void* recv, const BlockRuns& layout,
+                                          DType dtype, void* pack) {
+  auto lock = progressLock();
+  HSDP_RETURN_IF_ERROR(checkBlockRuns(layout, "all-gather"));
+  const size_t count = layout.blockCount();
+  const CallArgs a{"iallGatherRuns", send, recv, count, count * size(), dtype};
+  HSDP_RETURN_IF_ERROR(checkShared(a, nullptr, RedOp::kSum, true));
+  HSDP_RETURN_IF_ERROR(checkArgs(a));
+  return tracedStart(trace(), comparesBeforeStart(), OpKind::kAllGather, count, dtype, RedOp::kSum,
+                     [this, send, recv, layout, dtype, pack] {
+                       return startAllGatherRuns(send, recv, layout, dtype, pack);
+                     });
+}
+
+StatusOr<WorkHandle> Comm::ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                                          RedOp op) {
+  auto lock = progressLock();
+  const CallArgs a{"ireduceScatter", send, recv, count, count * size(), dtype};
+  // Bad input on any communicator, also where there is nothing to reduce.
+  HSDP_RETURN_IF_ERROR(checkShared(a, "reduceScatter", op, true));
+  HSDP_RETURN_IF_ERROR(checkArgs(a));
+  return tracedStart(trace(), comparesBeforeStart(), OpKind::kReduceScatter, count, dtype, op,
+                     [this, send, recv, count, dtype, op] {
+                       return startReduceScatter(send, recv, count, dtype, op);
+                     });
+}
+
+StatusOr<WorkHandle> Comm::ireduceScatterRuns(const void* send, void* recv, const BlockRuns& layout,
+                                              DType dtype, RedOp op, void* pack) {
+  auto lock = progressLock();
+  HSDP_RETURN_IF_ERROR(checkBlockRuns(layout));
+  const size_t count = layout.blockCount();
+  const CallArgs a{"ireduceScatterRuns", send, recv, count, count * size(), dtype};
+  HSDP_RETURN_IF_ERROR(checkShared(a, "reduceScatter", op, true));
+  HSDP_RETURN_IF_ERROR(checkArgs(a));
+  return tracedStart(trace(), comparesBeforeStart(), OpKind::kReduceScatter, count, dtype, op,
+                     [this, send, recv, layout, dtype, op, pack] {
+                       return startReduceScatterRuns(send, recv, layout, dtype, op, pack);
+                     });
+}
+
+StatusOr<WorkHandle> Comm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  auto lock = progressLock();
+  const CallArgs a{"iallReduce", nullptr, buf, count, count, dtype};
+  HSDP_RETURN_IF_ERROR(checkShared(a, "allReduce", op, false));
+  HSDP_RETURN_IF_ERROR(checkArgs(a));
+  return tracedStart(
+      trace(), comparesBeforeStart(), OpKind::kAllReduce, count, dtype, op,
+      [this, buf, count, dtype, op] { return startAllReduce(buf, count, dtype, op); });
+}
+
+StatusOr<WorkHandle> Comm::iallToAll(const void* send, void* recv, size_t count, DType dtype) {
+  auto lock = progressLock();
+  const CallArgs a{"iallToAll", send, recv, count, count * size(), dtype};
+  HSDP_RETURN_IF_ERROR(checkShared(a, nullptr, RedOp::kSum, true));
+  const size_t bytes = count * size() * dtypeSize(dtype);
+  const auto* s = static_cast<const char*>(send);
+  const auto* d = static_cast<const char*>(recv);
+  if (count > 0 && s < d + bytes && d < s + bytes)
+    return invalidArgument("allToAll: send and recv buffers overlap");
+  HSDP_RETURN_IF_ERROR(checkArgs(a));
+  return tracedStart(
+      trace(), comparesBeforeStart(), OpKind::kAllToAll, count, dtype, RedOp::kSum,
+      [this, send, recv, count, dtype] { return startAllToAll(send, recv, count, dtype); });
+}
+
+Status Comm::allGather(const void* send, void* recv, size_t count, DType dtype) {
+  auto lock = progressLock();
+  const CallArgs a{"allGather", send, recv, count, count * size(), dtype};
+  HSDP_RETURN_IF_ERROR(checkShared(a, nullptr, RedOp::kSum, true));
+  HSDP_RETURN_IF_ERROR(checkArgs(a));
+  return runCollective(trace(), OpKind::kAllGather, count, dtype, RedOp::kSum, -1,
+                       waitName("allGather"),
+                       [&] { return runAllGather(send, recv, count, dtype); });
+}
+
+Status Comm::reduceScatter(const void* send, void* recv, size_t count, DType dtype, RedOp op) {
+  auto lock = progressLock();
+  const CallArgs a{"reduceScatter", send, recv, count, count * size(), dtype};
+  HSDP_RETURN_IF_ERROR(checkShared(a, "reduceScatter", op, true));
+  HSDP_RETURN_IF_ERROR(checkArgs(a));
+  return runCollective(trace(), OpKind::kReduceScatter, count, dtype, op, -1,
+                       waitName("reduceScatter"),
+                       [&] { return runReduceScatter(send, recv, count, dtype, op); });
+}
+
+Status Comm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  auto lock = progressLock();
+  const CallArgs a{"allReduce", nullptr, buf, count, count, dtype};
+  HSDP_RETURN_IF_ERROR(checkShared(a, "allReduce", op, false));
+  HSDP_RETURN_IF_ERROR(checkArgs(a));
+  return runCollective(trace(), OpKind::kAllReduce, count, dtype, op, -1, waitName("allReduce"),
+                       [&] { return runAllReduce(buf, count, dtype, op); });
+}
+
+Status Comm::broadcast(void* buf, size_t count, DType dtype, int root) {
+  auto lock = progressLock();
+  const CallArgs a{"broadcast", nullptr, buf, count, count, dtype};
+  HSDP_RETURN_IF_ERROR(checkShared(a, nullptr, RedOp::kSum, false));
+  if (root < 0 || root >= size())
+    return invalidArgument("broadcast: root ", root, " outside communicator of size ", size());
+  HSDP_RETURN_IF_ERROR(checkArgs(a));
+  return runCollective(trace(), OpKind::kBroadcast, count, dtype, RedOp::kSum, root,
+                       waitName("broadcast"),
+                       [&] { return runBroadcast(buf, count, dtype, root); });
+}
+
+Status Comm::barrier() {
+  auto lock = progressLock();
+  HSDP_RETURN_IF_ERROR(checkArgs({"barrier", nullptr, nullptr, 0, 0, DType::kUInt8}));
+  return runCollective(trace(), OpKind::kBarrier, 0, DType::kUInt8, RedOp::kSum, -1,
+                       waitName("barrier"), [&] { return runBarrier(); });
+}
+
 StatusOr<WorkHandle> Comm::igroup(std::span<const CollectiveOp> ops) {
+  auto lock = progressLock();
+  const size_t n = static_cast<size_t>(size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CollectiveOp& o = ops[i];
+    const bool gathers = o.kind == CollectiveOp::Kind::kAllGather;
+    const bool reduces = o.kind == CollectiveOp::Kind::kReduceScatter;
+    const CallArgs a{collectiveKindName(o.kind),
+                     o.kind == CollectiveOp::Kind::kAllReduce ? nullptr : o.send,
+                     o.recv,
+                     o.count,
+                     gathers || reduces ? o.count * n : o.count,
+                     o.dtype};
+    Status s = checkShared(a, gathers ? nullptr : collectiveKindName(o.kind), o.op,
+                           o.kind != CollectiveOp::Kind::kAllReduce);
+    if (s.ok()) s = checkArgs(a);
+    if (!s.ok())
+      return s.withContext(
+          strCat("group operation ", i, " of ", ops.size(), " (", collectiveKindName(o.kind), ")"));
+  }
   HSDP_RETURN_IF_ERROR(checkIndependent(ops, size()));
+  if (fusesGroups()) {
+    size_t total = 0, live = 0;
+    for (const CollectiveOp& o : ops) total += o.count, live += o.count > 0 ? 1 : 0;
+    // Compared before the start whatever the transport: the start reads `ops`, which the
+    // caller may reuse once igroup returns.
+    return tracedStart(
+        trace(), /*compare_first=*/true, OpKind::kGroup, total,
+        ops.empty() ? DType::kFloat32 : ops.front().dtype, RedOp::kSum,
+        [this, ops] { return startGroup(ops); }, static_cast<int>(live));
+  }
   std::vector<WorkHandle> works;
   works.reserve(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
-    const CollectiveOp& o = ops[i];
-    StatusOr<WorkHandle> w = startOp(*this, o);
+    const CollectiveOp o = ops[i];
+    StatusOr<WorkHandle> w = tracedStart(trace(), comparesBeforeStart(), opKindOf(o.kind), o.count,
+                                         o.dtype, o.op, [this, o] {
+                                           return startGroup({&o, 1});
+                                         });
     if (!w.ok()) {
       // The ones already started are in flight on their buffers: let them finish first. (A
-      // failure here is this rank's bad argument; the peers' matching calls may then wait.)
+      // failure here is this rank's; the peers' matching calls may then wait.)
       for (WorkHandle& started : works) (void)started->wait();
       return w.status().withContext(
           strCat("group operation ", i, " of ", ops.size(), " (", collectiveKindName(o.kind), ")"));
@@ -161,28 +411,30 @@ StatusOr<WorkHandle> Comm::igroup(std::span<const CollectiveOp> ops) {
   return allOf(std::move(works));
 }
 
-void Comm::setName(std::string name) {
-  if (CommObserver* o = commObserver(); trace_ && o != nullptr) o->renamed(*trace_, name);
-  name_ = std::move(name);
+// ---- Comm: the defaults of what a backend implements ---------------------------------------
+
+StatusOr<WorkHandle> Comm::startGroup(std::span<const CollectiveOp> ops) {
+  // Not fused: igroup calls it with one operation at a time, traced as its single call.
+  if (ops.size() != 1)
+    return internalError("Comm::startGroup of ", ops.size(), " operations on the '",
+                         transportName(), "' transport, which does not fuse groups");
+  const CollectiveOp& o = ops.front();
+  switch (o.kind) {
+    case CollectiveOp::Kind::kAllGather:
+      return startAllGather(o.send, o.recv, o.count, o.dtype);
+    case CollectiveOp::Kind::kReduceScatter:
+      return startReduceScatter(o.send, o.recv, o.count, o.dtype, o.op);
+    case CollectiveOp::Kind::kAllReduce:
+      return startAllReduce(o.recv, o.count, o.dtype, o.op);
+  }
+  return invalidArgument("unknown collective kind ", static_cast<int>(o.kind));
 }
 
-WorkHandle completedWork(Status status) {
-  return std::make_unique<CompletedWork>(std::move(status));
-}
-
-Status checkBlockRuns(const BlockRuns& l) {
-  if (l.runs == 0) return invalidArgument("reduce-scatter blocks of 0 runs");
-  if (l.runs > 1 && l.stride < l.run)
-    return invalidArgument("reduce-scatter runs of ", l.run, " elements ", l.stride,
-                           " apart overlap");
-  return okStatus();
-}
-
-StatusOr<WorkHandle> Comm::ireduceScatterRuns(const void* send, void* recv, const BlockRuns& layout,
-                                              DType dtype, RedOp op, void* pack) {
-  HSDP_RETURN_IF_ERROR(checkBlockRuns(layout));
+StatusOr<WorkHandle> Comm::startReduceScatterRuns(const void* send, void* recv,
+                                                  const BlockRuns& layout, DType dtype, RedOp op,
+                                                  void* pack) {
   const size_t es = dtypeSize(dtype), n = layout.run, block = layout.blockCount();
-  if (block == 0) return ireduceScatter(send, recv, 0, dtype, op);
+  if (block == 0) return startReduceScatter(send, recv, 0, dtype, op);
   if (pack == nullptr)
     return invalidArgument("ireduceScatterRuns on the '", transportName(),
                            "' transport needs a pack buffer");
@@ -191,26 +443,67 @@ StatusOr<WorkHandle> Comm::ireduceScatterRuns(const void* send, void* recv, cons
   for (size_t q = 0; q < static_cast<size_t>(size()); ++q)
     for (size_t r = 0; r < layout.runs; ++r)
       std::memcpy(out + (q * block + r * n) * es, in + layout.offset(q, r) * es, n * es);
-  return ireduceScatter(pack, recv, block, dtype, op);
+  return startReduceScatter(pack, recv, block, dtype, op);
 }
 
-StatusOr<WorkHandle> Comm::iallToAll(const void*, void*, size_t, DType) {
+StatusOr<WorkHandle> Comm::startAllGatherRuns(const void* send, void* recv, const BlockRuns& layout,
+                                              DType dtype, void* pack) {
+  const size_t es = dtypeSize(dtype), n = layout.run, block = layout.blockCount();
+  if (block == 0) return completedWork();
+  if (pack == nullptr)
+    return invalidArgument("iallGatherRuns on the '", transportName(),
+                           "' transport needs a pack buffer");
+  auto* out = static_cast<char*>(recv);
+  auto* packed = static_cast<char*>(pack);
+  const size_t r = static_cast<size_t>(rank());
+  char* mine = packed + r * block * es;
+  // This rank's block goes to its runs now (unless it is there already) and, contiguous, to its
+  // place in `pack`, from where the gather sends it in place.
+  const bool in_place = send == out + layout.offset(r, 0) * es;
+  for (size_t p = 0; p < layout.runs; ++p) {
+    char* run = out + layout.offset(r, p) * es;
+    if (!in_place) std::memcpy(run, static_cast<const char*>(send) + p * n * es, n * es);
+    std::memcpy(mine + p * n * es, run, n * es);
+  }
+  HSDP_ASSIGN_OR_RETURN(WorkHandle gather, startAllGather(mine, packed, block, dtype));
+  return WorkHandle(
+      std::make_unique<UnpackRunsWork>(std::move(gather), packed, out, layout, es, size(), rank()));
+}
+
+StatusOr<WorkHandle> Comm::startAllToAll(const void*, void*, size_t, DType) {
   return unimplemented("the '", transportName(), "' transport has no all-to-all");
 }
 
-Status Comm::allGather(const void* send, void* recv, size_t count, DType dtype) {
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallGather(send, recv, count, dtype));
+Status Comm::runAllGather(const void* send, void* recv, size_t count, DType dtype) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, startAllGather(send, recv, count, dtype));
   return w->wait();
 }
 
-Status Comm::reduceScatter(const void* send, void* recv, size_t count, DType dtype, RedOp op) {
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(send, recv, count, dtype, op));
+Status Comm::runReduceScatter(const void* send, void* recv, size_t count, DType dtype, RedOp op) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, startReduceScatter(send, recv, count, dtype, op));
   return w->wait();
 }
 
-Status Comm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallReduce(buf, count, dtype, op));
+Status Comm::runAllReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, startAllReduce(buf, count, dtype, op));
   return w->wait();
+}
+
+Status agreeOnSuccess(Comm& bootstrap, const Status& local, const std::string& what) {
+  int32_t failed = local.ok() ? 0 : 1;
+  HSDP_RETURN_IF_ERROR(bootstrap.allReduce(&failed, 1, DType::kInt32, RedOp::kSum));
+  if (!local.ok()) return local.withContext(what);
+  if (failed > 0)
+    return internalError(what, " failed on ", failed, " of ", bootstrap.size(),
+                         " ranks (this rank, ", bootstrap.rank(), ", succeeded; see theirs)");
+  return okStatus();
+}
+
+Status checkBlockRuns(const BlockRuns& l, const char* what) {
+  if (l.runs == 0) return invalidArgument(what, " blocks of 0 runs");
+  if (l.runs > 1 && l.stride < l.run)
+    return invalidArgument(what, " runs of ", l.run, " elements ", l.stride, " apart overlap");
+  return okStatus();
 }
 
 }  // namespace hsdp

@@ -265,6 +265,20 @@ class Observer final : public CommObserver {
     std::launder(reinterpret_cast<CommWait*>(s.bytes))->~CommWait();
   }
   void renamed(CommTrace& t, const std::string& name) override { t.setName(name); }
+  StatusOr<WorkHandle> startTraced(CommTrace& t, const TracedCall& c,
+                                   std::function<StatusOr<WorkHandle>()> start) override {
+    const uint64_t seq = t.enter(c.kind, c.count, c.dtype, c.op, c.root, c.ops);
+    if (t.checker() == nullptr) return start();
+    if (c.compare_first) {
+      HSDP_RETURN_IF_ERROR(checkNow(t, seq));
+      return start();
+    }
+    return checkedStart(t, seq, std::move(start));
+  }
+  Status runTraced(CommTrace& t, const TracedCall& c, const char* what,
+                   const std::function<Status()>& run) override {
+    return runCollective(&t, c.kind, c.count, c.dtype, c.op, c.root, what, run);
+  }
 };
 Observer g_observer;
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/comm_observer.h"
 #include "hsdp/transport.h"
 #include "hsdp/watchdog.h"
 #include "watchdog/watch_table.h"
@@ -28,15 +29,7 @@ using watchdog::CommSlot;
 using watchdog::Fingerprint;
 using watchdog::kRing;
 
-enum class OpKind : uint8_t {
-  kAllGather = 1,
-  kReduceScatter,
-  kAllReduce,
-  kBroadcast,
-  kBarrier,
-  kGroup,
-  kAllToAll
-};
+// OpKind: core/comm_observer.h (Comm's calls report it through the hook).
 const char* opKindName(OpKind kind);  // "all-gather", "reduce-scatter", ...
 
 // A communicator's entry in the watchdog's table. Collectives on one communicator are entered

@@ -1,5 +1,6 @@
-// The fp32/bf16 schedules (two-phase, pipelined, the all-reduce) and the public class; the
-// shared machinery is in hier_internal.h, the block-quantized schedules in hier_quantized.cc.
+// The fp32/bf16 all-gather and reduce-scatter schedules (two-phase, pipelined) and the public
+// class; the all-reduce is in hier_allreduce.cc, the shared machinery in hier_internal.h, the
+// block-quantized schedules in hier_quantized.cc.
 #include "hsdp/hier_collectives.h"
 
 #include <algorithm>
@@ -46,8 +47,8 @@ constexpr size_t stageBytes(size_t bytes) {
 // Staging of the pipelined all-gather and reduce-scatter: per slot, the I*J-piece and J-piece
 // stages in the data type and, with a bf16 inter wire, the 1-piece and J-piece wire stages.
 struct TwoLevelStaging {
-  char* full[ChunkPipeline::kSlots];  // I*J pieces
-  char* half[ChunkPipeline::kSlots];  // J pieces
+  char* full[ChunkPipeline::kSlots];    // I*J pieces
+  char* half[ChunkPipeline::kSlots];    // J pieces
   char* one16[ChunkPipeline::kSlots];   // 1 piece, wire type
   char* half16[ChunkPipeline::kSlots];  // J pieces, wire type
   // Carved exactly as State::stagingBytes() sizes it.
@@ -64,8 +65,12 @@ struct TwoLevelStaging {
   }
 };
 
-// all-gather: chunk c goes inter (shard chunk -> half, J pieces), then intra (half -> full, I*J
-// pieces), then `full` is unpacked into the user's buffer at (i*J + j)*count + offset.
+// all-gather: chunk c goes inter, then intra, and lands in place: the inter all-gather writes
+// the J pieces of this rank's intra block straight into `full` (runs {n, 1, count} from
+// (i*J)*count + off), then the intra all-gather, in place from there, writes every rank's J
+// pieces at (i*J + j)*count + off (runs {n, J, count}; Comm::iallGatherRuns). With a bf16 wire
+// the inter phase goes through the wire stages and is converted into the runs when it lands. A
+// transport that cannot land runs in place unpacks them from the slot's stages (the default).
 class PipelinedAllGather final : public ChunkPipeline {
  public:
   PipelinedAllGather(State& h, HostBuffer* slot, const void* shard, void* full, size_t count,
@@ -86,23 +91,29 @@ class PipelinedAllGather final : public ChunkPipeline {
   ~PipelinedAllGather() override { waitForDestruction(); }
 
  private:
+  // Where chunk c's J pieces of this rank's intra block start in `full`.
+  char* block(size_t off) const {
+    return full_ + (static_cast<size_t>(h_.intra_.rank()) * J_ * count_ + off) * dtypeSize(dtype_);
+  }
+
   StatusOr<WorkHandle> issue(size_t c, int stage) override {
     const size_t es = dtypeSize(dtype_), b = slotOf(c);
     auto [off, n] = chunkRange(count_, numChunks(), c);
-    if (stage == 1) return h_.intra_.iallGather(st_.half[b], st_.full[b], J_ * n, dtype_);
-    if (wire_ == dtype_) return h_.inter_.iallGather(shard_ + off * es, st_.half[b], n, dtype_);
+    if (stage == 1)
+      return h_.intra_.iallGatherRuns(block(off), full_ + off * es, {n, J_, count_}, dtype_,
+                                      st_.full[b]);
+    if (wire_ == dtype_)
+      return h_.inter_.iallGatherRuns(shard_ + off * es, block(off), {n, 1, count_}, dtype_,
+                                      st_.half[b]);
     convert(shard_ + off * es, dtype_, st_.one16[b], wire_, n);
     return h_.inter_.iallGather(st_.one16[b], st_.half16[b], n, wire_);
   }
   void landed(size_t c, int stage) override {
-    const size_t es = dtypeSize(dtype_), b = slotOf(c);
+    if (stage != 0 || wire_ == dtype_) return;
+    const size_t b = slotOf(c), ws = dtypeSize(wire_), es = dtypeSize(dtype_);
     auto [off, n] = chunkRange(count_, numChunks(), c);
-    if (stage == 0) {
-      if (wire_ != dtype_) convert(st_.half16[b], wire_, st_.half[b], dtype_, J_ * n);
-      return;
-    }
-    for (size_t k = 0; k < I_ * J_; ++k)
-      std::memcpy(full_ + (k * count_ + off) * es, st_.full[b] + k * n * es, n * es);
+    for (size_t j = 0; j < J_; ++j)
+      convert(st_.half16[b] + j * n * ws, wire_, block(off) + j * count_ * es, dtype_, n);
   }
 
   const char* shard_;
@@ -169,8 +180,7 @@ class PipelinedReduceScatter final : public ChunkPipeline {
 // Unpipelined two-phase all-gather (one chunk, one wire type): lands in place, no staging.
 class TwoPhaseAllGather final : public PhasedSchedule {
  public:
-  TwoPhaseAllGather(State& h, const void* shard, void* full, size_t count,
-                    DType dtype)
+  TwoPhaseAllGather(State& h, const void* shard, void* full, size_t count, DType dtype)
       : PhasedSchedule(h, nullptr, 2), shard_(shard), full_(full), count_(count), dtype_(dtype) {
     block_ = static_cast<char*>(full) +
              static_cast<size_t>(h.intra_.rank()) * h.inter_.size() * count * dtypeSize(dtype);
@@ -194,9 +204,13 @@ class TwoPhaseAllGather final : public PhasedSchedule {
 // Unpipelined two-phase reduce-scatter: stages only the intra phase's J-shard result.
 class TwoPhaseReduceScatter final : public PhasedSchedule {
  public:
-  TwoPhaseReduceScatter(State& h, HostBuffer* slot, const void* full,
-                        void* shard, size_t count, DType dtype, RedOp op)
-      : PhasedSchedule(h, slot, 2), full_(full), shard_(shard), count_(count), dtype_(dtype),
+  TwoPhaseReduceScatter(State& h, HostBuffer* slot, const void* full, void* shard, size_t count,
+                        DType dtype, RedOp op)
+      : PhasedSchedule(h, slot, 2),
+        full_(full),
+        shard_(shard),
+        count_(count),
+        dtype_(dtype),
         op_(op) {
     advance();
   }
@@ -216,136 +230,6 @@ class TwoPhaseReduceScatter final : public PhasedSchedule {
   RedOp op_;
 };
 
-// all-reduce, pipelined. The buffer is cut into C chunks at multiples of the group size G = I*J
-// (a chunk of m*G elements gives every rank m), and each chunk goes through four sub-collectives,
-// two per level:
-//   intra reduce-scatter (chunk -> Q, J*m), inter reduce-scatter (Q -> R, m),
-//   inter all-gather (R -> Q, J*m, in place), intra all-gather (Q -> chunk, in place).
-// Each node thus sends the all-reduce minimum across its link, 2*(J-1)/J of its data, while the
-// intra phases of neighbouring chunks run. Chunks work in place in the user's buffer; only a
-// last chunk that is not a multiple of G is staged, zero-padded, in P. Up to kSlots chunks are in
-// flight, each with its own Q and R, so the link has the next chunk queued when one finishes.
-//
-// Both levels carry two kinds of operation, so the issue order on each communicator is fixed
-// (identical on every rank, as nonblocking collectives require; see the constructor): the
-// reduce-scatter of chunk c+L is issued before the all-gather of chunk c. Every operation waits
-// only on operations earlier in that order or on the other level, so it cannot deadlock.
-class PipelinedAllReduce final : public ChunkPipeline {
- public:
-  PipelinedAllReduce(State& h, HostBuffer* slot, void* buf, size_t count,
-                     DType dtype, RedOp op)
-      : ChunkPipeline(h, slot, chunks(h, count, dtype), {kIntra, kInter, kInter, kIntra}, kSlots),
-        buf_(static_cast<char*>(buf)), count_(count), dtype_(dtype), op_(op),
-        I_(h.intra_.size()), J_(h.inter_.size()), G_(I_ * J_), units_((count + G_ - 1) / G_),
-        m_(pieceCount(count, numChunks(), G_)) {
-    const size_t es = dtypeSize(dtype_);
-    char* p = slot->as<char>();
-    P_ = p, p += G_ * m_ * es;
-    for (size_t b = 0; b < slotsFor(numChunks()); ++b) {
-      Q_[b] = p, p += J_ * m_ * es;
-      R_[b] = p, p += m_ * es;
-    }
-    // The per-level issue order: RS0 .. RS(L-1), then AG0, RS(L), AG1, RS(L+1), ..., then the
-    // remaining all-gathers. L reduce-scatters run ahead of the all-gathers: every chunk when each
-    // has a slot of its own, else slots - 1 (RS(c+L) needs the slot of chunk c-1, whose AG is
-    // earlier in the order).
-    std::vector<Op> intra, inter;
-    const size_t C = numChunks(), slots = slotsFor(C), ahead = slots == C ? C : slots - 1;
-    auto add = [&](size_t c, bool rs) {
-      intra.push_back({c, rs ? kIntraRs : kIntraAg});
-      inter.push_back({c, rs ? kInterRs : kInterAg});
-    };
-    for (size_t c = 0; c < ahead; ++c) add(c, true);
-    for (size_t c = 0; c < C; ++c) {
-      add(c, false);
-      if (c + ahead < C) add(c + ahead, true);
-    }
-    // Each level sees its reduce-scatter of a chunk before its all-gather; on the intra level
-    // RS(c) (stage 0) precedes AG(c) (stage 3) and on the inter level RS(c) (1) precedes AG(c) (2).
-    setOrder(kIntra, std::move(intra));
-    setOrder(kInter, std::move(inter));
-    advance();
-  }
-  ~PipelinedAllReduce() override { waitForDestruction(); }
-
-  static size_t chunks(const State& h, size_t count, DType dtype) {
-    const size_t g = static_cast<size_t>(h.groupSize());
-    return h.chunkCount((count + g - 1) / g, dtype);
-  }
-  // Elements per rank in the largest chunk.
-  static size_t pieceCount(size_t count, size_t chunks, size_t group) {
-    return chunkRange((count + group - 1) / group, chunks, 0).second;
-  }
-  // Bytes of staging: the padded tail chunk P, and Q and R per slot.
-  static size_t bytes(const State& h, size_t count, DType dtype) {
-    const size_t I = h.intra_.size(), J = h.inter_.size(), C = chunks(h, count, dtype);
-    const size_t m = pieceCount(count, C, I * J);
-    return (I * J + slotsFor(C) * (J + 1)) * m * dtypeSize(dtype);
-  }
-
- private:
-  // A chunk's stages: intra RS (chunk -> Q, J*m), inter RS (Q -> R, m), inter AG (R -> Q, in
-  // place), intra AG (Q -> chunk, in place).
-  enum : int { kIntraRs = 0, kInterRs = 1, kInterAg = 2, kIntraAg = 3 };
-
-  // Chunk c: its first element, elements per rank, and where it is reduced (the user's buffer,
-  // or P for a tail that is not a multiple of G).
-  struct Chunk {
-    size_t off, m;
-    char* data;
-    bool staged;
-  };
-  Chunk chunk(size_t c) const {
-    auto [u0, m] = chunkRange(units_, numChunks(), c);
-    const size_t off = u0 * G_;
-    const bool staged = off + m * G_ > count_;
-    return {off, m, staged ? P_ : buf_ + off * dtypeSize(dtype_), staged};
-  }
-
-  StatusOr<WorkHandle> issue(size_t c, int stage) override {
-    const size_t es = dtypeSize(dtype_), b = slotOf(c);
-    const Chunk k = chunk(c);
-    const size_t piece = J_ * k.m;
-    switch (stage) {
-      case kIntraRs:
-        if (k.staged) {
-          const size_t n = count_ - k.off;
-          std::memcpy(P_, buf_ + k.off * es, n * es);
-          std::memset(P_ + n * es, 0, (G_ * k.m - n) * es);
-        }
-        return h_.intra_.ireduceScatter(k.data, Q_[b], piece, dtype_, op_);
-      case kInterRs:
-        // With avg the intra phase divides by I and this one by J: 1/(I*J) in all.
-        return h_.inter_.ireduceScatter(Q_[b], R_[b], k.m, dtype_, op_);
-      case kInterAg: {
-        char* mine = Q_[b] + static_cast<size_t>(h_.inter_.rank()) * k.m * es;
-        std::memcpy(mine, R_[b], k.m * es);
-        return h_.inter_.iallGather(mine, Q_[b], k.m, dtype_);
-      }
-      default: {
-        // Our all-reduced J*m block goes to our place in the chunk; the collective fills the rest.
-        char* mine = k.data + static_cast<size_t>(h_.intra_.rank()) * piece * es;
-        std::memcpy(mine, Q_[b], piece * es);
-        return h_.intra_.iallGather(mine, k.data, piece, dtype_);
-      }
-    }
-  }
-  void landed(size_t c, int stage) override {
-    if (stage != kIntraAg) return;
-    const Chunk k = chunk(c);
-    if (k.staged) std::memcpy(buf_ + k.off * dtypeSize(dtype_), P_, (count_ - k.off) * dtypeSize(dtype_));
-  }
-
-  char* buf_;
-  size_t count_;
-  DType dtype_;
-  RedOp op_;
-  size_t I_, J_, G_, units_, m_;
-  char* P_;
-  char* Q_[kSlots];
-  char* R_[kSlots];
-};
-
 HierarchicalCollectives::HierarchicalCollectives(Comm& intra, Comm& inter, HierOptions options)
     : s_(std::make_unique<State>(intra, inter, options)) {}
 
@@ -361,7 +245,8 @@ size_t HierarchicalCollectives::scratchBytes() const { return s_->pool_->totalBy
 Status HierarchicalCollectives::setOptions(HierOptions options) {
   auto lock = progressLock();
   HierOptions& options_ = s_->options_;
-  if (options.chunks < 1) return invalidArgument("pipeline chunks ", options.chunks, " must be >= 1");
+  if (options.chunks < 1)
+    return invalidArgument("pipeline chunks ", options.chunks, " must be >= 1");
   if (options.inter_dtype != DType::kFloat32 && options.inter_dtype != DType::kBFloat16)
     return invalidArgument("inter-node dtype ", dtypeName(options.inter_dtype),
                            " is not float or bf16");
@@ -393,10 +278,6 @@ size_t State::stagingBytes(size_t count, DType dtype, DType wire) const {
   return ChunkPipeline::slotsFor(chunkCount(count, dtype)) *
          (stageBytes(I * J * nmax * es) + stageBytes(J * nmax * es) + stageBytes(nmax * w) +
           stageBytes(J * nmax * w));
-}
-
-size_t State::allReduceBytes(size_t count, DType dtype) const {
-  return PipelinedAllReduce::bytes(*this, count, dtype);
 }
 
 void State::doneIssuing(const void* w) {
@@ -473,20 +354,6 @@ StatusOr<WorkHandle> State::ireduceScatter(const void* full, void* shard, size_t
       std::make_unique<PipelinedReduceScatter>(*this, slot, full, shard, count, dtype, op, w));
 }
 
-StatusOr<WorkHandle> State::iallReduce(void* buf, size_t count, DType dtype, RedOp op,
-                                       float* residual) {
-  auto lock = progressLock();
-  if (encodesAllReduce(dtype)) {
-    if (count == 0) return completedWork();
-    HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, pool_->acquire(encodedAllReduceBytes(*this, count)));
-    return startEncodedAllReduce(*this, slot, static_cast<float*>(buf), count, op, residual);
-  }
-  if (Comm* level = singleLevelAllReduce(count, dtype))
-    return level->iallReduce(buf, count, dtype, op);
-  HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, pool_->acquire(allReduceBytes(count, dtype)));
-  return WorkHandle(std::make_unique<PipelinedAllReduce>(*this, slot, buf, count, dtype, op));
-}
-
 Status HierarchicalCollectives::allGather(const void* shard, void* full, size_t count,
                                           DType dtype) {
   auto lock = progressLock();
@@ -511,28 +378,6 @@ Status HierarchicalCollectives::reduceScatter(const void* full, void* shard, siz
                                               DType dtype, RedOp op, float* residual) {
   auto lock = progressLock();
   HSDP_ASSIGN_OR_RETURN(WorkHandle w, ireduceScatter(full, shard, count, dtype, op, residual));
-  return w->wait();
-}
-
-Comm* State::singleLevelAllReduce(size_t count, DType dtype) {
-  // One level only and small: the transport's own all-reduce (MPI's recursive doubling) beats a
-  // reduce-scatter ring plus an all-gather, whose ring pays n-1 latency-bound steps (8 ranks on
-  // one node here, 1 MiB: 1.3 ms against 3.7 ms; from 16 MiB on the schedule is 1.1-1.2x faster).
-  constexpr size_t kSingleLevelBytes = size_t(8) << 20;
-  if (!issuing_.empty() || count * dtypeSize(dtype) >= kSingleLevelBytes) return nullptr;
-  if (inter_.size() == 1) return &intra_;
-  if (intra_.size() == 1) return &inter_;
-  return nullptr;
-}
-
-Status HierarchicalCollectives::allReduce(void* buf, size_t count, DType dtype, RedOp op,
-                                          float* residual) {
-  auto lock = progressLock();
-  // Blocking: the transport's blocking call (MPI's tuned MPI_Allreduce, not libnbc's schedule).
-  if (!s_->encodesAllReduce(dtype))
-    if (Comm* level = s_->singleLevelAllReduce(count, dtype))
-      return level->allReduce(buf, count, dtype, op);
-  HSDP_ASSIGN_OR_RETURN(WorkHandle w, iallReduce(buf, count, dtype, op, residual));
   return w->wait();
 }
 
@@ -566,16 +411,6 @@ StatusOr<WorkHandle> HierarchicalCollectives::ireduceScatter(const void* full, v
                                                              size_t count, DType dtype, RedOp op,
                                                              float* residual) {
   return s_->ireduceScatter(full, shard, count, dtype, op, residual);
-}
-
-StatusOr<WorkHandle> HierarchicalCollectives::iallReduce(void* buf, size_t count, DType dtype,
-                                                         RedOp op, float* residual) {
-  return s_->iallReduce(buf, count, dtype, op, residual);
-}
-
-size_t HierarchicalCollectives::allReduceResidualCount(size_t count) const {
-  if (!s_->encodesAllReduce(DType::kFloat32)) return 0;
-  return encodedAllReduceResidual(*s_, count);
 }
 
 }  // namespace hsdp

@@ -2,7 +2,8 @@
 // levels, the options, staging and the issue order) and the machinery they are built from: a
 // ScheduleWork advanced by the progress loop, the ChunkPipeline every pipelined schedule is, and
 // the PhasedSchedule of the unpipelined forms. hier_collectives.cc holds the fp32/bf16 schedules
-// and the public class; hier_quantized.cc the block-quantized wire's schedules.
+// and the public class, hier_allreduce.cc the all-reduce, hier_quantized.cc the block-quantized
+// wire's schedules.
 #pragma once
 
 #include <algorithm>

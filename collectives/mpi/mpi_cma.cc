@@ -52,22 +52,24 @@ StatusOr<bool> crossMemoryAttach(MPI_Comm comm, int rank, int size, CmaPeers* pe
   return all_ok == 1;
 }
 
-CmaReduceScatterWork::CmaReduceScatterWork(const BlockReduceArgs& a,
-                                           const CmaPeers* peers)
-    : a_(a),
+CmaWork::CmaWork(MPI_Comm comm, int rank, int size, int tag, const CmaPeers* peers,
+                 uint64_t address, uint64_t flag)
+    : comm_(comm),
+      rank_(rank),
+      size_(size),
+      tag_(tag),
       peers_(peers),
-      es_(dtypeSize(a.dtype)),
-      mine_(reinterpret_cast<uintptr_t>(a.send)),
-      addr_(static_cast<size_t>(a.size), 0) {
-  // From every peer, in this order on one tag: its address, then its "done reading ours" (MPI
+      mine_{address, flag},
+      words_(2 * static_cast<size_t>(size), 0) {
+  // From every peer, in this order on one tag: its words, then its "done reading ours" (MPI
   // matches one source's messages of one tag in the order they were sent).
-  const int n = a_.size, r = a_.rank;
+  const int n = size_, r = rank_;
   for (int i = 1; i < n; ++i) {
     const int from = (r - i + n) % n, to = (r + i) % n;
-    int rc = MPI_Irecv(&addr_[from], 1, MPI_UINT64_T, from, a_.tag, a_.comm, addrs_.add());
-    if (rc == MPI_SUCCESS) rc = MPI_Irecv(nullptr, 0, MPI_BYTE, from, a_.tag, a_.comm, rest_.add());
-    if (rc == MPI_SUCCESS)
-      rc = MPI_Isend(&mine_, 1, MPI_UINT64_T, to, a_.tag, a_.comm, rest_.add());
+    int rc = MPI_Irecv(&words_[2 * static_cast<size_t>(from)], 2, MPI_UINT64_T, from, tag_, comm_,
+                       words_in_.add());
+    if (rc == MPI_SUCCESS) rc = MPI_Irecv(nullptr, 0, MPI_BYTE, from, tag_, comm_, rest_.add());
+    if (rc == MPI_SUCCESS) rc = MPI_Isend(mine_, 2, MPI_UINT64_T, to, tag_, comm_, rest_.add());
     if (rc != MPI_SUCCESS) {
       fail(mpiError(rc, "MPI_Irecv/Isend", __FILE__, __LINE__));
       return;
@@ -75,7 +77,47 @@ CmaReduceScatterWork::CmaReduceScatterWork(const BlockReduceArgs& a,
   }
 }
 
-Status CmaReduceScatterWork::reduce() {
+Status CmaWork::readError(int q, size_t bytes, ssize_t got) const {
+  return internalError(
+      "process_vm_readv of ", bytes, " bytes from rank ", q, " (world rank ", peers_->world[q],
+      ") failed: ", got < 0 ? std::strerror(errno) : "short read", " (pid ", peers_->pids[q], ")");
+}
+
+void CmaWork::fail(Status s) {
+  words_in_.cancel();
+  rest_.cancel();
+  release();
+  finish(std::move(s));
+}
+
+void CmaWork::advance() {
+  if (!read_) {
+    StatusOr<bool> flag = words_in_.test();
+    if (!flag.ok()) return fail(flag.status());
+    if (!*flag) return;
+    if (Status s = read(); !s.ok()) return fail(std::move(s));
+    read_ = true;
+    const int n = size_;
+    for (int i = 1; i < n; ++i) {  // the peers may reuse their buffers once we are done reading
+      const int rc = MPI_Isend(nullptr, 0, MPI_BYTE, (rank_ - i + n) % n, tag_, comm_, rest_.add());
+      if (rc != MPI_SUCCESS) return fail(mpiError(rc, "MPI_Isend", __FILE__, __LINE__));
+    }
+  }
+  StatusOr<bool> flag = rest_.test();
+  if (!flag.ok()) return fail(flag.status());
+  if (!*flag) return;
+  release();
+  finish(Status());
+}
+
+CmaReduceScatterWork::CmaReduceScatterWork(const BlockReduceArgs& a, const CmaPeers* peers)
+    : CmaWork(a.comm, a.rank, a.size, a.tag, peers, reinterpret_cast<uintptr_t>(a.send), 0),
+      a_(a),
+      es_(dtypeSize(a.dtype)) {
+  if (done()) release();  // failed while posting (the base cannot call our release() then)
+}
+
+Status CmaReduceScatterWork::read() {
   const int n = a_.size, r = a_.rank;
   const size_t tile = std::max<size_t>(1, kTileBytes / es_), run = a_.layout.run;
   const float scale = a_.op == RedOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
@@ -93,13 +135,9 @@ Status CmaReduceScatterWork::reduce() {
         }
         char* buf = a_.slot->as<char>() + static_cast<size_t>((q - r - 1 + n) % n) * kTileBytes;
         iovec local{buf, bytes};
-        iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(addr_[q] + at)), bytes};
+        iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(peerAddress(q) + at)), bytes};
         const ssize_t got = process_vm_readv(peers_->pids[q], &local, 1, &remote, 1, 0);
-        if (got != static_cast<ssize_t>(bytes))  // a peer that died: ESRCH
-          return internalError("process_vm_readv of ", bytes, " bytes from rank ", q,
-                               " (world rank ", peers_->world[q], ") failed: ",
-                               got < 0 ? std::strerror(errno) : "short read", " (pid ",
-                               peers_->pids[q], ")");
+        if (got != static_cast<ssize_t>(bytes)) return readError(q, bytes, got);  // died: ESRCH
         src[q] = buf;
       }
       sumBlocks(a_.dtype, src.data(), n, len, scale, out + (p * run + t) * es_);
@@ -108,32 +146,9 @@ Status CmaReduceScatterWork::reduce() {
   return okStatus();
 }
 
-void CmaReduceScatterWork::fail(Status s) {
-  addrs_.cancel();
-  rest_.cancel();
-  a_.pool->release(a_.slot);
-  finish(std::move(s));
-}
-
-void CmaReduceScatterWork::advance() {
-  if (!reduced_) {
-    StatusOr<bool> flag = addrs_.test();
-    if (!flag.ok()) return fail(flag.status());
-    if (!*flag) return;
-    if (Status s = reduce(); !s.ok()) return fail(std::move(s));
-    reduced_ = true;
-    const int n = a_.size;
-    for (int i = 1; i < n; ++i) {  // the peers may reuse their inputs once we are done reading
-      const int rc2 =
-          MPI_Isend(nullptr, 0, MPI_BYTE, (a_.rank - i + n) % n, a_.tag, a_.comm, rest_.add());
-      if (rc2 != MPI_SUCCESS) return fail(mpiError(rc2, "MPI_Isend", __FILE__, __LINE__));
-    }
-  }
-  StatusOr<bool> flag = rest_.test();
-  if (!flag.ok()) return fail(flag.status());
-  if (!*flag) return;
-  a_.pool->release(a_.slot);
-  finish(Status());
+void CmaReduceScatterWork::release() {
+  if (a_.slot != nullptr) a_.pool->release(a_.slot);
+  a_.slot = nullptr;
 }
 
 }  // namespace hsdp::mpi

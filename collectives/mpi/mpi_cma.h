@@ -30,7 +30,41 @@ struct CmaPeers {
 // (PR_SET_PTRACER, as Open MPI does), for hosts whose Yama policy asks for it. Fills `peers`.
 StatusOr<bool> crossMemoryAttach(MPI_Comm comm, int rank, int size, CmaPeers* peers);
 
-class CmaReduceScatterWork final : public ProgressiveWork {
+// What every cross-memory-attach work does around its reads: each rank sends its peers two
+// words (where its buffer lies, and a flag), reads from theirs once every peer's words are in
+// (read(), the subclass's), tells each peer it is done reading, and completes once every peer
+// has said the same (a rank's buffer must not change before). The messages go over `tag` of
+// `comm`; the reads happen inside advance(), in one pass.
+class CmaWork : public ProgressiveWork {
+ protected:
+  CmaWork(MPI_Comm comm, int rank, int size, int tag, const CmaPeers* peers, uint64_t address,
+          uint64_t flag);
+  // Reads what this rank needs from every peer (their words: peerAddress, peerFlag).
+  virtual Status read() = 0;
+  // Returns what the work holds (a scratch slot) once it ends, failed or not.
+  virtual void release() {}
+
+  uint64_t peerAddress(int q) const { return words_[2 * static_cast<size_t>(q)]; }
+  uint64_t peerFlag(int q) const { return words_[2 * static_cast<size_t>(q) + 1]; }
+  // A failed or short process_vm_readv of `bytes` from rank q, naming the peer.
+  Status readError(int q, size_t bytes, ssize_t got) const;
+
+  MPI_Comm comm_;
+  int rank_, size_, tag_;
+  const CmaPeers* peers_;
+
+ private:
+  void fail(Status s);
+  void advance() final;
+
+  bool read_ = false;
+  uint64_t mine_[2];             // our buffer's address and flag, sent to every peer
+  std::vector<uint64_t> words_;  // the peers' (address, flag), by rank
+  RequestSet words_in_;          // receives of the peers' words
+  RequestSet rest_;              // our sends, and the peers' "done reading"
+};
+
+class CmaReduceScatterWork final : public CmaWork {
  public:
   // Bytes of each peer's block read and added at a time.
   static constexpr size_t kTileBytes = size_t(64) << 10;
@@ -44,18 +78,11 @@ class CmaReduceScatterWork final : public ProgressiveWork {
 
  private:
   // Reads our block of every peer's input and adds it into `recv`.
-  Status reduce();
-  void fail(Status s);
-  void advance() override;
+  Status read() override;
+  void release() override;
 
   BlockReduceArgs a_;
-  const CmaPeers* peers_;
   size_t es_;
-  bool reduced_ = false;
-  uint64_t mine_;               // our input's address, sent to every peer
-  std::vector<uint64_t> addr_;  // the peers' input addresses, by rank
-  RequestSet addrs_;            // receives of the peers' addresses
-  RequestSet rest_;             // our sends, and the peers' "done reading"
 };
 
 }  // namespace hsdp::mpi

@@ -8,6 +8,7 @@
 #include "collectives/mpi/mpi_check.h"
 #include "collectives/mpi/mpi_cma.h"
 #include "collectives/mpi/mpi_exchange.h"
+#include "collectives/mpi/mpi_gather.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
 #include "watchdog/watchdog.h"
@@ -40,8 +41,6 @@ void scale(void* buf, size_t n, DType t, float factor) {
     for (size_t i = 0; i < n; ++i) d[i] = toBf16(toFloat(d[i]) * factor);
   }
 }
-
-bool isFloating(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
 
 const env::StringParam kRsAlgo{
     "HSDP_MPI_RS_ALGO", env::StringParam::Kind::kEnum, "auto",
@@ -139,38 +138,47 @@ MpiComm::~MpiComm() {
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-Status MpiComm::allGather(const void* send, void* recv, size_t count, DType dtype) {
-  auto lock = progressLock();
-  HSDP_RETURN_IF_ERROR(checkCount(count * size_, "allGather"));
-  const size_t es = dtypeSize(dtype);
-  const void* src = send;
-  if (static_cast<const char*>(send) == static_cast<char*>(recv) + rank_ * count * es)
-    src = MPI_IN_PLACE;
-  return runCollective(
-      trace_.get(), OpKind::kAllGather, count, dtype, RedOp::kSum, -1, "MPI_Allgather",
-      [&]() -> Status {
-        HSDP_MPI_CHECK(MPI_Allgather(src, static_cast<int>(count), mpiType(dtype), recv,
-                                     static_cast<int>(count), mpiType(dtype), comm_));
-        return okStatus();
-      });
+Status MpiComm::checkArgs(const CallArgs& a) const { return checkCount(a.total, a.what); }
+
+const char* MpiComm::waitName(const char* call) const {
+  if (std::strcmp(call, "allGather") == 0) return "MPI_Allgather";
+  if (std::strcmp(call, "allReduce") == 0) return "MPI_Allreduce";
+  if (std::strcmp(call, "broadcast") == 0) return "MPI_Bcast";
+  if (std::strcmp(call, "barrier") == 0) return "MPI_Barrier";
+  return call;
 }
 
-StatusOr<WorkHandle> MpiComm::iallGather(const void* send, void* recv, size_t count,
-                                         DType dtype) {
-  auto lock = progressLock();
-  HSDP_RETURN_IF_ERROR(checkCount(count * size_, "iallGather"));
+Status MpiComm::runAllGather(const void* send, void* recv, size_t count, DType dtype) {
   const size_t es = dtypeSize(dtype);
   const void* src = send;
   if (static_cast<const char*>(send) == static_cast<char*>(recv) + rank_ * count * es)
     src = MPI_IN_PLACE;
-  return startCollective(
-      trace_.get(), OpKind::kAllGather, count, dtype, RedOp::kSum,
-      [this, src, recv, count, dtype]() -> StatusOr<WorkHandle> {
-        MPI_Request req;
-        HSDP_MPI_CHECK(MPI_Iallgather(src, static_cast<int>(count), mpiType(dtype), recv,
-                                      static_cast<int>(count), mpiType(dtype), comm_, &req));
-        return watched(std::make_unique<RequestWork>(req, nullptr));
-      });
+  HSDP_MPI_CHECK(MPI_Allgather(src, static_cast<int>(count), mpiType(dtype), recv,
+                               static_cast<int>(count), mpiType(dtype), comm_));
+  return okStatus();
+}
+
+StatusOr<WorkHandle> MpiComm::startAllGather(const void* send, void* recv, size_t count,
+                                             DType dtype) {
+  const size_t es = dtypeSize(dtype);
+  const void* src = send;
+  if (static_cast<const char*>(send) == static_cast<char*>(recv) + rank_ * count * es)
+    src = MPI_IN_PLACE;
+  MPI_Request req;
+  HSDP_MPI_CHECK(MPI_Iallgather(src, static_cast<int>(count), mpiType(dtype), recv,
+                                static_cast<int>(count), mpiType(dtype), comm_, &req));
+  return watched(std::make_unique<RequestWork>(req, nullptr));
+}
+
+StatusOr<WorkHandle> MpiComm::startAllGatherRuns(const void* send, void* recv,
+                                                 const BlockRuns& layout, DType dtype, void*) {
+  const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
+  const GatherRunsArgs args{comm_, rank_, size_, tag, send, recv, layout, dtype};
+  if (layout.blockCount() == 0) return completedWork();
+  if (rs_ == ReduceScatter::kCma && size_ > 1)
+    return watched(std::make_unique<CmaAllGatherWork>(args, &peers_));
+  HSDP_ASSIGN_OR_RETURN(MPI_Request req, startDatatypeAllGather(args));
+  return watched(std::make_unique<RequestWork>(req, nullptr));
 }
 
 // Ring reduce-scatter over point-to-point messages, as a state machine. Step s sends our partial
@@ -184,8 +192,15 @@ class RingReduceScatterWork final : public ProgressiveWork {
  public:
   RingReduceScatterWork(MpiComm& c, const void* send, void* recv, size_t count, DType dtype,
                         RedOp op, HostBuffer* slot, int tag)
-      : c_(c), in_(static_cast<const char*>(send)), recv_(recv), count_(count), dtype_(dtype),
-        op_(op), slot_(slot), tag_(tag), chunk_(count * dtypeSize(dtype)) {
+      : c_(c),
+        in_(static_cast<const char*>(send)),
+        recv_(recv),
+        count_(count),
+        dtype_(dtype),
+        op_(op),
+        slot_(slot),
+        tag_(tag),
+        chunk_(count * dtypeSize(dtype)) {
     const int n = c_.size_, r = c_.rank_;
     sendp_ = in_ + static_cast<size_t>((r - 1 + n) % n) * chunk_;
     post();
@@ -244,49 +259,33 @@ class RingReduceScatterWork final : public ProgressiveWork {
   RequestSet reqs_;
 };
 
-StatusOr<WorkHandle> MpiComm::ireduceScatter(const void* send, void* recv, size_t count,
-                                             DType dtype, RedOp op) {
-  auto lock = progressLock();
-  HSDP_RETURN_IF_ERROR(checkCount(count * size_, "ireduceScatter"));
-  // Bad input on any communicator, also where there is nothing to reduce.
-  if (op == RedOp::kAvg && !isFloating(dtype))
-    return invalidArgument("reduceScatter: avg of ", dtypeName(dtype));
+StatusOr<WorkHandle> MpiComm::startReduceScatter(const void* send, void* recv, size_t count,
+                                                 DType dtype, RedOp op) {
   if (size_ == 1) {
     std::memcpy(recv, send, count * dtypeSize(dtype));
     return completedWork();
   }
-  return startCollective(
-      trace_.get(), OpKind::kReduceScatter, count, dtype, op,
-      [this, send, recv, count, dtype, op]() -> StatusOr<WorkHandle> {
-        if (count == 0) return completedWork();
-        if (!isFloating(dtype)) {
-          MPI_Request req;
-          HSDP_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count),
-                                                   mpiType(dtype), MPI_SUM, comm_, &req));
-          return watched(std::make_unique<RequestWork>(req, nullptr));
-        }
-        if (exchanges(dtype)) return startExchange(send, recv, {count, 1, count}, dtype, op);
-        const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
-        HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, scratch_.acquire(2 * count * dtypeSize(dtype)));
-        return watched(std::make_unique<RingReduceScatterWork>(*this, send, recv, count, dtype, op,
-                                                               slot, tag));
-      });
+  if (count == 0) return completedWork();
+  if (dtype != DType::kFloat32 && dtype != DType::kBFloat16) {
+    MPI_Request req;
+    HSDP_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), mpiType(dtype),
+                                             MPI_SUM, comm_, &req));
+    return watched(std::make_unique<RequestWork>(req, nullptr));
+  }
+  if (exchanges(dtype)) return startExchange(send, recv, {count, 1, count}, dtype, op);
+  const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
+  HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, scratch_.acquire(2 * count * dtypeSize(dtype)));
+  return watched(
+      std::make_unique<RingReduceScatterWork>(*this, send, recv, count, dtype, op, slot, tag));
 }
 
-StatusOr<WorkHandle> MpiComm::ireduceScatterRuns(const void* send, void* recv,
-                                                 const BlockRuns& layout, DType dtype, RedOp op,
-                                                 void* pack) {
-  auto lock = progressLock();
-  HSDP_RETURN_IF_ERROR(checkBlockRuns(layout));
-  const size_t count = layout.blockCount();
+StatusOr<WorkHandle> MpiComm::startReduceScatterRuns(const void* send, void* recv,
+                                                     const BlockRuns& layout, DType dtype, RedOp op,
+                                                     void* pack) {
   // Other types, and float32 between hosts (the ring): packed into ireduceScatter's layout.
-  if (!exchanges(dtype) || size_ == 1 || count == 0)
-    return Comm::ireduceScatterRuns(send, recv, layout, dtype, op, pack);
-  HSDP_RETURN_IF_ERROR(checkCount(count * size_, "ireduceScatterRuns"));
-  return startCollective(trace_.get(), OpKind::kReduceScatter, count, dtype, op,
-                         [this, send, recv, layout, dtype, op]() -> StatusOr<WorkHandle> {
-                           return startExchange(send, recv, layout, dtype, op);
-                         });
+  if (!exchanges(dtype) || size_ == 1 || layout.blockCount() == 0)
+    return Comm::startReduceScatterRuns(send, recv, layout, dtype, op, pack);
+  return startExchange(send, recv, layout, dtype, op);
 }
 
 bool MpiComm::exchanges(DType dtype) const {
@@ -305,8 +304,8 @@ StatusOr<WorkHandle> MpiComm::startExchange(const void* send, void* recv, const 
   }
   HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, scratch_.acquire(ExchangeReduceScatterWork::scratchBytes(
                                                layout.blockCount() * dtypeSize(dtype), size_)));
-  return watched(std::make_unique<ExchangeReduceScatterWork>(BlockReduceArgs{
-      comm_, rank_, size_, tag, send, recv, layout, dtype, op, &scratch_, slot}));
+  return watched(std::make_unique<ExchangeReduceScatterWork>(
+      BlockReduceArgs{comm_, rank_, size_, tag, send, recv, layout, dtype, op, &scratch_, slot}));
 }
 
 // All-to-all as one round of point-to-point messages: a receive from and a send to every peer,
@@ -345,84 +344,48 @@ class AllToAllWork final : public ProgressiveWork {
   RequestSet reqs_;
 };
 
-StatusOr<WorkHandle> MpiComm::iallToAll(const void* send, void* recv, size_t count, DType dtype) {
-  auto lock = progressLock();
-  HSDP_RETURN_IF_ERROR(checkCount(count * size_, "iallToAll"));
-  const size_t bytes = count * size_ * dtypeSize(dtype);
-  const auto* s = static_cast<const char*>(send);
-  auto* d = static_cast<char*>(recv);
-  if (count > 0 && s < d + bytes && d < s + bytes)
-    return invalidArgument("allToAll: send and recv buffers overlap");
+StatusOr<WorkHandle> MpiComm::startAllToAll(const void* send, void* recv, size_t count,
+                                            DType dtype) {
   if (size_ == 1 || count == 0) {
-    std::memcpy(recv, send, bytes);
+    std::memcpy(recv, send, count * size_ * dtypeSize(dtype));
     return completedWork();
   }
-  return startCollective(
-      trace_.get(), OpKind::kAllToAll, count, dtype, RedOp::kSum,
-      [this, s, d, count, dtype]() -> StatusOr<WorkHandle> {
-        const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
-        return watched(std::make_unique<AllToAllWork>(*this, s, d, count, dtype, tag));
-      });
+  const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
+  return watched(std::make_unique<AllToAllWork>(*this, static_cast<const char*>(send),
+                                                static_cast<char*>(recv), count, dtype, tag));
 }
 
-Status MpiComm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
-  auto lock = progressLock();
-  HSDP_RETURN_IF_ERROR(checkCount(count, "allReduce"));
-  if (op == RedOp::kAvg && !isFloating(dtype))
-    return invalidArgument("allReduce: avg of ", dtypeName(dtype));
+Status MpiComm::runAllReduce(void* buf, size_t count, DType dtype, RedOp op) {
   if (size_ == 1) return okStatus();
   MPI_Op mop = dtype == DType::kBFloat16 ? bf16SumOp() : MPI_SUM;
-  HSDP_RETURN_IF_ERROR(runCollective(
-      trace_.get(), OpKind::kAllReduce, count, dtype, op, -1, "MPI_Allreduce", [&]() -> Status {
-        HSDP_MPI_CHECK(
-            MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpiType(dtype), mop, comm_));
-        return okStatus();
-      }));
+  HSDP_MPI_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpiType(dtype), mop, comm_));
   if (op == RedOp::kAvg) scale(buf, count, dtype, 1.0f / static_cast<float>(size_));
   return okStatus();
 }
 
-StatusOr<WorkHandle> MpiComm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
-  auto lock = progressLock();
-  HSDP_RETURN_IF_ERROR(checkCount(count, "iallReduce"));
-  if (op == RedOp::kAvg && !isFloating(dtype))
-    return invalidArgument("allReduce: avg of ", dtypeName(dtype));
+StatusOr<WorkHandle> MpiComm::startAllReduce(void* buf, size_t count, DType dtype, RedOp op) {
   if (size_ == 1) return completedWork();
-  return startCollective(trace_.get(), OpKind::kAllReduce, count, dtype, op,
-                         [this, buf, count, dtype, op]() -> StatusOr<WorkHandle> {
-                           MPI_Op mop = dtype == DType::kBFloat16 ? bf16SumOp() : MPI_SUM;
-                           MPI_Request req;
-                           HSDP_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count),
-                                                         mpiType(dtype), mop, comm_, &req));
-                           std::function<void()> done;
-                           if (op == RedOp::kAvg) {
-                             const float f = 1.0f / static_cast<float>(size_);
-                             done = [buf, count, dtype, f] { scale(buf, count, dtype, f); };
-                           }
-                           return watched(std::make_unique<RequestWork>(req, std::move(done)));
-                         });
+  MPI_Op mop = dtype == DType::kBFloat16 ? bf16SumOp() : MPI_SUM;
+  MPI_Request req;
+  HSDP_MPI_CHECK(
+      MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpiType(dtype), mop, comm_, &req));
+  std::function<void()> done;
+  if (op == RedOp::kAvg) {
+    const float f = 1.0f / static_cast<float>(size_);
+    done = [buf, count, dtype, f] { scale(buf, count, dtype, f); };
+  }
+  return watched(std::make_unique<RequestWork>(req, std::move(done)));
 }
 
-Status MpiComm::broadcast(void* buf, size_t count, DType dtype, int root) {
-  auto lock = progressLock();
-  HSDP_RETURN_IF_ERROR(checkCount(count, "broadcast"));
-  if (root < 0 || root >= size_)
-    return invalidArgument("broadcast: root ", root, " outside communicator of size ", size_);
-  return runCollective(
-      trace_.get(), OpKind::kBroadcast, count, dtype, RedOp::kSum, root, "MPI_Bcast",
-      [&]() -> Status {
-        HSDP_MPI_CHECK(MPI_Bcast(buf, static_cast<int>(count), mpiType(dtype), root, comm_));
-        return okStatus();
-      });
+Status MpiComm::runBroadcast(void* buf, size_t count, DType dtype, int root) {
+  HSDP_MPI_CHECK(MPI_Bcast(buf, static_cast<int>(count), mpiType(dtype), root, comm_));
+  return okStatus();
 }
 
-Status MpiComm::barrier() {
-  auto lock = progressLock();
-  return runCollective(trace_.get(), OpKind::kBarrier, 0, DType::kUInt8, RedOp::kSum, -1,
-                       "MPI_Barrier", [&]() -> Status {
-                         HSDP_MPI_CHECK(MPI_Barrier(comm_));
-                         return okStatus();
-                       });
+Status MpiComm::runBarrier() {
+  HSDP_MPI_CHECK(MPI_Barrier(comm_));
+  return okStatus();
 }
 
 StatusOr<std::unique_ptr<Comm>> MpiComm::split(int color, int key) {

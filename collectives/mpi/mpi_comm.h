@@ -29,25 +29,6 @@ class MpiComm final : public Comm {
   int size() const override { return size_; }
   const char* transportName() const override { return "mpi"; }
 
-  // Blocking all-gather and all-reduce go to MPI's own blocking collectives (no request to
-  // track); the reduce-scatter is hsdp's own, nonblocking, waited for: the exchange on shared
-  // memory and for bf16 (mpi_exchange.h), the ring between hosts (fewer bytes on each link).
-  Status allGather(const void* send, void* recv, size_t count, DType dtype) override;
-  Status allReduce(void* buf, size_t count, DType dtype, RedOp op) override;
-  StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
-                                  DType dtype) override;
-  StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
-                                      RedOp op) override;
-  // On one host the cross-memory-attach reduce-scatter (mpi_cma.h), else for bf16 and on one
-  // host without it the exchange (mpi_exchange.h), both reading the runs in place; float32
-  // between hosts packs them and runs the ring.
-  StatusOr<WorkHandle> ireduceScatterRuns(const void* send, void* recv, const BlockRuns& layout,
-                                          DType dtype, RedOp op, void* pack) override;
-  StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override;
-  // Point-to-point exchange (Isend/Irecv to every peer, posted from r+1 on), no staging.
-  StatusOr<WorkHandle> iallToAll(const void* send, void* recv, size_t count, DType dtype) override;
-  Status broadcast(void* buf, size_t count, DType dtype, int root) override;
-  Status barrier() override;
   StatusOr<std::unique_ptr<Comm>> split(int color, int key) override;
   StatusOr<std::unique_ptr<Comm>> splitByHost() override;
   Status reserveScratch(size_t bytes) override;
@@ -55,6 +36,36 @@ class MpiComm final : public Comm {
   [[noreturn]] void abortJob(int code) override;
 
   MPI_Comm raw() const { return comm_; }
+
+ protected:
+  // A count that fits MPI's int, whatever the call.
+  Status checkArgs(const CallArgs& args) const override;
+  const char* waitName(const char* call) const override;
+  // Blocking all-gather and all-reduce go to MPI's own blocking collectives (no request to
+  // track); the reduce-scatter is hsdp's own, nonblocking, waited for: the exchange on shared
+  // memory and for bf16 (mpi_exchange.h), the ring between hosts (fewer bytes on each link).
+  Status runAllGather(const void* send, void* recv, size_t count, DType dtype) override;
+  Status runAllReduce(void* buf, size_t count, DType dtype, RedOp op) override;
+  StatusOr<WorkHandle> startAllGather(const void* send, void* recv, size_t count,
+                                      DType dtype) override;
+  // On one host the cross-memory-attach all-gather (mpi_gather.h): every rank reads each peer's
+  // block straight into its runs; between hosts MPI_Iallgather with a derived datatype that
+  // places each block's runs (MPI unpacks as it receives). No staging either way.
+  StatusOr<WorkHandle> startAllGatherRuns(const void* send, void* recv, const BlockRuns& layout,
+                                          DType dtype, void* pack) override;
+  StatusOr<WorkHandle> startReduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                                          RedOp op) override;
+  // On one host the cross-memory-attach reduce-scatter (mpi_cma.h), else for bf16 and on one
+  // host without it the exchange (mpi_exchange.h), both reading the runs in place; float32
+  // between hosts packs them and runs the ring.
+  StatusOr<WorkHandle> startReduceScatterRuns(const void* send, void* recv, const BlockRuns& layout,
+                                              DType dtype, RedOp op, void* pack) override;
+  StatusOr<WorkHandle> startAllReduce(void* buf, size_t count, DType dtype, RedOp op) override;
+  // Point-to-point exchange (Isend/Irecv to every peer, posted from r+1 on), no staging.
+  StatusOr<WorkHandle> startAllToAll(const void* send, void* recv, size_t count,
+                                     DType dtype) override;
+  Status runBroadcast(void* buf, size_t count, DType dtype, int root) override;
+  Status runBarrier() override;
 
  private:
   explicit MpiComm(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}

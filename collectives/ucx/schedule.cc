@@ -63,8 +63,10 @@ uint32_t appendRecursiveDoubling(Schedule& s, int rank, int size, void* buf, siz
     }
   }
   if (folded) {
-    if (idle) s.recv(rank + 1, buf, bytes, unfold_msg);
-    else s.send(rank - 1, buf, bytes, unfold_msg);
+    if (idle)
+      s.recv(rank + 1, buf, bytes, unfold_msg);
+    else
+      s.send(rank - 1, buf, bytes, unfold_msg);
     s.endStep();
   }
   return unfold_msg + 1;
@@ -82,10 +84,18 @@ void runLocalOp(const LocalOp& op) {
       return;
     case LocalOp::kAccumulate:
       switch (op.dtype) {
-        case DType::kFloat32: addInto<float>(op.dst, op.src, op.n); return;
-        case DType::kInt32: addInto<int32_t>(op.dst, op.src, op.n); return;
-        case DType::kInt64: addInto<int64_t>(op.dst, op.src, op.n); return;
-        case DType::kUInt8: addInto<uint8_t>(op.dst, op.src, op.n); return;
+        case DType::kFloat32:
+          addInto<float>(op.dst, op.src, op.n);
+          return;
+        case DType::kInt32:
+          addInto<int32_t>(op.dst, op.src, op.n);
+          return;
+        case DType::kInt64:
+          addInto<int64_t>(op.dst, op.src, op.n);
+          return;
+        case DType::kUInt8:
+          addInto<uint8_t>(op.dst, op.src, op.n);
+          return;
         case DType::kBFloat16: {
           auto* d = static_cast<bf16*>(op.dst);
           auto* s = static_cast<const bf16*>(op.src);
@@ -152,12 +162,18 @@ void Schedule::endStep() {
 
 const char* algorithmName(Algorithm a) {
   switch (a) {
-    case Algorithm::kLocal: return "local";
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kRecursiveDoubling: return "recursive-doubling";
-    case Algorithm::kBruck: return "bruck";
-    case Algorithm::kBinomial: return "binomial";
-    case Algorithm::kDissemination: return "dissemination";
+    case Algorithm::kLocal:
+      return "local";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kRecursiveDoubling:
+      return "recursive-doubling";
+    case Algorithm::kBruck:
+      return "bruck";
+    case Algorithm::kBinomial:
+      return "binomial";
+    case Algorithm::kDissemination:
+      return "dissemination";
     case Algorithm::kPairwise:
       return "pairwise";
   }
@@ -223,6 +239,35 @@ void buildAllGather(Schedule& s, Algorithm a, int rank, int size, const void* se
   }
 }
 
+bool allGatherRunsFits(int size, const BlockRuns& layout) {
+  return static_cast<uint64_t>(size - 1) * layout.runs <= kMaxRunMessages;
+}
+
+void buildAllGatherRuns(Schedule& s, int rank, int size, const void* send, void* recv,
+                        const BlockRuns& layout, DType dtype) {
+  const size_t es = dtypeSize(dtype), R = layout.run * es;
+  const int n = size, r = rank;
+  auto run = [&](int block, size_t p) {
+    return at(recv, layout.offset(static_cast<size_t>(block), p) * es);
+  };
+  // Our own block to its runs (no copies when it lies there already).
+  if (send != run(r, 0))
+    for (size_t p = 0; p < layout.runs; ++p)
+      s.copy(run(r, p), at(const_cast<void*>(send), p * R), R);
+  s.endStep();
+  // The ring of buildAllGather, each block as its runs: step t passes on the runs of the block
+  // received in step t-1 (our own first) and receives the next block's, each run one message.
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  for (int t = 0; t < n - 1; ++t) {
+    for (size_t p = 0; p < layout.runs; ++p) {
+      const uint32_t msg = static_cast<uint32_t>(t * layout.runs + p);
+      s.send(next, run(mod(r - t, n), p), R, msg);
+      s.recv(prev, run(mod(r - t - 1, n), p), R, msg);
+    }
+    s.endStep();
+  }
+}
+
 // ---- reduce-scatter ----------------------------------------------------------------------------
 
 Algorithm chooseReduceScatter(int size, size_t count, DType dtype, size_t small_bytes) {
@@ -233,13 +278,13 @@ Algorithm chooseReduceScatter(int size, size_t count, DType dtype, size_t small_
 
 size_t reduceScatterScratchBytes(Algorithm a, int size, size_t count, DType dtype) {
   const size_t B = count * dtypeSize(dtype);
-  if (a == Algorithm::kRing) return 2 * B;                   // two partial sums in flight
+  if (a == Algorithm::kRing) return 2 * B;                      // two partial sums in flight
   if (a == Algorithm::kRecursiveDoubling) return 2 * size * B;  // working copy + partner's
   return 0;
 }
 
-void buildReduceScatter(Schedule& s, Algorithm a, int rank, int size, const void* send,
-                        void* recv, size_t count, DType dtype, RedOp op, void* scratch) {
+void buildReduceScatter(Schedule& s, Algorithm a, int rank, int size, const void* send, void* recv,
+                        size_t count, DType dtype, RedOp op, void* scratch) {
   const size_t B = count * dtypeSize(dtype);
   const int n = size, r = rank;
   if (a == Algorithm::kLocal) {

@@ -21,14 +21,15 @@
 #include <vector>
 
 #include "hsdp/dtype.h"
+#include "hsdp/transport.h"
 
 namespace hsdp::ucx {
 
 struct Transfer {
-  int peer;        // rank in the communicator
-  void* buf;       // a send reads it, a receive writes it
+  int peer;   // rank in the communicator
+  void* buf;  // a send reads it, a receive writes it
   size_t bytes;
-  uint32_t msg;    // id of this message within the collective, equal on both ends
+  uint32_t msg;  // id of this message within the collective, equal on both ends
 };
 
 struct LocalOp {
@@ -37,7 +38,7 @@ struct LocalOp {
   const void* src;  // kCopy, kAccumulate
   size_t n;         // bytes for kCopy, elements otherwise
   DType dtype;
-  float factor;     // kScale
+  float factor;  // kScale
 };
 
 // Executes one LocalOp on host memory. Accumulate is dst[i] += src[i] (bf16: sum in float,
@@ -99,13 +100,21 @@ size_t allGatherScratchBytes(Algorithm a, int size, size_t count, DType dtype);
 void buildAllGather(Schedule& s, Algorithm a, int rank, int size, const void* send, void* recv,
                     size_t count, DType dtype, void* scratch);
 
+// Contract of Comm::iallGatherRuns: the ring, each block's runs received in place, one message
+// per run (kRing; no scratch). The message ids are (step, run), so (size - 1) * runs must fit the
+// executor's 16-bit message field (allGatherRunsFits).
+constexpr uint64_t kMaxRunMessages = 1u << 16;
+bool allGatherRunsFits(int size, const BlockRuns& layout);
+void buildAllGatherRuns(Schedule& s, int rank, int size, const void* send, void* recv,
+                        const BlockRuns& layout, DType dtype);
+
 // Contract of Comm::reduceScatter. The small variant runs the recursive-doubling all-reduce on a
 // scratch copy of the whole input and keeps its own block: for latency-bound sizes the extra
 // bytes are free, and it needs no special case for non-powers of two.
 Algorithm chooseReduceScatter(int size, size_t count, DType dtype, size_t small_bytes);
 size_t reduceScatterScratchBytes(Algorithm a, int size, size_t count, DType dtype);
-void buildReduceScatter(Schedule& s, Algorithm a, int rank, int size, const void* send,
-                        void* recv, size_t count, DType dtype, RedOp op, void* scratch);
+void buildReduceScatter(Schedule& s, Algorithm a, int rank, int size, const void* send, void* recv,
+                        size_t count, DType dtype, RedOp op, void* scratch);
 
 // Contract of Comm::allReduce (in place). Every rank ends with bitwise the same values: each sum
 // is formed once and copied (ring), or formed pairwise as a+b and b+a, which IEEE addition makes

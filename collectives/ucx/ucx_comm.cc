@@ -1,170 +1,17 @@
-#include "collectives/ucx/ucx_comm.h"
-
-#include <ucp/api/ucp.h>
-#include <ucs/memory/memory_type.h>
-
+// The UCX transport's collectives: a CollectiveOp executes a Schedule (schedule.h) with tagged
+// UCP messages; communicators are built in ucx_create.cc, the shared state is in ucx_internal.h.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "collectives/ucx/schedule.h"
 #include "collectives/ucx/ucx_check.h"
-#include "collectives/ucx/ucx_engine.h"
-#include "collectives/ucx/ucx_resources.h"
+#include "collectives/ucx/ucx_internal.h"
 #include "core/progress.h"
-#include "hsdp/env.h"
-#include "hsdp/host_buffer.h"
-#include "hsdp/log.h"
 #include "hsdp/transport_registry.h"
 #include "watchdog/watchdog.h"
 
 namespace hsdp::ucx {
-namespace {
-
-// Tag layout, 16 bits each from the top: communicator id | collective sequence number (mod 2^16)
-// | message id within the collective | sender rank. Receives match all 64 bits, so a message can
-// only land in the receive posted for it, whatever else is in flight on the worker. The
-// sequence number wraps, which is safe while fewer than 65536 collectives of one communicator
-// are in flight at once.
-constexpr uint64_t kFullMask = ~0ull;
-constexpr uint32_t kMaxCommIds = 1u << 16;
-// Sender ranks need 16 bits, and the ring all-reduce uses 2(n-1) message ids.
-constexpr int kMaxRanks = 1 << 15;
-
-uint64_t makeTag(uint32_t comm, uint32_t seq, uint32_t msg, int sender) {
-  return (static_cast<uint64_t>(comm & 0xffff) << 48) |
-         (static_cast<uint64_t>(seq & 0xffff) << 32) |
-         (static_cast<uint64_t>(msg & 0xffff) << 16) | static_cast<uint64_t>(sender & 0xffff);
-}
-
-// Every buffer this transport moves is host memory, and saying so spares UCX a memory-type
-// lookup per request. The GPU path replaces this with UCS_MEMORY_TYPE_UNKNOWN (UCX detects
-// CUDA memory itself) and runs the Schedule's local ops on the device (see ucx_comm.h).
-constexpr ucs_memory_type_t kHostMemory = UCS_MEMORY_TYPE_HOST;
-
-// The first scratch slot covers the small algorithms (at most 2 * small_bytes: the
-// recursive-doubling reduce-scatter's working copy and partner buffer), capped so that a large
-// HSDP_UCX_SMALL_BYTES does not pre-fault a large buffer on every communicator up front.
-size_t initialSlotBytes(const UcxOptions& options) {
-  constexpr size_t kMinSlot = 4096, kMaxInitialSlot = size_t(4) << 20;
-  return std::clamp(2 * options.small_bytes, kMinSlot, kMaxInitialSlot);
-}
-
-bool isFloating(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
-
-// Every member learns whether every member's local step succeeded, so that one rank's failure
-// (no usable transport, an allocation) fails creation on all ranks instead of leaving the others
-// blocked in the next collective step.
-Status agreeOnSuccess(Comm& bootstrap, const Status& local, const char* what) {
-  int32_t failed = local.ok() ? 0 : 1;
-  HSDP_RETURN_IF_ERROR(bootstrap.allReduce(&failed, 1, DType::kInt32, RedOp::kSum));
-  if (!local.ok()) return local.withContext(what);
-  if (failed > 0)
-    return internalError(what, " failed on ", failed, " of ", bootstrap.size(),
-                         " ranks (this rank, ", bootstrap.rank(), ", succeeded; see theirs)");
-  return okStatus();
-}
-
-// One scratch buffer of the pool, registered once for as long as it lives.
-struct ScratchSlot {
-  HostBuffer buffer;
-  UcpMemRegion region;  // declared after `buffer`: unregistered before the memory is freed
-  bool busy = false;
-};
-
-class CollectiveOp;
-
-}  // namespace
-
-struct UcxComm::State {
-  std::shared_ptr<Engine> engine;  // first: outlives the endpoints and regions below
-  std::unique_ptr<Comm> bootstrap;
-  UcxOptions options;
-  int rank = 0;
-  int size = 1;
-  uint32_t id = 0;
-  uint32_t seq = 0;
-  // By rank, owned by the engine (shared with other communicators reaching the same peers); our
-  // own stays null: no algorithm sends to itself.
-  std::vector<const UcpEndpoint*> eps;
-  std::vector<std::unique_ptr<ScratchSlot>> scratch;
-  size_t slot_bytes = 0;  // size of a new slot: reserveScratch's promise, or the small paths'
-  std::vector<UcpMemRegion> registered;  // registerMemory()
-  std::vector<CollectiveOp*> in_flight;  // started and not finished; owned by the engine/Work
-  uint8_t token = 0;                     // the barrier's (empty) message buffer
-
-  std::vector<int> world;  // world ranks by rank, from the watchdog's trace (empty: untraced)
-
-  std::string describe() const {
-    return strCat("comm ", id, ", rank ", rank, " of ", size);
-  }
-  std::string peerName(int p) const {
-    return world.empty() ? strCat("rank ", p) : strCat("rank ", p, " (world rank ", world[p], ")");
-  }
-
-  ucp_mem_h memhFor(const void* p, size_t bytes) const {
-    for (const auto& slot : scratch)
-      if (slot->region.contains(p, bytes)) return slot->region.get();
-    for (const UcpMemRegion& r : registered)
-      if (r.contains(p, bytes)) return r.get();
-    return nullptr;
-  }
-
-  StatusOr<std::unique_ptr<ScratchSlot>> newSlot(size_t bytes) {
-    auto slot = std::make_unique<ScratchSlot>();
-    HSDP_ASSIGN_OR_RETURN(slot->buffer, HostBuffer::allocate(bytes));
-    HSDP_ASSIGN_OR_RETURN(slot->region, UcpMemRegion::map(engine->context(), slot->buffer.data(),
-                                                          slot->buffer.size(), kHostMemory));
-    return slot;
-  }
-
-  // A free slot of at least `bytes`. The pool grows when every slot is held by a collective in
-  // flight (many outstanding handles) or when a collective needs more than was reserved.
-  StatusOr<ScratchSlot*> acquireScratch(size_t bytes, const char* what) {
-    for (auto& slot : scratch) {
-      if (!slot->busy && slot->buffer.size() >= bytes) {
-        slot->busy = true;
-        return slot.get();
-      }
-    }
-    if (bytes > slot_bytes) {
-      // reserveScratch promises reduce-scatters of a size; like the MPI transport, growing for
-      // one is a warning. Other collectives have no reserve contract (the MPI library allocates
-      // for them itself): their one-time growth is information.
-      if (std::strcmp(what, "reduceScatter") == 0)
-        HSDP_WARN(kColl, "ucx ", what, " (", describe(), ") needs ", bytes,
-                  " bytes of scratch, more than reserved (", slot_bytes,
-                  "); growing on the hot path: call reserveScratch first");
-      else
-        HSDP_INFO(kColl, "ucx ", what, " (", describe(), ") grows scratch slots from ",
-                  slot_bytes, " to ", bytes, " bytes, once");
-      slot_bytes = bytes;
-    } else {
-      HSDP_INFO(kColl, "ucx ", describe(), ": ", in_flight.size(),
-                " collectives in flight; scratch pool grows to ", scratch.size() + 1, " slots of ",
-                slot_bytes, " bytes");
-    }
-    HSDP_ASSIGN_OR_RETURN(auto fresh, newSlot(slot_bytes));
-    fresh->busy = true;
-    // Replace a free slot that is too small rather than keep it around unused.
-    for (auto& slot : scratch) {
-      if (!slot->busy) {
-        slot = std::move(fresh);
-        return slot.get();
-      }
-    }
-    scratch.push_back(std::move(fresh));
-    return scratch.back().get();
-  }
-
-  template <typename Build>
-  StatusOr<std::shared_ptr<CollectiveOp>> start(const char* name, Algorithm algorithm,
-                                                size_t scratch_bytes, Build build);
-  Status wait(CollectiveOp& op);
-};
-
-namespace {
 
 // One collective in flight: executes its Schedule step by step with tagged UCP messages. The
 // engine calls advance() on every progress round; the Work handle (or a blocking call) waits
@@ -236,8 +83,9 @@ class CollectiveOp final : public ActiveOp {
   Status transferError(const Transfer& t, bool is_recv, ucs_status_t st) const {
     std::string hint;
     if (st == UCS_ERR_MESSAGE_TRUNCATED)
-      hint = "; ranks started different collectives or counts (every rank must start the same "
-             "collectives, in the same order, with the same counts)";
+      hint =
+          "; ranks started different collectives or counts (every rank must start the same "
+          "collectives, in the same order, with the same counts)";
     return internalError("ucx ", name_, " (", algorithmName(algorithm_), ", ", comm_->describe(),
                          ", collective #", seq_, "): ", is_recv ? "receive" : "send",
                          " of message ", t.msg, " (", t.bytes, " bytes) ", is_recv ? "from" : "to",
@@ -247,10 +95,10 @@ class CollectiveOp final : public ActiveOp {
 
   void checkLength(const Transfer& t, size_t received) {
     if (received == t.bytes) return;
-    fail(failedPrecondition("ucx ", name_, " (", algorithmName(algorithm_), ", ",
-                            comm_->describe(), ", collective #", seq_, "): message ", t.msg,
-                            " from rank ", t.peer, " has ", received, " bytes, expected ",
-                            t.bytes, "; ranks started different collectives or counts (every "
+    fail(failedPrecondition("ucx ", name_, " (", algorithmName(algorithm_), ", ", comm_->describe(),
+                            ", collective #", seq_, "): message ", t.msg, " from rank ", t.peer,
+                            " has ", received, " bytes, expected ", t.bytes,
+                            "; ranks started different collectives or counts (every "
                             "rank must start the same collectives, in the same order, with the "
                             "same counts)"));
   }
@@ -280,16 +128,20 @@ class CollectiveOp final : public ActiveOp {
       p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
       ucs_status_ptr_t r = ucp_tag_recv_nbx(comm_->engine->worker(), t.buf, t.bytes,
                                             makeTag(id, seq_, t.msg, t.peer), kFullMask, &p);
-      if (UCS_PTR_IS_ERR(r)) fail(transferError(t, true, UCS_PTR_STATUS(r)));
-      else if (r != nullptr) pending_.push_back({r, i, true, false});
+      if (UCS_PTR_IS_ERR(r))
+        fail(transferError(t, true, UCS_PTR_STATUS(r)));
+      else if (r != nullptr)
+        pending_.push_back({r, i, true, false});
     }
     for (uint32_t i = st.send_begin; i < st.send_end && status_.ok(); ++i) {
       const Transfer& t = schedule_.sendAt(i);
       ucp_request_param_t p = params(t.buf, t.bytes);
       ucs_status_ptr_t r = ucp_tag_send_nbx(comm_->eps[t.peer]->get(), t.buf, t.bytes,
                                             makeTag(id, seq_, t.msg, comm_->rank), &p);
-      if (UCS_PTR_IS_ERR(r)) fail(transferError(t, false, UCS_PTR_STATUS(r)));
-      else if (r != nullptr) pending_.push_back({r, i, false, false});
+      if (UCS_PTR_IS_ERR(r))
+        fail(transferError(t, false, UCS_PTR_STATUS(r)));
+      else if (r != nullptr)
+        pending_.push_back({r, i, false, false});
     }
   }
 
@@ -300,8 +152,10 @@ class CollectiveOp final : public ActiveOp {
       if (p.req == nullptr) continue;
       ucs_status_t st;
       ucp_tag_recv_info_t info{};
-      if (p.is_recv) st = ucp_tag_recv_request_test(p.req, &info);
-      else st = ucp_request_check_status(p.req);
+      if (p.is_recv)
+        st = ucp_tag_recv_request_test(p.req, &info);
+      else
+        st = ucp_request_check_status(p.req);
       if (st == UCS_INPROGRESS) {
         all_done = false;
         continue;
@@ -341,6 +195,8 @@ class CollectiveOp final : public ActiveOp {
   bool done_ = false;
 };
 
+namespace {
+
 class UcxWork final : public Work {
  public:
   UcxWork(std::shared_ptr<Engine> engine, std::shared_ptr<CollectiveOp> op, const CommTrace* t)
@@ -371,8 +227,7 @@ class UcxWork final : public Work {
 }  // namespace
 
 template <typename Build>
-StatusOr<std::shared_ptr<CollectiveOp>> UcxComm::State::start(const char* name,
-                                                              Algorithm algorithm,
+StatusOr<std::shared_ptr<CollectiveOp>> UcxComm::State::start(const char* name, Algorithm algorithm,
                                                               size_t scratch_bytes, Build build) {
   auto op = std::make_shared<CollectiveOp>(*this, name, algorithm, seq++);
   void* buf = nullptr;
@@ -390,128 +245,6 @@ StatusOr<std::shared_ptr<CollectiveOp>> UcxComm::State::start(const char* name,
 Status UcxComm::State::wait(CollectiveOp& op) {
   engine->progressUntil([&op] { return op.done(); });
   return op.status();
-}
-
-// ---- creation ----------------------------------------------------------------------------------
-
-namespace {
-const env::IntParam kUcxSmallBytes{
-    "HSDP_UCX_SMALL_BYTES", int64_t{32768}, 0, int64_t{1} << 30,
-    "UCX transport: collectives of at most this many bytes (all-gather and reduce-scatter: the "
-    "whole buffer) use recursive doubling or Bruck, larger ones the ring."};
-}  // namespace
-
-StatusOr<UcxOptions> UcxOptions::fromEnv() {
-  UcxOptions o;
-  HSDP_ASSIGN_OR_RETURN(int64_t small, kUcxSmallBytes.value());
-  o.small_bytes = static_cast<size_t>(small);
-  return o;
-}
-
-UcxComm::UcxComm(std::unique_ptr<State> state) : s_(std::move(state)) {}
-
-StatusOr<std::unique_ptr<UcxComm>> UcxComm::create(std::unique_ptr<Comm> bootstrap,
-                                                   const UcxOptions& options) {
-  if (bootstrap == nullptr) return invalidArgument("createUcxComm: no bootstrap communicator");
-  Comm& boot = *bootstrap;
-  const int n = boot.size(), r = boot.rank();
-  if (n > kMaxRanks)
-    return outOfRange("createUcxComm: ", n, " ranks exceed the UCX transport's limit of ",
-                      kMaxRanks, " (16-bit rank and message fields of its tags)");
-
-  // The process's context and worker (created by the first UCX communicator).
-  StatusOr<std::shared_ptr<Engine>> engine = Engine::acquire();
-  HSDP_RETURN_IF_ERROR(agreeOnSuccess(boot, engine.status(), "creating the UCX context"));
-  auto state = std::make_unique<State>();
-  state->engine = *engine;
-  state->options = options;
-  state->rank = r;
-  state->size = n;
-
-  // An id no member has used yet.
-  int64_t mine = state->engine->nextCommId();
-  std::vector<int64_t> ids(n);
-  HSDP_RETURN_IF_ERROR(boot.allGather(&mine, ids.data(), 1, DType::kInt64));
-  const int64_t id = *std::max_element(ids.begin(), ids.end());
-  if (id >= kMaxCommIds)
-    return Status(StatusCode::kResourceExhausted,
-                  strCat("createUcxComm: communicator id ", id, " exceeds the ", kMaxCommIds,
-                         " ids of the UCX transport's tags (too many UCX communicators created)"));
-  state->engine->takeCommId(static_cast<uint32_t>(id));
-  state->id = static_cast<uint32_t>(id);
-
-  // Worker addresses differ in length (one per transport and device): all-gather the lengths,
-  // then the addresses padded to the longest.
-  const std::vector<uint8_t>& address = state->engine->address();
-  int64_t len = static_cast<int64_t>(address.size());
-  std::vector<int64_t> lens(n);
-  HSDP_RETURN_IF_ERROR(boot.allGather(&len, lens.data(), 1, DType::kInt64));
-  const size_t width = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
-  std::vector<uint8_t> all(n * width);
-  std::memcpy(all.data() + r * width, address.data(), address.size());
-  HSDP_RETURN_IF_ERROR(
-      boot.allGather(all.data() + r * width, all.data(), width, DType::kUInt8));
-
-  // Which peers share this rank's host (splitByHost: one host, or one container; on the
-  // emulated cluster, one virtual node): a host is named by the first bootstrap rank on it.
-  // Endpoints to other hosts handle peer failure (UcpEndpoint::connect).
-  int32_t host = r;
-  {
-    HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> same_host, boot.splitByHost());
-    HSDP_RETURN_IF_ERROR(same_host->broadcast(&host, 1, DType::kInt32, 0));
-  }
-  std::vector<int32_t> hosts(n);
-  HSDP_RETURN_IF_ERROR(boot.allGather(&host, hosts.data(), 1, DType::kInt32));
-
-  // Endpoints to every peer, and the first scratch slot (the small algorithms never allocate).
-  Status local = [&]() -> Status {
-    state->eps.assign(n, nullptr);
-    for (int p = 0; p < n; ++p) {
-      if (p == r) continue;
-      HSDP_ASSIGN_OR_RETURN(state->eps[p], state->engine->endpointTo(all.data() + p * width,
-                                                                     static_cast<size_t>(lens[p]),
-                                                                     /*remote=*/hosts[p] != host));
-    }
-    if (n > 1) {
-      state->slot_bytes = initialSlotBytes(options);
-      HSDP_ASSIGN_OR_RETURN(auto slot, state->newSlot(state->slot_bytes));
-      state->scratch.push_back(std::move(slot));
-    }
-    return okStatus();
-  }();
-  HSDP_RETURN_IF_ERROR(agreeOnSuccess(boot, local, "connecting UCX endpoints"));
-
-  state->bootstrap = std::move(bootstrap);
-  std::unique_ptr<UcxComm> comm(new UcxComm(std::move(state)));
-  // A first collective over the new endpoints: wires them up now, and a transport that cannot
-  // carry messages fails here rather than in the first training step.
-  HSDP_RETURN_IF_ERROR(comm->barrier().withContext("first barrier over the UCX endpoints"));
-  // Traced from now on (its members are the bootstrap's); checked over the bootstrap's checker.
-  HSDP_ASSIGN_OR_RETURN(comm->trace_, traceOver(*comm->s_->bootstrap));
-  if (comm->trace_) comm->s_->world = comm->trace_->members();
-  HSDP_INFO(kColl, "ucx communicator ", comm->s_->describe(), " ready; small-message limit ",
-            options.small_bytes, " bytes");
-  if (n > 1)
-    HSDP_TRACE(kColl, "ucx ", comm->s_->describe(), " endpoint to rank ", (r + 1) % n, ":\n",
-               comm->s_->eps[(r + 1) % n]->describe());
-  return comm;
-}
-
-StatusOr<std::unique_ptr<Comm>> createUcxComm(std::unique_ptr<Comm> bootstrap,
-                                              const UcxOptions& options) {
-  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<UcxComm> c, UcxComm::create(std::move(bootstrap), options));
-  return std::unique_ptr<Comm>(std::move(c));
-}
-
-StatusOr<std::unique_ptr<Comm>> createUcxComm(std::unique_ptr<Comm> bootstrap) {
-  // Read on every rank alike (same environment), so a bad value fails everywhere.
-  HSDP_ASSIGN_OR_RETURN(UcxOptions options, UcxOptions::fromEnv());
-  return createUcxComm(std::move(bootstrap), options);
-}
-
-StatusOr<std::unique_ptr<Comm>> createUcxComm(Comm& bootstrap) {
-  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> own, bootstrap.split(0, bootstrap.rank()));
-  return createUcxComm(std::move(own));
 }
 
 UcxComm::~UcxComm() {
@@ -539,104 +272,90 @@ uint32_t UcxComm::id() const { return s_->id; }
 
 // ---- collectives -------------------------------------------------------------------------------
 
-StatusOr<WorkHandle> UcxComm::iallGather(const void* send, void* recv, size_t count,
-                                         DType dtype) {
-  auto lock = progressLock();
-  return startCollective(
-      trace(), OpKind::kAllGather, count, dtype, RedOp::kSum,
-      [this, send, recv, count, dtype]() -> StatusOr<WorkHandle> {
-        State& s = *s_;
-        const Algorithm a = chooseAllGather(s.size, count, dtype, s.options.small_bytes);
-        HSDP_ASSIGN_OR_RETURN(
-            auto op, s.start("allGather", a, allGatherScratchBytes(a, s.size, count, dtype),
-                             [&](Schedule& sched, void* scratch) {
-                               buildAllGather(sched, a, s.rank, s.size, send, recv, count, dtype,
-                                              scratch);
-                             }));
-        return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(op), trace()));
-      });
-}
-
-StatusOr<WorkHandle> UcxComm::ireduceScatter(const void* send, void* recv, size_t count,
-                                             DType dtype, RedOp op) {
-  auto lock = progressLock();
-  if (op == RedOp::kAvg && !isFloating(dtype))
-    return invalidArgument("reduceScatter: avg of ", dtypeName(dtype));
-  return startCollective(
-      trace(), OpKind::kReduceScatter, count, dtype, op,
-      [this, send, recv, count, dtype, op]() -> StatusOr<WorkHandle> {
-        State& s = *s_;
-        const Algorithm a = chooseReduceScatter(s.size, count, dtype, s.options.small_bytes);
-        HSDP_ASSIGN_OR_RETURN(
-            auto o, s.start("reduceScatter", a, reduceScatterScratchBytes(a, s.size, count, dtype),
-                            [&](Schedule& sched, void* scratch) {
-                              buildReduceScatter(sched, a, s.rank, s.size, send, recv, count, dtype,
-                                                 op, scratch);
-                            }));
-        return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
-      });
-}
-
-StatusOr<WorkHandle> UcxComm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
-  auto lock = progressLock();
-  if (op == RedOp::kAvg && !isFloating(dtype))
-    return invalidArgument("allReduce: avg of ", dtypeName(dtype));
-  return startCollective(
-      trace(), OpKind::kAllReduce, count, dtype, op,
-      [this, buf, count, dtype, op]() -> StatusOr<WorkHandle> {
-        State& s = *s_;
-        const Algorithm a = chooseAllReduce(s.size, count, dtype, s.options.small_bytes);
-        HSDP_ASSIGN_OR_RETURN(
-            auto o, s.start("allReduce", a, allReduceScratchBytes(a, s.size, count, dtype),
-                            [&](Schedule& sched, void* scratch) {
-                              buildAllReduce(sched, a, s.rank, s.size, buf, count, dtype, op,
-                                             scratch);
-                            }));
-        return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
-      });
-}
-
-StatusOr<WorkHandle> UcxComm::iallToAll(const void* send, void* recv, size_t count, DType dtype) {
-  auto lock = progressLock();
+StatusOr<WorkHandle> UcxComm::startAllGather(const void* send, void* recv, size_t count,
+                                             DType dtype) {
   State& s = *s_;
-  return startCollective(
-      trace(), OpKind::kAllToAll, count, dtype, RedOp::kSum,
-      [this, &s, send, recv, count, dtype]() -> StatusOr<WorkHandle> {
-        HSDP_ASSIGN_OR_RETURN(
-            auto o, s.start("allToAll", Algorithm::kPairwise, 0, [&](Schedule& sched, void*) {
-              buildAllToAll(sched, s.rank, s.size, send, recv, count, dtype);
-            }));
-        return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
-      });
+  const Algorithm a = chooseAllGather(s.size, count, dtype, s.options.small_bytes);
+  HSDP_ASSIGN_OR_RETURN(auto op,
+                        s.start("allGather", a, allGatherScratchBytes(a, s.size, count, dtype),
+                                [&](Schedule& sched, void* scratch) {
+                                  buildAllGather(sched, a, s.rank, s.size, send, recv, count, dtype,
+                                                 scratch);
+                                }));
+  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(op), trace()));
 }
 
-Status UcxComm::broadcast(void* buf, size_t count, DType dtype, int root) {
-  auto lock = progressLock();
+StatusOr<WorkHandle> UcxComm::startAllGatherRuns(const void* send, void* recv,
+                                                 const BlockRuns& layout, DType dtype, void* pack) {
   State& s = *s_;
-  if (root < 0 || root >= s.size)
-    return invalidArgument("broadcast: root ", root, " outside communicator of size ", s.size);
-  return runCollective(
-      trace(), OpKind::kBroadcast, count, dtype, RedOp::kSum, root, "ucx broadcast",
-      [&]() -> Status {
-        HSDP_ASSIGN_OR_RETURN(
-            auto op, s.start("broadcast", Algorithm::kBinomial, 0, [&](Schedule& sched, void*) {
-              buildBroadcast(sched, s.rank, s.size, buf, count * dtypeSize(dtype), root);
-            }));
-        return s.wait(*op);
-      });
+  // Small gathers are latency-bound (Bruck, recursive doubling beat the ring there), and a ring
+  // of too many runs would overflow the tags' message ids: those pack and unpack instead.
+  const size_t bytes = static_cast<size_t>(s.size) * layout.blockCount() * dtypeSize(dtype);
+  if (s.size == 1 || bytes <= s.options.small_bytes || !allGatherRunsFits(s.size, layout))
+    return Comm::startAllGatherRuns(send, recv, layout, dtype, pack);
+  HSDP_ASSIGN_OR_RETURN(auto op,
+                        s.start("allGather", Algorithm::kRing, 0, [&](Schedule& sched, void*) {
+                          buildAllGatherRuns(sched, s.rank, s.size, send, recv, layout, dtype);
+                        }));
+  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(op), trace()));
 }
 
-Status UcxComm::barrier() {
-  auto lock = progressLock();
+StatusOr<WorkHandle> UcxComm::startReduceScatter(const void* send, void* recv, size_t count,
+                                                 DType dtype, RedOp op) {
   State& s = *s_;
-  return runCollective(
-      trace(), OpKind::kBarrier, 0, DType::kUInt8, RedOp::kSum, -1, "ucx barrier", [&]() -> Status {
-        HSDP_ASSIGN_OR_RETURN(
-            auto op, s.start("barrier", Algorithm::kDissemination, 0, [&](Schedule& sched, void*) {
-              buildBarrier(sched, s.rank, s.size, &s.token);
-            }));
-        return s.wait(*op);
-      });
+  const Algorithm a = chooseReduceScatter(s.size, count, dtype, s.options.small_bytes);
+  HSDP_ASSIGN_OR_RETURN(
+      auto o, s.start("reduceScatter", a, reduceScatterScratchBytes(a, s.size, count, dtype),
+                      [&](Schedule& sched, void* scratch) {
+                        buildReduceScatter(sched, a, s.rank, s.size, send, recv, count, dtype, op,
+                                           scratch);
+                      }));
+  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
+}
+
+StatusOr<WorkHandle> UcxComm::startAllReduce(void* buf, size_t count, DType dtype, RedOp op) {
+  State& s = *s_;
+  const Algorithm a = chooseAllReduce(s.size, count, dtype, s.options.small_bytes);
+  HSDP_ASSIGN_OR_RETURN(
+      auto o, s.start("allReduce", a, allReduceScratchBytes(a, s.size, count, dtype),
+                      [&](Schedule& sched, void* scratch) {
+                        buildAllReduce(sched, a, s.rank, s.size, buf, count, dtype, op, scratch);
+                      }));
+  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
+}
+
+StatusOr<WorkHandle> UcxComm::startAllToAll(const void* send, void* recv, size_t count,
+                                            DType dtype) {
+  State& s = *s_;
+  HSDP_ASSIGN_OR_RETURN(auto o,
+                        s.start("allToAll", Algorithm::kPairwise, 0, [&](Schedule& sched, void*) {
+                          buildAllToAll(sched, s.rank, s.size, send, recv, count, dtype);
+                        }));
+  return WorkHandle(std::make_unique<UcxWork>(s.engine, std::move(o), trace()));
+}
+
+const char* UcxComm::waitName(const char* call) const {
+  if (std::strcmp(call, "broadcast") == 0) return "ucx broadcast";
+  if (std::strcmp(call, "barrier") == 0) return "ucx barrier";
+  return call;
+}
+
+Status UcxComm::runBroadcast(void* buf, size_t count, DType dtype, int root) {
+  State& s = *s_;
+  HSDP_ASSIGN_OR_RETURN(
+      auto op, s.start("broadcast", Algorithm::kBinomial, 0, [&](Schedule& sched, void*) {
+        buildBroadcast(sched, s.rank, s.size, buf, count * dtypeSize(dtype), root);
+      }));
+  return s.wait(*op);
+}
+
+Status UcxComm::runBarrier() {
+  State& s = *s_;
+  HSDP_ASSIGN_OR_RETURN(
+      auto op, s.start("barrier", Algorithm::kDissemination, 0, [&](Schedule& sched, void*) {
+        buildBarrier(sched, s.rank, s.size, &s.token);
+      }));
+  return s.wait(*op);
 }
 
 // ---- communicators, memory ---------------------------------------------------------------------
@@ -714,8 +433,7 @@ Status UcxComm::deregisterMemory(const void* p) {
   auto it = std::find_if(regs.begin(), regs.end(),
                          [p](const UcpMemRegion& r) { return r.address() == p; });
   if (it == regs.end())
-    return notFound("deregisterMemory: no region registered at ", p, " on ucx ",
-                    s_->describe());
+    return notFound("deregisterMemory: no region registered at ", p, " on ucx ", s_->describe());
   regs.erase(it);
   return okStatus();
 }

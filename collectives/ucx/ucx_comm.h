@@ -55,14 +55,6 @@ class UcxComm final : public Comm {
   int size() const override;
   const char* transportName() const override { return "ucx"; }
 
-  StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
-                                  DType dtype) override;
-  StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
-                                      RedOp op) override;
-  StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override;
-  StatusOr<WorkHandle> iallToAll(const void* send, void* recv, size_t count, DType dtype) override;
-  Status broadcast(void* buf, size_t count, DType dtype, int root) override;
-  Status barrier() override;
   // Splits the bootstrap and builds a UCX communicator over each part (collective, like the
   // bootstrap's split).
   StatusOr<std::unique_ptr<Comm>> split(int color, int key) override;
@@ -86,6 +78,23 @@ class UcxComm final : public Comm {
   uint32_t id() const;
 
   struct State;  // defined in ucx_comm.cc
+
+ protected:
+  StatusOr<WorkHandle> startAllGather(const void* send, void* recv, size_t count,
+                                      DType dtype) override;
+  // The ring with receives posted at each run of `recv` (schedule.h, buildAllGatherRuns): no
+  // staging. Small gathers (at most UcxOptions::small_bytes, where the logarithmic algorithms
+  // win) pack and unpack (the default).
+  StatusOr<WorkHandle> startAllGatherRuns(const void* send, void* recv, const BlockRuns& layout,
+                                          DType dtype, void* pack) override;
+  StatusOr<WorkHandle> startReduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                                          RedOp op) override;
+  StatusOr<WorkHandle> startAllReduce(void* buf, size_t count, DType dtype, RedOp op) override;
+  StatusOr<WorkHandle> startAllToAll(const void* send, void* recv, size_t count,
+                                     DType dtype) override;
+  Status runBroadcast(void* buf, size_t count, DType dtype, int root) override;
+  Status runBarrier() override;
+  const char* waitName(const char* call) const override;
 
  private:
   explicit UcxComm(std::unique_ptr<State> state);

@@ -10,8 +10,10 @@
 // Pipelining: with chunks = C > 1 (both levels larger than one rank) each shard is cut into C
 // chunks (C need not divide the count) and chunk c's intra phase runs while later chunks' inter
 // phases are on the wire; up to two operations per level are in flight, so a link always has the
-// next chunk queued when one finishes. The chunks travel through up to four staging slots
-// preallocated by reserve(); unpacking them into the strided full buffer is one memcpy per piece.
+// next chunk queued when one finishes. The all-gather's chunks land in place (both levels write
+// each chunk's pieces straight into the full buffer, Comm::iallGatherRuns); the reduce-scatter
+// reads its chunks in place (Comm::ireduceScatterRuns). Where a transport cannot, its chunks go
+// through up to four staging slots preallocated by reserve(), one memcpy per piece.
 // The inter phase may use its own wire format, per direction (HierOptions::gather_wire and
 // reduce_wire): bf16 (half the bytes across nodes), or int8/int4 block-quantized (hsdp/quantize.h):
 //   all-gather     each rank's shard (or the caller's already encoded shard) is encoded once;
@@ -46,7 +48,7 @@ struct State;  // collectives/hier/hier_collectives.cc
 }  // namespace hier_detail
 
 struct HierOptions {
-  int chunks = 1;                     // pipeline depth; >= 1
+  int chunks = 1;  // pipeline depth; >= 1
   // Wire type of the inter phase for float32 data, both directions (kBFloat16: the bf16 wire
   // wherever gather_wire / reduce_wire below are left at fp32).
   DType inter_dtype = DType::kFloat32;

@@ -81,29 +81,6 @@ class NcclComm final : public Comm {
   int size() const override;
   const char* transportName() const override { return "nccl"; }
 
-  StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
-                                  DType dtype) override;
-  StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
-                                      RedOp op) override;
-  StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override;
-  // Device buffers: the default's host-side packing does not apply; Unimplemented (the schedules
-  // that use it run on host memory).
-  StatusOr<WorkHandle> ireduceScatterRuns(const void* send, void* recv, const BlockRuns& layout,
-                                          DType dtype, RedOp op, void* pack) override;
-  // ncclSend/ncclRecv to and from every rank in one group, on the reduce-scatter stream (the
-  // quantized reduce-scatter exchanges its codes with it).
-  StatusOr<WorkHandle> iallToAll(const void* send, void* recv, size_t count, DType dtype) override;
-  // One fused launch: ncclGroupStart, the operations in order, ncclGroupEnd, all on the stream
-  // of the first operation's role (streamRoleOf), and one completion event recorded after the
-  // group ended (NCCL enqueues nothing before). Every argument, and the group's independence
-  // (checkIndependent), is checked before the group opens, so a bad one is an InvalidArgument
-  // naming the operation and nothing is started. Groups longer than 2048 operations (the limit
-  // NCCL documented up to 2.11) go out as consecutive groups on that stream.
-  StatusOr<WorkHandle> igroup(std::span<const CollectiveOp> ops) override;
-  // In place on `buf`, on the control stream; returns once complete.
-  Status broadcast(void* buf, size_t count, DType dtype, int root) override;
-  // NCCL has no barrier: a one-element all-reduce on the control stream, waited for.
-  Status barrier() override;
   // ncclCommSplit (and the bootstrap's split alongside); collective.
   StatusOr<std::unique_ptr<Comm>> split(int color, int key) override;
   // The bootstrap's host groups, then ncclCommSplit with one color per host.
@@ -129,10 +106,49 @@ class NcclComm final : public Comm {
 
   struct State;  // defined in nccl_comm.cc
 
+ protected:
+  // A usable communicator and device buffers of its device (NCCL would fault on a host pointer).
+  Status checkArgs(const CallArgs& args) const override;
+  // Why: NCCL collectives are launched by the caller's thread onto streams ordered after the
+  // caller's stream, in program order (no progress-driven issue as in the host schedules), so
+  // the fingerprint comparison blocks before the launch and cannot deadlock.
+  bool comparesBeforeStart() const override { return true; }
+  StatusOr<WorkHandle> startAllGather(const void* send, void* recv, size_t count,
+                                      DType dtype) override;
+  // ncclSend/ncclRecv of every run to and from every peer in one group on the all-gather
+  // stream, each run received where it lies (this rank's runs copied device to device first).
+  StatusOr<WorkHandle> startAllGatherRuns(const void* send, void* recv, const BlockRuns& layout,
+                                          DType dtype, void* pack) override;
+  StatusOr<WorkHandle> startReduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                                          RedOp op) override;
+  StatusOr<WorkHandle> startAllReduce(void* buf, size_t count, DType dtype, RedOp op) override;
+  // Device buffers: the default's host-side packing does not apply; Unimplemented (the schedules
+  // that use it run on host memory).
+  StatusOr<WorkHandle> startReduceScatterRuns(const void* send, void* recv, const BlockRuns& layout,
+                                              DType dtype, RedOp op, void* pack) override;
+  // ncclSend/ncclRecv to and from every rank in one group, on the reduce-scatter stream (the
+  // quantized reduce-scatter exchanges its codes with it).
+  StatusOr<WorkHandle> startAllToAll(const void* send, void* recv, size_t count,
+                                     DType dtype) override;
+  // One fused launch: ncclGroupStart, the operations in order, ncclGroupEnd, all on the stream
+  // of the first operation's role (streamRoleOf), and one completion event recorded after the
+  // group ended (NCCL enqueues nothing before). Every argument, and the group's independence,
+  // was checked by igroup before, so nothing is started for a bad one. Groups longer than 2048
+  // operations (the limit NCCL documented up to 2.11) go out as consecutive groups on that
+  // stream.
+  bool fusesGroups() const override { return true; }
+  StatusOr<WorkHandle> startGroup(std::span<const CollectiveOp> ops) override;
+  // In place on `buf`, on the control stream; returns once complete.
+  Status runBroadcast(void* buf, size_t count, DType dtype, int root) override;
+  // NCCL has no barrier: a one-element all-reduce on the control stream, waited for.
+  Status runBarrier() override;
+
  private:
   // The watchdog's trace of this communicator, over its bootstrap's members.
   Status traceOverBootstrap();
   explicit NcclComm(std::shared_ptr<State> state);
+  // One collective launched on its role's stream (a completed Work for zero elements).
+  StatusOr<WorkHandle> startOne(const CollectiveOp& o);
   std::shared_ptr<State> s_;  // shared with the Work handles in flight
 };
 

@@ -5,13 +5,19 @@
 // (hsdp/transport_registry.h). A new backend is a new folder under collectives/ and a registry
 // entry, not an #if in the engine.
 //
-// What a transport implements: the nonblocking collectives (iallGather, ireduceScatter,
-// iallReduce), broadcast, barrier, split, splitByHost, scratch and abortJob; optionally the
-// all-to-all (iallToAll; the default says the transport has none) and a reduce-scatter that
-// reads non-contiguous blocks in place (ireduceScatterRuns; the default packs them first). The
-// blocking collectives default to the nonblocking call and wait(), and igroup to starting each
-// operation in turn; a transport overrides only what it does differently (MPI's blocking calls go
-// to MPI's own blocking collectives, NCCL fuses a group into one launch).
+// Non-virtual interface: the public collectives of Comm are not virtual. Each one takes the
+// progress lock, checks its arguments (counts, the avg of an integer type, null buffers, block
+// runs, a group's independence) and enters the watchdog's trace once, here in the base class,
+// and then calls the backend's protected implementation. What a transport implements: the
+// nonblocking starts (startAllGather, startReduceScatter, startAllReduce), the blocking
+// runBroadcast and runBarrier, split, splitByHost, scratch and abortJob; optionally the
+// all-to-all (startAllToAll; the default says the transport has none), a reduce-scatter that
+// reads non-contiguous blocks in place (startReduceScatterRuns; the default packs them first),
+// an all-gather that lands them in place (startAllGatherRuns; the default gathers into a pack
+// buffer and unpacks), its own blocking forms (runAllGather, ...; by default the start, then
+// wait()), a fused group (fusesGroups, startGroup) and checks of its own (checkArgs). A
+// transport overrides only what it does differently (MPI's blocking calls go to MPI's own
+// blocking collectives, NCCL fuses a group into one launch).
 #pragma once
 
 #include <cstddef>
@@ -72,11 +78,20 @@ struct CollectiveOp {
 };
 const char* collectiveKindName(CollectiveOp::Kind kind);
 
+class Comm;
+// For transports built collectively over a bootstrap communicator (UCX, NCCL): every member
+// learns whether every member's local step succeeded (an all-reduce over `bootstrap`), so one
+// rank's failure (no usable device or transport, an allocation) fails the step on all ranks
+// instead of leaving the others waiting in the next collective. Returns `local` with `what` as
+// context where it failed, an Internal error naming how many ranks failed where only others did.
+[[nodiscard]] Status agreeOnSuccess(Comm& bootstrap, const Status& local, const std::string& what);
+
 // igroup's independence rule for a group on `comm_size` ranks: OK, or an InvalidArgument naming
 // two operations whose buffers overlap where one of them writes.
 [[nodiscard]] Status checkIndependent(std::span<const CollectiveOp> ops, int comm_size);
 
-// Where the blocks of a reduce-scatter's input lie when they are not one contiguous range each:
+// Where the blocks of a reduce-scatter's input (or an all-gather's result) lie when they are not
+// one contiguous range each:
 // block q is `runs` runs of `run` elements, run p of block q starting at element
 // (q * runs + p) * stride of the input. ireduceScatter's contiguous input of `count` elements per
 // block is {count, 1, count}. The hierarchical schedules' chunk of every shard is {n, J, count}.
@@ -89,7 +104,22 @@ struct BlockRuns {
   size_t offset(size_t block, size_t r) const { return (block * runs + r) * stride; }
 };
 // OK, or an InvalidArgument naming the layout: no runs, or runs that overlap (stride < run).
-[[nodiscard]] Status checkBlockRuns(const BlockRuns& layout);
+// `what` names the collective in the message ("reduce-scatter", "all-gather").
+[[nodiscard]] Status checkBlockRuns(const BlockRuns& layout, const char* what = "reduce-scatter");
+
+// What one call hands to a backend's own argument checks (Comm::checkArgs): the call's name in
+// messages ("allGather", "iallGather", "reduceScatter", "allReduce", "allToAll", "broadcast",
+// "barrier"), its buffers (null where it has none; for all-reduce and broadcast `recv` is the
+// in-place buffer), `count` elements per block and `total` elements in its largest buffer
+// (size() * count for gathers, reduce-scatters and all-to-all; count otherwise).
+struct CallArgs {
+  const char* what;
+  const void* send;
+  const void* recv;
+  size_t count;
+  size_t total;
+  DType dtype;
+};
 
 class Comm {
  public:
@@ -106,40 +136,48 @@ class Comm {
   //
   // iallGather: every rank contributes `count` elements; `recv` receives size()*count elements
   // in rank order. In place when send == recv + rank()*count*dtypeSize(dtype).
-  [[nodiscard]] virtual StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
-                                                        DType dtype) = 0;
+  [[nodiscard]] StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
+                                                DType dtype);
+  // iallGatherRuns: iallGather into a result whose blocks are runs (BlockRuns): rank q's
+  // layout.blockCount() elements land run after run, run p at recv + layout.offset(q, p). In
+  // place when send == recv + layout.offset(rank(), 0) * dtypeSize(dtype): this rank's block
+  // already lies in its runs. The pipelined hierarchical all-gather lands each chunk's pieces
+  // in the caller's buffer with it. `pack` (size() * blockCount() elements, host memory) is where
+  // the default gathers contiguously (iallGather) and then unpacks into the runs when the
+  // gather completes; a transport that writes the runs in place leaves it untouched.
+  [[nodiscard]] StatusOr<WorkHandle> iallGatherRuns(const void* send, void* recv,
+                                                    const BlockRuns& layout, DType dtype,
+                                                    void* pack);
   // ireduceScatter: `send` holds size()*count elements; `recv` (count elements, not overlapping
   // `send`) receives the reduction over all ranks of block rank(). kAvg divides the sum by
   // size().
-  [[nodiscard]] virtual StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv,
-                                                            size_t count, DType dtype,
-                                                            RedOp op) = 0;
+  [[nodiscard]] StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count,
+                                                    DType dtype, RedOp op);
   // ireduceScatterRuns: ireduceScatter of an input whose blocks are runs (BlockRuns): `recv`
   // (not overlapping `send`) receives the layout.blockCount() reduced elements of block rank(),
   // run after run. The hierarchical schedules reduce a chunk of every shard with it straight from
   // the caller's buffer. `pack` (size() * blockCount() elements, host memory) is where the
   // default gathers the runs into ireduceScatter's layout before calling it; a transport that
   // reads the runs in place (MPI on shared memory) leaves it untouched.
-  [[nodiscard]] virtual StatusOr<WorkHandle> ireduceScatterRuns(const void* send, void* recv,
-                                                                const BlockRuns& layout,
-                                                                DType dtype, RedOp op, void* pack);
+  [[nodiscard]] StatusOr<WorkHandle> ireduceScatterRuns(const void* send, void* recv,
+                                                        const BlockRuns& layout, DType dtype,
+                                                        RedOp op, void* pack);
   // iallReduce: in-place all-reduce of `count` elements.
-  [[nodiscard]] virtual StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype,
-                                                        RedOp op) = 0;
+  [[nodiscard]] StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op);
 
   // iallToAll: `send` holds size()*count elements, block j for rank j; `recv` (size()*count
   // elements, not overlapping `send`) receives rank j's block for this rank at j*count (its own
   // block copied). Used by the quantized reduce-scatter (collectives/hier/), which exchanges
-  // encoded pieces instead of summing partial sums hop by hop. The default is Unimplemented,
-  // naming the transport: a transport without one cannot carry an int8/int4 reduce wire.
-  [[nodiscard]] virtual StatusOr<WorkHandle> iallToAll(const void* send, void* recv, size_t count,
-                                                       DType dtype);
+  // encoded pieces instead of summing partial sums hop by hop. Unimplemented, naming the
+  // transport, where it has none: such a transport cannot carry an int8/int4 reduce wire.
+  [[nodiscard]] StatusOr<WorkHandle> iallToAll(const void* send, void* recv, size_t count,
+                                               DType dtype);
 
   // Blocking forms, same contracts: by default the nonblocking call, then wait().
-  [[nodiscard]] virtual Status allGather(const void* send, void* recv, size_t count, DType dtype);
-  [[nodiscard]] virtual Status reduceScatter(const void* send, void* recv, size_t count,
-                                             DType dtype, RedOp op);
-  [[nodiscard]] virtual Status allReduce(void* buf, size_t count, DType dtype, RedOp op);
+  [[nodiscard]] Status allGather(const void* send, void* recv, size_t count, DType dtype);
+  [[nodiscard]] Status reduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                                     RedOp op);
+  [[nodiscard]] Status allReduce(void* buf, size_t count, DType dtype, RedOp op);
 
   // Several independent collectives started together, where several buffers move at once (the
   // zero1/zero2 parameter gathers after a step): one Work that completes when all of them have.
@@ -150,10 +188,10 @@ class Comm {
   // fine). Such a group, like any bad argument, is an InvalidArgument naming the operation, and
   // nothing is started. An empty group is a completed Work. Every rank passes the same kinds,
   // counts and types in the same order, as for single calls.
-  [[nodiscard]] virtual StatusOr<WorkHandle> igroup(std::span<const CollectiveOp> ops);
+  [[nodiscard]] StatusOr<WorkHandle> igroup(std::span<const CollectiveOp> ops);
 
-  [[nodiscard]] virtual Status broadcast(void* buf, size_t count, DType dtype, int root) = 0;
-  [[nodiscard]] virtual Status barrier() = 0;
+  [[nodiscard]] Status broadcast(void* buf, size_t count, DType dtype, int root);
+  [[nodiscard]] Status barrier();
 
   // Ranks with equal `color` form a new communicator, ordered by `key` (ties by current rank).
   [[nodiscard]] virtual StatusOr<std::unique_ptr<Comm>> split(int color, int key) = 0;
@@ -180,6 +218,54 @@ class Comm {
   CommTrace* trace() const { return trace_.get(); }
 
  protected:
+  // ---- what a backend implements (see the top of this file) ----
+  // Called with the arguments checked (the shared checks and checkArgs), the call entered in the
+  // trace, and progressLock() (core/progress.h) held; same contracts as the public calls.
+  [[nodiscard]] virtual StatusOr<WorkHandle> startAllGather(const void* send, void* recv,
+                                                            size_t count, DType dtype) = 0;
+  [[nodiscard]] virtual StatusOr<WorkHandle> startReduceScatter(const void* send, void* recv,
+                                                                size_t count, DType dtype,
+                                                                RedOp op) = 0;
+  [[nodiscard]] virtual StatusOr<WorkHandle> startAllReduce(void* buf, size_t count, DType dtype,
+                                                            RedOp op) = 0;
+  // Default: Unimplemented, naming the transport.
+  [[nodiscard]] virtual StatusOr<WorkHandle> startAllToAll(const void* send, void* recv,
+                                                           size_t count, DType dtype);
+  // Default: the runs gathered into `pack` (host memory), then startReduceScatter on it.
+  [[nodiscard]] virtual StatusOr<WorkHandle> startReduceScatterRuns(const void* send, void* recv,
+                                                                    const BlockRuns& layout,
+                                                                    DType dtype, RedOp op,
+                                                                    void* pack);
+  // Default: startAllGather into `pack` (host memory), unpacked into the runs when it completes.
+  // The one place a transport that cannot land runs in place gets them unpacked.
+  [[nodiscard]] virtual StatusOr<WorkHandle> startAllGatherRuns(const void* send, void* recv,
+                                                                const BlockRuns& layout,
+                                                                DType dtype, void* pack);
+  // Blocking forms. Default: the start, then wait().
+  [[nodiscard]] virtual Status runAllGather(const void* send, void* recv, size_t count,
+                                            DType dtype);
+  [[nodiscard]] virtual Status runReduceScatter(const void* send, void* recv, size_t count,
+                                                DType dtype, RedOp op);
+  [[nodiscard]] virtual Status runAllReduce(void* buf, size_t count, DType dtype, RedOp op);
+  [[nodiscard]] virtual Status runBroadcast(void* buf, size_t count, DType dtype, int root) = 0;
+  [[nodiscard]] virtual Status runBarrier() = 0;
+  // A group as one operation (fusesGroups() true: traced once as a group, then startGroup);
+  // otherwise every operation is traced and started as its single call.
+  virtual bool fusesGroups() const { return false; }
+  [[nodiscard]] virtual StatusOr<WorkHandle> startGroup(std::span<const CollectiveOp> ops);
+
+  // The backend's own checks of one call, after the shared ones and before anything is traced
+  // or started (MPI: counts that fit an int; NCCL: a usable communicator, device buffers).
+  [[nodiscard]] virtual Status checkArgs(const CallArgs& args) const;
+  // Why a backend may need it: with HSDP_CHECK_COLLECTIVES a nonblocking call's start waits, by
+  // default, for the fingerprint comparison and then runs from the progress loop. A transport
+  // whose operations must be issued by the caller's thread in program order (NCCL: onto the
+  // caller's streams) compares before it starts instead (true).
+  virtual bool comparesBeforeStart() const { return false; }
+  // The name of a blocking call's wait in the watchdog's reports ("MPI_Allgather"); by default
+  // the call's own ("allGather", "broadcast", "barrier").
+  virtual const char* waitName(const char* call) const { return call; }
+
   std::shared_ptr<CommTrace> trace_;
 
  private:

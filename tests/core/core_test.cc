@@ -172,6 +172,16 @@ struct RecordingObserver final : CommObserver {
   }
   void waitEnd(WaitState& s) override { events.push_back(strCat("end ", int(s.bytes[0]))); }
   void renamed(CommTrace&, const std::string& name) override { events.push_back("rename " + name); }
+  StatusOr<WorkHandle> startTraced(CommTrace&, const TracedCall& c,
+                                   std::function<StatusOr<WorkHandle>()> start) override {
+    events.push_back(strCat("start ", static_cast<int>(c.kind), " ", c.count));
+    return start();
+  }
+  Status runTraced(CommTrace&, const TracedCall& c, const char* what,
+                   const std::function<Status()>& run) override {
+    events.push_back(strCat("run ", static_cast<int>(c.kind), " ", what));
+    return run();
+  }
 };
 
 // A work that completes on its second advance.

@@ -5,7 +5,8 @@
 //   Ucx           the same members as UCX communicators, plus the world with the small-message
 //                 limit at 0 (ring everywhere) and at 1 GiB (recursive doubling / Bruck
 //                 everywhere), so both families of algorithms meet MPI at every size
-//   Hierarchical  the two-level schedules over every two-level mesh's shard group: one chunk and three
+//   Hierarchical  the two-level schedules over every two-level mesh's shard group: one chunk and
+//   three
 //                 pipelined chunks with the inter level on MPI, three with it on UCX (UCX
 //                 builds); their oracle is the flat shard group in shard order
 #include <cstdlib>
@@ -84,28 +85,29 @@ class Teardown : public ::testing::Environment {
 const auto* const kTeardown = ::testing::AddGlobalTestEnvironment(new Teardown);
 
 Meshes& meshes() {
-  if (!g_meshes) g_meshes = [] {
-    auto fx = std::make_unique<Meshes>();
-    auto layout = groupRanksIntoNodes(world());
-    EXPECT_TRUE(layout.ok()) << layout.status().toString();
-    addUnlessSeen(fx->comms, "world", &world());
-    for (int I = 1; I <= layout->ranks_per_node; ++I) {
-      if (layout->ranks_per_node % I) continue;
-      for (int J = 1; J <= layout->num_nodes; ++J) {
-        if (layout->num_nodes % J) continue;
-        auto mesh = Mesh::create(world(), *layout, {I, J});
-        EXPECT_TRUE(mesh.ok()) << mesh.status().toString();
-        const std::string tag = strCat("[", I, "x", J, "]");
-        for (auto [name, comm] : {std::pair<const char*, Comm*>{"intra", &(*mesh)->intraShard()},
-                                  {"inter", &(*mesh)->interShard()},
-                                  {"shard", &(*mesh)->shardGroup()},
-                                  {"replica", &(*mesh)->replica()}})
-          addUnlessSeen(fx->comms, name + tag, comm);
-        fx->all.push_back(std::move(*mesh));
+  if (!g_meshes)
+    g_meshes = [] {
+      auto fx = std::make_unique<Meshes>();
+      auto layout = groupRanksIntoNodes(world());
+      EXPECT_TRUE(layout.ok()) << layout.status().toString();
+      addUnlessSeen(fx->comms, "world", &world());
+      for (int I = 1; I <= layout->ranks_per_node; ++I) {
+        if (layout->ranks_per_node % I) continue;
+        for (int J = 1; J <= layout->num_nodes; ++J) {
+          if (layout->num_nodes % J) continue;
+          auto mesh = Mesh::create(world(), *layout, {I, J});
+          EXPECT_TRUE(mesh.ok()) << mesh.status().toString();
+          const std::string tag = strCat("[", I, "x", J, "]");
+          for (auto [name, comm] : {std::pair<const char*, Comm*>{"intra", &(*mesh)->intraShard()},
+                                    {"inter", &(*mesh)->interShard()},
+                                    {"shard", &(*mesh)->shardGroup()},
+                                    {"replica", &(*mesh)->replica()}})
+            addUnlessSeen(fx->comms, name + tag, comm);
+          fx->all.push_back(std::move(*mesh));
+        }
       }
-    }
-    return fx;
-  }();
+      return fx;
+    }();
   return *g_meshes;
 }
 
@@ -194,19 +196,6 @@ class HierComm : public Comm {
   int rank() const override { return h_.shardIndex(); }
   int size() const override { return h_.groupSize(); }
   const char* transportName() const override { return "hier"; }
-  StatusOr<WorkHandle> iallGather(const void* send, void* recv, size_t count,
-                                  DType dtype) override {
-    return h_.iallGather(send, recv, count, dtype);
-  }
-  StatusOr<WorkHandle> ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
-                                      RedOp op) override {
-    return h_.ireduceScatter(send, recv, count, dtype, op);
-  }
-  StatusOr<WorkHandle> iallReduce(void* buf, size_t count, DType dtype, RedOp op) override {
-    return h_.iallReduce(buf, count, dtype, op);
-  }
-  Status broadcast(void*, size_t, DType, int) override { return unimplemented("hier broadcast"); }
-  Status barrier() override { return unimplemented("hier barrier"); }
   StatusOr<std::unique_ptr<Comm>> split(int, int) override { return unimplemented("hier split"); }
   StatusOr<std::unique_ptr<Comm>> splitByHost() override { return unimplemented("hier split"); }
   Status reserveScratch(size_t) override { return okStatus(); }
@@ -215,6 +204,23 @@ class HierComm : public Comm {
     world().abortJob(code);
     std::abort();  // not reached
   }
+
+ protected:
+  StatusOr<WorkHandle> startAllGather(const void* send, void* recv, size_t count,
+                                      DType dtype) override {
+    return h_.iallGather(send, recv, count, dtype);
+  }
+  StatusOr<WorkHandle> startReduceScatter(const void* send, void* recv, size_t count, DType dtype,
+                                          RedOp op) override {
+    return h_.ireduceScatter(send, recv, count, dtype, op);
+  }
+  StatusOr<WorkHandle> startAllReduce(void* buf, size_t count, DType dtype, RedOp op) override {
+    return h_.iallReduce(buf, count, dtype, op);
+  }
+  Status runBroadcast(void*, size_t, DType, int) override {
+    return unimplemented("hier broadcast");
+  }
+  Status runBarrier() override { return unimplemented("hier barrier"); }
 
  private:
   HierarchicalCollectives h_;
@@ -243,8 +249,8 @@ struct HierarchicalBackend : HostBackend {
           // Pipelined on both inter transports; one chunk (the two-phase schedules) on MPI.
           for (int chunks : {1, 3}) {
             if (chunks == 1 && inter_name != std::string("mpi")) continue;
-            owned.push_back(std::make_unique<HierComm>(mesh->intraShard(), *inter,
-                                                       HierOptions{chunks}));
+            owned.push_back(
+                std::make_unique<HierComm>(mesh->intraShard(), *inter, HierOptions{chunks}));
             v->push_back({strCat(mesh->describe(), " inter=", inter_name, " chunks=", chunks),
                           owned.back().get(), raw(mesh->shardGroup())});
           }
