@@ -163,10 +163,6 @@ class MemorySpace {
   // has landed in host memory.
   virtual Status finishSnapshot(OffloadSlot& slot) = 0;
 
-  // Collective over `world` on HOST memory (the engine's set-up checks): CUDA spaces run it on
-  // the NCCL communicator's MPI bootstrap.
-  virtual Status allGatherHost(Comm& world, const void* send, void* recv, size_t count,
-                               DType dtype) = 0;
 
   // CUDA: the user's compute stream (a cudaStream_t; nullptr: the legacy default stream); the
   // communicators bound to kCompute follow it. Host: ignored.

@@ -452,12 +452,6 @@ class CudaMemorySpace final : public MemorySpace {
     return okStatus();
   }
 
-  Status allGatherHost(Comm& world, const void* send, void* recv, size_t count,
-                       DType dtype) override {
-    if (auto* nccl = dynamic_cast<nccl::NcclComm*>(&world))
-      return nccl->bootstrap().allGather(send, recv, count, dtype);  // host memory: MPI
-    return world.allGather(send, recv, count, dtype);
-  }
 
  private:
   struct Bound {

@@ -143,10 +143,6 @@ class HostMemorySpace final : public MemorySpace {
   }
   Status finishSnapshot(OffloadSlot&) override { return okStatus(); }
 
-  Status allGatherHost(Comm& world, const void* send, void* recv, size_t count,
-                       DType dtype) override {
-    return world.allGather(send, recv, count, dtype);
-  }
 
  private:
   CpuAdam* adam_;

@@ -67,6 +67,9 @@ class Mesh {
   const NodeLayout& layout() const { return layout_; }
 
   Comm& world() const { return *world_; }
+  // The world for control messages on host memory (checkpoint agreement, finalize's signature
+  // check): world() itself on host transports, its host bootstrap on a device one.
+  Comm& control() const { return world_->hostComm(); }
   Comm& node() const { return *node_; }               // all ranks of this node
   Comm& intraShard() const { return *intra_; }        // I ranks: the intra-node shard phase
   Comm& interShard() const { return *inter_; }        // J ranks: the inter-node shard phase

@@ -103,6 +103,8 @@ class NcclComm final : public Comm {
   bool aborted() const;
   Comm& bootstrap();
   const NcclOptions& options() const;
+  // Control messages on host memory go over the bootstrap (MPI).
+  Comm& hostComm() override { return bootstrap(); }
 
   struct State;  // defined in nccl_comm.cc
 

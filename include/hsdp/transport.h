@@ -204,6 +204,11 @@ class Comm {
   [[nodiscard]] virtual Status reserveScratch(size_t bytes) = 0;
   virtual size_t scratchBytes() const = 0;
 
+  // A communicator of the same members, in the same order, whose collectives take host memory:
+  // control messages (agreement on errors, signatures) of a program whose data moves on a
+  // device. A host transport is its own; a device transport returns its host bootstrap.
+  virtual Comm& hostComm() { return *this; }
+
   // Ends the whole job from any rank: for errors after which ranks can no longer agree
   // (a failed collective). Bad input is reported with a Status instead, on every rank.
   [[noreturn]] virtual void abortJob(int code) = 0;
