@@ -68,7 +68,7 @@ std::vector<DecaySpan> decaySpans(const FlatLayout& l, int k) {
 
 // Error feedback buffers of the unit's encoded gradient wires, zeroed once.
 Status ShardedModel::Impl::allocateResiduals(Unit& u) {
-  if (!*cfg.grad_error_feedback || u.frozen) return okStatus();
+  if (!*cfg.wires.grad_error_feedback || u.frozen) return okStatus();
   const size_t n = u.layout.shardNumel();
   const size_t inter = coll->gradResidualCount(n);
   const size_t replica = coll->replicaResidualCount(n);
@@ -118,7 +118,7 @@ Status ShardedModel::finalize() {
     const size_t bytes = n * sizeof(float);
     const size_t full_bytes = u.layout.paddedNumel() * sizeof(float);
     u.decay_spans = decaySpans(u.layout, m.shardIndex());
-    const bool bf16_whole = m.cfg.param_dtype == DType::kBFloat16;
+    const bool bf16_whole = m.cfg.precision.param_dtype == DType::kBFloat16;
     if (m.replicatedParams()) {  // the master is a slice of the whole, or apart with bf16
       HSDP_ASSIGN_OR_RETURN(u.full_params, allocateStepped(!u.frozen && !bf16_whole, full_bytes));
       if (bf16_whole) {
@@ -200,7 +200,7 @@ MemoryReport ShardedModel::memoryReport() const {
     // With offload, the host memory the CPU Adam steps: the moments, and the master and the
     // gradient shard: on a device their host copies; on host memory the shards themselves,
     // stepped in place (one buffer each, in param_bytes/grad_bytes too; total() counts it once).
-    if (m.cfg.offload_cpu && !u.frozen) {
+    if (m.cfg.offload.cpu && !u.frozen) {
       const size_t stepped = m.stagedOffload()
                                  ? u.host_master.size() + u.host_grad.size() + u.host16.size()
                                  : u.layout.shardNumel() * sizeof(float) + u.grad_shard.size();

@@ -66,7 +66,7 @@ const BoolParam kCkptDirectIo{
     "HSDP_CKPT_DIRECT_IO", true,
     "Checkpoint data files written by save and read by load go around the page cache (O_DIRECT) "
     "where the filesystem supports it (elsewhere, e.g. tmpfs before Linux 6.6, buffered); 0: "
-    "always through the page cache. Also EngineConfig::checkpoint_direct_io."};
+    "always through the page cache. Also EngineConfig::checkpoint.direct_io."};
 
 // An unset wire from its variable, else `fallback`; a bad value names the variable.
 Status wireFromEnv(std::optional<Wire>* field, const StringParam& var, Wire fallback) {
@@ -84,8 +84,8 @@ Status wireFromEnv(std::optional<Wire>* field, const StringParam& var, Wire fall
 }  // namespace
 
 StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
-  if (!cfg.hierarchical) {
-    HSDP_ASSIGN_OR_RETURN(cfg.hierarchical, kHier.get());
+  if (!cfg.pipeline.hierarchical) {
+    HSDP_ASSIGN_OR_RETURN(cfg.pipeline.hierarchical, kHier.get());
   }
   if (cfg.device != Device::kHost && kHier.isSet()) {
     // The two-level schedules stage chunks with host memcpy; on a device NCCL runs its own
@@ -99,69 +99,70 @@ StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
   }
   // Pipelining: unset, deep pipelines for large units and one piece for small ones (each chunk
   // pays both levels' latency); set, exactly that many chunks unless a minimum is set too.
-  const bool chunks_given = cfg.pipeline_chunks.has_value();
-  if (!cfg.pipeline_chunks) {
+  const bool chunks_given = cfg.pipeline.chunks.has_value();
+  if (!cfg.pipeline.chunks) {
     HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> c, kPipelineChunks.get());
-    if (c) cfg.pipeline_chunks = static_cast<int>(*c);
+    if (c) cfg.pipeline.chunks = static_cast<int>(*c);
   }
-  const bool chunks_set = chunks_given || cfg.pipeline_chunks.has_value();
-  if (!cfg.pipeline_min_chunk_bytes) {
+  const bool chunks_set = chunks_given || cfg.pipeline.chunks.has_value();
+  if (!cfg.pipeline.min_chunk_bytes) {
     HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> m, kPipelineMinChunkBytes.get());
-    cfg.pipeline_min_chunk_bytes = m ? static_cast<size_t>(*m) : (chunks_set ? 0 : size_t{1} << 20);
+    cfg.pipeline.min_chunk_bytes = m ? static_cast<size_t>(*m) : (chunks_set ? 0 : size_t{1} << 20);
   }
-  if (!cfg.pipeline_chunks) cfg.pipeline_chunks = 32;
-  if (*cfg.pipeline_chunks < 1 || *cfg.pipeline_chunks > kMaxPipelineChunks)
-    return invalidArgument("EngineConfig::pipeline_chunks=", *cfg.pipeline_chunks,
+  if (!cfg.pipeline.chunks) cfg.pipeline.chunks = 32;
+  if (*cfg.pipeline.chunks < 1 || *cfg.pipeline.chunks > kMaxPipelineChunks)
+    return invalidArgument("EngineConfig::pipeline.chunks=", *cfg.pipeline.chunks,
                            " must be in [1, ", kMaxPipelineChunks, "]");
-  if (!cfg.inter_dtype) {
+  if (!cfg.wires.inter_dtype) {
     const std::string wire = kInterDtype.get();
-    cfg.inter_dtype = DType::kFloat32;
+    cfg.wires.inter_dtype = DType::kFloat32;
     if (kInterDtype.isSet()) {
       StatusOr<DType> t = parseDType(wire);
       if (!t.ok()) return invalidArgument("HSDP_INTER_DTYPE='", wire, "': ", t.status().message());
-      cfg.inter_dtype = *t;
+      cfg.wires.inter_dtype = *t;
     }
   }
-  if (*cfg.inter_dtype != DType::kFloat32 && *cfg.inter_dtype != DType::kBFloat16)
-    return invalidArgument("inter-node wire dtype ", dtypeName(*cfg.inter_dtype),
+  if (*cfg.wires.inter_dtype != DType::kFloat32 && *cfg.wires.inter_dtype != DType::kBFloat16)
+    return invalidArgument("inter-node wire dtype ", dtypeName(*cfg.wires.inter_dtype),
                            " is not float or bf16");
   // The wires: HSDP_INTER_DTYPE is the default of both inter wires.
-  const Wire alias = *cfg.inter_dtype == DType::kBFloat16 ? Wire::kBf16 : Wire::kFp32;
-  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.inter_param_wire, kInterParamWire, alias));
-  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.inter_grad_wire, kInterGradWire, alias));
-  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.replica_wire, kReplicaWire, Wire::kFp32));
-  const char* block_from = "EngineConfig::quant_block";
-  if (!cfg.quant_block) {
+  const Wire alias = *cfg.wires.inter_dtype == DType::kBFloat16 ? Wire::kBf16 : Wire::kFp32;
+  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.wires.inter_param_wire, kInterParamWire, alias));
+  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.wires.inter_grad_wire, kInterGradWire, alias));
+  HSDP_RETURN_IF_ERROR(wireFromEnv(&cfg.wires.replica_wire, kReplicaWire, Wire::kFp32));
+  const char* block_from = "EngineConfig::wires.quant_block";
+  if (!cfg.wires.quant_block) {
     HSDP_ASSIGN_OR_RETURN(int64_t b, kQuantBlock.value());
-    cfg.quant_block = static_cast<uint32_t>(b);
+    cfg.wires.quant_block = static_cast<uint32_t>(b);
     block_from = "HSDP_QUANT_BLOCK";
   }
-  if (Status s = validate(WireFormat{Wire::kInt8, *cfg.quant_block}); !s.ok())
-    return invalidArgument(block_from, "=", *cfg.quant_block, ": ", s.message());
-  if (!cfg.grad_error_feedback) {
-    HSDP_ASSIGN_OR_RETURN(cfg.grad_error_feedback, kGradErrorFeedback.get());
+  if (Status s = validate(WireFormat{Wire::kInt8, *cfg.wires.quant_block}); !s.ok())
+    return invalidArgument(block_from, "=", *cfg.wires.quant_block, ": ", s.message());
+  if (!cfg.wires.grad_error_feedback) {
+    HSDP_ASSIGN_OR_RETURN(cfg.wires.grad_error_feedback, kGradErrorFeedback.get());
   }
-  if (!cfg.cpu_adam_threads) {
+  if (!cfg.offload.adam_threads) {
     // One thread per rank unless HSDP_CPU_ADAM_THREADS says otherwise (its one default: ranks
     // share the node's cores, and the CPU Adam's pool does not know about the other ranks).
-    HSDP_ASSIGN_OR_RETURN(cfg.cpu_adam_threads, cpuAdamThreadsFromEnv());
+    HSDP_ASSIGN_OR_RETURN(cfg.offload.adam_threads, cpuAdamThreadsFromEnv());
   }
-  if (*cfg.cpu_adam_threads < 1)
-    return invalidArgument("EngineConfig::cpu_adam_threads=", *cfg.cpu_adam_threads,
+  if (*cfg.offload.adam_threads < 1)
+    return invalidArgument("EngineConfig::offload.adam_threads=", *cfg.offload.adam_threads,
                            " must be >= 1");
-  if (!cfg.timeout_s) {
+  if (!cfg.failure.timeout_s) {
     HSDP_ASSIGN_OR_RETURN(watchdog::Config wd, watchdog::resolveConfig({}));
-    cfg.timeout_s = wd.timeout_s;
+    cfg.failure.timeout_s = wd.timeout_s;
   }
-  if (!(*cfg.timeout_s > 0))
-    return invalidArgument("EngineConfig::timeout_s=", *cfg.timeout_s, " must be > 0");
-  if (!cfg.checkpoint_direct_io) {
-    HSDP_ASSIGN_OR_RETURN(cfg.checkpoint_direct_io, kCkptDirectIo.get());
+  if (!(*cfg.failure.timeout_s > 0))
+    return invalidArgument("EngineConfig::failure.timeout_s=", *cfg.failure.timeout_s,
+                           " must be > 0");
+  if (!cfg.checkpoint.direct_io) {
+    HSDP_ASSIGN_OR_RETURN(cfg.checkpoint.direct_io, kCkptDirectIo.get());
   }
-  if (!cfg.cpu_adam_isa) {
-    HSDP_ASSIGN_OR_RETURN(cfg.cpu_adam_isa, cpuAdamIsaFromEnv());
-  } else if (!cpuIsaSupported(*cfg.cpu_adam_isa)) {
-    return failedPrecondition("EngineConfig::cpu_adam_isa=", cpuIsaName(*cfg.cpu_adam_isa),
+  if (!cfg.offload.adam_isa) {
+    HSDP_ASSIGN_OR_RETURN(cfg.offload.adam_isa, cpuAdamIsaFromEnv());
+  } else if (!cpuIsaSupported(*cfg.offload.adam_isa)) {
+    return failedPrecondition("EngineConfig::offload.adam_isa=", cpuIsaName(*cfg.offload.adam_isa),
                               " is not supported by this CPU or build");
   }
   return cfg;
@@ -177,10 +178,14 @@ StatusOr<ShardMode> parseShardMode(std::string_view name) {
 
 const char* shardModeName(ShardMode mode) {
   switch (mode) {
-    case ShardMode::kNone: return "none";
-    case ShardMode::kZero1: return "zero1";
-    case ShardMode::kZero2: return "zero2";
-    case ShardMode::kZero3: return "zero3";
+    case ShardMode::kNone:
+      return "none";
+    case ShardMode::kZero1:
+      return "zero1";
+    case ShardMode::kZero2:
+      return "zero2";
+    case ShardMode::kZero3:
+      return "zero3";
   }
   return "?";
 }
@@ -193,8 +198,10 @@ StatusOr<Device> parseDevice(std::string_view name) {
 
 const char* deviceName(Device d) {
   switch (d) {
-    case Device::kHost: return "cpu";
-    case Device::kCuda: return "cuda";
+    case Device::kHost:
+      return "cpu";
+    case Device::kCuda:
+      return "cuda";
   }
   return "?";
 }

@@ -26,13 +26,13 @@ AdamShard spanOf(const ShardStep& s, const DecaySpan& d) {
 
 StatusOr<std::unique_ptr<OptimizerStep>> OptimizerStep::create(const EngineConfig& cfg) {
   auto o = std::make_unique<OptimizerStep>();
-  if (cfg.device == Device::kHost || cfg.offload_cpu) {  // the CPU Adam steps host shards
+  if (cfg.device == Device::kHost || cfg.offload.cpu) {  // the CPU Adam steps host shards
     CpuAdamOptions adam_opts;
-    adam_opts.threads = *cfg.cpu_adam_threads;
-    adam_opts.isa = *cfg.cpu_adam_isa;
+    adam_opts.threads = *cfg.offload.adam_threads;
+    adam_opts.isa = *cfg.offload.adam_isa;
     HSDP_ASSIGN_OR_RETURN(o->cpu_adam_, CpuAdam::create(adam_opts));
   }
-  if (cfg.offload_cpu) {
+  if (cfg.offload.cpu) {
     HSDP_ASSIGN_OR_RETURN(o->numa_, NumaTopology::load());
     o->queue_ = std::make_unique<StepQueue>();
   }

@@ -21,7 +21,8 @@ namespace {
 // and reduce fp32 gradients; the encoded replica wire is host only. Nothing is quantized where
 // nothing crosses nodes (inter_shard 1), so those settings are accepted there.
 Status checkWires(const MeshShape& s, const EngineConfig& cfg) {
-  const Wire pw = *cfg.inter_param_wire, gw = *cfg.inter_grad_wire, rw = *cfg.replica_wire;
+  const Wire pw = *cfg.wires.inter_param_wire, gw = *cfg.wires.inter_grad_wire,
+             rw = *cfg.wires.replica_wire;
   if (cfg.device == Device::kCuda && (wireQuantized(pw) || wireQuantized(gw) || rw != Wire::kFp32))
     return invalidArgument("the ",
                            wireQuantized(pw)   ? "parameter"
@@ -37,7 +38,7 @@ Status checkWires(const MeshShape& s, const EngineConfig& cfg) {
   for (auto [w, what, var] : {std::tuple{pw, "parameter", "HSDP_INTER_PARAM_WIRE"},
                               std::tuple{gw, "gradient", "HSDP_INTER_GRAD_WIRE"}}) {
     if (!wireQuantized(w)) continue;
-    if (!*cfg.hierarchical)
+    if (!*cfg.pipeline.hierarchical)
       return invalidArgument("the ", wireName(w), " inter ", what, " wire (", var,
                              ") needs the hierarchical schedules (HSDP_HIER=1)");
   }
@@ -46,16 +47,16 @@ Status checkWires(const MeshShape& s, const EngineConfig& cfg) {
                            shardModeName(cfg.mode),
                            "): zero1/zero2 gather into the replicated "
                            "parameters that hold the fp32 master");
-  if (wireQuantized(pw) && cfg.param_dtype != DType::kFloat32)
+  if (wireQuantized(pw) && cfg.precision.param_dtype != DType::kFloat32)
     return invalidArgument("the ", wireName(pw),
                            " inter parameter wire encodes the fp32 master; "
-                           "param_dtype ",
-                           dtypeName(cfg.param_dtype), " would gather bf16: pick one");
-  if (wireQuantized(gw) && cfg.reduce_dtype != DType::kFloat32)
+                           "precision.param_dtype ",
+                           dtypeName(cfg.precision.param_dtype), " would gather bf16: pick one");
+  if (wireQuantized(gw) && cfg.precision.reduce_dtype != DType::kFloat32)
     return invalidArgument("the ", wireName(gw),
                            " inter gradient wire encodes fp32 gradients; "
-                           "reduce_dtype ",
-                           dtypeName(cfg.reduce_dtype), ": pick one");
+                           "precision.reduce_dtype ",
+                           dtypeName(cfg.precision.reduce_dtype), ": pick one");
   return okStatus();
 }
 
@@ -84,7 +85,7 @@ Status checkConfig(const Mesh& mesh, const EngineConfig& cfg) {
         "mode none replicates everything and needs intra_shard=1 and "
         "inter_shard=1 (got intra_shard=",
         s.intra_shard, ", inter_shard=", s.inter_shard, "); use mode zero3 to shard");
-  if (cfg.offload_cpu && cfg.mode == ShardMode::kNone)
+  if (cfg.offload.cpu && cfg.mode == ShardMode::kNone)
     return invalidArgument(
         "CPU offload needs a sharded optimizer: mode none keeps the optimizer "
         "state with every replica; use zero1, zero2 or zero3");
@@ -96,12 +97,13 @@ Status checkConfig(const Mesh& mesh, const EngineConfig& cfg) {
                            s.intra_shard, ", inter_shard=", s.inter_shard,
                            "): the secondary partition is over the node's shard ranks and only "
                            "saves traffic when the shard group spans nodes");
-  for (DType t : {cfg.param_dtype, cfg.reduce_dtype})
+  for (DType t : {cfg.precision.param_dtype, cfg.precision.reduce_dtype})
     if (t != DType::kFloat32 && t != DType::kBFloat16)
       return invalidArgument("mixed precision dtype ", dtypeName(t), " is not float or bf16");
   HSDP_RETURN_IF_ERROR(engine::checkClipNorm(cfg.clip_norm));
-  if (cfg.max_gathered_units < 0)
-    return invalidArgument("max_gathered_units=", cfg.max_gathered_units, " must be >= 0");
+  if (cfg.pipeline.max_gathered_units < 0)
+    return invalidArgument("EngineConfig::pipeline.max_gathered_units=",
+                           cfg.pipeline.max_gathered_units, " must be >= 0");
   return checkWires(s, cfg);
 }
 
@@ -127,7 +129,7 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
                                                              EngineConfig config) {
   HSDP_ASSIGN_OR_RETURN(EngineConfig cfg, resolveEngineConfig(std::move(config)));
   HSDP_RETURN_IF_ERROR(checkConfig(mesh, cfg));
-  HSDP_RETURN_IF_ERROR(watchdog::setTimeout(*cfg.timeout_s));
+  HSDP_RETURN_IF_ERROR(watchdog::setTimeout(*cfg.failure.timeout_s));
   auto impl = std::make_unique<Impl>();
   impl->mesh = &mesh;
   HSDP_ASSIGN_OR_RETURN(impl->opt, engine::OptimizerStep::create(cfg));
@@ -139,7 +141,7 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
   impl->opt->setSpace(impl->space.get());
   impl->cfg = cfg;
   impl->shards = cfg.mode == ShardMode::kNone ? 1 : mesh.shape().shardGroupSize();
-  bool hierarchical = *cfg.hierarchical;
+  bool hierarchical = *cfg.pipeline.hierarchical;
   if (cfg.device != Device::kHost) {
     // The two-level schedules stage chunks with host memcpy. On a device one collective over
     // the shard group does it: NCCL runs its own intra/inter hierarchy inside a communicator.
@@ -159,12 +161,12 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
   copt.shards = impl->shards;
   copt.hierarchical = hierarchical;
   copt.on_device = impl->onDevice();
-  copt.gather.chunks = copt.reduce.chunks = *cfg.pipeline_chunks;
-  copt.gather.min_chunk_bytes = copt.reduce.min_chunk_bytes = *cfg.pipeline_min_chunk_bytes;
+  copt.gather.chunks = copt.reduce.chunks = *cfg.pipeline.chunks;
+  copt.gather.min_chunk_bytes = copt.reduce.min_chunk_bytes = *cfg.pipeline.min_chunk_bytes;
   // The wires per direction (inter_dtype, their shorthand, is already resolved into them).
-  copt.gather.gather_wire = {*cfg.inter_param_wire, *cfg.quant_block};
-  copt.reduce.reduce_wire = {*cfg.inter_grad_wire, *cfg.quant_block};
-  copt.replica_wire = {*cfg.replica_wire, *cfg.quant_block};
+  copt.gather.gather_wire = {*cfg.wires.inter_param_wire, *cfg.wires.quant_block};
+  copt.reduce.reduce_wire = {*cfg.wires.inter_grad_wire, *cfg.wires.quant_block};
+  copt.replica_wire = {*cfg.wires.replica_wire, *cfg.wires.quant_block};
   HSDP_ASSIGN_OR_RETURN(impl->coll, engine::UnitCollectives::create(mesh, *impl->space, copt));
   return std::unique_ptr<ShardedModel>(new ShardedModel(std::move(impl)));
 }

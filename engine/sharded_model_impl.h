@@ -177,19 +177,19 @@ struct ShardedModel::Impl {
   // CPU offload with the shards in device memory: the CPU Adam steps host copies of the master
   // and gradient (host_master, host_grad). On host memory it steps the shards in place.
   bool stagedOffload() const { return opt->offloaded() && onDevice(); }
-  bool bf16Params() const { return shards > 1 && cfg.param_dtype == DType::kBFloat16; }
+  bool bf16Params() const { return shards > 1 && cfg.precision.param_dtype == DType::kBFloat16; }
   // Gathers move the encoded master shard (int8/int4 parameter wire across nodes, zero3).
   bool encodedParams() const {
     return shards > 1 && cfg.mode == ShardMode::kZero3 && coll->gatherQuantizes();
   }
-  WireFormat paramWire() const { return {*cfg.inter_param_wire, *cfg.quant_block}; }
-  bool bf16Reduce() const { return shards > 1 && cfg.reduce_dtype == DType::kBFloat16; }
+  WireFormat paramWire() const { return {*cfg.wires.inter_param_wire, *cfg.wires.quant_block}; }
+  bool bf16Reduce() const { return shards > 1 && cfg.precision.reduce_dtype == DType::kBFloat16; }
   // This rank's shard index in every unit's layout.
   int shardIndex() const { return shards == 1 ? 0 : mesh->coords().shard_rank; }
   // The fp32 master shard: with bf16 parameters in zero1/zero2 the whole copy holds bf16
   // roundings for compute, so the master slice lives apart, in param_shard.
   float* master(Unit& u) const {
-    if (replicatedParams() && cfg.param_dtype != DType::kBFloat16)
+    if (replicatedParams() && cfg.precision.param_dtype != DType::kBFloat16)
       return u.full_params.as<float>() + mesh->coords().shard_rank * u.layout.shardNumel();
     return u.param_shard.as<float>();
   }

@@ -50,7 +50,7 @@ Status ShardedModel::Impl::issueGather(Unit& u, std::string_view verb) {
 
 // Issues deferred gathers, oldest first, while the limit allows.
 Status ShardedModel::Impl::issueDeferred() {
-  while (!blocks.deferred.empty() && blocks.gathered_alive < cfg.max_gathered_units) {
+  while (!blocks.deferred.empty() && blocks.gathered_alive < cfg.pipeline.max_gathered_units) {
     Unit& u = units[blocks.deferred.front()];
     blocks.deferred.pop_front();
     HSDP_RETURN_IF_ERROR(issueGather(u, "unshard (deferred)"));
@@ -127,7 +127,7 @@ Status ShardedModel::unshard(int unit) {
     p.full = m.shards == 1 ? u.param_shard.as<float>() : u.full_params.as<float>();
     return transition(u.name, p.state, ParamState::kGathered, "unshard", kSharded);
   }
-  if (m.cfg.max_gathered_units > 0 && m.blocks.gathered_alive >= m.cfg.max_gathered_units) {
+  if (m.cfg.pipeline.max_gathered_units > 0 && m.blocks.gathered_alive >= m.cfg.pipeline.max_gathered_units) {
     // Rate limit: issue this gather when an earlier unit is resharded (or when waited for).
     m.blocks.deferred.push_back(unit);
     return transition(u.name, p.state, ParamState::kDeferred, "unshard", kSharded);
@@ -146,7 +146,7 @@ Status ShardedModel::waitForUnshard(int unit) {
               "it was not unsharded"));
   if (p.state == ParamState::kDeferred) {  // waited for before a slot freed up: issue it now
     HSDP_INFO(kShard, "gather of unit '", u.name, "' issued past the limit of ",
-              m.cfg.max_gathered_units, " gathered units: it is waited for");
+              m.cfg.pipeline.max_gathered_units, " gathered units: it is waited for");
     m.blocks.deferred.erase(std::find(m.blocks.deferred.begin(), m.blocks.deferred.end(), unit));
     HSDP_RETURN_IF_ERROR(m.issueGather(u, "waitForUnshard"));
   }
@@ -204,7 +204,7 @@ Status ShardedModel::reshard(int unit) {
   }
   p.full = nullptr;
   HSDP_RETURN_IF_ERROR(transition(u.name, p.state, to, "reshard", kUnsharded));
-  if (m.cfg.max_gathered_units > 0) HSDP_RETURN_IF_ERROR(m.issueDeferred());
+  if (m.cfg.pipeline.max_gathered_units > 0) HSDP_RETURN_IF_ERROR(m.issueDeferred());
   return okStatus();
 }
 

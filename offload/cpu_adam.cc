@@ -84,12 +84,12 @@ const env::StringParam kCpuAdamIsa{
     "Kernel of the CPU (offload) Adam step: auto (best this CPU supports), avx512, avx2 or "
     "scalar. A path this CPU or build cannot run is an error, not a fallback."};
 // One default for every reader (CpuAdam::create with threads 0, and the engine's
-// EngineConfig::cpu_adam_threads): one thread, because under MPI the ranks of a node share its
+// EngineConfig::offload.adam_threads): one thread, because under MPI the ranks of a node share its
 // cores and the pool does not know about the other ranks.
 const env::IntParam kCpuAdamThreads{
     "HSDP_CPU_ADAM_THREADS", 1, 1, 4096,
     "Threads of the CPU Adam step (the caller included) when the program does not set them "
-    "(CpuAdamOptions::threads, EngineConfig::cpu_adam_threads). Several ranks share a node's "
+    "(CpuAdamOptions::threads, EngineConfig::offload.adam_threads). Several ranks share a node's "
     "cores, so set it to the cores each rank owns."};
 }  // namespace
 

@@ -49,7 +49,7 @@ const env::NumberParam kTimeout{
     "without progress before the watchdog ends the job: every live rank prints one line naming "
     "the collective, its communicator and sequence number and the ranks that did not arrive "
     "(stopped, gone, unreachable), and the job exits with code 3. Every transport. A positive "
-    "number (fractions allowed); also EngineConfig::timeout_s. docs/reliability.md."};
+    "number (fractions allowed); also EngineConfig::failure.timeout_s. docs/reliability.md."};
 const env::IntParam kNcclTimeout{
     "HSDP_NCCL_TIMEOUT_S", env::Unset{""}, 0, 604800,
     "Deprecated: read as HSDP_TIMEOUT_S (with a warning) when that is unset; 0 meant no "

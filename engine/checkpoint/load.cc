@@ -163,7 +163,7 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
   HSDP_RETURN_IF_ERROR(m.agree(local.ok() ? local : local.withContext("load")));
 
   const int states = options.optimizer_state ? ckpt::kStates : 1;
-  ckpt::TensorReader reader(*man, result.dir, options.verify, *m.cfg.checkpoint_direct_io);
+  ckpt::TensorReader reader(*man, result.dir, options.verify, *m.cfg.checkpoint.direct_io);
   const auto t_read = std::chrono::steady_clock::now();
   {
     // The planned chunks of the states loaded, as the manifest's tensors, into the staging buffer.

@@ -110,9 +110,9 @@ ckpt::MeshDesc ShardedModel::Impl::meshDesc() const {
   d.replicas = pieceReplicas();
   d.mode = shardModeName(cfg.mode);
   d.hpz = cfg.hpz;
-  d.offload_cpu = cfg.offload_cpu;
-  d.param_dtype = dtypeName(cfg.param_dtype);
-  d.reduce_dtype = dtypeName(cfg.reduce_dtype);
+  d.offload_cpu = cfg.offload.cpu;
+  d.param_dtype = dtypeName(cfg.precision.param_dtype);
+  d.reduce_dtype = dtypeName(cfg.precision.reduce_dtype);
   d.device = deviceName(cfg.device);
   return d;
 }
@@ -127,7 +127,7 @@ Status ShardedModel::Impl::ensureSaver() {
   std::unique_ptr<engine::Saver, engine::SaverDeleter> s(new engine::Saver());
   s->space = space.get();
   s->plan = myPlan();
-  s->direct_io = *cfg.checkpoint_direct_io;
+  s->direct_io = *cfg.checkpoint.direct_io;
   HSDP_ASSIGN_OR_RETURN(s->snapshot, HostBuffer::allocate(std::max<uint64_t>(s->plan.bytes, 64)));
   HSDP_ASSIGN_OR_RETURN(s->pinned, space->offloadSlot({{s->snapshot.data(), s->snapshot.size()}}));
   saver = std::move(s);

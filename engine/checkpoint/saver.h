@@ -38,7 +38,7 @@ struct Saver {
   std::unique_ptr<MemorySpace::OffloadSlot> pinned;  // the snapshot registered with the space
   MemorySpace* space = nullptr;
   ckpt::FilePlan plan;
-  bool direct_io = true;  // EngineConfig::checkpoint_direct_io: the data file around the cache
+  bool direct_io = true;  // EngineConfig::checkpoint.direct_io: the data file around the cache
   // Per plan chunk: where the copier copies it from (host memory: the engine's buffers or the
   // offloaded state), or nullptr where startSnapshot brings it (device memory). Set by saveAsync.
   std::vector<const char*> sources;

@@ -39,13 +39,13 @@ hsdp::Status configure(const Options& opt, int world_size, hsdp::EngineConfig* c
   if (!(opt.clip_norm >= 0))
     return hsdp::invalidArgument("--clip-norm ", opt.clip_norm, " must be >= 0");
   cfg->clip_norm = opt.clip_norm;
-  cfg->offload_cpu = opt.offload == "cpu";
+  cfg->offload.cpu = opt.offload == "cpu";
   cfg->hpz = opt.hpz;
   if (opt.max_gathered < 0)
     return hsdp::invalidArgument("--max-gathered ", opt.max_gathered, " must be >= 0");
-  cfg->max_gathered_units = opt.max_gathered;
-  HSDP_ASSIGN_OR_RETURN(cfg->param_dtype, hsdp::parseDType(opt.param_dtype));
-  HSDP_ASSIGN_OR_RETURN(cfg->reduce_dtype, hsdp::parseDType(opt.reduce_dtype));
+  cfg->pipeline.max_gathered_units = opt.max_gathered;
+  HSDP_ASSIGN_OR_RETURN(cfg->precision.param_dtype, hsdp::parseDType(opt.param_dtype));
+  HSDP_ASSIGN_OR_RETURN(cfg->precision.reduce_dtype, hsdp::parseDType(opt.reduce_dtype));
   if (opt.intra_shard_given && opt.intra_shard <= 0)
     return hsdp::invalidArgument("--intra-shard ", opt.intra_shard, " must be positive");
   if (opt.inter_shard_given && opt.inter_shard <= 0)

@@ -32,7 +32,7 @@ void printNodeMap(const char* program, const hsdp::Comm& world, const hsdp::Mesh
 
 void printOffloadSummary(const hsdp::Comm& world, const hsdp::EngineConfig& cfg, int steps,
                          double optim_total, double optim_exposed) {
-  if (!cfg.offload_cpu || world.rank() != 0) return;
+  if (!cfg.offload.cpu || world.rank() != 0) return;
   std::printf(
       "\noffloaded optimizer (rank 0): %.2f ms of CPU Adam per step, %.2f ms of it "
       "waited for in step() -> %.0f%% hidden behind backward\n",
@@ -84,9 +84,9 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::
   in.inter_shard = mesh.shape().inter_shard;
   in.mode = static_cast<hsdp::ShardMode>(static_cast<int>(cfg.mode));
   in.param_dtype = hsdp::DType::kFloat32;
-  in.offload_cpu = cfg.offload_cpu;
+  in.offload_cpu = cfg.offload.cpu;
   in.hpz = cfg.hpz;
-  if (auto plan = hsdp::makePlan(in); plan.ok() && cfg.param_dtype == hsdp::DType::kFloat32) {
+  if (auto plan = hsdp::makePlan(in); plan.ok() && cfg.precision.param_dtype == hsdp::DType::kFloat32) {
     const hsdp::PlanMemory& g = plan->gpu;
     const int64_t* v = &all[0];
     std::printf(

@@ -34,7 +34,7 @@ void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh&
       t.checkpoint ? "on" : "off");
   std::printf("\n%9s %9s %8s %9s %9s %9s %10s %7s", "step", "lr", "loss", "grad_norm", "time_ms",
               "tokens/s", "exposed_ms", "comm%");
-  if (e.offload_cpu) std::printf(" %8s", "adam_hid");
+  if (e.offload.cpu) std::printf(" %8s", "adam_hid");
   std::printf(" %7s\n", "eta_s");
   std::fflush(stdout);
 }
@@ -68,7 +68,7 @@ void printStepRow(const hsdp::Comm& world, const Setup& setup, int step, const S
   std::printf("%9s %9.2e %8.4f %9.4f %9.1f %9.0f %10.1f %6.1f%%", progress, row.lr, row.loss,
               row.grad_norm, ms, tokens / (ms / 1e3), row.exposed_ms,
               ms > 0 ? 100.0 * row.exposed_ms / ms : 0.0);
-  if (setup.engine.offload_cpu) {
+  if (setup.engine.offload.cpu) {
     const double optim = row.optim_ms, optim_exposed = row.optim_exposed_ms;
     std::printf(" %7.0f%%", optim > 0 ? 100.0 * (1.0 - std::min(1.0, optim_exposed / optim)) : 0.0);
   }
@@ -126,11 +126,11 @@ double referenceError(const hsdp::Mesh& mesh, const hsdp::ShardedModel& model, c
   // float); a bf16 reduction is modelled on the mesh's own tree (examples::meshGradReduction).
   const bool sharded = model.shardCount() > 1;
   examples::GradReduction tree;
-  if (sharded && setup.engine.reduce_dtype == hsdp::DType::kBFloat16)
+  if (sharded && setup.engine.precision.reduce_dtype == hsdp::DType::kBFloat16)
     tree = examples::meshGradReduction(mesh.layout(), mesh.shape(), model.hierarchical());
   const ReferenceResult ref =
       trainReference(setup.model, corpus, setup.train,
-                     sharded && setup.engine.param_dtype == hsdp::DType::kBFloat16,
+                     sharded && setup.engine.precision.param_dtype == hsdp::DType::kBFloat16,
                      tree.levels.empty() ? nullptr : &tree);
   const std::vector<UnitInfo> us = units(setup.model);
   return examples::maxRelativeError(perTensor(us, mine), perTensor(us, ref.params));

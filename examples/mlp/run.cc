@@ -63,10 +63,10 @@ int checkParity(const examples::Failure& fail, hsdp::Comm& world, const hsdp::Me
     // float); a bf16 reduction is modelled on the mesh's own tree.
     const bool sharded = model.shardCount() > 1;
     examples::GradReduction tree;
-    if (sharded && cfg.reduce_dtype == hsdp::DType::kBFloat16)
+    if (sharded && cfg.precision.reduce_dtype == hsdp::DType::kBFloat16)
       tree = examples::meshGradReduction(mesh.layout(), mesh.shape(), model.hierarchical());
     ReferenceResult ref = trainReference(spec, cfg.adam, c.steps, c.batch, c.clip_norm,
-                                         sharded && cfg.param_dtype == hsdp::DType::kBFloat16,
+                                         sharded && cfg.precision.param_dtype == hsdp::DType::kBFloat16,
                                          tree.levels.empty() ? nullptr : &tree, c.accum);
     const double err = examples::maxRelativeError(mine, ref.params);
     verdict[0] = static_cast<float>(err);

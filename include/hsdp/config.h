@@ -35,50 +35,26 @@ enum class Device {
 StatusOr<Device> parseDevice(std::string_view name);  // "cpu" -> kHost, "cuda" -> kCuda
 const char* deviceName(Device d);                     // "cpu" | "cuda"
 
-struct EngineConfig {
-  ShardMode mode = ShardMode::kZero3;
-  AdamConfig adam;
-  // Clip the global gradient norm (over every shard and replica) to this value before the
-  // optimizer step; 0 disables clipping.
-  float clip_norm = 0.0f;
-  // Optimizer state (fp32 master, Adam moments) in NUMA-local host memory, stepped by the SIMD
-  // CPU Adam on a worker thread as soon as each unit's gradient is reduced, overlapping the rest
-  // of backward. Needs a sharded optimizer (zero1, zero2, zero3).
-  bool offload_cpu = false;
-  // Mixed precision (shard groups larger than one): the dtype parameters are all-gathered in
-  // (bf16: the fp32 master shard is rounded to bf16, gathered as 2-byte data and upcast for
-  // compute) and the dtype gradients are reduce-scattered in (bf16: summed in bf16 hop by hop,
-  // upcast into the fp32 gradient shard). Master weights and optimizer state stay fp32.
+// The settings, grouped by what they decide. The top-level fields say what is sharded and how it
+// is optimized; each policy below is one concern. Fields that also have an HSDP_* variable are
+// optionals: left unset, resolveEngineConfig() fills them from the environment, else from the
+// default. Errors about a field name it by its path, e.g. "EngineConfig::pipeline.chunks".
+
+// The dtypes parameters and gradients move in (shard groups larger than one). bf16 parameters:
+// the fp32 master shard is rounded to bf16, gathered as 2-byte data and upcast for compute. bf16
+// gradients: reduce-scattered in bf16, summed hop by hop, upcast into the fp32 gradient shard.
+// Master weights and optimizer state stay fp32.
+struct PrecisionPolicy {
   DType param_dtype = DType::kFloat32;
   DType reduce_dtype = DType::kFloat32;
-  // hpZ (ZeRO++ secondary partition; zero3 with intra_shard > 1 and inter_shard > 1): after a
-  // unit's forward, keep its parameters sharded over the intra-node group only (1/I of the unit
-  // per rank), so re-gathers until the next step() stay inside the node.
-  bool hpz = false;
-  // Rate limiter (zero3): at most this many units gathered at once; an unshard() beyond it is
-  // issued when an earlier unit is resharded (or when it is waited for). 0: no limit.
-  int max_gathered_units = 0;
-  // Where parameters, gradients and optimizer state live. kCuda needs a build with CUDA and a
-  // mesh whose communicators are NCCL (ShardedModel::create says which is missing).
-  Device device = Device::kHost;
+};
 
-  // ---- collectives: unset fields come from the environment, then the default ----
-  // Gathers and reductions as two-level schedules over the intra and inter levels (true), or as
-  // one collective over the shard group (false). HSDP_HIER; default true. Ignored on a device
-  // (NCCL runs its own hierarchy inside one communicator).
-  std::optional<bool> hierarchical;
-  // Chunks per hierarchical collective, pipelined (chunk c's intra phase overlaps chunk c+1's
-  // inter phase); >= 1. HSDP_PIPELINE_CHUNKS. Unset: up to 32 chunks of at least
-  // pipeline_min_chunk_bytes each; set: exactly this many, unless a minimum is set too.
-  std::optional<int> pipeline_chunks;
-  // Smallest chunk (bytes of the gathered unit) when pipelining; 0: always pipeline_chunks.
-  // HSDP_PIPELINE_MIN_CHUNK_BYTES; default 1 MiB when pipeline_chunks is unset, else 0.
-  std::optional<size_t> pipeline_min_chunk_bytes;
+// The wires across nodes and replicas (docs/collectives.md, "Wire formats").
+struct WirePolicy {
   // Wire type of the inter-node phase for float32 data: kFloat32 or kBFloat16 (half the bytes
   // across nodes; the reduction across nodes rounds to bf16). HSDP_INTER_DTYPE; default float32.
   // The shorthand for both inter wires below: it is the default of any of them left unset.
   std::optional<DType> inter_dtype;
-  // ---- the wires across nodes (docs/collectives.md, "Wire formats"; hsdp/quantize.h) ----
   // Inter-node wire of the parameter all-gathers: fp32, bf16, int8 or int4 (block-quantized:
   // the fp32 master shard is encoded once per step, after the optimizer step, and every gather
   // of the step decodes the same codes). int8/int4 need zero3, the hierarchical host schedules
@@ -102,33 +78,85 @@ struct EngineConfig {
   // replica wire): each rank keeps what its encoding dropped (a buffer per unit, allocated once)
   // and adds it to what it sends next step. HSDP_GRAD_ERROR_FEEDBACK; default on.
   std::optional<bool> grad_error_feedback;
+};
 
-  // ---- CPU Adam (host shards and CPU offload) ----
-  // Threads of the CPU Adam step, the caller included; >= 1. HSDP_CPU_ADAM_THREADS; default 1
-  // (ranks share a node's cores, and the pool does not know about the other ranks).
-  std::optional<int> cpu_adam_threads;
-  // The kernel: avx512, avx2 or scalar. HSDP_CPU_ADAM_ISA; default the best this CPU runs.
-  std::optional<CpuIsa> cpu_adam_isa;
+// How gathers and reductions are scheduled and how far ahead units are gathered.
+struct PipelinePolicy {
+  // Gathers and reductions as two-level schedules over the intra and inter levels (true), or as
+  // one collective over the shard group (false). HSDP_HIER; default true. Ignored on a device
+  // (NCCL runs its own hierarchy inside one communicator).
+  std::optional<bool> hierarchical;
+  // Chunks per hierarchical collective, pipelined (chunk c's intra phase overlaps chunk c+1's
+  // inter phase); in [1, 4096]. HSDP_PIPELINE_CHUNKS. Unset: up to 32 chunks of at least
+  // min_chunk_bytes each; set: exactly this many, unless a minimum is set too.
+  std::optional<int> chunks;
+  // Smallest chunk (bytes of the gathered unit) when pipelining; 0: always `chunks`.
+  // HSDP_PIPELINE_MIN_CHUNK_BYTES; default 1 MiB when `chunks` is unset, else 0.
+  std::optional<size_t> min_chunk_bytes;
+  // Rate limiter (zero3): at most this many units gathered at once; an unshard() beyond it is
+  // issued when an earlier unit is resharded (or when it is waited for). 0: no limit.
+  int max_gathered_units = 0;
+};
 
-  // ---- failures ----
+// The optimizer step on the CPU (host shards and CPU offload).
+struct OffloadPolicy {
+  // Optimizer state (fp32 master, Adam moments) in NUMA-local host memory, stepped by the SIMD
+  // CPU Adam on a worker thread as soon as each unit's gradient is reduced, overlapping the rest
+  // of backward. Needs a sharded optimizer (zero1, zero2, zero3).
+  bool cpu = false;
+  // Threads of the CPU Adam step (host shards, with or without offload), the caller included;
+  // >= 1. HSDP_CPU_ADAM_THREADS; default 1 (ranks share a node's cores, and the pool does not
+  // know about the other ranks).
+  std::optional<int> adam_threads;
+  // The CPU Adam's kernel: avx512, avx2 or scalar. HSDP_CPU_ADAM_ISA; default the best this CPU
+  // runs.
+  std::optional<CpuIsa> adam_isa;
+};
+
+// Checkpoints (hsdp/checkpoint.h).
+struct CheckpointPolicy {
+  // The data files of save and load go around the page cache (O_DIRECT) where the filesystem
+  // allows it (elsewhere, e.g. tmpfs before Linux 6.6, buffered): no page-cache copy, and where
+  // fresh memory is slow to fault in, no page cache to fill. HSDP_CKPT_DIRECT_IO; default on.
+  // docs/checkpoint.md, "Direct I/O".
+  std::optional<bool> direct_io;
+};
+
+// What a stalled or failed peer costs.
+struct FailurePolicy {
   // Seconds a wait of the engine or a transport may go without progress before the watchdog
   // ends the job, naming the collective and the ranks that did not arrive (hsdp/watchdog.h,
   // docs/reliability.md); > 0, the same on every rank. HSDP_TIMEOUT_S; default 600. The
   // watchdog is one per process: ShardedModel::create sets its timeout (the last model wins).
   std::optional<double> timeout_s;
+};
 
-  // ---- checkpoints (hsdp/checkpoint.h) ----
-  // The data files of save and load go around the page cache (O_DIRECT) where the filesystem
-  // allows it (elsewhere, e.g. tmpfs before Linux 6.6, buffered): no page-cache copy, and where
-  // fresh memory is slow to fault in, no page cache to fill. HSDP_CKPT_DIRECT_IO; default on.
-  // docs/checkpoint.md, "Direct I/O".
-  std::optional<bool> checkpoint_direct_io;
+struct EngineConfig {
+  ShardMode mode = ShardMode::kZero3;
+  AdamConfig adam;
+  // Clip the global gradient norm (over every shard and replica) to this value before the
+  // optimizer step; 0 disables clipping.
+  float clip_norm = 0.0f;
+  // hpZ (ZeRO++ secondary partition; zero3 with intra_shard > 1 and inter_shard > 1): after a
+  // unit's forward, keep its parameters sharded over the intra-node group only (1/I of the unit
+  // per rank), so re-gathers until the next step() stay inside the node.
+  bool hpz = false;
+  // Where parameters, gradients and optimizer state live. kCuda needs a build with CUDA and a
+  // mesh whose communicators are NCCL (ShardedModel::create says which is missing).
+  Device device = Device::kHost;
+
+  PrecisionPolicy precision;
+  WirePolicy wires;
+  PipelinePolicy pipeline;
+  OffloadPolicy offload;
+  CheckpointPolicy checkpoint;
+  FailurePolicy failure;
 };
 
 // `cfg` with every unset optional filled from its HSDP_* variable, else its default, so that every
 // field has a value. A malformed variable is an InvalidArgument naming it and its value; a field
-// out of range (pipeline_chunks < 1, an inter dtype other than float32/bf16, a quantization
-// block that is not a multiple of 16 in [16, 2^20], cpu_adam_threads < 1) names the field.
+// out of range (pipeline.chunks < 1, an inter dtype other than float32/bf16, a quantization
+// block that is not a multiple of 16 in [16, 2^20], offload.adam_threads < 1) names the field.
 // ShardedModel::create() calls it; call it yourself to see what a run will use.
 StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg);
 

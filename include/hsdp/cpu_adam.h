@@ -38,7 +38,7 @@ namespace hsdp {
 // InvalidArgument naming the value.
 StatusOr<CpuIsa> cpuAdamIsaFromEnv();
 // HSDP_CPU_ADAM_THREADS, else 1 (the one default of CpuAdamOptions::threads and
-// EngineConfig::cpu_adam_threads); a value outside [1, 4096] is an InvalidArgument naming it.
+// EngineConfig::offload.adam_threads); a value outside [1, 4096] is an InvalidArgument naming it.
 StatusOr<int> cpuAdamThreadsFromEnv();
 
 // The shard the step works on: hsdp::AdamShard (hsdp/optimizer.h), host arrays, any alignment

@@ -51,7 +51,7 @@ StatusOr<Config> resolveConfig(Config cfg);
 
 // The settings in effect (the resolved defaults before mpi::Session::init).
 const Config& config();
-// Changes the timeout of the running watchdog (EngineConfig::timeout_s does this at
+// Changes the timeout of the running watchdog (EngineConfig::failure.timeout_s does this at
 // ShardedModel::create); every rank must set the same value. InvalidArgument unless > 0.
 [[nodiscard]] Status setTimeout(double seconds);
 // True once the watchdog thread runs on this rank.

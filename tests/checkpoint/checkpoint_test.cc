@@ -85,10 +85,10 @@ class Checkpoint : public ::testing::Test {
     cfg.adam.weight_decay = 0.1f;
     cfg.adam.eps = 1e-5f;
     cfg.hpz = c.hpz;
-    cfg.param_dtype = c.param_dtype;
-    cfg.reduce_dtype = c.reduce_dtype;
+    cfg.precision.param_dtype = c.param_dtype;
+    cfg.precision.reduce_dtype = c.reduce_dtype;
     cfg.clip_norm = c.clip;
-    cfg.offload_cpu = c.offload;
+    cfg.offload.cpu = c.offload;
     return cfg;
   }
   std::string dir_;

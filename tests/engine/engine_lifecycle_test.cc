@@ -60,8 +60,8 @@ TEST(UnitLifecycle, IllegalCallsNameTheUnitAndBothStatesThenTrainingIsExact) {
                         c.max_gathered));
     EngineConfig cfg;
     cfg.mode = c.mode;
-    cfg.offload_cpu = c.offload;
-    cfg.max_gathered_units = c.max_gathered;
+    cfg.offload.cpu = c.offload;
+    cfg.pipeline.max_gathered_units = c.max_gathered;
     cfg.adam.lr = 0.25f;
     cfg.adam.eps = 1e-3f;
     auto model = ShardedModel::create(mesh, cfg);

@@ -1,4 +1,4 @@
-// The engine's inter wires (EngineConfig::inter_param_wire, inter_grad_wire, replica_wire), under
+// The engine's inter wires (EngineConfig::wires.inter_param_wire, inter_grad_wire, replica_wire), under
 // mpirun where the layout has several (virtual) nodes, against closed forms:
 //  - the configuration: HSDP_INTER_DTYPE as the shorthand of both inter wires, each wire's own
 //    variable, the block size and error feedback, malformed values named;
@@ -78,37 +78,37 @@ TEST(EngineWires, ConfigFieldsAndTheirEnvironmentVariables) {
     unsetenv(v);
   auto d = resolveEngineConfig({});
   ASSERT_TRUE(d.ok()) << d.status().toString();
-  EXPECT_EQ(*d->inter_param_wire, Wire::kFp32);
-  EXPECT_EQ(*d->inter_grad_wire, Wire::kFp32);
-  EXPECT_EQ(*d->replica_wire, Wire::kFp32);
-  EXPECT_EQ(*d->quant_block, kDefaultQuantBlock);
-  EXPECT_TRUE(*d->grad_error_feedback);
+  EXPECT_EQ(*d->wires.inter_param_wire, Wire::kFp32);
+  EXPECT_EQ(*d->wires.inter_grad_wire, Wire::kFp32);
+  EXPECT_EQ(*d->wires.replica_wire, Wire::kFp32);
+  EXPECT_EQ(*d->wires.quant_block, kDefaultQuantBlock);
+  EXPECT_TRUE(*d->wires.grad_error_feedback);
   setenv("HSDP_INTER_DTYPE", "bf16", 1);  // the shorthand: both inter wires
   auto a = resolveEngineConfig({});
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ(*a->inter_param_wire, Wire::kBf16);
-  EXPECT_EQ(*a->inter_grad_wire, Wire::kBf16);
-  EXPECT_EQ(*a->replica_wire, Wire::kFp32);
+  EXPECT_EQ(*a->wires.inter_param_wire, Wire::kBf16);
+  EXPECT_EQ(*a->wires.inter_grad_wire, Wire::kBf16);
+  EXPECT_EQ(*a->wires.replica_wire, Wire::kFp32);
   setenv("HSDP_INTER_GRAD_WIRE", "int8", 1);  // a wire's own variable wins over the shorthand
   setenv("HSDP_QUANT_BLOCK", "512", 1);
   setenv("HSDP_GRAD_ERROR_FEEDBACK", "0", 1);
   auto b = resolveEngineConfig({});
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(*b->inter_param_wire, Wire::kBf16);
-  EXPECT_EQ(*b->inter_grad_wire, Wire::kInt8);
-  EXPECT_EQ(*b->quant_block, 512u);
-  EXPECT_FALSE(*b->grad_error_feedback);
+  EXPECT_EQ(*b->wires.inter_param_wire, Wire::kBf16);
+  EXPECT_EQ(*b->wires.inter_grad_wire, Wire::kInt8);
+  EXPECT_EQ(*b->wires.quant_block, 512u);
+  EXPECT_FALSE(*b->wires.grad_error_feedback);
   EngineConfig given;  // fields given win over every variable
-  given.inter_param_wire = Wire::kInt4;
-  given.inter_grad_wire = Wire::kFp32;
-  given.quant_block = 64;
-  given.grad_error_feedback = true;
+  given.wires.inter_param_wire = Wire::kInt4;
+  given.wires.inter_grad_wire = Wire::kFp32;
+  given.wires.quant_block = 64;
+  given.wires.grad_error_feedback = true;
   auto c = resolveEngineConfig(given);
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(*c->inter_param_wire, Wire::kInt4);
-  EXPECT_EQ(*c->inter_grad_wire, Wire::kFp32);
-  EXPECT_EQ(*c->quant_block, 64u);
-  EXPECT_TRUE(*c->grad_error_feedback);
+  EXPECT_EQ(*c->wires.inter_param_wire, Wire::kInt4);
+  EXPECT_EQ(*c->wires.inter_grad_wire, Wire::kFp32);
+  EXPECT_EQ(*c->wires.quant_block, 64u);
+  EXPECT_TRUE(*c->wires.grad_error_feedback);
   setenv("HSDP_REPLICA_WIRE", "fp8", 1);
   auto bad = resolveEngineConfig({});
   EXPECT_NE(bad.status().message().find("HSDP_REPLICA_WIRE='fp8'"), std::string::npos)
@@ -118,9 +118,9 @@ TEST(EngineWires, ConfigFieldsAndTheirEnvironmentVariables) {
   auto blk = resolveEngineConfig({});
   EXPECT_NE(blk.status().message().find("HSDP_QUANT_BLOCK=24"), std::string::npos)
       << blk.status().toString();
-  given.quant_block = 8;
+  given.wires.quant_block = 8;
   auto blk2 = resolveEngineConfig(given);
-  EXPECT_NE(blk2.status().message().find("EngineConfig::quant_block=8"), std::string::npos);
+  EXPECT_NE(blk2.status().message().find("EngineConfig::wires.quant_block=8"), std::string::npos);
   for (const char* v :
        {"HSDP_INTER_DTYPE", "HSDP_INTER_GRAD_WIRE", "HSDP_QUANT_BLOCK", "HSDP_GRAD_ERROR_FEEDBACK"})
     unsetenv(v);
@@ -136,24 +136,24 @@ TEST(EngineWires, UnsupportedCombinationsAreNamed) {
     EXPECT_NE(m.status().message().find(want), std::string::npos) << m.status().toString();
   };
   EngineConfig cfg;
-  cfg.inter_param_wire = Wire::kInt8;
+  cfg.wires.inter_param_wire = Wire::kInt8;
   cfg.mode = ShardMode::kZero2;
   refused(cfg, "needs mode zero3");
   cfg.mode = ShardMode::kZero3;
-  cfg.param_dtype = DType::kBFloat16;
+  cfg.precision.param_dtype = DType::kBFloat16;
   refused(cfg, "param_dtype bf16");
-  cfg.param_dtype = DType::kFloat32;
-  cfg.hierarchical = false;
+  cfg.precision.param_dtype = DType::kFloat32;
+  cfg.pipeline.hierarchical = false;
   refused(cfg, "hierarchical schedules");
   EngineConfig grads;
-  grads.inter_grad_wire = Wire::kInt4;
-  grads.reduce_dtype = DType::kBFloat16;
+  grads.wires.inter_grad_wire = Wire::kInt4;
+  grads.precision.reduce_dtype = DType::kBFloat16;
   refused(grads, "reduce_dtype bf16");
   // Nothing crosses nodes with inter_shard 1: accepted, nothing quantized.
   auto inside = meshOf(0, 1);
   EngineConfig z2;
   z2.mode = ShardMode::kZero2;
-  z2.inter_param_wire = Wire::kInt8;
+  z2.wires.inter_param_wire = Wire::kInt8;
   EXPECT_TRUE(ShardedModel::create(*inside, z2).ok());
 }
 
@@ -193,10 +193,10 @@ TEST(EngineWires, Zero3GathersDecodeTheEncodedMasterShard) {
   for (bool offload : {false, true}) {
     SCOPED_TRACE(offload ? "offload" : "no offload");
     EngineConfig cfg;
-    cfg.inter_param_wire = Wire::kInt8;
-    cfg.inter_grad_wire = Wire::kInt8;
-    cfg.quant_block = 256;
-    cfg.offload_cpu = offload;
+    cfg.wires.inter_param_wire = Wire::kInt8;
+    cfg.wires.inter_grad_wire = Wire::kInt8;
+    cfg.wires.quant_block = 256;
+    cfg.offload.cpu = offload;
     auto m = build(*mesh, cfg);
     ASSERT_TRUE(m);
     const WireFormat w{Wire::kInt8, 256};
@@ -231,7 +231,7 @@ TEST(EngineWires, EncodedReplicaWireKeepsReplicasIdentical) {
     for (Wire w : {Wire::kFp32, Wire::kInt8}) {
       EngineConfig cfg;
       cfg.mode = mode;
-      cfg.replica_wire = w;
+      cfg.wires.replica_wire = w;
       auto m = build(*mesh, cfg);
       ASSERT_TRUE(m);
       step(*m);

@@ -371,7 +371,8 @@ TEST(ShardedModel, OffloadedStepLandsBeforeParametersAreRead) {
   forEachMesh([](const Mesh& mesh) {
     for (ShardMode mode : {ShardMode::kZero1, ShardMode::kZero2, ShardMode::kZero3}) {
       const AdamConfig adam = probeAdam();
-      EngineConfig cfg{mode, adam, 0.0f, /*offload_cpu=*/true};
+      EngineConfig cfg{mode, adam};
+      cfg.offload.cpu = true;
       auto model = ShardedModel::create(mesh, cfg);
       ASSERT_TRUE(model.ok()) << model.status().toString();
       ASSERT_TRUE((*model)->addUnit("a", oddUnit()).ok());
@@ -403,7 +404,9 @@ TEST(ShardedModel, OffloadedStepLandsBeforeParametersAreRead) {
       const MemoryReport r = (*model)->memoryReport();
       EXPECT_GE(r.offload_host_bytes, 4 * 4 * l.shardNumel());  // master, grad, two moments
     }
-    auto none = ShardedModel::create(mesh, {ShardMode::kNone, {}, 0.0f, true});
+    EngineConfig none_cfg{ShardMode::kNone, {}};
+    none_cfg.offload.cpu = true;
+    auto none = ShardedModel::create(mesh, none_cfg);
     EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
   });
 }

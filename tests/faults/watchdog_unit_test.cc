@@ -1,6 +1,6 @@
 // The watchdog's parts in one process, against what each must produce by construction:
 //  - settings: HSDP_TIMEOUT_S / HSDP_NCCL_TIMEOUT_S / HSDP_WATCHDOG / HSDP_CHECK_COLLECTIVES
-//    parsed and rejected with the variable named, and EngineConfig::timeout_s over the env;
+//    parsed and rejected with the variable named, and EngineConfig::failure.timeout_s over the env;
 //  - the table: a segment created, attached by name, unlinked (gone from /dev/shm), read back,
 //    serialized and parsed to the same records; a stopped / dead process seen as such;
 //  - the out-of-band channel: a request answered by a server, the first of several targets, and
@@ -101,14 +101,14 @@ TEST(WatchdogConfig, EngineConfigField) {
     EnvGuard g({{"HSDP_TIMEOUT_S", "30"}});
     auto c = resolveEngineConfig({});
     ASSERT_TRUE(c.ok()) << c.status().toString();
-    EXPECT_EQ(*c->timeout_s, 30);
+    EXPECT_EQ(*c->failure.timeout_s, 30);
     EngineConfig set;
-    set.timeout_s = 5;
-    EXPECT_EQ(*resolveEngineConfig(set)->timeout_s, 5);
-    set.timeout_s = 0;
+    set.failure.timeout_s = 5;
+    EXPECT_EQ(*resolveEngineConfig(set)->failure.timeout_s, 5);
+    set.failure.timeout_s = 0;
     auto bad = resolveEngineConfig(set);
     ASSERT_FALSE(bad.ok());
-    EXPECT_NE(bad.status().message().find("EngineConfig::timeout_s=0"), std::string::npos);
+    EXPECT_NE(bad.status().message().find("EngineConfig::failure.timeout_s=0"), std::string::npos);
   }
   EnvGuard g({{"HSDP_TIMEOUT_S", "-1"}});
   auto bad = resolveEngineConfig({});

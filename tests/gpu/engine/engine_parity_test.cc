@@ -101,11 +101,11 @@ std::vector<Case> cases(const MeshShape& s, bool full) {
   };
   auto none = [](Case&) {};
   auto clip = [](Case& c) { c.cfg.clip_norm = 5.0f; };
-  auto bf16p = [](Case& c) { c.cfg.param_dtype = DType::kBFloat16; };
-  auto bf16r = [](Case& c) { c.cfg.reduce_dtype = DType::kBFloat16; };
+  auto bf16p = [](Case& c) { c.cfg.precision.param_dtype = DType::kBFloat16; };
+  auto bf16r = [](Case& c) { c.cfg.precision.reduce_dtype = DType::kBFloat16; };
   auto bf16both = [](Case& c) {
-    c.cfg.param_dtype = DType::kBFloat16;
-    c.cfg.reduce_dtype = DType::kBFloat16;
+    c.cfg.precision.param_dtype = DType::kBFloat16;
+    c.cfg.precision.reduce_dtype = DType::kBFloat16;
   };
   if (s.shardGroupSize() == 1) {
     add("none", ShardMode::kNone, [](Case& c) { c.legacy_stream = true; });
@@ -131,7 +131,7 @@ std::vector<Case> cases(const MeshShape& s, bool full) {
         },
         2);
   }
-  auto offload = [](Case& c) { c.cfg.offload_cpu = true; };
+  auto offload = [](Case& c) { c.cfg.offload.cpu = true; };
   add("zero1.offload", ShardMode::kZero1, offload);
   add(
       "zero3.offload.accum2.clip", ShardMode::kZero3,
@@ -155,7 +155,7 @@ std::vector<Case> cases(const MeshShape& s, bool full) {
         clip(c);
       },
       3);
-  add("zero3.maxgathered1", ShardMode::kZero3, [](Case& c) { c.cfg.max_gathered_units = 1; });
+  add("zero3.maxgathered1", ShardMode::kZero3, [](Case& c) { c.cfg.pipeline.max_gathered_units = 1; });
   add("zero3.adam.legacy_stream", ShardMode::kZero3, [](Case& c) {
     c.cfg.adam.kind = OptimizerKind::kAdam;
     c.legacy_stream = true;
@@ -375,11 +375,11 @@ void runParity(int ranks_per_node) {
         if (::testing::Test::HasFatalFailure()) return;
         auto pow2 = [](int n) { return (n & (n - 1)) == 0; };
         const bool exact_avg = pow2(s.shardGroupSize()) && pow2(s.replicas());
-        const bool loose = c.cfg.reduce_dtype == DType::kBFloat16 && !exact_avg;
+        const bool loose = c.cfg.precision.reduce_dtype == DType::kBFloat16 && !exact_avg;
         const double tol = loose ? 1e-3 : 1e-6;
         // bf16 compute copies: a master one float ulp apart may round to the neighbouring bf16
         // (2^-8 relative) when averaging was not exact.
-        const double view_tol = c.cfg.param_dtype == DType::kBFloat16 && !exact_avg ? 1e-2 : tol;
+        const double view_tol = c.cfg.precision.param_dtype == DType::kBFloat16 && !exact_avg ? 1e-2 : tol;
         for (size_t u = 0; u < host_out.full.size(); ++u) {
           expectClose(host_out.full[u], dev_out.full[u], tol, "unit " + std::to_string(u));
           expectClose(host_out.forward_view[u], dev_out.forward_view[u], view_tol,
