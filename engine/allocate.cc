@@ -155,9 +155,10 @@ Status ShardedModel::finalize() {
       if (m.bf16Params() && m.stagedOffload()) {
         HSDP_ASSIGN_OR_RETURN(u.host16, HostBuffer::allocateNuma(n * sizeof(bf16), m.opt->numa()));
       }
-      HSDP_ASSIGN_OR_RETURN(u.offload, sp.offloadSlot({{u.host_grad.data(), u.host_grad.size()},
-                                                       {u.host_master.data(), u.host_master.size()},
-                                                       {u.host16.data(), u.host16.size()}}));
+      HSDP_ASSIGN_OR_RETURN(
+          u.offload, m.opt->hostCopies().offloadSlot({{u.host_grad.data(), u.host_grad.size()},
+                                                      {u.host_master.data(), u.host_master.size()},
+                                                      {u.host16.data(), u.host16.size()}}));
     } else {
       HSDP_ASSIGN_OR_RETURN(u.exp_avg, sp.allocate(bytes));
       HSDP_ASSIGN_OR_RETURN(u.exp_avg_sq, sp.allocate(bytes));

@@ -2,7 +2,7 @@
 // buffer after use; here "free" returns the block to the pool, because allocating fresh memory
 // costs a page fault per 4 KiB on these machines (and a cudaMalloc synchronises the device).
 // Capacity only grows (to the peak number of blocks alive at once), and the report counts both
-// capacity and peak use. Blocks live in the engine's memory space (engine/memory_space.h); on a
+// capacity and peak use. Blocks live in the engine's memory space (core/memory_space.h); on a
 // device a released block is handed out again only after its last use (an event), so reuse is
 // ordered on the streams rather than by waiting on the host.
 #pragma once
@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "engine/memory_space.h"
+#include "core/memory_space.h"
 
 namespace hsdp {
 

@@ -1,6 +1,8 @@
-// The host memory space: the engine's operations as plain host code (memcpy, loops, the CPU
-// Adam), exactly what the engine did before the memory-space seam, so host results are bit for
-// bit unchanged. Collectives are waited for on the calling thread.
+// The host memory space (engine/memory_space.h): the engine's operations as plain host code
+// (memcpy, loops, the CPU Adam), exactly what the engine did before the memory-space seam, so
+// host results are bit for bit unchanged. Collectives are waited for on the calling thread.
+// Four objects, as core/memory_space.h splits a space: the memory, its collectives, the step's
+// kernels and the host copies (nothing to copy: the shards are host memory already).
 #include <chrono>
 #include <cstring>
 
@@ -9,23 +11,13 @@
 namespace hsdp {
 namespace {
 
-struct HostOwner final : SpaceBuffer::Owner {
-  explicit HostOwner(HostBuffer b) : buffer(std::move(b)) {}
-  HostBuffer buffer;
-};
-
-class HostMemorySpace final : public MemorySpace {
+class HostMemory final : public MemorySpace {
  public:
-  explicit HostMemorySpace(CpuAdam* adam) : adam_(adam) {}
-
-  Device device() const override { return Device::kHost; }
-
   StatusOr<SpaceBuffer> allocate(size_t bytes) override {
     HSDP_ASSIGN_OR_RETURN(HostBuffer b, HostBuffer::allocate(bytes));  // zero-filled
     return SpaceBuffer::wrap(std::move(b));
   }
 
-  Status bindComm(Comm&, Lane, const char*) override { return okStatus(); }
   Status checkPointer(const void*) const override { return okStatus(); }
 
   Status zero(void* p, size_t bytes, Lane) override {
@@ -62,27 +54,15 @@ class HostMemorySpace final : public MemorySpace {
     std::memcpy(dst, src, bytes);
     return okStatus();
   }
-  Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard,
-                  float grad_scale) override {
-    return adam_->step(cfg, t, shard, grad_scale);
-  }
+  Status order(Lane, Lane) override { return okStatus(); }
+  Status markReleased(const SpaceBuffer&, Lane) override { return okStatus(); }
+  Status awaitReuse(const SpaceBuffer&) override { return okStatus(); }
+};
 
-  Status normBegin() override {
-    sumsq_ = 0;
-    return okStatus();
-  }
-  Status normAccumulate(const float* g, size_t n) override {
-    for (size_t i = 0; i < n; ++i) sumsq_ += double(g[i]) * g[i];
-    return okStatus();
-  }
-  Status normReduce(Comm* group) override {
-    if (group == nullptr) return okStatus();
-    float partial = static_cast<float>(sumsq_);
-    HSDP_RETURN_IF_ERROR(group->allReduce(&partial, 1, DType::kFloat32, RedOp::kSum));
-    sumsq_ = partial;
-    return okStatus();
-  }
-  StatusOr<double> normResult() override { return sumsq_; }
+// The mesh's transports as they are; a collective is waited for on the calling thread.
+class HostCollectives final : public SpaceCollectives {
+ public:
+  Status bindComm(Comm&, Lane, const char*) override { return okStatus(); }
 
   StatusOr<WorkHandle> iallGather(Comm& comm, const void* send, void* recv, size_t count,
                                   DType dtype) override {
@@ -116,12 +96,44 @@ class HostMemorySpace final : public MemorySpace {
     if (done) w.reset();
     return done;
   }
-  Status order(Lane, Lane) override { return okStatus(); }
   Status poll() override { return okStatus(); }
-  Status markReleased(const SpaceBuffer&, Lane) override { return okStatus(); }
-  Status awaitReuse(const SpaceBuffer&) override { return okStatus(); }
+};
 
-  // Host offload: the shard is already host memory; the worker copies it in and out itself.
+// The CPU Adam and a double sum of squares.
+class HostKernels final : public StepKernels {
+ public:
+  explicit HostKernels(CpuAdam* adam) : adam_(adam) {}
+
+  Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard,
+                  float grad_scale) override {
+    return adam_->step(cfg, t, shard, grad_scale);
+  }
+
+  Status normBegin() override {
+    sumsq_ = 0;
+    return okStatus();
+  }
+  Status normAccumulate(const float* g, size_t n) override {
+    for (size_t i = 0; i < n; ++i) sumsq_ += double(g[i]) * g[i];
+    return okStatus();
+  }
+  Status normReduce(Comm* group) override {
+    if (group == nullptr) return okStatus();
+    float partial = static_cast<float>(sumsq_);
+    HSDP_RETURN_IF_ERROR(group->allReduce(&partial, 1, DType::kFloat32, RedOp::kSum));
+    sumsq_ = partial;
+    return okStatus();
+  }
+  StatusOr<double> normResult() override { return sumsq_; }
+
+ private:
+  CpuAdam* adam_;
+  double sumsq_ = 0;
+};
+
+// Host offload: the shard is already host memory; the worker copies it in and out itself.
+class HostHostCopies final : public HostCopies {
+ public:
   StatusOr<std::unique_ptr<OffloadSlot>> offloadSlot(
       const std::vector<std::pair<void*, size_t>>&) override {
     return std::make_unique<OffloadSlot>();
@@ -142,24 +154,17 @@ class HostMemorySpace final : public MemorySpace {
     return okStatus();
   }
   Status finishSnapshot(OffloadSlot&) override { return okStatus(); }
-
-
- private:
-  CpuAdam* adam_;
-  double sumsq_ = 0;
 };
 
 }  // namespace
 
-SpaceBuffer SpaceBuffer::wrap(HostBuffer buffer) {
-  void* data = buffer.data();
-  const size_t size = buffer.size();
-  return SpaceBuffer(data, size, std::make_unique<HostOwner>(std::move(buffer)));
+SpaceBundle hostMemorySpace(CpuAdam* adam) {
+  SpaceBundle b;
+  b.memory = std::make_unique<HostMemory>();
+  b.collectives = std::make_unique<HostCollectives>();
+  b.kernels = std::make_unique<HostKernels>(adam);
+  b.host_copies = std::make_unique<HostHostCopies>();
+  return b;
 }
-
-std::unique_ptr<MemorySpace> hostMemorySpace(CpuAdam* adam) {
-  return std::make_unique<HostMemorySpace>(adam);
-}
-
 
 }  // namespace hsdp

@@ -1,4 +1,5 @@
-// OptimizerStep: the CPU Adam, the offload worker, the norm (optimizer_step.h).
+// OptimizerStep: the CPU Adam, the offload worker, the norm, the space's step kernels and host
+// copies (optimizer_step.h).
 #include "engine/optimizer_step.h"
 
 #include <algorithm>
@@ -41,16 +42,16 @@ StatusOr<std::unique_ptr<OptimizerStep>> OptimizerStep::create(const EngineConfi
 
 Status OptimizerStep::beginNorm(std::span<const std::pair<const float*, size_t>> grads,
                                 Comm* group) {
-  HSDP_RETURN_IF_ERROR(space_->normBegin());
-  for (auto [g, n] : grads) HSDP_RETURN_IF_ERROR(space_->normAccumulate(g, n));
-  HSDP_RETURN_IF_ERROR(space_->normReduce(group));
+  HSDP_RETURN_IF_ERROR(kernels_->normBegin());
+  for (auto [g, n] : grads) HSDP_RETURN_IF_ERROR(kernels_->normAccumulate(g, n));
+  HSDP_RETURN_IF_ERROR(kernels_->normReduce(group));
   norm_pending_ = true;
   return okStatus();
 }
 
 Status OptimizerStep::readNorm() const {
   if (!norm_pending_) return okStatus();
-  HSDP_ASSIGN_OR_RETURN(double sumsq, space_->normResult());
+  HSDP_ASSIGN_OR_RETURN(double sumsq, kernels_->normResult());
   last_norm_ = static_cast<float>(std::sqrt(sumsq));
   norm_pending_ = false;
   return okStatus();
@@ -63,7 +64,7 @@ float OptimizerStep::clipCoefficient(float clip_norm) const {
 
 Status OptimizerStep::stepNow(const AdamConfig& adam, int64_t t, const ShardStep& s, float scale) {
   for (const DecaySpan& d : s.spans)
-    HSDP_RETURN_IF_ERROR(space_->adamStep(spanConfig(adam, d), t, spanOf(s, d), scale));
+    HSDP_RETURN_IF_ERROR(kernels_->adamStep(spanConfig(adam, d), t, spanOf(s, d), scale));
   if (s.encoded != nullptr) wireEncode(s.wire, s.master, s.n, s.encoded);
   return okStatus();
 }
@@ -71,7 +72,7 @@ Status OptimizerStep::stepNow(const AdamConfig& adam, int64_t t, const ShardStep
 // `adam` by value in the job: the rate of this step, whatever the caller sets later.
 StatusOr<int64_t> OptimizerStep::launch(const AdamConfig& adam, int64_t t, const ShardStep& s,
                                         float scale) {
-  MemorySpace* sp = space_;
+  HostCopies* sp = copies_.get();
   const size_t bytes = s.n * sizeof(float);
   if (s.slot != nullptr)
     HSDP_RETURN_IF_ERROR(sp->startDownload(*s.slot, s.grad, s.space_grad, bytes));

@@ -1,8 +1,10 @@
 // The one owner of the optimizer step: the SIMD CPU Adam, with CPU offload its worker queue and
 // the NUMA topology the host state is placed by, the global gradient norm and its clipping
-// coefficient, and how a shard is stepped: inline through the memory space (its Adam kernel; on
-// the host that is this CPU Adam) or, with offload, as a job on the worker (host memory: the
-// shards in place; a device: through host copies). The same object with and without offload.
+// coefficient, and how a shard is stepped: inline through the space's step kernels
+// (StepKernels, core/memory_space.h: its Adam kernel, on the host this CPU Adam, and its norm)
+// or, with offload, as a job on the worker (host memory: the shards in place; a device: through
+// the space's host copies, HostCopies, which checkpoint snapshots use too). It owns both. The
+// same object with and without offload.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/memory_space.h"
+#include "core/memory_space.h"
 #include "hsdp/config.h"
 #include "hsdp/cpu_adam.h"
 #include "hsdp/host_buffer.h"
@@ -42,7 +44,7 @@ struct ShardStep {
   WireFormat wire;
   void* encoded = nullptr;
   // Offload on a device: the shards' trip through the host arrays above and back.
-  MemorySpace::OffloadSlot* slot = nullptr;
+  HostCopies::OffloadSlot* slot = nullptr;
   float* space_master = nullptr;     // the master in device memory
   const void* space_grad = nullptr;  // the gradient shard in device memory
   bf16* space16 = nullptr;           // shard16 in device memory (bf16 parameters)
@@ -53,8 +55,13 @@ class OptimizerStep {
   // The CPU Adam wherever host shards are stepped (Device::kHost, or CPU offload); with offload
   // the worker queue and the NUMA topology.
   static StatusOr<std::unique_ptr<OptimizerStep>> create(const EngineConfig& cfg);
-  // The memory space whose Adam kernel and norm run the inline steps (set once, after create).
-  void setSpace(MemorySpace* space) { space_ = space; }
+  // The space's step kernels (the inline steps and the norm) and its host copies (offload's
+  // trip, checkpoint snapshots); set once, after create, from the space's bundle.
+  void setSpace(std::unique_ptr<StepKernels> kernels, std::unique_ptr<HostCopies> copies) {
+    kernels_ = std::move(kernels);
+    copies_ = std::move(copies);
+  }
+  HostCopies& hostCopies() const { return *copies_; }
 
   CpuAdam* cpuAdam() const { return cpu_adam_.get(); }
   bool offloaded() const { return queue_ != nullptr; }
@@ -71,7 +78,7 @@ class OptimizerStep {
   // (after readNorm()); 1 without clipping.
   float clipCoefficient(float clip_norm) const;
 
-  // Steps `s` now, through the memory space (the training thread; device kernels enqueue).
+  // Steps `s` now, through the step kernels (the training thread; device kernels enqueue).
   [[nodiscard]] Status stepNow(const AdamConfig& adam, int64_t t, const ShardStep& s, float scale);
   // Offload: queues the step of `s` on the worker; returns its ticket. The arrays must stay put
   // until wait(ticket).
@@ -84,7 +91,8 @@ class OptimizerStep {
  private:
   std::unique_ptr<CpuAdam> cpu_adam_;
   NumaTopology numa_;
-  MemorySpace* space_ = nullptr;
+  std::unique_ptr<StepKernels> kernels_;
+  std::unique_ptr<HostCopies> copies_;
   mutable float last_norm_ = 0;
   mutable bool norm_pending_ = false;
   std::unique_ptr<StepQueue> queue_;  // last: its worker joins before the rest goes

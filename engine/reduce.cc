@@ -49,7 +49,7 @@ Status ShardedModel::Impl::pollReductions(bool block) {
     if (!p.scatter_done) {
       if (p.scatter) {
         // On a device this orders the reduce lane after the scatter and is true at once.
-        HSDP_ASSIGN_OR_RETURN(bool done, space->reached(p.scatter, Lane::kReduce, block));
+        HSDP_ASSIGN_OR_RETURN(bool done, coll->reached(p.scatter, Lane::kReduce, block));
         if (!done) break;  // later ones start their all-reduce after this one: keep order
         if (pooledGrads()) HSDP_RETURN_IF_ERROR(blocks.pool.release(u.grads.full, Lane::kReduce));
         if (u.grads.block16 != nullptr) {  // bf16 reduce: upcast the shard, free the wire copy
@@ -72,7 +72,7 @@ Status ShardedModel::Impl::pollReductions(bool block) {
   while (!pending.empty() && pending.front().scatter_done) {
     engine::PendingReduce& p = pending.front();
     if (p.replicate) {
-      HSDP_ASSIGN_OR_RETURN(bool done, space->reached(p.replicate, Lane::kReduce, block));
+      HSDP_ASSIGN_OR_RETURN(bool done, coll->reached(p.replicate, Lane::kReduce, block));
       if (!done) break;
     }
     Unit& u = units[p.unit];

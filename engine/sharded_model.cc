@@ -133,41 +133,34 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
   auto impl = std::make_unique<Impl>();
   impl->mesh = &mesh;
   HSDP_ASSIGN_OR_RETURN(impl->opt, engine::OptimizerStep::create(cfg));
+  SpaceBundle space;
   if (cfg.device == Device::kHost) {  // host shards are stepped by the SIMD CPU Adam
-    impl->space = hostMemorySpace(impl->opt->cpuAdam());
+    space = hostMemorySpace(impl->opt->cpuAdam());
   } else {
-    HSDP_ASSIGN_OR_RETURN(impl->space, createMemorySpace(cfg.device, /*compute_stream=*/nullptr));
+    HSDP_ASSIGN_OR_RETURN(space, createMemorySpace(cfg.device, /*compute_stream=*/nullptr));
   }
-  impl->opt->setSpace(impl->space.get());
+  impl->space = std::move(space.memory);
+  impl->opt->setSpace(std::move(space.kernels), std::move(space.host_copies));
   impl->cfg = cfg;
   impl->shards = cfg.mode == ShardMode::kNone ? 1 : mesh.shape().shardGroupSize();
   bool hierarchical = *cfg.pipeline.hierarchical;
-  if (cfg.device != Device::kHost) {
-    // The two-level schedules stage chunks with host memcpy. On a device one collective over
-    // the shard group does it: NCCL runs its own intra/inter hierarchy inside a communicator.
-    hierarchical = false;
-    // Collectives of the parameter path wait for the compute stream (the user wrote the
-    // gradients, and a step updated the shards, there); the replica all-reduce of a reduced
-    // shard waits for the engine's reduce lane.
-    HSDP_RETURN_IF_ERROR(impl->space->bindComm(mesh.shardGroup(), Lane::kCompute, "shard-group"));
-    // Reduce-scatters follow the backward kernels that wrote the gradient: the compute lane too.
-    HSDP_RETURN_IF_ERROR(
-        impl->space->bindComm(mesh.shardGroupReduce(), Lane::kCompute, "shard-group-reduce"));
-    HSDP_RETURN_IF_ERROR(impl->space->bindComm(mesh.replica(), Lane::kReduce, "replica"));
-    if (cfg.hpz)
-      HSDP_RETURN_IF_ERROR(impl->space->bindComm(mesh.intraShard(), Lane::kCompute, "intra-shard"));
-  }
+  // The two-level schedules stage chunks with host memcpy. On a device one collective over the
+  // shard group does it: NCCL runs its own intra/inter hierarchy inside a communicator (and
+  // UnitCollectives binds the communicators to the space's lanes).
+  if (cfg.device != Device::kHost) hierarchical = false;
   engine::UnitCollectives::Options copt;
   copt.shards = impl->shards;
   copt.hierarchical = hierarchical;
   copt.on_device = impl->onDevice();
+  copt.hpz = cfg.hpz;
   copt.gather.chunks = copt.reduce.chunks = *cfg.pipeline.chunks;
   copt.gather.min_chunk_bytes = copt.reduce.min_chunk_bytes = *cfg.pipeline.min_chunk_bytes;
   // The wires per direction (inter_dtype, their shorthand, is already resolved into them).
   copt.gather.gather_wire = {*cfg.wires.inter_param_wire, *cfg.wires.quant_block};
   copt.reduce.reduce_wire = {*cfg.wires.inter_grad_wire, *cfg.wires.quant_block};
   copt.replica_wire = {*cfg.wires.replica_wire, *cfg.wires.quant_block};
-  HSDP_ASSIGN_OR_RETURN(impl->coll, engine::UnitCollectives::create(mesh, *impl->space, copt));
+  HSDP_ASSIGN_OR_RETURN(impl->coll,
+                        engine::UnitCollectives::create(mesh, std::move(space.collectives), copt));
   return std::unique_ptr<ShardedModel>(new ShardedModel(std::move(impl)));
 }
 
@@ -271,7 +264,7 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
   auto w = m.coll->gatherExact(m.master(u), block, u.layout.shardNumel());
   watchdog::WaitScope wait("gatherFullParameters", u.name);
   Status s = w.ok()
-                 ? m.space->reached(*w, Lane::kCompute, /*block=*/true, /*exposed=*/false).status()
+                 ? m.coll->reached(*w, Lane::kCompute, /*block=*/true, /*exposed=*/false).status()
                  : w.status();
   if (s.ok()) s = m.space->copyToHost(out->data(), block, u.layout.numel() * sizeof(float));
   HSDP_RETURN_IF_ERROR(m.blocks.pool.release(block));

@@ -10,8 +10,11 @@
 //   checkpoint/load.cc  load / loadWeights: reading pieces, installing them into the shards
 // and the owners they stand on:
 //   unit_state.h        a unit's parameter and gradient state machines, checked in one place
-//   unit_collectives.h  every gather and reduction of a unit, and the route each takes
-//   optimizer_step.h    the CPU Adam, offload's worker and NUMA placement, the gradient norm
+//   memory_space.h      the memory space the buffers live in (core/memory_space.h's seam)
+//   unit_collectives.h  every gather and reduction of a unit, the route each takes, and the
+//                       space's collectives (waiting for any collective goes through it)
+//   optimizer_step.h    the CPU Adam, offload's worker and NUMA placement, the gradient norm,
+//                       the space's step kernels and host copies (offload, snapshots)
 // The fields are grouped by who owns them; each group says which file writes it.
 #pragma once
 
@@ -60,9 +63,9 @@ struct Unit {
   // With offload on a device and bf16 parameters: the bf16 copy the CPU Adam writes, uploaded
   // into shard16 (on the host the CPU Adam writes shard16 itself).
   HostBuffer host16;
-  // The space's per-unit offload state (pinned registrations, copy events); declared after the
-  // host buffers so that it goes first (unpins before they are freed).
-  std::unique_ptr<MemorySpace::OffloadSlot> offload;
+  // The space's per-unit offload state (pinned registrations, copy events; HostCopies); declared
+  // after the host buffers so that it goes first (unpins before they are freed).
+  std::unique_ptr<HostCopies::OffloadSlot> offload;
   // Mixed precision: the bf16 rounding of the master shard (what the all-gather sends) and the
   // bf16 gradient shard the reduce-scatter lands in.
   SpaceBuffer shard16, grad16;
@@ -139,13 +142,17 @@ struct ShardedModel::Impl {
   int shards = 1;    // shard group size used for layouts (1 in mode none)
   bool finalized = false;
   std::vector<Unit> units;
-  // Where every buffer lives and how the operations on them run (host or CUDA). The host
-  // space waits for collectives on the calling thread and counts that as exposed time.
+  // Where every buffer lives and how the local operations on them run (host or CUDA). Declared
+  // before coll and opt, which own the rest of the space's bundle and may refer to it (device:
+  // its streams), so that it goes last.
   std::unique_ptr<MemorySpace> space;
-  // Every gather and reduction of a unit, and the route each takes (engine/unit_collectives.h).
+  // Every gather and reduction of a unit, the route each takes, and the space's collectives
+  // (engine/unit_collectives.h). The host space waits for collectives on the calling thread and
+  // counts that as exposed time.
   std::unique_ptr<engine::UnitCollectives> coll;
-  // The optimizer step: the CPU Adam, offload's worker and NUMA placement, the gradient norm
-  // (engine/optimizer_step.h).
+  // The optimizer step: the CPU Adam, offload's worker and NUMA placement, the gradient norm,
+  // the space's step kernels and host copies (engine/optimizer_step.h). Declared after coll:
+  // the device's norm runs on its collectives.
   std::unique_ptr<engine::OptimizerStep> opt;
 
   // ---- the gather path (unshard.cc) ----
@@ -199,7 +206,7 @@ struct ShardedModel::Impl {
   Status allocateResiduals(Unit& u);
   // Waits (host) or orders `lane` (device) for `w`, counting host waiting as exposed time.
   Status blockOn(WorkHandle& w, Lane lane = Lane::kCompute) {
-    return space->reached(w, lane, /*block=*/true).status();
+    return coll->reached(w, lane, /*block=*/true).status();
   }
 
   // unshard.cc

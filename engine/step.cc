@@ -75,7 +75,7 @@ Status ShardedModel::Impl::waitForStep(Unit& u) {
   u.grads.ticket = 0;
   HSDP_RETURN_IF_ERROR(transition(u.name, u.grads.state, GradState::kStepped,
                                   "offloaded optimizer step", {GradState::kStepping}));
-  return space->awaitUpload(*u.offload);
+  return opt->hostCopies().awaitUpload(*u.offload);
 }
 
 float ShardedModel::lastGradNorm() const {
@@ -92,7 +92,7 @@ void ShardedModel::takeOptimizerSeconds(double* total, double* exposed) {
   impl_->opt->takeSeconds(total, exposed);
 }
 
-double ShardedModel::takeExposedCommSeconds() { return impl_->space->takeExposedSeconds(); }
+double ShardedModel::takeExposedCommSeconds() { return impl_->coll->takeExposedSeconds(); }
 
 Status ShardedModel::setLearningRate(float lr) {
   Impl& m = *impl_;
@@ -160,7 +160,7 @@ Status ShardedModel::step() {
                                    "before step"));
   // On a device: the compute stream (norm, optimizer) comes after every reduction.
   HSDP_RETURN_IF_ERROR(m.space->order(Lane::kCompute, Lane::kReduce));
-  HSDP_RETURN_IF_ERROR(m.space->poll());
+  HSDP_RETURN_IF_ERROR(m.coll->poll());
   ++m.step;
   for (Unit& u : m.units)  // parameters change: the next gather is full
     HSDP_RETURN_IF_ERROR(forgetNodeBlock(u.name, u.params, "step"));
@@ -201,7 +201,7 @@ Status ShardedModel::step() {
         HSDP_RETURN_IF_ERROR(
             transition(u.name, u.grads.state, GradState::kStepped, "step", {GradState::kStepping}));
       }
-      HSDP_RETURN_IF_ERROR(m.space->awaitUpload(*u.offload));
+      HSDP_RETURN_IF_ERROR(opt.hostCopies().awaitUpload(*u.offload));
       HSDP_RETURN_IF_ERROR(
           transition(u.name, u.grads.state, GradState::kEmpty, "step", {GradState::kStepped}));
     }

@@ -5,13 +5,26 @@
 
 namespace hsdp::engine {
 
-UnitCollectives::UnitCollectives(const Mesh& mesh, MemorySpace& space, const Options& options)
-    : mesh_(mesh), space_(space), opt_(options) {}
+UnitCollectives::UnitCollectives(const Mesh& mesh, std::unique_ptr<SpaceCollectives> space,
+                                 const Options& options)
+    : mesh_(mesh), space_(std::move(space)), opt_(options) {}
 
-StatusOr<std::unique_ptr<UnitCollectives>> UnitCollectives::create(const Mesh& mesh,
-                                                                   MemorySpace& space,
-                                                                   const Options& options) {
-  std::unique_ptr<UnitCollectives> c(new UnitCollectives(mesh, space, options));
+StatusOr<std::unique_ptr<UnitCollectives>> UnitCollectives::create(
+    const Mesh& mesh, std::unique_ptr<SpaceCollectives> space, const Options& options) {
+  std::unique_ptr<UnitCollectives> c(new UnitCollectives(mesh, std::move(space), options));
+  if (options.on_device) {
+    SpaceCollectives& sc = *c->space_;
+    // Collectives of the parameter path wait for the compute stream (the user wrote the
+    // gradients, and a step updated the shards, there); the replica all-reduce of a reduced
+    // shard waits for the engine's reduce lane.
+    HSDP_RETURN_IF_ERROR(sc.bindComm(mesh.shardGroup(), Lane::kCompute, "shard-group"));
+    // Reduce-scatters follow the backward kernels that wrote the gradient: the compute lane too.
+    HSDP_RETURN_IF_ERROR(
+        sc.bindComm(mesh.shardGroupReduce(), Lane::kCompute, "shard-group-reduce"));
+    HSDP_RETURN_IF_ERROR(sc.bindComm(mesh.replica(), Lane::kReduce, "replica"));
+    if (options.hpz)
+      HSDP_RETURN_IF_ERROR(sc.bindComm(mesh.intraShard(), Lane::kCompute, "intra-shard"));
+  }
   c->hier_ = std::make_unique<HierarchicalCollectives>(mesh.intraShard(), mesh.interShard());
   c->hier_reduce_ =
       std::make_unique<HierarchicalCollectives>(mesh.intraShardReduce(), mesh.interShardReduce());
@@ -71,7 +84,7 @@ size_t UnitCollectives::scratchBytes() const {
 
 StatusOr<WorkHandle> UnitCollectives::gather(const void* shard, void* full, size_t count, DType t) {
   if (opt_.hierarchical) return hier_->iallGather(shard, full, count, t);
-  return space_.iallGather(mesh_.shardGroup(), shard, full, count, t);
+  return space_->iallGather(mesh_.shardGroup(), shard, full, count, t);
 }
 
 StatusOr<WorkHandle> UnitCollectives::gatherExact(const float* master, void* full, size_t count) {
@@ -86,7 +99,11 @@ StatusOr<WorkHandle> UnitCollectives::gatherEncoded(const void* codes, float* fu
 
 StatusOr<WorkHandle> UnitCollectives::gatherNodeBlock(const void* block, float* full,
                                                       size_t count) {
-  return space_.iallGather(mesh_.intraShard(), block, full, count, DType::kFloat32);
+  return space_->iallGather(mesh_.intraShard(), block, full, count, DType::kFloat32);
+}
+
+StatusOr<WorkHandle> UnitCollectives::replicaGather(const void* send, void* recv, size_t count) {
+  return space_->iallGather(mesh_.replica(), send, recv, count, DType::kFloat32);
 }
 
 void UnitCollectives::Group::clear() {
@@ -107,7 +124,7 @@ StatusOr<WorkHandle> UnitCollectives::gatherGroup() {
   const std::vector<CollectiveOp>& ops = group_.ops;
   if (!opt_.hierarchical) {
     watchdog::Label label("parameters after step", "shard group");
-    return space_.igroup(mesh_.shardGroup(), ops);
+    return space_->igroup(mesh_.shardGroup(), ops);
   }
   std::vector<WorkHandle> works;
   works.reserve(ops.size());
@@ -124,12 +141,12 @@ StatusOr<WorkHandle> UnitCollectives::reduceScatter(const void* full, void* shar
                                                     DType t, float* residual) {
   if (opt_.hierarchical)  // an int8/int4 inter wire with error feedback carries the residual
     return hier_reduce_->ireduceScatter(full, shard, count, t, RedOp::kAvg, residual);
-  return space_.ireduceScatter(mesh_.shardGroupReduce(), full, shard, count, t, RedOp::kAvg);
+  return space_->ireduceScatter(mesh_.shardGroupReduce(), full, shard, count, t, RedOp::kAvg);
 }
 
 StatusOr<WorkHandle> UnitCollectives::replicaReduce(void* shard, size_t count, float* residual) {
   if (replica_) return replica_->iallReduce(shard, count, DType::kFloat32, RedOp::kAvg, residual);
-  return space_.iallReduce(dataParallel(), shard, count, DType::kFloat32, RedOp::kAvg);
+  return space_->iallReduce(dataParallel(), shard, count, DType::kFloat32, RedOp::kAvg);
 }
 
 }  // namespace hsdp::engine

@@ -1,9 +1,12 @@
 // The one owner of a unit's collectives: it holds the hierarchical schedules of the parameter
 // gathers and the gradient reductions, the encoded replica wire (its communicators and its
 // schedule), and decides every route: the two-level host schedules or one collective over the
-// shard group through the memory space, the exact or the encoded wire, the hpZ node group, the
-// data-parallel communicator of the replicas. The engine's files ask for a gather, a
-// reduce-scatter or a replica reduction and never pick a route themselves.
+// shard group through the space's collectives, the exact or the encoded wire, the hpZ node group,
+// the data-parallel communicator of the replicas. The engine's files ask for a gather, a
+// reduce-scatter or a replica reduction and never pick a route themselves. It owns the space's
+// collectives (SpaceCollectives, core/memory_space.h: on a device the NCCL collectives and the
+// events a lane waits on), binds the mesh's communicators to their lanes, and is where the
+// engine waits for any collective (reached, poll).
 #pragma once
 
 #include <memory>
@@ -11,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/memory_space.h"
+#include "core/memory_space.h"
 #include "hsdp/config.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/mesh.h"
@@ -24,11 +27,14 @@ class UnitCollectives {
     int shards = 1;              // shard group size of the layouts (1 in mode none)
     bool hierarchical = true;    // the two-level host schedules (false on a device)
     bool on_device = false;      // the replica all-reduce of mode none runs on mesh.replica()
+    bool hpz = false;            // hpZ's node gathers run on mesh.intraShard() (bound on a device)
     HierOptions gather, reduce;  // the schedules' options per direction (wires, pipelining)
     WireFormat replica_wire;     // fp32: the transport's exact all-reduce
   };
-  // Builds the schedules over the mesh's communicators; nothing collective yet.
-  static StatusOr<std::unique_ptr<UnitCollectives>> create(const Mesh& mesh, MemorySpace& space,
+  // Builds the schedules over the mesh's communicators and, on a device, binds the communicators
+  // the space's collectives run on to their lanes; nothing collective yet.
+  static StatusOr<std::unique_ptr<UnitCollectives>> create(const Mesh& mesh,
+                                                           std::unique_ptr<SpaceCollectives> space,
                                                            const Options& options);
 
   // finalize(), collective over the replicas: the encoded replica wire's communicators, the
@@ -77,6 +83,19 @@ class UnitCollectives {
   // (pipelined in start order); otherwise one group (on a device one fused NCCL launch).
   StatusOr<WorkHandle> gatherGroup();
 
+  // load: `count` elements of every replica into `recv`, fp32, on the replica communicator.
+  StatusOr<WorkHandle> replicaGather(const void* send, void* recv, size_t count);
+
+  // ---- waiting (SpaceCollectives::reached, poll) ----
+  // Whether work on `lane` may use the result of `w` (host: with `block`, waits, counting the
+  // wait as exposed communication when `exposed`; device: `lane` waits for it, true at once).
+  StatusOr<bool> reached(WorkHandle& w, Lane lane, bool block, bool exposed = true) {
+    return space_->reached(w, lane, block, exposed);
+  }
+  // Surfaces errors of collectives reached earlier.
+  [[nodiscard]] Status poll() { return space_->poll(); }
+  double takeExposedSeconds() { return space_->takeExposedSeconds(); }
+
   // ---- gradients ----
   // `full` -> this rank's `shard` (count elements), averaged over the shard group; `residual`:
   // the unit's error feedback of an int8/int4 inter wire (gradResidualCount floats) or null.
@@ -87,10 +106,11 @@ class UnitCollectives {
   StatusOr<WorkHandle> replicaReduce(void* shard, size_t count, float* residual);
 
  private:
-  UnitCollectives(const Mesh& mesh, MemorySpace& space, const Options& options);
+  UnitCollectives(const Mesh& mesh, std::unique_ptr<SpaceCollectives> space,
+                  const Options& options);
 
   const Mesh& mesh_;
-  MemorySpace& space_;
+  std::unique_ptr<SpaceCollectives> space_;
   Options opt_;
   // Gathers and reductions run on separate communicators (mesh.h): both are in flight at once.
   std::unique_ptr<HierarchicalCollectives> hier_;         // parameter all-gathers

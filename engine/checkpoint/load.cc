@@ -109,9 +109,8 @@ Status ShardedModel::Impl::installFromStaging(int states) {
                                                  c->count * sizeof(float)));
       // The replica communicator follows the reduce lane (on a device): let it see the copies.
       HSDP_RETURN_IF_ERROR(space->order(Lane::kReduce, Lane::kCompute));
-      HSDP_ASSIGN_OR_RETURN(WorkHandle w,
-                            space->iallGather(mesh->replica(), g + r * p, g, p, DType::kFloat32));
-      HSDP_RETURN_IF_ERROR(space->reached(w, Lane::kCompute, /*block=*/true, /*exposed=*/false)
+      HSDP_ASSIGN_OR_RETURN(WorkHandle w, coll->replicaGather(g + r * p, g, p));
+      HSDP_RETURN_IF_ERROR(coll->reached(w, Lane::kCompute, /*block=*/true, /*exposed=*/false)
                                .status()
                                .withContext(strCat("replica all-gather of unit '", u.name, "'")));
       if (host_dest)

@@ -125,11 +125,12 @@ ckpt::FilePlan ShardedModel::Impl::myPlan() const {
 Status ShardedModel::Impl::ensureSaver() {
   if (saver) return okStatus();
   std::unique_ptr<engine::Saver, engine::SaverDeleter> s(new engine::Saver());
-  s->space = space.get();
+  s->copies = &opt->hostCopies();
   s->plan = myPlan();
   s->direct_io = *cfg.checkpoint.direct_io;
   HSDP_ASSIGN_OR_RETURN(s->snapshot, HostBuffer::allocate(std::max<uint64_t>(s->plan.bytes, 64)));
-  HSDP_ASSIGN_OR_RETURN(s->pinned, space->offloadSlot({{s->snapshot.data(), s->snapshot.size()}}));
+  HSDP_ASSIGN_OR_RETURN(s->pinned,
+                        s->copies->offloadSlot({{s->snapshot.data(), s->snapshot.size()}}));
   saver = std::move(s);
   return okStatus();
 }
@@ -213,8 +214,8 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
       s.sources[i] = reinterpret_cast<const char*>(src + rel);
       any_host = true;
     } else {
-      snap = m.space->startSnapshot(*s.pinned, s.snapshot.as<char>() + c.offset, src + rel,
-                                    c.count * sizeof(float));
+      snap = s.copies->startSnapshot(*s.pinned, s.snapshot.as<char>() + c.offset, src + rel,
+                                     c.count * sizeof(float));
     }
   }
   HSDP_RETURN_IF_ERROR(m.agree(snap));

@@ -35,8 +35,10 @@ struct SaveJob {
 
 struct Saver {
   HostBuffer snapshot;  // this rank's data file image (myPlan()), reused by every save
-  std::unique_ptr<MemorySpace::OffloadSlot> pinned;  // the snapshot registered with the space
-  MemorySpace* space = nullptr;
+  // The snapshot registered with the space's host copies (OptimizerStep::hostCopies(), which
+  // outlives the saver), which bring device chunks into it (startSnapshot / finishSnapshot).
+  std::unique_ptr<HostCopies::OffloadSlot> pinned;
+  HostCopies* copies = nullptr;
   ckpt::FilePlan plan;
   bool direct_io = true;  // EngineConfig::checkpoint.direct_io: the data file around the cache
   // Per plan chunk: where the copier copies it from (host memory: the engine's buffers or the

@@ -75,7 +75,7 @@ Status copyAndHash(Saver& s, XXH64_state_t* file, std::vector<uint64_t>* chunk_h
   size_t last_copy = 0;  // one past the last chunk the copier copies
   for (size_t i = 0; i < plan.chunks.size(); ++i)
     if (s.sources[i] != nullptr) last_copy = i + 1;
-  Status st = s.space->finishSnapshot(*s.pinned);
+  Status st = s.copies->finishSnapshot(*s.pinned);
   std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> c(XXH64_createState(),
                                                                       XXH64_freeState);
   if (st.ok() && (c == nullptr || file == nullptr))

@@ -1,18 +1,20 @@
 // BufferPool on the host memory space: blocks are reused, capacity grows only to the peak in
 // use, zeroed blocks are zero, and misuse is an error, never a corruption.
+#include "engine/buffer_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 
-#include "engine/buffer_pool.h"
+#include "engine/memory_space.h"
 #include "hsdp/cpu_adam.h"
 
 namespace hsdp {
 namespace {
 
 TEST(BufferPool, ReusesBlocksAndCountsPeakAndCapacity) {
-  auto space = hostMemorySpace(nullptr);
+  auto space = hostMemorySpace(nullptr).memory;
   BufferPool pool;
   EXPECT_EQ(pool.acquire(false).status().code(), StatusCode::kFailedPrecondition);  // no init
   ASSERT_TRUE(pool.init(space.get(), 4096, 2).ok());
