@@ -37,7 +37,7 @@
 #include "cli.h"
 #include "collectives/mpi/mpi_comm.h"
 #include "hsdp/hier_collectives.h"
-#include "hsdp/host_buffer.h"
+#include "core/host_buffer.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
 #include "hsdp/quantize.h"

@@ -15,8 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/adam.h"
 #include "hsdp/dtype.h"
-#include "hsdp/optimizer.h"
 #include "hsdp/quantize.h"
 #include "hsdp/status.h"
 

@@ -22,11 +22,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/host_buffer.h"
 #include "hsdp/config.h"
-#include "hsdp/cpu_adam.h"
-#include "hsdp/host_buffer.h"
 #include "hsdp/mesh.h"
 #include "hsdp/transport.h"
+#include "offload/cpu_adam.h"
 
 namespace hsdp {
 

@@ -14,9 +14,9 @@
 #include <memory>
 #include <set>
 
-#include "hsdp/node_topology.h"
+#include "topology/node_topology.h"
 
-#include "hsdp/host.h"
+#include "core/host.h"
 #include "topology/topology_xml.h"
 
 namespace hsdp {

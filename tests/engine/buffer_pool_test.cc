@@ -1,12 +1,13 @@
 // BufferPool on the host memory space: blocks are reused, capacity grows only to the peak in
 // use, zeroed blocks are zero, and misuse is an error, never a corruption.
+#include "engine/buffer_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 
-#include "engine/buffer_pool.h"
-#include "hsdp/cpu_adam.h"
+#include "offload/cpu_adam.h"
 
 namespace hsdp {
 namespace {
