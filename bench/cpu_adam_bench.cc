@@ -1,4 +1,4 @@
-// cpu_adam_bench: how close the CPU Adam step (include/hsdp/cpu_adam.h) comes to memory
+// cpu_adam_bench: how close the CPU Adam step (offload/cpu_adam.h) comes to memory
 // bandwidth, per ISA and thread count.
 //
 // Every configuration runs once per round, rounds interleave all configurations (rotating which
@@ -33,9 +33,9 @@
 
 #include "bench/bench_util.h"
 #include "cli.h"
-#include "hsdp/cpu_adam.h"
-#include "hsdp/host_buffer.h"
-#include "hsdp/optimizer.h"
+#include "core/adam.h"
+#include "core/host_buffer.h"
+#include "offload/cpu_adam.h"
 #include "offload/cpu_adam_kernels.h"
 #include "offload/worker_pool.h"
 

@@ -28,7 +28,7 @@
 
 #include "bench/bench_util.h"
 #include "cli.h"
-#include "hsdp/host_buffer.h"
+#include "core/host_buffer.h"
 #include "hsdp/parse.h"
 #include "hsdp/quantize.h"
 

@@ -6,7 +6,8 @@
 #   target_link_libraries(my_trainer PRIVATE hsdp::hsdp)
 #
 # What is installed: libhsdp (static by default, shared with -DBUILD_SHARED_LIBS=ON), every
-# public header (include/hsdp/, the generated hsdp/version.h), the tools that were built
+# public header (include/hsdp/, the generated hsdp/version.h; a module's private headers, such as
+# core/host_buffer.h, stay in the tree), the tools that were built
 # (hsdp-env, hsdp-topo, hsdp-plan, ...), lib/cmake/hsdp/{hsdpConfig,hsdpConfigVersion,
 # hsdpTargets}.cmake and lib/pkgconfig/hsdp.pc. The package's components are the optional
 # modules (CUDA, UCX): asking for one this build lacks fails find_package with the reason.

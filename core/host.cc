@@ -1,4 +1,4 @@
-#include "hsdp/host.h"
+#include "core/host.h"
 
 #include <unistd.h>
 

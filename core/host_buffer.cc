@@ -1,4 +1,4 @@
-#include "hsdp/host_buffer.h"
+#include "core/host_buffer.h"
 
 #include <sys/mman.h>
 

@@ -1,7 +1,5 @@
 #include "hsdp/log.h"
 
-#include "hsdp/host.h"
-
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/host.h"
 #include "hsdp/env.h"
 #include "hsdp/parse.h"
 

@@ -30,8 +30,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/adam.h"
+#include "core/host_buffer.h"
 #include "hsdp/dtype.h"
-#include "hsdp/host_buffer.h"
 #include "hsdp/optimizer.h"
 #include "hsdp/status.h"
 #include "hsdp/transport.h"

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <utility>
 
-#include "hsdp/host_buffer.h"
+#include "core/host_buffer.h"
 #include "hsdp/log.h"
 
 namespace hsdp {

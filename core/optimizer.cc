@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/adam.h"
+
 namespace hsdp {
 
 StatusOr<OptimizerKind> parseOptimizerKind(std::string_view name) {

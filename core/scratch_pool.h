@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "hsdp/host_buffer.h"
+#include "core/host_buffer.h"
 
 namespace hsdp {
 

@@ -3,7 +3,7 @@
 // launch come back as a Status (HSDP_CUDA_CHECK), errors while the kernel runs surface at the
 // next synchronisation on that stream.
 //
-// Adam: exactly hsdp::adamStep (include/hsdp/optimizer.h) applied to grad * grad_scale, like
+// Adam: exactly hsdp::adamStep (core/adam.h) applied to grad * grad_scale, like
 // hsdp::CpuAdam: the same single-precision operations in the same order, each correctly rounded
 // (no FMA contraction, IEEE division and sqrt, denormals kept), with the bias corrections
 // computed on the host in double exactly as adamStep does. So the GPU step, the CPU Adam and
@@ -15,14 +15,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/adam.h"
 #include "hsdp/dtype.h"
-#include "hsdp/optimizer.h"
 #include "hsdp/quantize.h"
 #include "hsdp/status.h"
 
 namespace hsdp::gpu {
 
-// The shard is hsdp::AdamShard (hsdp/optimizer.h) with device pointers. 16-byte aligned
+// The shard is hsdp::AdamShard (core/adam.h) with device pointers. 16-byte aligned
 // param/grad/moments (and an 8-byte aligned bf16 copy) take the vectorised path; any alignment
 // works.
 // One step (t counts from 1) over the shard with the gradient multiplied by grad_scale first

@@ -1,9 +1,9 @@
 #include "hsdp/config.h"
 
-#include "hsdp/cpu_adam.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
+#include "offload/cpu_adam.h"
 
 namespace hsdp {
 

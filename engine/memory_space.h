@@ -15,7 +15,7 @@
 
 #include "core/memory_space.h"
 #include "hsdp/config.h"
-#include "hsdp/cpu_adam.h"
+#include "offload/cpu_adam.h"
 
 namespace hsdp {
 

@@ -12,11 +12,11 @@
 #include <span>
 #include <vector>
 
+#include "core/host_buffer.h"
 #include "core/memory_space.h"
 #include "hsdp/config.h"
-#include "hsdp/cpu_adam.h"
-#include "hsdp/host_buffer.h"
 #include "hsdp/quantize.h"
+#include "offload/cpu_adam.h"
 #include "offload/step_queue.h"
 
 namespace hsdp::engine {

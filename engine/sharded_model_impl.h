@@ -25,12 +25,12 @@
 #include <string>
 #include <vector>
 
+#include "core/host_buffer.h"
 #include "engine/buffer_pool.h"
 #include "engine/memory_space.h"
 #include "engine/optimizer_step.h"
 #include "engine/unit_collectives.h"
 #include "engine/unit_state.h"
-#include "hsdp/host_buffer.h"
 #include "hsdp/sharded_model.h"
 
 // The checkpoint format's types the save/load methods below return (storage/format.h, included

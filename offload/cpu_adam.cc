@@ -1,6 +1,6 @@
 // CPU Adam: ISA selection, argument checks, the per-call constants and the split over threads.
 // The kernels are in cpu_adam_{scalar,avx2,avx512}.cc.
-#include "hsdp/cpu_adam.h"
+#include "offload/cpu_adam.h"
 
 #include <sched.h>
 

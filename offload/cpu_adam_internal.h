@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hsdp/cpu_adam.h"
+#include "offload/cpu_adam.h"
 
 namespace hsdp::cpu_adam_detail {
 

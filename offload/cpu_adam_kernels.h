@@ -22,12 +22,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/adam_coeffs.h"
 #include "core/float_bits.h"
-#include "hsdp/adam_coeffs.h"
 
 namespace hsdp::cpu_adam_detail {
 
-// The per-call constants: hsdp::AdamCoeffs (hsdp/adam_coeffs.h, freestanding), computed once by
+// The per-call constants: hsdp::AdamCoeffs (core/adam_coeffs.h, freestanding), computed once by
 // the dispatcher (cpu_adam.cc) with hsdp::adamCoefficients, as adamStep does.
 using hsdp::AdamCoeffs;
 

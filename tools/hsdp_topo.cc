@@ -17,11 +17,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
-#include "hsdp/cluster_topology.h"
 #include "hsdp/files.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
-#include "hsdp/node_topology.h"
+#include "topology/cluster_topology.h"
+#include "topology/node_topology.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Environment-driven discovery of this host, the gathered cluster view, and the node level of
 // the mesh (NVLink domain, host, or virtual nodes).
-#include "hsdp/cluster_topology.h"
+#include "topology/cluster_topology.h"
 
 #include <unistd.h>
 
@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/host.h"
 #include "hsdp/env.h"
 #include "hsdp/files.h"
-#include "hsdp/host.h"
 #include "hsdp/log.h"
 #include "topology/topology_xml.h"
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "hsdp/node_topology.h"
+#include "topology/node_topology.h"
 #include "topology/nvml_abi.h"
 #include "topology/topology_xml.h"
 

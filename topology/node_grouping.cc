@@ -4,11 +4,11 @@
 #include <cstring>
 #include <map>
 
-#include "hsdp/cluster_topology.h"
+#include "core/host.h"
 #include "hsdp/env.h"
-#include "hsdp/host.h"
 #include "hsdp/log.h"
 #include "hsdp/topology.h"
+#include "topology/cluster_topology.h"
 
 namespace hsdp {
 namespace {

@@ -1,45 +1,28 @@
 // hwloc part of NodeTopology: loading (live or XML), extracting NUMA nodes, GPUs and NICs, the PCI
-// path between devices, rails, and the binding plan. Depends only on hwloc, topology_xml.cc and
-// status.h so that the fuzz target can compile it alone.
+// path between devices, and rails (the binding plan is binding.cc). Depends only on hwloc,
+// topology_xml.cc and status.h so that the fuzz target can compile it alone.
+#include "topology/node_topology.h"
+
 #include <hwloc.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
-#include <tuple>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <set>
+#include <tuple>
 
-#include "hsdp/node_topology.h"
-
-#include "hsdp/host.h"
+#include "core/host.h"
+#include "topology/hwloc_handles.h"
 #include "topology/topology_xml.h"
 
 namespace hsdp {
-namespace {
 
-// RAII owners: a topology and a bitmap are destroyed on every return path.
-struct TopologyDeleter {
-  void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
-};
-using TopologyPtr = std::unique_ptr<hwloc_topology, TopologyDeleter>;
-struct BitmapDeleter {
-  void operator()(hwloc_bitmap_s* b) const { hwloc_bitmap_free(b); }
-};
-using BitmapPtr = std::unique_ptr<hwloc_bitmap_s, BitmapDeleter>;
-
-std::string listString(hwloc_const_bitmap_t set) {
-  if (set == nullptr || hwloc_bitmap_iszero(set)) return "";
-  char* s = nullptr;
-  if (hwloc_bitmap_list_asprintf(&s, set) < 0 || s == nullptr) return "";
-  std::string out(s);
-  std::free(s);
-  return out;
-}
+namespace hwloc_detail {
 
 StatusOr<TopologyPtr> newTopology() {
   hwloc_topology_t raw = nullptr;
@@ -55,6 +38,22 @@ StatusOr<TopologyPtr> newTopology() {
   for (const char* name : {"opencl", "gl"})
     hwloc_topology_set_components(t.get(), HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, name);
   return t;
+}
+
+}  // namespace hwloc_detail
+
+namespace {
+
+using hwloc_detail::newTopology;
+using hwloc_detail::TopologyPtr;
+
+std::string listString(hwloc_const_bitmap_t set) {
+  if (set == nullptr || hwloc_bitmap_iszero(set)) return "";
+  char* s = nullptr;
+  if (hwloc_bitmap_list_asprintf(&s, set) < 0 || s == nullptr) return "";
+  std::string out(s);
+  std::free(s);
+  return out;
 }
 
 // The name of the first element of an XML document, "" if there is none. Used to tell an XML of
@@ -399,131 +398,4 @@ StatusOr<NodeTopology> nodeTopologyFromLiveMachine() {
   if (n.host.empty()) n.host = hostName();
   return n;
 }
-
-// ---- binding ----------------------------------------------------------------------------------
-
-StatusOr<BindMode> parseBindMode(std::string_view text) {
-  if (text.empty() || text == "auto") return BindMode::kAuto;
-  if (text == "none") return BindMode::kNone;
-  if (text == "numa") return BindMode::kNuma;
-  if (text == "core") return BindMode::kCore;
-  return invalidArgument("HSDP_BIND='", text, "' is not one of auto, none, numa, core");
-}
-
-const char* bindModeName(BindMode mode) {
-  switch (mode) {
-    case BindMode::kAuto: return "auto";
-    case BindMode::kNone: return "none";
-    case BindMode::kNuma: return "numa";
-    case BindMode::kCore: return "core";
-  }
-  return "?";
-}
-
-std::string BindPlan::describe() const {
-  std::string where = gpu >= 0 ? strCat("GPU", gpu) : std::string("no GPU");
-  if (nic >= 0) where += strCat(", NIC", nic);
-  if (mode == BindMode::kNone)
-    return strCat(where, "; unbound (HSDP_BIND=", bindModeName(requested), "): ", reason);
-  return strCat(where, "; bound (", bindModeName(mode), ", HSDP_BIND=", bindModeName(requested),
-                ") to NUMA ", numa, " cpus ", cpuset, ": ", reason);
-}
-
-namespace {
-// The NUMA node (os index) and NIC the `r`-th of `size` ranks sits next to; see planBinding.
-void rankLocality(const NodeTopology& topo, int r, int size, int* gpu, int* nic, int* numa,
-                  std::string* reason) {
-  *gpu = *nic = *numa = -1;
-  if (!topo.gpus.empty()) {
-    *gpu = r % static_cast<int>(topo.gpus.size());
-    *nic = topo.nic_of_gpu.empty() ? -1 : topo.nic_of_gpu[*gpu];
-    *numa = topo.gpus[*gpu].numa;
-    *reason = strCat("GPU", *gpu, " (", topo.gpus[*gpu].pci.toString(), ") is local to NUMA ",
-                     *numa);
-    return;
-  }
-  std::vector<int> fast;
-  for (const NicDevice& n : topo.nics)
-    if (n.kind == NicKind::kInfiniBand) fast.push_back(n.index);
-  if (fast.empty())
-    for (const NicDevice& n : topo.nics) fast.push_back(n.index);
-  if (!fast.empty()) {
-    // Blocks of consecutive ranks per NIC, so neighbours (often a shard group) share a socket.
-    *nic = fast[static_cast<size_t>(r) * fast.size() / std::max(size, 1)];
-    *numa = topo.nics[*nic].numa;
-    *reason = strCat("CPU-only host: NIC ", topo.nics[*nic].name, " is local to NUMA ", *numa);
-    return;
-  }
-  if (!topo.numa_nodes.empty()) {
-    *numa = topo.numa_nodes[static_cast<size_t>(r) * topo.numa_nodes.size() / std::max(size, 1)]
-                .os_index;
-    *reason = "no GPU or NIC: ranks spread over the NUMA nodes in blocks";
-  }
-}
-}  // namespace
-
-BindPlan planBinding(const NodeTopology& topo, int local_rank, int local_size, BindMode mode) {
-  BindPlan p;
-  p.requested = mode;
-  rankLocality(topo, local_rank, local_size, &p.gpu, &p.nic, &p.numa, &p.reason);
-  p.mode = mode;
-  if (mode == BindMode::kAuto) {
-    // Binding only pays where memory locality differs; oversubscribed ranks must float.
-    if (topo.numa_nodes.size() < 2) {
-      p.mode = BindMode::kNone;
-      p.reason = "one NUMA node, nothing to choose";
-    } else if (local_size > topo.cores) {
-      p.mode = BindMode::kNone;
-      p.reason = strCat(local_size, " ranks oversubscribe the ", topo.cores, " cores");
-    } else {
-      p.mode = BindMode::kNuma;
-    }
-  }
-  const int slot = topo.numaSlot(p.numa);
-  if (p.mode != BindMode::kNone && slot < 0) {
-    p.mode = BindMode::kNone;
-    p.reason = "locality unknown (no NUMA node with CPUs near the device)";
-  }
-  if (p.mode == BindMode::kNuma) {
-    p.cpuset = topo.numa_nodes[slot].cpuset;
-  } else if (p.mode == BindMode::kCore) {
-    // The ordinal of this rank among the host's ranks that share its NUMA node picks the core.
-    int ordinal = 0;
-    for (int r = 0; r < local_rank; ++r) {
-      int g, n, numa;
-      std::string why;
-      rankLocality(topo, r, local_size, &g, &n, &numa, &why);
-      ordinal += numa == p.numa;
-    }
-    const auto& cores = topo.numa_nodes[slot].core_cpusets;
-    p.cpuset = cores.empty() ? topo.numa_nodes[slot].cpuset : cores[ordinal % cores.size()];
-  }
-  return p;
-}
-
-Status applyBinding(const NodeTopology& topo, const BindPlan& plan) {
-  if (plan.mode == BindMode::kNone) return okStatus();
-  if (topo.source != "live")
-    return failedPrecondition("cannot bind to a recorded topology (", topo.source,
-                              "): its CPUs are not this machine's");
-  HSDP_ASSIGN_OR_RETURN(TopologyPtr t, newTopology());
-  hwloc_topology_set_io_types_filter(t.get(), HWLOC_TYPE_FILTER_KEEP_NONE);  // CPUs only: fast
-  if (hwloc_topology_load(t.get()) != 0)
-    return internalError("hwloc failed to load this machine's topology: ", std::strerror(errno));
-  BitmapPtr cpus(hwloc_bitmap_alloc()), nodes(hwloc_bitmap_alloc());
-  if (!cpus || !nodes) return Status(StatusCode::kResourceExhausted, "hwloc_bitmap_alloc failed");
-  if (hwloc_bitmap_list_sscanf(cpus.get(), plan.cpuset.c_str()) != 0 ||
-      hwloc_bitmap_iszero(cpus.get()))
-    return invalidArgument("binding cpuset '", plan.cpuset, "' is not a CPU list");
-  if (hwloc_set_cpubind(t.get(), cpus.get(), HWLOC_CPUBIND_PROCESS) != 0)
-    return internalError("hwloc_set_cpubind(", plan.cpuset, ") failed: ", std::strerror(errno));
-  hwloc_bitmap_only(nodes.get(), static_cast<unsigned>(plan.numa));
-  // Memory policy is best effort: kernels without NUMA support refuse it, CPU binding still holds.
-  if (hwloc_set_membind(t.get(), nodes.get(), HWLOC_MEMBIND_BIND,
-                        HWLOC_MEMBIND_PROCESS | HWLOC_MEMBIND_BYNODESET) != 0)
-    return internalError("CPUs bound to ", plan.cpuset, ", but hwloc_set_membind(NUMA ",
-                         plan.numa, ") failed: ", std::strerror(errno));
-  return okStatus();
-}
-
 }  // namespace hsdp

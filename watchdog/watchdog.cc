@@ -12,8 +12,8 @@
 #include <random>
 #include <thread>
 
+#include "core/host.h"
 #include "hsdp/env.h"
-#include "hsdp/host.h"
 #include "hsdp/log.h"
 #include "watchdog/watchdog_state.h"
 

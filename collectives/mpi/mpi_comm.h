@@ -8,7 +8,7 @@
 
 #include "collectives/mpi/mpi_cma.h"
 #include "collectives/mpi/mpi_work.h"
-#include "hsdp/host_buffer.h"
+#include "core/host_buffer.h"
 #include "hsdp/transport.h"
 
 namespace hsdp::mpi {

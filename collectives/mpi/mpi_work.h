@@ -8,9 +8,9 @@
 #include <functional>
 #include <vector>
 
+#include "core/host_buffer.h"
 #include "core/progress.h"
 #include "core/scratch_pool.h"
-#include "hsdp/host_buffer.h"
 #include "hsdp/transport.h"
 
 namespace hsdp::mpi {

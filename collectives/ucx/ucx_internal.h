@@ -16,7 +16,7 @@
 #include "collectives/ucx/ucx_comm.h"
 #include "collectives/ucx/ucx_engine.h"
 #include "collectives/ucx/ucx_resources.h"
-#include "hsdp/host_buffer.h"
+#include "core/host_buffer.h"
 #include "hsdp/log.h"
 
 namespace hsdp::ucx {

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "engine/memory_space.h"
-#include "hsdp/cpu_adam.h"
+#include "offload/cpu_adam.h"
 
 namespace hsdp {
 namespace {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/adam.h"
 #include "hsdp/schedule.h"
 #include "hsdp/sharded_model.h"
 #include "tests/common/mpi_test_main.h"

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/adam.h"
 #include "hsdp/sharded_model.h"
 #include "tests/common/mpi_test_main.h"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "hsdp/optimizer.h"
+#include "core/adam.h"
 
 namespace hsdp {
 namespace {

@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
+#include "core/adam.h"
 #include "cuda/cuda_resources.h"
 #include "hsdp/dtype.h"
-#include "hsdp/optimizer.h"
 #include "hsdp/quantize.h"
 #include "tests/gpu/gpu_test.h"
 

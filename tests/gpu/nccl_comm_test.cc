@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "collectives/mpi/mpi_comm.h"
-#include "hsdp/host_buffer.h"
-#include "hsdp/nccl.h"
+#include "core/host_buffer.h"
 #include "cuda/cuda_resources.h"
+#include "hsdp/nccl.h"
 #include "hsdp/transport_select.h"
 #include "tests/collectives/conformance/conformance_suite.h"
 #include "tests/gpu/gpu_test.h"

@@ -1,4 +1,4 @@
-// CPU Adam (include/hsdp/cpu_adam.h) against independent truths:
+// CPU Adam (offload/cpu_adam.h) against independent truths:
 //  - hsdp::adamStep (core/optimizer.cc), the engine's reference step, for the scalar path;
 //  - the scalar path, element by element, for every vector ISA this CPU runs, at every thread
 //    count, on random data with odd lengths and unaligned, mutually misaligned pointers;
@@ -13,7 +13,7 @@
 // distance, which tells a reordering (a few ULP) from a wrong formula or element (far more).
 // A future kernel that fuses (FMA) would change the bound to a few ULP of the intermediate terms
 // and must say so here.
-#include "hsdp/cpu_adam.h"
+#include "offload/cpu_adam.h"
 
 #include <gtest/gtest.h>
 
@@ -28,9 +28,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/adam.h"
+#include "core/host_buffer.h"
 #include "hsdp/dtype.h"
-#include "hsdp/host_buffer.h"
-#include "hsdp/optimizer.h"
 #include "offload/cpu_adam_internal.h"
 #include "offload/cpu_adam_kernels.h"
 #include "offload/worker_pool.h"

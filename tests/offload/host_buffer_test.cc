@@ -1,5 +1,7 @@
 // HostBuffer: the heap path (allocate) and the NUMA path (allocateNuma), against the kernel's
 // own view of the pages (mincore for residency, hwloc_get_area_memlocation for placement).
+#include "core/host_buffer.h"
+
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -7,8 +9,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <vector>
-
-#include "hsdp/host_buffer.h"
 
 namespace hsdp {
 namespace {

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "hsdp/cluster_topology.h"
 #include "hsdp/mesh.h"
-#include "hsdp/node_topology.h"
+#include "topology/cluster_topology.h"
+#include "topology/node_topology.h"
 
 namespace hsdp {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "hsdp/node_topology.h"
+#include "topology/node_topology.h"
 
 namespace {
 // A host with two GPUs for the link readers to match against (built once, no file I/O).

@@ -17,8 +17,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "hsdp/cluster_topology.h"
-#include "hsdp/node_topology.h"
+#include "topology/cluster_topology.h"
+#include "topology/node_topology.h"
 #include "topology/topology_xml.h"
 
 namespace hsdp {

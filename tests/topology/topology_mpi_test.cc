@@ -5,10 +5,10 @@
 
 #include <cstdlib>
 
-#include "hsdp/cluster_topology.h"
 #include "hsdp/env.h"
 #include "tests/common/mpi_test_main.h"
 #include "tests/common/scoped_env.h"
+#include "topology/cluster_topology.h"
 
 namespace hsdp {
 namespace {

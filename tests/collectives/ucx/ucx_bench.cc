@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "collectives/ucx/ucx_comm.h"
+#include "core/host_buffer.h"
 #include "hsdp/hier_collectives.h"
-#include "hsdp/host_buffer.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
 #include "hsdp/topology.h"

@@ -7,7 +7,7 @@
 // copy of the updated parameter that the next all-gather sends (30 bytes per element), and it
 // runs on several threads of a persistent pool.
 //
-// Math: exactly hsdp::adamStep (include/hsdp/optimizer.h, the PyTorch formula) applied to the
+// Math: exactly hsdp::adamStep (core/adam.h, the PyTorch formula) applied to the
 // gradient grad * grad_scale. Every ISA path and every thread count give bitwise identical
 // results, equal to adamStep's when grad_scale is 1 (docs/offload.md says why this holds).
 //
@@ -25,9 +25,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/adam.h"
 #include "hsdp/cpu_isa.h"
 #include "hsdp/dtype.h"
-#include "hsdp/optimizer.h"
 #include "hsdp/status.h"
 
 namespace hsdp {
@@ -41,7 +41,7 @@ StatusOr<CpuIsa> cpuAdamIsaFromEnv();
 // EngineConfig::offload.adam_threads); a value outside [1, 4096] is an InvalidArgument naming it.
 StatusOr<int> cpuAdamThreadsFromEnv();
 
-// The shard the step works on: hsdp::AdamShard (hsdp/optimizer.h), host arrays, any alignment
+// The shard the step works on: hsdp::AdamShard (core/adam.h), host arrays, any alignment
 // (page-aligned buffers are fastest; see HostBuffer::allocateNuma).
 
 struct CpuAdamOptions {

@@ -1,6 +1,6 @@
 // The per-call constants of one Adam/AdamW step: what every implementation of the step reads
 // (hsdp::adamStep, the CPU Adam's scalar / AVX2 / AVX-512 kernels, the CUDA kernel), computed once
-// on the host by hsdp::adamCoefficients (hsdp/optimizer.h): the bias corrections in double, each
+// on the host by hsdp::adamCoefficients (core/adam.h): the bias corrections in double, each
 // rounded to float once. That one computation is half of why the implementations agree bit for
 // bit (the other half: the same float operations per element).
 //

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "hsdp/node_topology.h"
 #include "hsdp/status.h"
 #include "hsdp/topology.h"
 #include "hsdp/transport.h"
+#include "topology/node_topology.h"
 
 namespace hsdp {
 
@@ -18,23 +18,23 @@ namespace hsdp {
 struct RankView {
   int world_rank = 0;
   std::string host;
-  int host_key = 0;     // same for exactly the ranks of one host (world rank of its local rank 0)
-  int local_rank = 0;   // rank among the ranks of its host
+  int host_key = 0;    // same for exactly the ranks of one host (world rank of its local rank 0)
+  int local_rank = 0;  // rank among the ranks of its host
   int local_size = 1;
   int host_gpus = 0;
   int host_nics = 0;
-  int gpu = -1;         // index on its host, -1 on CPU-only hosts
+  int gpu = -1;  // index on its host, -1 on CPU-only hosts
   std::string gpu_pci;
-  std::string nic;      // the rail, e.g. "mlx5_3"; "" when none
-  std::string fabric;   // NVLink fabric clique "uuid/clique", "" when none
+  std::string nic;     // the rail, e.g. "mlx5_3"; "" when none
+  std::string fabric;  // NVLink fabric clique "uuid/clique", "" when none
   BindPlan bind;
-  std::string error;    // non-empty: this rank's discovery failed (every rank then fails)
+  std::string error;  // non-empty: this rank's discovery failed (every rank then fails)
 };
 
 struct ClusterTopology {
-  NodeLayout layout;                 // what the Mesh consumes: nodes = NVLink domains
-  std::string level;                 // "nvlink-domain", "host" or "virtual"
-  std::vector<RankView> ranks;       // by world rank
+  NodeLayout layout;            // what the Mesh consumes: nodes = NVLink domains
+  std::string level;            // "nvlink-domain", "host" or "virtual"
+  std::vector<RankView> ranks;  // by world rank
   int num_hosts = 0;
   // One line per node: "node 0 = nvl:5e1e3a1c/32766 (4 hosts, 16 ranks)".
   std::string describe() const;
@@ -52,7 +52,7 @@ std::string serializeRankView(const RankView& v);
 StatusOr<RankView> parseRankView(std::string_view text);
 
 struct ClusterOptions {
-  bool apply_binding = true;   // bind this process per HSDP_BIND (live topologies only)
+  bool apply_binding = true;  // bind this process per HSDP_BIND (live topologies only)
 };
 
 // Collective over `world`: discovers this host (topologySourcesFromEnv), gathers every rank's

@@ -1,0 +1,347 @@
+// The manifest's JSON reader (nlohmann-json). It checks every field it uses, so a corrupt or
+// hand-edited manifest is an error naming the field, never a crash (the fuzz target in
+// tests/checkpoint drives parseManifest with arbitrary bytes). The model and the writer are
+// format.cc.
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "hsdp/files.h"
+#include "storage/format.h"
+
+namespace hsdp::ckpt {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Field readers: each checks the type (and range) and names the field on error.
+struct Reader {
+  const std::string& where;
+  Status err;
+  bool ok() const { return err.ok(); }
+  void fail(const std::string& field, const std::string& what) {
+    if (err.ok()) err = invalidArgument(where, ": field '", field, "' ", what);
+  }
+  const json* get(const json& j, const char* key, const std::string& ctx) {
+    if (!j.is_object()) {
+      fail(ctx, "is not an object");
+      return nullptr;
+    }
+    auto it = j.find(key);
+    if (it == j.end()) {
+      fail(ctx.empty() ? key : ctx + "." + key, "is missing");
+      return nullptr;
+    }
+    return &*it;
+  }
+  uint64_t u64(const json& j, const char* key, const std::string& ctx, uint64_t max) {
+    const json* v = get(j, key, ctx);
+    if (!v) return 0;
+    if (!v->is_number_unsigned() || v->get<uint64_t>() > max) {
+      fail(ctx + "." + key, strCat("is not an integer in [0, ", max, "]"));
+      return 0;
+    }
+    return v->get<uint64_t>();
+  }
+  int i32(const json& j, const char* key, const std::string& ctx, int max) {
+    return static_cast<int>(u64(j, key, ctx, static_cast<uint64_t>(max)));
+  }
+  std::string str(const json& j, const char* key, const std::string& ctx) {
+    const json* v = get(j, key, ctx);
+    if (!v) return {};
+    if (!v->is_string()) {
+      fail(ctx + "." + key, "is not a string");
+      return {};
+    }
+    return v->get<std::string>();
+  }
+  bool boolean(const json& j, const char* key, const std::string& ctx) {
+    const json* v = get(j, key, ctx);
+    if (!v) return false;
+    if (!v->is_boolean()) {
+      fail(ctx + "." + key, "is not a boolean");
+      return false;
+    }
+    return v->get<bool>();
+  }
+  float f32(const json& j, const char* key, const std::string& ctx) {
+    const json* v = get(j, key, ctx);
+    if (!v) return 0;
+    if (!v->is_number()) {
+      fail(ctx + "." + key, "is not a number");
+      return 0;
+    }
+    // Converting a double beyond float's range is undefined behaviour: refuse it here.
+    const double d = v->get<double>();
+    if (!(std::abs(d) <= std::numeric_limits<float>::max())) {
+      fail(ctx + "." + key, strCat("is ", d, ", which does not fit a float"));
+      return 0;
+    }
+    return static_cast<float>(d);
+  }
+  uint64_t hash(const json& v, const std::string& ctx) {
+    if (!v.is_string() || v.get_ref<const std::string&>().size() != 16) {
+      fail(ctx, "is not a 16-digit hex xxh64");
+      return 0;
+    }
+    uint64_t h = 0;
+    for (char c : v.get_ref<const std::string&>()) {
+      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) {
+        fail(ctx, "is not a 16-digit hex xxh64");
+        return 0;
+      }
+      h = h << 4 | static_cast<uint64_t>(d);
+    }
+    return h;
+  }
+  const json* array(const json& j, const char* key, const std::string& ctx) {
+    const json* v = get(j, key, ctx);
+    if (v && !v->is_array()) {
+      fail(ctx + "." + key, "is not an array");
+      return nullptr;
+    }
+    return v;
+  }
+};
+
+constexpr uint64_t kMaxDim = uint64_t{1} << 40;
+constexpr uint64_t kMaxNumel = uint64_t{1} << 48;
+constexpr uint64_t kMaxBytes = uint64_t{1} << 56;
+
+void readUnits(Reader& r, const json& model, Manifest& m) {
+  const json* units = r.array(model, "units", "model");
+  if (!units) return;
+  for (size_t u = 0; u < units->size() && r.ok(); ++u) {
+    const std::string ctx = strCat("model.units[", u, "]");
+    const json& ju = (*units)[u];
+    UnitDesc d;
+    d.name = r.str(ju, "name", ctx);
+    d.frozen = r.boolean(ju, "frozen", ctx);
+    const json* params = r.array(ju, "params", ctx);
+    if (!params) return;
+    if (params->empty()) r.fail(ctx + ".params", "is empty");
+    uint64_t total = 0;
+    for (size_t p = 0; p < params->size() && r.ok(); ++p) {
+      const std::string pc = strCat(ctx, ".params[", p, "]");
+      ParamDesc pd;
+      pd.name = r.str((*params)[p], "name", pc);
+      pd.weight_decay = r.boolean((*params)[p], "weight_decay", pc);
+      const json* shape = r.array((*params)[p], "shape", pc);
+      if (!shape) return;
+      if (shape->empty()) r.fail(pc + ".shape", "is empty");
+      uint64_t n = 1;
+      for (const json& dim : *shape) {
+        if (!dim.is_number_unsigned() || dim.get<uint64_t>() == 0 ||
+            dim.get<uint64_t>() > kMaxDim || n > kMaxNumel / dim.get<uint64_t>()) {
+          r.fail(pc + ".shape", "holds a dimension that is not a positive integer in range");
+          return;
+        }
+        n *= dim.get<uint64_t>();
+        pd.shape.push_back(static_cast<int64_t>(dim.get<uint64_t>()));
+      }
+      total += n;
+      if (total > kMaxNumel) r.fail(ctx, "has too many elements");
+      d.params.push_back(std::move(pd));
+    }
+    m.units.push_back(std::move(d));
+  }
+}
+
+void readMesh(Reader& r, const json& j, MeshDesc& d) {
+  const std::string c = "mesh";
+  d.world_size = r.i32(j, "world_size", c, 1 << 24);
+  d.num_nodes = r.i32(j, "num_nodes", c, 1 << 24);
+  d.ranks_per_node = r.i32(j, "ranks_per_node", c, 1 << 24);
+  d.intra_shard = r.i32(j, "intra_shard", c, 1 << 24);
+  d.inter_shard = r.i32(j, "inter_shard", c, 1 << 24);
+  d.shards = r.i32(j, "shards", c, 1 << 24);
+  d.replicas = r.i32(j, "replicas", c, 1 << 24);
+  d.mode = r.str(j, "mode", c);
+  d.hpz = r.boolean(j, "hpz", c);
+  d.offload_cpu = r.boolean(j, "offload_cpu", c);
+  d.param_dtype = r.str(j, "param_dtype", c);
+  d.reduce_dtype = r.str(j, "reduce_dtype", c);
+  d.device = r.str(j, "device", c);
+  if (r.ok() && (d.shards < 1 || d.replicas < 1 ||
+                 static_cast<int64_t>(d.shards) * d.replicas != d.world_size))
+    r.fail("mesh", strCat("shards ", d.shards, " x replicas ", d.replicas, " is not world_size ",
+                          d.world_size));
+}
+
+void readOptim(Reader& r, const json& j, OptimDesc& o) {
+  o.kind = r.str(j, "kind", "optimizer");
+  o.lr = r.f32(j, "lr", "optimizer");
+  o.beta1 = r.f32(j, "beta1", "optimizer");
+  o.beta2 = r.f32(j, "beta2", "optimizer");
+  o.eps = r.f32(j, "eps", "optimizer");
+  o.weight_decay = r.f32(j, "weight_decay", "optimizer");
+  o.clip_norm = r.f32(j, "clip_norm", "optimizer");
+}
+
+void readFiles(Reader& r, const json& files, Manifest& m) {
+  for (size_t i = 0; i < files.size() && r.ok(); ++i) {
+    const std::string c = strCat("files[", i, "]");
+    FileDesc f;
+    f.name = r.str(files[i], "name", c);
+    if (r.ok() && (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.'))
+      r.fail(c + ".name", "is not a plain file name");
+    f.rank = r.i32(files[i], "rank", c, 1 << 24);
+    f.shard = r.i32(files[i], "shard", c, 1 << 24);
+    f.replica = r.i32(files[i], "replica", c, 1 << 24);
+    f.bytes = r.u64(files[i], "bytes", c, kMaxBytes);
+    if (const json* h = r.get(files[i], "xxh64", c)) f.xxh64 = r.hash(*h, c + ".xxh64");
+    m.files.push_back(std::move(f));
+  }
+}
+
+void readTensors(Reader& r, const json& tensors, Manifest& m) {
+  for (size_t i = 0; i < tensors.size() && r.ok(); ++i) {
+    const std::string c = strCat("tensors[", i, "]");
+    const json& jt = tensors[i];
+    TensorDesc t;
+    t.unit = r.i32(jt, "unit", c, 1 << 30);
+    t.param = r.i32(jt, "param", c, 1 << 30);
+    const std::string state = r.str(jt, "state", c);
+    if (state == "param")
+      t.state = State::kParam;
+    else if (state == "exp_avg")
+      t.state = State::kExpAvg;
+    else if (state == "exp_avg_sq")
+      t.state = State::kExpAvgSq;
+    else if (r.ok())
+      r.fail(c + ".state", "is not param, exp_avg or exp_avg_sq");
+    if (r.ok() && r.str(jt, "dtype", c) != "float32") r.fail(c + ".dtype", "is not float32");
+    const json* chunks = r.array(jt, "chunks", c);
+    if (!chunks) return;
+    for (size_t k = 0; k < chunks->size() && r.ok(); ++k) {
+      const json& a = (*chunks)[k];
+      if (!a.is_array() || a.size() != 5 || !a[0].is_number_unsigned() ||
+          !a[1].is_number_unsigned() || !a[2].is_number_unsigned() || !a[3].is_number_unsigned() ||
+          a[0].get<uint64_t>() > (1u << 24) || a[1].get<uint64_t>() > kMaxBytes ||
+          a[2].get<uint64_t>() > kMaxNumel || a[3].get<uint64_t>() > kMaxNumel) {
+        r.fail(strCat(c, ".chunks[", k, "]"), "is not [file, offset, start, count, xxh64]");
+        return;
+      }
+      Chunk ch{static_cast<int>(a[0].get<uint64_t>()), a[1].get<uint64_t>(), a[2].get<uint64_t>(),
+               a[3].get<uint64_t>(), 0};
+      ch.xxh64 = r.hash(a[4], strCat(c, ".chunks[", k, "][4]"));
+      t.chunks.push_back(ch);
+    }
+    m.tensors.push_back(std::move(t));
+  }
+}
+
+// A SAX pass that stops at the first key an object repeats, keeping the path to it.
+struct DuplicateKeys : nlohmann::json_sax<json> {
+  struct Level {
+    bool object = false;
+    std::string name;  // the path to this container ("optimizer", "tensors[]")
+    std::set<std::string> keys;
+    std::string last;  // the last key read (objects)
+  };
+  std::vector<Level> stack;
+  std::string found;
+
+  std::string childName() const {
+    if (stack.empty()) return "";
+    const Level& l = stack.back();
+    if (!l.object) return l.name + "[]";
+    return l.name.empty() ? l.last : l.name + "." + l.last;
+  }
+  bool open(bool object) {
+    stack.push_back({object, childName(), {}, {}});
+    return true;
+  }
+  bool close() {
+    stack.pop_back();
+    return true;
+  }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return open(true); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    Level& l = stack.back();
+    l.last = k;
+    if (l.keys.insert(k).second) return true;
+    found = strCat("'", k, "' ", l.name.empty() ? "at the top level" : "in " + l.name);
+    return false;  // stops the parse
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+};
+
+}  // namespace
+
+std::string duplicateJsonKey(std::string_view text) {
+  DuplicateKeys sax;
+  json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json,
+                  /*strict=*/true);
+  return sax.found;
+}
+
+StatusOr<Manifest> parseManifest(std::string_view text, const std::string& where) {
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return invalidArgument(where, ": not valid JSON (corrupt manifest)");
+  if (!j.is_object()) return invalidArgument(where, ": not a JSON object");
+  if (std::string dup = duplicateJsonKey(text); !dup.empty())
+    return invalidArgument(where, ": key ", dup, " appears twice (a hand-edited manifest?)");
+  Reader r{where, okStatus()};
+  Manifest m;
+  if (r.str(j, "format", "") != kFormatName && r.ok())
+    return invalidArgument(where, ": not an hsdp checkpoint manifest (format is not '", kFormatName,
+                           "')");
+  m.version = r.i32(j, "format_version", "", 1 << 30);
+  if (r.ok() && m.version != kFormatVersion)
+    return invalidArgument(where, ": format_version ", m.version, "; this hsdp reads version ",
+                           kFormatVersion);
+  const json* step = r.get(j, "step", "");
+  if (step && !step->is_number_integer()) r.fail("step", "is not an integer");
+  if (step && r.ok()) m.step = step->get<int64_t>();
+  if (r.ok() && m.step < 0) r.fail("step", "is negative");
+  if (const json* c = r.get(j, "created", ""); c && c->is_string())
+    m.created = c->get<std::string>();
+  if (const json* model = r.get(j, "model", ""); model && r.ok()) readUnits(r, *model, m);
+  if (const json* mesh = r.get(j, "mesh", ""); mesh && r.ok()) readMesh(r, *mesh, m.mesh);
+  if (const json* o = r.get(j, "optimizer", ""); o && r.ok()) readOptim(r, *o, m.optim);
+  if (const json* f = r.array(j, "files", ""); f && r.ok()) readFiles(r, *f, m);
+  if (const json* t = r.array(j, "tensors", ""); t && r.ok()) readTensors(r, *t, m);
+  if (const json* u = r.array(j, "user", ""); u && r.ok()) {
+    for (size_t i = 0; i < u->size() && r.ok(); ++i) {
+      const std::string c = strCat("user[", i, "]");
+      UserEntry e;
+      e.key = r.str((*u)[i], "key", c);
+      e.file = r.i32((*u)[i], "file", c, 1 << 24);
+      e.offset = r.u64((*u)[i], "offset", c, kMaxBytes);
+      e.bytes = r.u64((*u)[i], "bytes", c, kMaxBytes);
+      if (const json* h = r.get((*u)[i], "xxh64", c)) e.xxh64 = r.hash(*h, c + ".xxh64");
+      m.user.push_back(std::move(e));
+    }
+  }
+  if (!r.ok()) return r.err;
+  HSDP_RETURN_IF_ERROR(checkTensorNames(m.units, where));
+  HSDP_RETURN_IF_ERROR(m.finish(where));
+  return m;
+}
+
+StatusOr<Manifest> readManifest(const std::string& dir) {
+  HSDP_ASSIGN_OR_RETURN(files::Dir d, files::Dir::open(dir));
+  if (d.kindOf(kManifestName) == files::Kind::kMissing)
+    return notFound("'", files::quote(dir), "' has no ", kManifestName,
+                    " (not a committed checkpoint)");
+  HSDP_ASSIGN_OR_RETURN(std::string text, d.readFile(kManifestName, kMaxManifestBytes, "manifest"));
+  return parseManifest(text, d.join(kManifestName));
+}
+
+}  // namespace hsdp::ckpt
