@@ -9,6 +9,7 @@
 
 #include "collectives/mpi/mpi_check.h"
 #include "collectives/mpi/mpi_comm.h"
+#include "core/launcher.h"
 #include "core/progress.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
@@ -94,8 +95,13 @@ const env::StringParam kYield{
     "HSDP_MPI_YIELD", env::StringParam::Kind::kEnum, "auto",
     "Whether Open MPI yields the core while it waits (its mpi_yield_when_idle, set before "
     "MPI_Init unless OMPI_MCA_mpi_yield_when_idle is set): auto yields when this host runs more "
-    "ranks than it has cores (OMPI_COMM_WORLD_LOCAL_SIZE against the cores this process may use), "
-    "or a boolean. Open MPI judges by its slots, not by cores: emulated nodes sharing one host's "
+    "ranks than it has cores (the ranks on this host against the cores this process may use), "
+    "or a boolean. The ranks on this host, before MPI_Init, come from the first of "
+    "OMPI_COMM_WORLD_LOCAL_SIZE (mpirun), SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE "
+    "(Slurm's '4(x2),3' lists, the entry SLURM_NODEID picks), SLURM_NTASKS_PER_NODE; none set "
+    "(e.g. a PMIx launch without Slurm: PMIx has no such variable): no yield. A malformed one "
+    "is an error naming it (set HSDP_MPI_YIELD=0 or 1 to skip the judgement). Open MPI judges by "
+    "its slots, not by cores: emulated nodes sharing one host's "
     "cores, each busy-polling rank kept its core for a whole scheduler tick while the rank a "
     "message waited for sat queued behind it (emulated 2 x 4 at 1gbit: 64 MiB reduce-scatter "
     "fp32 296 -> 283 ms, int8 104 -> 80-97 ms; a 64 KiB exchange 8 ms -> 1 ms)."};
@@ -111,21 +117,51 @@ const IntParam kProgressIntervalUs{
     "Progress thread: microseconds between its passes while collectives are in flight (it "
     "sleeps while none are)."};
 
-// HSDP_MPI_YIELD: auto is whether mpirun started more ranks on this host than the cores this
-// process may run on.
+// HSDP_MPI_YIELD: auto is whether the launcher started more ranks on this host than the cores
+// this process may run on (core/launcher.h: mpirun's, then Slurm's variables).
 StatusOr<bool> yieldWhenIdle() {
   const std::string v = kYield.get();
   if (!v.empty() && v != "auto") return parseBool(v, "HSDP_MPI_YIELD");
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (local == nullptr) return false;
-  StatusOr<int64_t> ranks = parseInt64(local, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, 1 << 20);
-  if (!ranks.ok()) return false;  // not ours to judge; Open MPI decides as usual
+  StatusOr<std::optional<launcher::Count>> local = launcher::localSize();
+  if (!local.ok())
+    return local.status().withContext("HSDP_MPI_YIELD=auto judges by the ranks on this host");
+  if (!local->has_value()) return false;  // no launcher says: Open MPI decides as usual
   cpu_set_t set;
   CPU_ZERO(&set);
   const int cores = sched_getaffinity(0, sizeof set, &set) == 0
                         ? CPU_COUNT(&set)
                         : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  return *ranks > cores;
+  return (*local)->value > cores;
+}
+
+const BoolParam kAllowWorldOfOne{
+    "HSDP_ALLOW_WORLD_OF_ONE", false,
+    "Allow MPI_COMM_WORLD of 1 rank when Slurm started more tasks for this step "
+    "(SLURM_STEP_NUM_TASKS, else SLURM_NTASKS > 1). By default Session::init fails then: that is "
+    "srun without --mpi=pmix, where every task comes up as its own world of one and would train "
+    "alone. Set it for deliberate independent single-rank processes in a multi-task step."};
+
+// Slurm started N > 1 tasks for this step but MPI sees a world of 1: the tasks are separate
+// worlds (srun without a PMI plugin). mpirun inside an sbatch allocation gives a world > 1 and
+// passes; `srun -n1` sets the step's count to 1 and passes.
+Status checkWorldAgainstSlurm() {
+  int size = 0;
+  HSDP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  if (size != 1) return okStatus();
+  HSDP_ASSIGN_OR_RETURN(std::optional<launcher::Count> tasks, launcher::slurmTasks());
+  if (!tasks || tasks->value <= 1) return okStatus();
+  HSDP_ASSIGN_OR_RETURN(bool allow, kAllowWorldOfOne.get());
+  if (allow) {
+    HSDP_WARN(kInit, tasks->source, "=", tasks->value,
+              " but MPI_COMM_WORLD has 1 rank; running "
+              "alone (HSDP_ALLOW_WORLD_OF_ONE=1)");
+    return okStatus();
+  }
+  return invalidArgument(tasks->source, "=", tasks->value,
+                         " but MPI_COMM_WORLD has 1 rank: the "
+                         "tasks started as separate worlds of one; launch with srun --mpi=pmix "
+                         "(or mpirun inside the allocation), or set HSDP_ALLOW_WORLD_OF_ONE=1 if "
+                         "each task is meant to run alone");
 }
 
 StatusOr<SessionEnv> readSessionEnv() {
@@ -231,6 +267,10 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
                                  e.progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED,
                                  &provided));
   HSDP_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  if (Status world = checkWorldAgainstSlurm(); !world.ok()) {
+    std::atexit([] { MPI_Finalize(); });
+    return world;
+  }
   HSDP_RETURN_IF_ERROR(startHsdpInMpi(e, provided));
   const char* links_used = std::getenv("OMPI_MCA_btl_tcp_links");
   const char* eager_used = std::getenv("OMPI_MCA_btl_tcp_eager_limit");

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "collectives/mpi/mpi_comm.h"
+#include "core/launcher.h"
 #include "core/progress.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/mesh.h"
@@ -319,13 +320,15 @@ TEST(MpiReduceScatter, BadAlgorithmNamesTheValue) {
 // has cores (HSDP_MPI_YIELD=auto): the value Open MPI reports through MPI_T. Elsewhere Open MPI
 // decides by its slots, and the test checks nothing.
 TEST(Session, YieldWhenIdleWhereRanksOutnumberCores) {
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  // The same launcher-neutral source as the session (mpirun's, else Slurm's variables).
+  const StatusOr<std::optional<launcher::Count>> local_or = launcher::localSize();
+  ASSERT_TRUE(local_or.ok()) << local_or.status().toString();
+  const int64_t local = local_or->has_value() ? (*local_or)->value : 0;
   const char* asked = std::getenv("HSDP_MPI_YIELD");
   cpu_set_t set;
   CPU_ZERO(&set);
   ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
-  if (local == nullptr || (asked != nullptr && std::string(asked) != "auto") ||
-      std::atoi(local) <= CPU_COUNT(&set))
+  if (local == 0 || (asked != nullptr && std::string(asked) != "auto") || local <= CPU_COUNT(&set))
     GTEST_SKIP() << "not oversubscribed by hsdp's rule, or HSDP_MPI_YIELD set";
   const std::optional<unsigned long> v = openMpiValue("mpi_yield_when_idle");
   ASSERT_TRUE(v.has_value()) << "Open MPI's mpi_yield_when_idle not found";
