@@ -20,6 +20,7 @@
 #include "common/reference.h"
 #include "common/report.h"
 #include "common/session.h"
+#include "common/stopping.h"
 #include "gpt/data.h"
 #include "gpt/gpt_options.h"
 #include "gpt/model.h"
@@ -132,6 +133,10 @@ int train(const gpt::Options& opt, hsdp::Comm& world) {
   if (!first.ok()) return fail.agreed(first.status(), examples::kExitUsage);
 
   // ---- The loop: one pass per step, and one more at the end (`last`) to evaluate. ----
+  // SIGTERM / SIGUSR1 from here on stop the run after an agreed step, with a checkpoint
+  // (common/stopping.h).
+  if (hsdp::Status s = examples::installStopSignals(); !s.ok())
+    return fail.agreed(s, examples::kExitRuntime);
   double optim_total = 0, optim_exposed = 0;  // offload: worker time, and what step() waited
   for (int step = *first; step <= steps; ++step) {
     const bool last = step == steps;
@@ -165,6 +170,13 @@ int train(const gpt::Options& opt, hsdp::Comm& world) {
 
     // Maybe save: every --save-every steps and after the last one (--save-dir).
     if (hsdp::Status s = ckpt.afterStep(step + 1, step + 1 == steps); !s.ok()) fail.alone(s);
+
+    // A stop request on any rank (preemption, the time limit's signal): all stop after this step.
+    if (step + 1 < steps) {
+      auto stop = examples::stopIfRequested(kProgram, (*mesh)->control(), world, ckpt, step + 1);
+      if (!stop.ok()) fail.alone(stop.status());
+      if (stop->has_value()) return **stop;
+    }
   }
 
   // ---- After training. ----

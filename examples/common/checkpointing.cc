@@ -96,11 +96,13 @@ hsdp::Status Checkpoints::afterStep(int steps_done, bool last) {
   if (!flags_.async_save) {
     HSDP_ASSIGN_OR_RETURN(hsdp::SaveResult r, model_.save(flags_.save_dir, so));
     printSaved(world_, r);
+    last_dir_ = r.dir;
     return hsdp::okStatus();
   }
   if (model_.saveInFlight()) {
     HSDP_ASSIGN_OR_RETURN(hsdp::SaveResult r, model_.waitForSave());
     printSaved(world_, r);
+    last_dir_ = r.dir;
   }
   HSDP_RETURN_IF_ERROR(model_.saveAsync(flags_.save_dir, so));
   if (world_.rank() == 0) {
@@ -108,6 +110,25 @@ hsdp::Status Checkpoints::afterStep(int steps_done, bool last) {
     std::fflush(stdout);
   }
   return hsdp::okStatus();
+}
+
+hsdp::StatusOr<std::string> Checkpoints::saveForStop(int steps_done) {
+  if (model_.saveInFlight()) {
+    HSDP_ASSIGN_OR_RETURN(hsdp::SaveResult r, model_.waitForSave());
+    printSaved(world_, r);
+    last_dir_ = r.dir;
+  }
+  if (flags_.save_dir.empty()) return std::string();
+  if (steps_done == last_saved_ && !last_dir_.empty()) return last_dir_;
+  hsdp::SaveOptions so;
+  so.keep_last = flags_.keep;
+  so.user["train_mlp.next_step"] = std::to_string(steps_done);
+  so.user["train_mlp.seed"] = std::to_string(seed_);
+  HSDP_ASSIGN_OR_RETURN(hsdp::SaveResult r, model_.save(flags_.save_dir, so));
+  printSaved(world_, r);
+  last_saved_ = steps_done;
+  last_dir_ = r.dir;
+  return r.dir;
 }
 
 hsdp::Status Checkpoints::finish() {

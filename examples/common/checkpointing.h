@@ -63,12 +63,18 @@ class Checkpoints {
   // Waits for a save in flight, then --export.
   [[nodiscard]] hsdp::Status finish();
 
+  // A stop request (hsdp/stop.h) agreed after `steps_done` steps: waits for a save in flight,
+  // then saves step `steps_done` into --save-dir (synchronously; not again if it was just saved)
+  // and returns the committed directory; "" without --save-dir (nothing is saved).
+  [[nodiscard]] hsdp::StatusOr<std::string> saveForStop(int steps_done);
+
  private:
   hsdp::Comm& world_;
   hsdp::ShardedModel& model_;
   const CheckpointFlags& flags_;
   uint64_t seed_;
   int last_saved_ = -1;
+  std::string last_dir_;  // the directory of the last committed save
 };
 
 }  // namespace examples

@@ -9,6 +9,7 @@
 #include "common/failure.h"
 #include "common/reference.h"
 #include "common/report.h"
+#include "common/stopping.h"
 #include "hsdp/dtype.h"
 #include "mlp/options.h"
 #include "mlp/reference.h"
@@ -115,6 +116,10 @@ int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_com
   examples::Checkpoints ckpt(world, model, c.ckpt, c.seed);
   auto start = ckpt.restore(c.steps);
   if (!start.ok()) return fail.agreed(start.status(), examples::exitCodeOf(start.status()));
+  // SIGTERM / SIGUSR1 from here on stop the run after an agreed step, with a checkpoint
+  // (common/stopping.h).
+  if (hsdp::Status s = examples::installStopSignals(); !s.ok())
+    return fail.agreed(s, examples::kExitRuntime);
   double optim_total = 0, optim_exposed = 0;  // offload: worker time, and what step() waited
   for (int step = *start; step < c.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
@@ -137,6 +142,12 @@ int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_com
     // A save fails alike on every rank (the engine agrees on its verdict).
     if (hsdp::Status s = ckpt.afterStep(step + 1, step + 1 == c.steps); !s.ok())
       return fail.agreed(s, examples::exitCodeOf(s));
+    // A stop request on any rank (preemption, the time limit's signal): all stop after this step.
+    if (step + 1 < c.steps) {
+      auto stop = examples::stopIfRequested(program, mesh.control(), world, ckpt, step + 1);
+      if (!stop.ok()) fail.alone(stop.status());
+      if (stop->has_value()) return **stop;
+    }
   }
   if (*start == c.steps) {  // nothing to train: a save-dir still gets this step's checkpoint
     if (hsdp::Status s = ckpt.afterStep(c.steps, true); !s.ok())
