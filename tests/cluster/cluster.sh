@@ -26,7 +26,7 @@ readonly TCP_WMEM_MAX=${HSDP_CLUSTER_WMEM:-}
 usage() {
     cat >&2 <<'EOF'
 usage: cluster.sh [--nodes N] [--ranks-per-node R] [--rate RATE] [--timeout SECONDS]
-                  [--keep-output DIR] -- PROGRAM [ARGS...]
+                  [--keep-output DIR] [--exec] -- PROGRAM [ARGS...]
   --nodes N            emulated nodes (network namespaces), default 2, at most 253
   --ranks-per-node R   MPI ranks per node, default 4 (node i gets ranks i*R .. i*R+R-1)
   --rate RATE          tc rate of every node link (e.g. 1gbit, 100mbit) or none (default)
@@ -36,6 +36,10 @@ usage: cluster.sh [--nodes N] [--ranks-per-node R] [--rate RATE] [--timeout SECO
                        ~15 min): how long TCP, Open MPI's daemons' included, waits on a cut link
   --tcp-cc NAME        TCP congestion control of every namespace (default reno, loss-based as
                        Linux's default cubic is; host: the host's default, inherited)
+  --exec               run PROGRAM itself (not mpirun PROGRAM) in the switch namespace, in the
+                       job's PID namespace, with CLUSTER_SH_MAP, CLUSTER_SH_RUNDIR,
+                       CLUSTER_SH_NODES (names), CLUSTER_SH_HOSTS (addresses) and
+                       CLUSTER_SH_SWITCH_IP set: a launcher of its own (tests/cluster/slurm.sh)
 Exit status: the job's exit status; 124 on timeout; 2 on usage errors; 3 on bring-up errors.
 EOF
 }
@@ -50,6 +54,7 @@ timeout_s=300
 keep_dir=
 tcp_retries=
 tcp_cc=reno
+exec_mode=0
 while [ $# -gt 0 ]; do
     case $1 in
         --nodes) [ $# -ge 2 ] || die_usage "$1 needs a value"; nodes=$2; shift 2 ;;
@@ -66,6 +71,7 @@ while [ $# -gt 0 ]; do
         --tcp-retries=*) tcp_retries=${1#*=}; shift ;;
         --tcp-cc) [ $# -ge 2 ] || die_usage "$1 needs a value"; tcp_cc=$2; shift 2 ;;
         --tcp-cc=*) tcp_cc=${1#*=}; shift ;;
+        --exec) exec_mode=1; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; break ;;
         *) die_usage "unknown argument '$1' (PROGRAM goes after --)" ;;
@@ -320,10 +326,13 @@ start=$SECONDS
 # that PID namespace too, so once mpirun is gone the kernel kills and reaps whatever is left
 # of the job (no orphans, no zombies handed to the host's init). Daemons inherit mpirun's
 # environment through the agent (TMPDIR, CLUSTER_SH_MAP).
-TMPDIR=$rundir CLUSTER_SH_MAP=$rundir/map \
+launch=(mpirun "${mpi_args[@]}" "$@")
+[ "$exec_mode" -eq 1 ] && launch=("$@")
+TMPDIR=$rundir CLUSTER_SH_MAP=$rundir/map CLUSTER_SH_RUNDIR=$rundir \
+    CLUSTER_SH_NODES="${names[*]}" CLUSTER_SH_HOSTS="${hosts[*]}" CLUSTER_SH_SWITCH_IP=$SWITCH_IP \
     timeout --kill-after=10 "$timeout_s" \
     ip netns exec "$SW_NS" unshare --pid --fork --kill-child --mount-proc \
-    mpirun "${mpi_args[@]}" "$@" >&3 2>&4 3>&- 4>&- </dev/null &
+    "${launch[@]}" >&3 2>&4 3>&- 4>&- </dev/null &
 job_pid=$!
 wait "$job_pid"
 rc=$?
