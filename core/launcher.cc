@@ -93,4 +93,13 @@ StatusOr<std::optional<Count>> slurmTasks(const GetEnv& get) {
   return single(get, "SLURM_NTASKS");
 }
 
+StatusOr<std::optional<Count>> srunStepWithoutPmi(const GetEnv& get) {
+  if (get("SLURM_STEP_ID") == nullptr) return std::optional<Count>();  // not a task of srun
+  HSDP_ASSIGN_OR_RETURN(std::optional<Count> c, single(get, "SLURM_STEP_NUM_TASKS"));
+  if (!c || c->value <= 1) return std::optional<Count>();
+  for (const char* pmi : {"PMIX_RANK", "PMI_RANK", "PMI_FD", "OMPI_COMM_WORLD_SIZE"})
+    if (get(pmi) != nullptr) return std::optional<Count>();
+  return c;
+}
+
 }  // namespace hsdp::launcher

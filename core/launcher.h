@@ -50,4 +50,11 @@ StatusOr<std::optional<Count>> localSize(const GetEnv& get = processEnv);
 // Slurm). Malformed: InvalidArgument naming the variable and value.
 StatusOr<std::optional<Count>> slurmTasks(const GetEnv& get = processEnv);
 
+// srun started this task as one of N > 1 (SLURM_STEP_ID set, SLURM_STEP_NUM_TASKS = N) without
+// a process-management interface: none of PMIX_RANK (--mpi=pmix), PMI_RANK or PMI_FD (PMI-1/2)
+// or OMPI_COMM_WORLD_SIZE (mpirun) is set. MPI would come up as N worlds of one (or, Open MPI 4,
+// abort inside MPI_Init with its own message); the step's count is returned so that the caller
+// can say so before MPI_Init. nullopt otherwise (no srun step, one task, a PMI present).
+StatusOr<std::optional<Count>> srunStepWithoutPmi(const GetEnv& get = processEnv);
+
 }  // namespace hsdp::launcher

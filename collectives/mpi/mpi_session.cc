@@ -40,11 +40,16 @@ Status mpiError(int rc, const char* call, const char* file, int line) {
 
 MPI_Datatype mpiType(DType t) {
   switch (t) {
-    case DType::kFloat32: return MPI_FLOAT;
-    case DType::kBFloat16: return MPI_UINT16_T;
-    case DType::kInt32: return MPI_INT32_T;
-    case DType::kInt64: return MPI_INT64_T;
-    case DType::kUInt8: return MPI_UINT8_T;
+    case DType::kFloat32:
+      return MPI_FLOAT;
+    case DType::kBFloat16:
+      return MPI_UINT16_T;
+    case DType::kInt32:
+      return MPI_INT32_T;
+    case DType::kInt64:
+      return MPI_INT64_T;
+    case DType::kUInt8:
+      return MPI_UINT8_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -164,6 +169,20 @@ Status checkWorldAgainstSlurm() {
                          "each task is meant to run alone");
 }
 
+// Before MPI_Init: srun started N > 1 tasks without a PMI (srun --mpi=none, or no MpiDefault).
+// Open MPI would abort inside MPI_Init (or each task come up alone); say why first.
+Status checkSrunBeforeInit() {
+  HSDP_ASSIGN_OR_RETURN(std::optional<launcher::Count> tasks, launcher::srunStepWithoutPmi());
+  if (!tasks) return okStatus();
+  HSDP_ASSIGN_OR_RETURN(bool allow, kAllowWorldOfOne.get());
+  if (allow) return okStatus();
+  return invalidArgument(tasks->source, "=", tasks->value,
+                         " but MPI_COMM_WORLD would have 1 rank: srun started the tasks without "
+                         "a PMI (none of PMIX_RANK, PMI_RANK, PMI_FD is set), so each is a world "
+                         "of one; launch with srun --mpi=pmix (or mpirun inside the allocation), "
+                         "or set HSDP_ALLOW_WORLD_OF_ONE=1 if each task is meant to run alone");
+}
+
 StatusOr<SessionEnv> readSessionEnv() {
   SessionEnv e;
   HSDP_ASSIGN_OR_RETURN(e.tune_malloc, kMallocTune.get());
@@ -231,8 +250,9 @@ Status tuneProcessForHsdp() {
   int initialized = 0;
   HSDP_MPI_CHECK(MPI_Initialized(&initialized));
   if (initialized)
-    return failedPrecondition("tuneProcessForHsdp: MPI is already initialized; Open MPI reads "
-                              "its settings in MPI_Init, so call it before");
+    return failedPrecondition(
+        "tuneProcessForHsdp: MPI is already initialized; Open MPI reads "
+        "its settings in MPI_Init, so call it before");
   HSDP_ASSIGN_OR_RETURN(SessionEnv e, readSessionEnv());
   applyProcessTuning(e);
   return okStatus();
@@ -242,8 +262,11 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
   int initialized = 0;
   HSDP_MPI_CHECK(MPI_Initialized(&initialized));
   if (initialized)
-    return failedPrecondition("MPI is already initialized; create one Session, or attach to the "
-                              "application's MPI with Session::attach()");
+    return failedPrecondition(
+        "MPI is already initialized; create one Session, or attach to the "
+        "application's MPI with Session::attach()");
+  // No MPI_Init here: without a PMI, Open MPI's MPI_Init aborts before hsdp could speak.
+  HSDP_RETURN_IF_ERROR(checkSrunBeforeInit());
   StatusOr<SessionEnv> env_or = readSessionEnv();
   if (!env_or.ok()) {
     // Every rank has the same bad value and reports it. The first rank to exit non-zero makes
@@ -263,9 +286,8 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
   // FUNNELED: only the thread that called init talks to MPI. With the progress thread, MULTIPLE:
   // hsdp serialises its own calls (progressLock()), but the user's MPI calls may overlap the
   // thread's.
-  HSDP_MPI_CHECK(MPI_Init_thread(argc, argv,
-                                 e.progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED,
-                                 &provided));
+  HSDP_MPI_CHECK(MPI_Init_thread(
+      argc, argv, e.progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided));
   HSDP_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   if (Status world = checkWorldAgainstSlurm(); !world.ok()) {
     std::atexit([] { MPI_Finalize(); });
@@ -288,8 +310,11 @@ StatusOr<std::unique_ptr<Session>> Session::attach() {
   HSDP_MPI_CHECK(MPI_Initialized(&initialized));
   HSDP_MPI_CHECK(MPI_Finalized(&finalized));
   if (!initialized || finalized)
-    return failedPrecondition("Session::attach: MPI is ", finalized ? "already finalized" : "not "
-                              "initialized", "; the application calls MPI_Init_thread first (or "
+    return failedPrecondition("Session::attach: MPI is ",
+                              finalized ? "already finalized"
+                                        : "not "
+                                          "initialized",
+                              "; the application calls MPI_Init_thread first (or "
                               "use Session::init)");
   HSDP_ASSIGN_OR_RETURN(SessionEnv e, readSessionEnv());
   int provided = 0;

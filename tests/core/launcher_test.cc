@@ -115,5 +115,38 @@ TEST(Launcher, SlurmTasksPrefersTheStep) {
       << t.status().toString();
 }
 
+TEST(Launcher, SrunStepWithoutPmi) {
+  const std::map<std::string, std::string> step = {
+      {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "6"}, {"SLURM_NTASKS", "6"}};
+  // srun --mpi=none: the trap, with the step's count.
+  auto t = srunStepWithoutPmi(envOf(step));
+  ASSERT_TRUE(t.ok() && t->has_value());
+  EXPECT_EQ((*t)->value, 6);
+  EXPECT_EQ((*t)->source, "SLURM_STEP_NUM_TASKS");
+  // Any process-management interface (srun --mpi=pmix, PMI-2, mpirun's daemons): fine.
+  for (const char* pmi : {"PMIX_RANK", "PMI_RANK", "PMI_FD", "OMPI_COMM_WORLD_SIZE"}) {
+    auto with = step;
+    with[pmi] = "0";
+    t = srunStepWithoutPmi(envOf(with));
+    ASSERT_TRUE(t.ok());
+    EXPECT_FALSE(t->has_value()) << pmi;
+  }
+  // A batch script (no step id), a step of one task, no Slurm: nothing to say.
+  for (auto env :
+       {std::map<std::string, std::string>{{"SLURM_NTASKS", "6"}},
+        std::map<std::string, std::string>{{"SLURM_STEP_ID", "3"}, {"SLURM_STEP_NUM_TASKS", "1"}},
+        std::map<std::string, std::string>{}}) {
+    t = srunStepWithoutPmi(envOf(env));
+    ASSERT_TRUE(t.ok());
+    EXPECT_FALSE(t->has_value());
+  }
+  auto bad = step;
+  bad["SLURM_STEP_NUM_TASKS"] = "x";
+  t = srunStepWithoutPmi(envOf(bad));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().toString().find("SLURM_STEP_NUM_TASKS='x'"), std::string::npos)
+      << t.status().toString();
+}
+
 }  // namespace
 }  // namespace hsdp::launcher
