@@ -8,7 +8,8 @@
 #
 # COMMAND is any program or script that talks to Slurm: `srun --mpi=pmix ...`,
 # `sbatch --wait job.sh`, or a test script that also uses squeue/scancel/scontrol. It runs with
-# SLURM_CONF set and the caller's working directory and environment. See tests/cluster/README.md.
+# SLURM_CONF set, SLURM_SH_DIR naming the daemons' directory (slurmd-<node>.pid, log/), and the
+# caller's working directory and environment. See tests/cluster/README.md.
 
 # shellcheck disable=SC2015,SC2086
 set -u
@@ -64,6 +65,17 @@ if [ "${1:-}" = --inside ]; then
     for ((i = 0; i < 100; i++)); do [ -S "$sd/munge/munge.socket" ] && break; sleep 0.1; done
     [ -S "$sd/munge/munge.socket" ] || die "munged did not start ($(tail -3 "$sd/log/munged.log" 2>/dev/null))"
 
+    # Prolog and epilog of every job on every node: Slurm's PMIx plugin can leave a stopped
+    # step's client directory (TmpFS: spmix_appdir_<uid>_<job>.<step>) and its server's socket
+    # and directory (spool: stepd.slurm.pmix.<job>.<step>, pmix.<job>.<step>) behind, and a
+    # requeued job (the same job and step ids) then fails to launch ("File exists", "Address
+    # already in use"). Real clusters clean per-job temporaries alike (or use job_container/tmpfs).
+    {
+        echo '#!/bin/sh'
+        echo "t=$sd/tmp/\$SLURMD_NODENAME s=$sd/spool/\$SLURMD_NODENAME j=\$SLURM_JOB_ID"
+        echo 'rm -rf -- "$t"/spmix_appdir_*_"$j".* "$s"/stepd.slurm.pmix."$j".* "$s"/pmix."$j".*'
+        echo 'exit 0'
+    } >"$sd/clean-job" && chmod 755 "$sd/clean-job" || die "cannot write $sd/clean-job"
     conf=$sd/slurm.conf
     {
         cat <<EOF
@@ -80,6 +92,8 @@ SlurmdSpoolDir=$sd/spool/%n
 # Each node's own temporary directory (PMIx puts per-step directories there; one /tmp would
 # collide across the emulated nodes).
 TmpFS=$sd/tmp/%n
+Prolog=$sd/clean-job
+Epilog=$sd/clean-job
 SlurmctldPidFile=$sd/slurmctld.pid
 SlurmdPidFile=$sd/slurmd-%n.pid
 SlurmctldLogFile=$sd/log/slurmctld.log
@@ -152,7 +166,8 @@ EOF
         exit 3
     fi
     echo "slurm: $nodes nodes x $cpus cpus, controller $CTL_NAME, up in $t_up s"
-    "$@"
+    # COMMAND may reach the daemons' files (slurmd-<node>.pid, log/) through SLURM_SH_DIR.
+    SLURM_SH_DIR=$sd "$@"
     rc=$?
     keep_logs
     exit "$rc"
