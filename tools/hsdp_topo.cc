@@ -114,7 +114,8 @@ json viewJson(const hsdp::RankView& v) {
   return {{"rank", v.world_rank}, {"host", v.host}, {"local_rank", v.local_rank},
           {"gpu", v.gpu}, {"gpu_pci", v.gpu_pci}, {"nic", v.nic}, {"fabric", v.fabric},
           {"bind", {{"mode", hsdp::bindModeName(v.bind.mode)}, {"numa", v.bind.numa},
-                    {"cpus", v.bind.cpuset}, {"reason", v.bind.reason}}}};
+                    {"cpus", v.bind.cpuset}, {"launcher_cpus", v.bind.launcher_cpus},
+                    {"reason", v.bind.reason}}}};
 }
 
 // Prints the cluster part; returns the exit code.

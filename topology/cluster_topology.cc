@@ -42,7 +42,9 @@ const StringParam kTopoNcclFile{
 const StringParam kBind{
     "HSDP_BIND", StringParam::Kind::kEnum, "auto",
     "Bind each rank to the NUMA node nearest its GPU (or NIC on CPU-only hosts): auto (numa "
-    "when the host has several NUMA nodes and is not oversubscribed), none, numa, core."};
+    "when the host has several NUMA nodes and is not oversubscribed), none, numa, core. A "
+    "binding the launcher gave (srun --cpu-bind, mpirun --bind-to, taskset) is never widened: "
+    "auto keeps it, numa and core bind within it."};
 }  // namespace
 
 StatusOr<TopologySources> topologySourcesFromEnv() {
@@ -106,7 +108,7 @@ std::string serializeRankView(const RankView& v) {
             {"bind", {{"req", static_cast<int>(v.bind.requested)},
                       {"mode", static_cast<int>(v.bind.mode)}, {"gpu", v.bind.gpu},
                       {"nic", v.bind.nic}, {"numa", v.bind.numa}, {"cpus", v.bind.cpuset},
-                      {"why", v.bind.reason}}}};
+                      {"launcher", v.bind.launcher_cpus}, {"why", v.bind.reason}}}};
   return j.dump();
 }
 
@@ -134,6 +136,7 @@ StatusOr<RankView> parseRankView(std::string_view text) {
     v.bind.nic = b.at("nic");
     v.bind.numa = b.at("numa");
     v.bind.cpuset = b.at("cpus");
+    v.bind.launcher_cpus = b.value("launcher", "");
     v.bind.reason = b.at("why");
     return v;
   } catch (const json::exception& e) {
@@ -253,6 +256,18 @@ StatusOr<ClusterTopology> discoverClusterTopology(Comm& world, const ClusterOpti
     mine.host_nics = static_cast<int>(topo.nics.size());
     mine.fabric = topo.fabricDomain();
     mine.bind = planBinding(topo, mine.local_rank, mine.local_size, mode);
+    if (topo.source == "live" && mode != BindMode::kNone) {
+      // Never widen a binding the launcher chose (srun --cpu-bind, mpirun --bind-to, taskset).
+      StatusOr<CpuBinding> cur = readCpuBinding();
+      if (cur.ok()) {
+        mine.bind = respectLauncherBinding(std::move(mine.bind), cur->launcherCpus());
+      } else {
+        mine.bind.mode = BindMode::kNone;
+        mine.bind.cpuset.clear();
+        mine.bind.reason = strCat("this process's CPU binding could not be read (",
+                                  cur.status().message(), "); left as it is");
+      }
+    }
     mine.gpu = mine.bind.gpu;
     if (mine.gpu >= 0) mine.gpu_pci = topo.gpus[mine.gpu].pci.toString();
     if (mine.bind.nic >= 0) mine.nic = topo.nics[mine.bind.nic].name;

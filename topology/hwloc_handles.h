@@ -4,6 +4,7 @@
 #include <hwloc.h>
 
 #include <memory>
+#include <string>
 
 #include "hsdp/status.h"
 
@@ -22,5 +23,8 @@ using BitmapPtr = std::unique_ptr<hwloc_bitmap_s, BitmapDeleter>;
 // An initialised, not yet loaded topology that keeps every PCI device and bridge and skips
 // hwloc's OpenCL and GL plugins.
 StatusOr<TopologyPtr> newTopology();
+
+// `set` in list syntax ("0-3,8"); "" for an empty or null set.
+std::string listString(hwloc_const_bitmap_t set);
 
 }  // namespace hsdp::hwloc_detail

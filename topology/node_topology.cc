@@ -40,13 +40,6 @@ StatusOr<TopologyPtr> newTopology() {
   return t;
 }
 
-}  // namespace hwloc_detail
-
-namespace {
-
-using hwloc_detail::newTopology;
-using hwloc_detail::TopologyPtr;
-
 std::string listString(hwloc_const_bitmap_t set) {
   if (set == nullptr || hwloc_bitmap_iszero(set)) return "";
   char* s = nullptr;
@@ -55,6 +48,14 @@ std::string listString(hwloc_const_bitmap_t set) {
   std::free(s);
   return out;
 }
+
+}  // namespace hwloc_detail
+
+namespace {
+
+using hwloc_detail::listString;
+using hwloc_detail::newTopology;
+using hwloc_detail::TopologyPtr;
 
 // The name of the first element of an XML document, "" if there is none. Used to tell an XML of
 // the wrong kind (an NCCL dump given as hwloc XML, or the other way) from a broken one.

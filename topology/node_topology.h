@@ -160,7 +160,8 @@ StatusOr<NodeTopology> discoverNodeTopology(const TopologySources& sources);
 // ---- binding ----------------------------------------------------------------------------------
 
 // HSDP_BIND: auto (numa where it helps, see planBinding), none, numa (the NUMA node nearest the
-// rank's GPU, or its NIC on CPU-only hosts), core (one core of that NUMA node per rank).
+// rank's GPU, or its NIC on CPU-only hosts), core (one core of that NUMA node per rank). A binding
+// the launcher already gave the process is never widened (see respectLauncherBinding).
 enum class BindMode { kAuto, kNone, kNuma, kCore };
 StatusOr<BindMode> parseBindMode(std::string_view text);
 StatusOr<BindMode> bindModeFromEnv();  // parseBindMode of HSDP_BIND (unset: auto)
@@ -175,6 +176,7 @@ struct BindPlan {
   int nic = -1;                     // the rank's NIC (rail), -1 none
   int numa = -1;                    // os index of the NUMA node it is bound to, -1 none
   std::string cpuset;               // list syntax; "" when unbound
+  std::string launcher_cpus;        // the launcher's binding it respects; "" when none
   std::string reason;               // one line: why this binding
   std::string describe() const;
 };
@@ -184,6 +186,26 @@ struct BindPlan {
 // the fast NICs (InfiniBand, else Ethernet) in blocks. auto = numa when the host has several
 // NUMA nodes and the ranks do not oversubscribe the cores, none otherwise.
 BindPlan planBinding(const NodeTopology& topo, int local_rank, int local_size, BindMode mode);
+
+// This process's CPU binding, read live: `bound` is hwloc_get_cpubind(HWLOC_CPUBIND_PROCESS) (the
+// union over its threads), `allowed` the CPUs the machine allows it (hwloc's allowed cpuset: the
+// cgroup cpuset, which the live topology is already restricted to). Both in list syntax.
+struct CpuBinding {
+  std::string bound;
+  std::string allowed;
+  // Pure: `bound` when it is a strict subset of `allowed` (a launcher bound the process: srun
+  // --cpu-bind, mpirun --bind-to, taskset), else "".
+  std::string launcherCpus() const;
+};
+// A binding hsdp applied itself (applyBinding) reads as the one the process had before it, so a
+// second discovery in the same process does not take hsdp's binding for the launcher's.
+StatusOr<CpuBinding> readCpuBinding();
+
+// Pure: `plan` for a process the launcher already bound to `launcher_cpus` ("" when it did not:
+// the plan is returned unchanged, as is any plan for HSDP_BIND=none). The launcher's binding is
+// never widened: auto keeps it (mode none); numa and core bind to the intersection of the
+// planned CPUs and the launcher's, or keep the launcher's binding when they do not overlap.
+BindPlan respectLauncherBinding(BindPlan plan, const std::string& launcher_cpus);
 
 // Binds the calling process (CPU and memory policy) with hwloc. Only valid for a topology of
 // the live machine; a recorded topology is an error (its CPUs are not this machine's).
