@@ -23,7 +23,13 @@ train=$build/examples/train_gpt
 ckpt_tool=$build/tools/hsdp-ckpt
 work=$(mktemp -d "${TMPDIR:-/tmp}/hsdp-slurm.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-fail() { echo "slurm_jobs $case_: FAIL: $*"; exit 1; }
+fail() {
+    echo "--- the Slurm daemons' errors:"
+    grep -h -i 'error' "${SLURM_SH_DIR:-/nonexistent}"/log/slurm*.log 2>/dev/null | tail -20
+    cat "${SLURM_SH_DIR:-/nonexistent}"/log/epilog.log 2>/dev/null
+    echo "slurm_jobs $case_: FAIL: $*"
+    exit 1
+}
 pass() { echo "slurm_jobs $case_: PASS${1:+: $1}"; exit 0; }
 tiny=(--preset tiny --eval-batches 0)
 srun_=(srun --mpi=pmix -N 2 --ntasks-per-node 3)
