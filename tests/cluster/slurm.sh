@@ -106,6 +106,9 @@ SlurmdPort=6818
 # No cgroups in a container: processes tracked by parentage; tasks bound by sched_setaffinity.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/affinity
+# No binding unless a job asks (--cpu-bind): the declared CPUs may exceed the host's, and
+# task/affinity's automatic binding would then fail to lay out the tasks.
+TaskPluginParam=None
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=none

@@ -13,6 +13,8 @@
 #                 `--signal=USR1@T` sends): exit 138, requeued by RequeueExit, resumed, parity
 #   async-save    srun with --async-save --save-every 1, `scancel --signal=TERM` mid-run: the stop
 #                 waits for the save in flight; exit 143; every checkpoint verifies, no temporaries
+#   cpu-bind      srun --cpu-bind=map_cpu:1,0 (task/affinity binds each task to one CPU):
+#                 hsdp's plan under HSDP_BIND=core keeps Slurm's CPU on every rank, never widens it
 #   slurmd-kill   a node's slurmd SIGKILLed mid-job: the job ends NODE_FAIL naming the node, srun
 #                 exits non-zero within a bound, no hang
 #
@@ -134,6 +136,18 @@ async-save)
     left=$(find "$work/ckpt" -name '.*tmp*' | head -3)
     [ -z "$left" ] || fail "temporaries left: $left"
     pass "stopped after step $K with its async save in flight; $n checkpoints verify" ;;
+cpu-bind)
+    srun --mpi=pmix -N 2 --ntasks-per-node 2 --cpu-bind=map_cpu:1,0 "$build/tools/hsdp-topo" \
+        --bind core >"$work/out" 2>&1
+    rc=$?
+    cat "$work/out"
+    [ $rc = 0 ] || fail "srun hsdp-topo exited $rc"
+    for r in 0 1 2 3; do
+        want=$((1 - r % 2))  # map_cpu:1,0: local rank 0 on CPU 1, local rank 1 on CPU 0
+        grep -E "^  rank $r on hsdp-node$((r / 2)) local $((r % 2)): .*launcher-bound .*launcher's cpus $want( |;|\$)" "$work/out" >/dev/null ||
+            fail "rank $r: not kept on Slurm's CPU $want"
+    done
+    pass "every rank kept on the CPU Slurm bound it to" ;;
 slurmd-kill)
     "${srun_[@]}" "$train" "${tiny[@]}" --batch 6 --steps 100000 >"$work/out" 2>&1 &
     spid=$!
