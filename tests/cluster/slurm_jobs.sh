@@ -5,7 +5,8 @@
 #   slurm_jobs.sh CASE BUILD_DIR SOURCE_DIR
 #
 #   srun          srun --mpi=pmix (direct launch, no mpirun): parity with the reference
-#   sbatch        sbatch of examples/slurm/train_gpt_mpirun.sbatch (mpirun in the allocation): parity
+#   sbatch        sbatch of examples/slurm/train_gpt_mpirun.sbatch (mpirun in the allocation),
+#                 sharded across both nodes (JOB_INTER_SHARD=2): parity, the checkpoint verifies
 #   world-of-one  srun --mpi=none: every task exits 2 naming SLURM_STEP_NUM_TASKS=6, 1 and the fix
 #   requeue       examples/slurm/train_gpt_srun.sbatch preempted by `scontrol requeue` after step 3:
 #                 it saves, exits 143, comes back, resumes at that step, and passes parity
@@ -55,12 +56,13 @@ srun)
     grep -q '^parity vs reference: .* PASS' "$work/out" || fail "no parity PASS"
     pass ;;
 sbatch)
-    HSDP_SAVE_DIR=$work/ckpt HSDP_BUILD=$build sbatch --wait -N 2 --ntasks-per-node 3 -o "$work/out" \
+    JOB_SAVE_DIR=$work/ckpt JOB_BUILD=$build JOB_INTER_SHARD=2 sbatch --wait -N 2 --ntasks-per-node 3 -o "$work/out" \
         "$src/examples/slurm/train_gpt_mpirun.sbatch" "${tiny[@]}" --steps 4 --batch 24 --check
     rc=$?
     cat "$work/out"
     [ $rc = 0 ] || fail "sbatch --wait exited $rc"
     grep -q '6 ranks on 2 nodes (hsdp-node0, hsdp-node1)' "$work/out" || fail "not 6 ranks on the 2 nodes"
+    grep -q 'intra_shard 3 x inter_shard 2 = shard group 6' "$work/out" || fail "not the mesh the script chose"
     grep -q '^parity vs reference: .* PASS' "$work/out" || fail "no parity PASS"
     "$ckpt_tool" verify "$work/ckpt/step-00000004" || fail "the job's checkpoint does not verify"
     pass ;;
@@ -77,7 +79,7 @@ world-of-one)
 requeue|usr1)
     N=60
     if [ "$case_" = requeue ]; then sig=SIGTERM code=143; else sig=SIGUSR1 code=138; fi
-    jid=$(HSDP_SAVE_DIR=$work/ckpt HSDP_SAVE_EVERY=1000 HSDP_BUILD=$build \
+    jid=$(JOB_SAVE_DIR=$work/ckpt JOB_SAVE_EVERY=1000 JOB_BUILD=$build \
         sbatch --parsable -N 2 --ntasks-per-node 3 --open-mode=append -o "$work/out" \
         "$src/examples/slurm/train_gpt_srun.sbatch" "${tiny[@]}" --batch 6 --steps $N --check) ||
         fail "sbatch refused the job"
