@@ -78,6 +78,11 @@ if [ "${1:-}" = --inside ]; then
         echo 'left=$(ls -d "$t"/spmix_appdir_*_"$j".* "$s"/stepd.slurm.pmix."$j".* "$s"/pmix."$j".* 2>/dev/null | tr "\n" " ")'
         echo 'rm -rf -- "$t"/spmix_appdir_*_"$j".* "$s"/stepd.slurm.pmix."$j".* "$s"/pmix."$j".*'
         echo "echo \"\$(date +%T.%N) \$SLURMD_NODENAME job \$j: removed \$left\" >>$sd/log/epilog.log"
+        # slurmd refuses a batch launch whose credential is not newer, in whole seconds, than the
+        # job's revocation at its last end ("Job 1 already killed, do not launch batch job"):
+        # a job requeued by RequeueExit within that second failed. The job is COMPLETING until
+        # the epilog ends, so one second here keeps the requeued launch out of that second.
+        echo 'sleep 1'
         echo 'exit 0'
     } >"$sd/clean-job" && chmod 755 "$sd/clean-job" || die "cannot write $sd/clean-job"
     conf=$sd/slurm.conf

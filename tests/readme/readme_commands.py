@@ -28,6 +28,10 @@ import time
 SKIP = {
     "scripts/test": "the test suite itself (this test runs inside it)",
     "mpirun -H nodeA:8,nodeB:8": "needs two real nodes named nodeA and nodeB",
+    "srun --mpi=pmix -N 2": "needs a Slurm cluster; the slurm tests (tests/cluster/slurm_jobs.sh) "
+    "run srun --mpi=pmix on the emulated one",
+    "sbatch -N 2 --ntasks-per-node 4 examples/slurm/": "needs a Slurm cluster; the slurm tests "
+    "submit both scripts to the emulated one",
     "... train_mlp": "an elision of two train_mlp command lines (--export / --init-from)",
     "scripts/device-check": "needs a GPU",
     "scripts/device-bundle": "packs the CUDA build for a GPU host (needs the CUDA build)",
