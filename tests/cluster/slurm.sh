@@ -97,10 +97,10 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$sd/munge/munge.socket
 StateSaveLocation=$sd/state
-SlurmdSpoolDir=$sd/spool/%n
+SlurmdSpoolDir=$sd/spool/self
 # Each node's own temporary directory (PMIx puts per-step directories there; one /tmp would
 # collide across the emulated nodes).
-TmpFS=$sd/tmp/%n
+TmpFS=$sd/tmp/self
 Epilog=$sd/clean-job
 SlurmctldPidFile=$sd/slurmctld.pid
 SlurmdPidFile=$sd/slurmd-%n.pid
@@ -145,15 +145,23 @@ EOF
 
     slurmctld -D -f "$conf" >"$sd/log/slurmctld.out" 2>&1 &
     # One slurmd per node, in the node's network namespace with the node's host name and a
-    # private /dev/shm (as rsh-agent.sh starts Open MPI's daemons). nsenter, not `ip netns
-    # exec`: that remounts /sys, and slurmd needs /sys/fs/cgroup to start (it uses no cgroup).
+    # private /dev/shm (as rsh-agent.sh starts Open MPI's daemons). Its spool and TmpFS are the
+    # same paths on every node (spool/self, tmp/self), bind-mounted from spool/<node> and
+    # tmp/<node>, as /var/spool/slurmd is on real nodes: Slurm's PMIx plugin does not expand %n
+    # in every path it builds from SlurmdSpoolDir (its relay to another node's step daemon then
+    # went to ".../spool/%n/stepd.slurm.pmix.<job>.<step>" and the step hung). nsenter, not
+    # `ip netns exec`: that remounts /sys, and slurmd needs /sys/fs/cgroup to start (it uses no
+    # cgroup).
     while read -r ip ns node; do
         [[ $ip =~ ^[0-9.]+$ ]] || continue
-        mkdir -p "$sd/spool/$node" "$sd/tmp/$node" || die "cannot create $sd/spool/$node"
+        mkdir -p "$sd/spool/$node" "$sd/tmp/$node" "$sd/spool/self" "$sd/tmp/self" ||
+            die "cannot create $sd/spool/$node"
         # shellcheck disable=SC2016
         nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private sh -c '
-            hostname "$1" && mount -t tmpfs -o mode=1777 "shm-$1" /dev/shm || exit 3
-            exec slurmd -D -f "$2"' slurmd "$node" "$conf" >"$sd/log/slurmd-$node.out" 2>&1 &
+            hostname "$1" && mount -t tmpfs -o mode=1777 "shm-$1" /dev/shm &&
+                mount --bind "$3/spool/$1" "$3/spool/self" &&
+                mount --bind "$3/tmp/$1" "$3/tmp/self" || exit 3
+            exec slurmd -D -f "$2"' slurmd "$node" "$conf" "$sd" >"$sd/log/slurmd-$node.out" 2>&1 &
     done <"$CLUSTER_SH_MAP"
 
     # Up when every node is idle.

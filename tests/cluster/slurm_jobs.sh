@@ -30,6 +30,7 @@ fail() {
     echo "--- the Slurm daemons' errors:"
     grep -h -i 'error' "${SLURM_SH_DIR:-/nonexistent}"/log/slurm*.log 2>/dev/null | tail -20
     cat "${SLURM_SH_DIR:-/nonexistent}"/log/epilog.log 2>/dev/null
+    tail -n 5 "${SLURM_SH_DIR:-/nonexistent}"/log/slurmd-*.out 2>/dev/null
     echo "slurm_jobs $case_: FAIL: $*"
     exit 1
 }
