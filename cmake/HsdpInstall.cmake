@@ -59,7 +59,7 @@ install(FILES ${PROJECT_BINARY_DIR}/package/hsdpConfig.cmake
         DESTINATION ${HSDP_CMAKE_DIR})
 
 # pkg-config: hsdp.pc (`pkg-config --cflags --libs hsdp`). MPI has no portable pkg-config module,
-# so its flags come from FindMPI. hwloc, xxHash, libxml2 (and UCX) are what libhsdp links
+# so its flags come from FindMPI. hwloc, xxHash, libxml2, libcurl (and UCX) are what libhsdp links
 # privately: Requires.private of a shared libhsdp; of the static archive, plain Requires, since
 # every program that links the archive links them too (and `--static` would also pull in their
 # own static-only dependencies, such as hwloc's libudev).
@@ -71,7 +71,7 @@ set(HSDP_PC_MPI_LIBS "")
 foreach(lib ${MPI_CXX_LIBRARIES})
   string(APPEND HSDP_PC_MPI_LIBS " ${lib}")
 endforeach()
-set(HSDP_PC_REQUIRES_PRIVATE "hwloc libxxhash libxml-2.0")
+set(HSDP_PC_REQUIRES_PRIVATE "hwloc libxxhash libxml-2.0 libcurl")
 set(HSDP_PC_LIBS_PRIVATE "-lpthread")
 foreach(lib ${CMAKE_DL_LIBS})
   string(APPEND HSDP_PC_LIBS_PRIVATE " -l${lib}")

@@ -18,7 +18,7 @@ import sys
 DECL = re.compile(r'\b(IntParam|BoolParam|StringParam|NumberParam)\s+\w+\s*\{\s*"(HSDP_[A-Z0-9_]+)"')
 RAW_READ = re.compile(r'\b(?:std::)?(?:secure_)?getenv\s*\(\s*"HSDP_')
 SCANNED = ("core", "watchdog", "storage", "checkpoint", "topology", "collectives", "offload",
-           "cuda", "engine", "plan", "tools", "bench", "examples", "include")
+           "cuda", "elastic", "engine", "plan", "tools", "bench", "examples", "include")
 
 
 def main():

@@ -1,0 +1,421 @@
+#include "elastic/etcd_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "hsdp/env.h"
+
+namespace hsdp::elastic {
+namespace {
+
+using json = nlohmann::json;
+
+const env::IntParam kEtcdTimeoutMs{
+    "HSDP_ETCD_TIMEOUT_MS", 5000, 10, 600000,
+    "Bound of one request to etcd (elastic/): an endpoint that does not answer within it is an "
+    "error naming the endpoint, the operation and the key."};
+
+// libcurl's calls that return a CURLcode.
+#define HSDP_CURL_CHECK(call)                                                            \
+  do {                                                                                   \
+    CURLcode hsdp_curl_rc_ = (call);                                                     \
+    if (hsdp_curl_rc_ != CURLE_OK)                                                       \
+      return internalError("libcurl: ", #call, ": ", curl_easy_strerror(hsdp_curl_rc_)); \
+  } while (0)
+
+std::once_flag g_curl_init;
+CURLcode g_curl_init_rc = CURLE_OK;
+
+// etcd's JSON writes int64 as strings; absent means 0 (proto3 leaves zero values out).
+int64_t int64Field(const json& j, const char* name) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return 0;
+  if (it->is_string()) return std::stoll(it->get<std::string>());
+  if (it->is_number_integer()) return it->get<int64_t>();
+  return 0;
+}
+
+StatusOr<KeyValue> parseKv(const json& j) {
+  KeyValue kv;
+  HSDP_ASSIGN_OR_RETURN(kv.key, base64Decode(j.value("key", "")));
+  HSDP_ASSIGN_OR_RETURN(kv.value, base64Decode(j.value("value", "")));
+  kv.create_revision = int64Field(j, "create_revision");
+  kv.mod_revision = int64Field(j, "mod_revision");
+  kv.version = int64Field(j, "version");
+  kv.lease = int64Field(j, "lease");
+  return kv;
+}
+
+StatusOr<RangeResult> parseRange(const json& j) {
+  RangeResult r;
+  if (j.contains("header")) r.revision = int64Field(j["header"], "revision");
+  if (j.contains("kvs")) {
+    for (const json& e : j["kvs"]) {
+      HSDP_ASSIGN_OR_RETURN(KeyValue kv, parseKv(e));
+      r.kvs.push_back(std::move(kv));
+    }
+  }
+  return r;
+}
+
+json rangeRequest(const std::string& key, bool prefix) {
+  json j = {{"key", base64Encode(key)}};
+  if (prefix) j["range_end"] = base64Encode(prefixEnd(key));
+  return j;
+}
+
+// Where a streamed reply's lines go (the watch).
+struct Sink {
+  std::string body;
+  bool stream = false;
+  std::string event_line;  // the first line that carries events
+};
+
+size_t onData(char* data, size_t size, size_t n, void* user) {
+  auto* sink = static_cast<Sink*>(user);
+  sink->body.append(data, size * n);
+  if (!sink->stream) return size * n;
+  size_t nl;
+  while ((nl = sink->body.find('\n')) != std::string::npos) {
+    std::string line = sink->body.substr(0, nl);
+    sink->body.erase(0, nl + 1);
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) continue;
+    const json& r = j.contains("result") ? j["result"] : j;
+    if (j.contains("error") || (r.contains("events") && !r["events"].empty()) ||
+        r.value("canceled", false)) {
+      sink->event_line = line;
+      return 0;  // ends the transfer (CURLE_WRITE_ERROR): the wait is over
+    }
+  }
+  return size * n;
+}
+
+const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+}  // namespace
+
+Compare Compare::absent(std::string key) { return createdAt(std::move(key), 0); }
+Compare Compare::createdAt(std::string key, int64_t revision) {
+  return {std::move(key), Target::kCreateRevision, Result::kEqual, revision, ""};
+}
+Compare Compare::valueIs(std::string key, std::string value) {
+  return {std::move(key), Target::kValue, Result::kEqual, 0, std::move(value)};
+}
+Compare Compare::versionIs(std::string key, int64_t version) {
+  return {std::move(key), Target::kVersion, Result::kEqual, version, ""};
+}
+Compare Compare::modifiedAt(std::string key, int64_t revision) {
+  return {std::move(key), Target::kModRevision, Result::kEqual, revision, ""};
+}
+Op Op::put(std::string key, std::string value, int64_t lease) {
+  return {Kind::kPut, std::move(key), std::move(value), lease, false};
+}
+Op Op::get(std::string key, bool prefix) { return {Kind::kGet, std::move(key), "", 0, prefix}; }
+Op Op::del(std::string key, bool prefix) { return {Kind::kDelete, std::move(key), "", 0, prefix}; }
+
+std::string prefixEnd(const std::string& prefix) {
+  std::string end = prefix;
+  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
+  if (end.empty()) return std::string(1, '\0');  // etcd: every key
+  end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+  return end;
+}
+
+std::string base64Encode(const std::string& in) {
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out.push_back(kB64[(v >> s) & 63]);
+  }
+  if (i < in.size()) {
+    uint32_t v = uint8_t(in[i]) << 16;
+    if (i + 1 < in.size()) v |= uint8_t(in[i + 1]) << 8;
+    out.push_back(kB64[(v >> 18) & 63]);
+    out.push_back(kB64[(v >> 12) & 63]);
+    out.push_back(i + 1 < in.size() ? kB64[(v >> 6) & 63] : '=');
+    out.push_back('=');
+  }
+  return out;
+}
+
+StatusOr<std::string> base64Decode(const std::string& in) {
+  if (in.size() % 4 != 0) return invalidArgument("base64 of length ", in.size(), " (not 4k)");
+  size_t n = in.size();
+  size_t pad = 0;
+  while (pad < 2 && n > 0 && in[n - 1] == '=') --n, ++pad;
+  std::string out;
+  uint32_t v = 0;
+  int bits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const char* p = in[i] != '\0' ? std::strchr(kB64, in[i]) : nullptr;
+    if (p == nullptr) return invalidArgument("base64 with '", in[i], "' at ", i);
+    v = (v << 6) | uint32_t(p - kB64);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((v >> bits) & 0xff));
+    }
+  }
+  return out;
+}
+
+StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::create(std::string endpoint, Options options) {
+  if (endpoint.rfind("http://", 0) != 0 && endpoint.rfind("https://", 0) != 0)
+    return invalidArgument("etcd endpoint '", endpoint, "' is not http://host:port");
+  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  int64_t timeout_ms = options.timeout_ms;
+  if (timeout_ms <= 0) {
+    HSDP_ASSIGN_OR_RETURN(timeout_ms, kEtcdTimeoutMs.value());
+  }
+  std::call_once(g_curl_init, [] { g_curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); });
+  HSDP_CURL_CHECK(g_curl_init_rc);
+  CURL* curl = curl_easy_init();
+  if (curl == nullptr) return internalError("libcurl: curl_easy_init failed");
+  return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(endpoint), timeout_ms, curl));
+}
+
+EtcdClient::EtcdClient(std::string endpoint, int64_t timeout_ms, void* curl)
+    : endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms), curl_(curl) {}
+
+EtcdClient::~EtcdClient() { curl_easy_cleanup(static_cast<CURL*>(curl_)); }
+
+StatusOr<std::string> EtcdClient::post(const std::string& path, const std::string& body,
+                                       const std::string& op, const std::string& key,
+                                       int64_t timeout_ms, bool stream_until_event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CURL* curl = static_cast<CURL*>(curl_);
+  auto where = [&] { return strCat("etcd ", endpoint_, ": ", op, " '", key, "'"); };
+  curl_easy_reset(curl);
+  std::string url = endpoint_ + path;
+  Sink sink;
+  sink.stream = stream_until_event;
+  struct Headers {
+    curl_slist* list = nullptr;
+    ~Headers() { curl_slist_free_all(list); }
+  } headers;
+  headers.list = curl_slist_append(nullptr, "Content-Type: application/json");
+  HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_URL, url.c_str()));
+  HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers.list));
+  HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str()));
+  HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size())));
+  HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_ms)));
+  HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
+                                   static_cast<long>(std::min(timeout_ms, timeout_ms_))));
+  HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L));  // threads: no SIGALRM
+  HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_PROXY, ""));     // etcd is reached directly
+  HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &onData));
+  HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink));
+  CURLcode rc = curl_easy_perform(curl);
+  if (stream_until_event) {
+    if (!sink.event_line.empty()) return sink.event_line;
+    if (rc == CURLE_OPERATION_TIMEDOUT) {
+      long http = 0;
+      curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http);
+      if (http == 200) return std::string();  // watching, nothing changed
+    }
+  }
+  if (rc != CURLE_OK) {
+    return internalError(
+        where(), " failed: ", curl_easy_strerror(rc),
+        rc == CURLE_OPERATION_TIMEDOUT ? strCat(" (bound ", timeout_ms, " ms)") : std::string());
+  }
+  long http = 0;
+  HSDP_CURL_CHECK(curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http));
+  if (http != 200) {
+    json j = json::parse(sink.body, nullptr, false);
+    // The gateway's gRPC error ({"error", "code", "message"}): the caller reads the code.
+    if (!stream_until_event && !j.is_discarded() && j.is_object() && j.contains("error"))
+      return std::move(sink.body);
+    std::string msg =
+        (!j.is_discarded() && j.is_object()) ? j.value("message", sink.body) : sink.body;
+    if (stream_until_event) return internalError(where(), ": the watch ended: HTTP ", http);
+    return internalError(where(), ": HTTP ", http, ": ", msg);
+  }
+  if (stream_until_event) return internalError(where(), ": the watch stream ended");
+  return std::move(sink.body);
+}
+
+namespace {
+// The reply as JSON; an error field (the gateway's gRPC status) is an error naming the request.
+StatusOr<json> parseReply(const std::string& body, const std::string& where) {
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return internalError(where, ": not JSON: '", body.substr(0, 200), "'");
+  if (j.contains("error")) {
+    const json& e = j["error"];
+    std::string msg = e.is_object() ? e.value("message", e.dump()) : e.dump();
+    if (j.contains("message") && j["message"].is_string()) msg = j["message"];
+    return internalError(where, ": ", msg);
+  }
+  return j;
+}
+}  // namespace
+
+StatusOr<int64_t> EtcdClient::put(const std::string& key, const std::string& value, int64_t lease) {
+  json req = {{"key", base64Encode(key)}, {"value", base64Encode(value)}};
+  if (lease != 0) req["lease"] = std::to_string(lease);
+  HSDP_ASSIGN_OR_RETURN(std::string body,
+                        post("/v3/kv/put", req.dump(), "put", key, timeout_ms_, false));
+  HSDP_ASSIGN_OR_RETURN(json j, parseReply(body, strCat("etcd ", endpoint_, ": put '", key, "'")));
+  return j.contains("header") ? int64Field(j["header"], "revision") : 0;
+}
+
+StatusOr<std::optional<KeyValue>> EtcdClient::get(const std::string& key) {
+  HSDP_ASSIGN_OR_RETURN(std::string body, post("/v3/kv/range", rangeRequest(key, false).dump(),
+                                               "get", key, timeout_ms_, false));
+  HSDP_ASSIGN_OR_RETURN(json j, parseReply(body, strCat("etcd ", endpoint_, ": get '", key, "'")));
+  HSDP_ASSIGN_OR_RETURN(RangeResult r, parseRange(j));
+  if (r.kvs.empty()) return std::optional<KeyValue>();
+  return std::optional<KeyValue>(std::move(r.kvs.front()));
+}
+
+StatusOr<RangeResult> EtcdClient::getPrefix(const std::string& prefix) {
+  HSDP_ASSIGN_OR_RETURN(std::string body, post("/v3/kv/range", rangeRequest(prefix, true).dump(),
+                                               "range", prefix, timeout_ms_, false));
+  HSDP_ASSIGN_OR_RETURN(json j,
+                        parseReply(body, strCat("etcd ", endpoint_, ": range '", prefix, "'")));
+  return parseRange(j);
+}
+
+StatusOr<int64_t> EtcdClient::del(const std::string& key, bool prefix) {
+  HSDP_ASSIGN_OR_RETURN(std::string body,
+                        post("/v3/kv/deleterange", rangeRequest(key, prefix).dump(), "delete", key,
+                             timeout_ms_, false));
+  HSDP_ASSIGN_OR_RETURN(json j,
+                        parseReply(body, strCat("etcd ", endpoint_, ": delete '", key, "'")));
+  return int64Field(j, "deleted");
+}
+
+StatusOr<TxnResult> EtcdClient::txn(const std::vector<Compare>& compares,
+                                    const std::vector<Op>& success,
+                                    const std::vector<Op>& failure) {
+  static const char* kTargets[] = {"CREATE", "MOD", "VERSION", "VALUE"};
+  static const char* kFields[] = {"create_revision", "mod_revision", "version", "value"};
+  static const char* kResults[] = {"EQUAL", "NOT_EQUAL", "GREATER", "LESS"};
+  json cmp = json::array();
+  for (const Compare& c : compares) {
+    int t = static_cast<int>(c.target);
+    json e = {{"key", base64Encode(c.key)},
+              {"target", kTargets[t]},
+              {"result", kResults[static_cast<int>(c.result)]}};
+    if (c.target == Compare::Target::kValue) {
+      e[kFields[t]] = base64Encode(c.value);
+    } else {
+      e[kFields[t]] = std::to_string(c.number);
+    }
+    cmp.push_back(std::move(e));
+  }
+  auto ops = [](const std::vector<Op>& list) {
+    json a = json::array();
+    for (const Op& op : list) {
+      if (op.kind == Op::Kind::kPut) {
+        json p = {{"key", base64Encode(op.key)}, {"value", base64Encode(op.value)}};
+        if (op.lease != 0) p["lease"] = std::to_string(op.lease);
+        a.push_back({{"request_put", p}});
+      } else if (op.kind == Op::Kind::kGet) {
+        a.push_back({{"request_range", rangeRequest(op.key, op.prefix)}});
+      } else {
+        a.push_back({{"request_delete_range", rangeRequest(op.key, op.prefix)}});
+      }
+    }
+    return a;
+  };
+  json req = {{"compare", cmp}, {"success", ops(success)}, {"failure", ops(failure)}};
+  std::string first = compares.empty() ? std::string() : compares.front().key;
+  HSDP_ASSIGN_OR_RETURN(std::string body,
+                        post("/v3/kv/txn", req.dump(), "txn", first, timeout_ms_, false));
+  HSDP_ASSIGN_OR_RETURN(json j,
+                        parseReply(body, strCat("etcd ", endpoint_, ": txn '", first, "'")));
+  TxnResult r;
+  r.succeeded = j.value("succeeded", false);
+  if (j.contains("header")) r.revision = int64Field(j["header"], "revision");
+  if (j.contains("responses")) {
+    for (const json& resp : j["responses"]) {
+      if (!resp.contains("response_range")) continue;
+      HSDP_ASSIGN_OR_RETURN(RangeResult range, parseRange(resp["response_range"]));
+      range.revision = r.revision;  // every range of a txn reads the same revision
+      r.ranges.push_back(std::move(range));
+    }
+  }
+  return r;
+}
+
+StatusOr<int64_t> EtcdClient::leaseGrant(int64_t ttl_s) {
+  if (ttl_s <= 0) return invalidArgument("etcd ", endpoint_, ": lease TTL ", ttl_s, " s");
+  json req = {{"TTL", std::to_string(ttl_s)}};
+  std::string what = strCat("TTL ", ttl_s, " s");
+  HSDP_ASSIGN_OR_RETURN(std::string body, post("/v3/lease/grant", req.dump(), "lease grant", what,
+                                               timeout_ms_, false));
+  HSDP_ASSIGN_OR_RETURN(json j, parseReply(body, strCat("etcd ", endpoint_, ": lease grant")));
+  int64_t id = int64Field(j, "ID");
+  if (id == 0) return internalError("etcd ", endpoint_, ": lease grant: no ID in '", body, "'");
+  return id;
+}
+
+StatusOr<int64_t> EtcdClient::leaseKeepAlive(int64_t lease) {
+  json req = {{"ID", std::to_string(lease)}};
+  std::string id = std::to_string(lease);
+  HSDP_ASSIGN_OR_RETURN(std::string body, post("/v3/lease/keepalive", req.dump(), "lease keepalive",
+                                               id, timeout_ms_, false));
+  // One message per request: the stream ends with the request's body.
+  std::string line = body.substr(0, body.find('\n'));
+  HSDP_ASSIGN_OR_RETURN(
+      json j, parseReply(line, strCat("etcd ", endpoint_, ": lease keepalive '", id, "'")));
+  const json& r = j.contains("result") ? j["result"] : j;
+  int64_t ttl = int64Field(r, "TTL");
+  if (ttl <= 0) return notFound("etcd ", endpoint_, ": lease keepalive '", id, "': expired");
+  return ttl;
+}
+
+Status EtcdClient::leaseRevoke(int64_t lease) {
+  json req = {{"ID", std::to_string(lease)}};
+  std::string id = std::to_string(lease);
+  HSDP_ASSIGN_OR_RETURN(std::string body, post("/v3/lease/revoke", req.dump(), "lease revoke", id,
+                                               timeout_ms_, false));
+  json j = json::parse(body, nullptr, false);
+  // gRPC NOT_FOUND (5): the lease expired already, which is what revoking wants.
+  if (!j.is_discarded() && j.is_object() && j.contains("error") && j.value("code", 0) == 5)
+    return okStatus();
+  return parseReply(body, strCat("etcd ", endpoint_, ": lease revoke '", id, "'")).status();
+}
+
+StatusOr<WatchResult> EtcdClient::waitForChange(const std::string& prefix, int64_t from_revision,
+                                                int64_t timeout_ms) {
+  json create = rangeRequest(prefix, true);
+  create["start_revision"] = std::to_string(from_revision);
+  json req = {{"create_request", create}};
+  WatchResult out;
+  out.next_revision = from_revision;
+  HSDP_ASSIGN_OR_RETURN(std::string line, post("/v3/watch", req.dump(), "watch", prefix,
+                                               std::max<int64_t>(timeout_ms, 1), true));
+  if (line.empty()) {
+    out.timed_out = true;
+    return out;
+  }
+  std::string where = strCat("etcd ", endpoint_, ": watch '", prefix, "'");
+  HSDP_ASSIGN_OR_RETURN(json j, parseReply(line, where));
+  const json& r = j.contains("result") ? j["result"] : j;
+  if (r.value("canceled", false)) {
+    // A start revision older than the compacted one: the changes since are lost to a watch.
+    return failedPrecondition(where, ": canceled from revision ", from_revision, ": ",
+                              r.value("cancel_reason", "?"), " (compact revision ",
+                              int64Field(r, "compact_revision"), ")");
+  }
+  for (const json& e : r["events"]) {
+    WatchEvent ev;
+    ev.type =
+        e.value("type", "PUT") == "DELETE" ? WatchEvent::Type::kDelete : WatchEvent::Type::kPut;
+    HSDP_ASSIGN_OR_RETURN(ev.kv, parseKv(e["kv"]));
+    out.next_revision = std::max(out.next_revision, ev.kv.mod_revision + 1);
+    out.events.push_back(std::move(ev));
+  }
+  return out;
+}
+
+}  // namespace hsdp::elastic
