@@ -266,5 +266,27 @@ TEST_F(QuorumTest, EtcdStoppedIsANamedErrorWithinTheBound) {
   EXPECT_LT(secondsSince(t0), 2.0);
 }
 
+// The coordination layer's settings, bad: every value is refused naming the variable and the
+// value, before any connection (the examples do not read them yet, so bad_input.classes skips
+// them and this is their check).
+TEST(QuorumSettings, BadEnvironmentValuesAreNamed) {
+  for (const char* var : {"HSDP_ELASTIC_LEASE_S", "HSDP_ELASTIC_VOTE_TIMEOUT_MS",
+                          "HSDP_ETCD_TIMEOUT_MS"}) {
+    for (const char* bad : {"12x", "18446744073709551616", "0"}) {
+      ASSERT_EQ(setenv(var, bad, 1), 0);
+      Quorum::Options o;
+      o.endpoint = "http://127.0.0.1:9";  // never reached: the settings are read first
+      o.job = "j";
+      o.group = "g0";
+      StatusOr<std::unique_ptr<Quorum>> q = Quorum::create(o);
+      unsetenv(var);
+      ASSERT_FALSE(q.ok()) << var << "=" << bad;
+      const std::string msg = q.status().toString();
+      EXPECT_NE(msg.find(var), std::string::npos) << msg;
+      EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hsdp::elastic

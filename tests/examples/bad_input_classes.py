@@ -63,7 +63,14 @@ ENV_NEEDS = {
     "HSDP_UCX_SMALL_BYTES": (["-x", "HSDP_TRANSPORT_INTER=ucx"], []),
     "HSDP_CPU_ADAM_THREADS": ([], ["--offload", "cpu"]),
 }
-ENV_SKIP = {"HSDP_CUDA_DEVICE": "read by the CUDA device memory space only (no GPU here)"}
+ENV_SKIP = {
+    "HSDP_CUDA_DEVICE": "read by the CUDA device memory space only (no GPU here)",
+    # The elastic coordination layer (elastic/) is not used by any example yet; its bad values
+    # are checked by quorum_test (QuorumSettings.BadEnvironmentValuesAreNamed).
+    "HSDP_ELASTIC_LEASE_S": "read by elastic/ only (quorum_test checks its bad values)",
+    "HSDP_ELASTIC_VOTE_TIMEOUT_MS": "read by elastic/ only (quorum_test checks its bad values)",
+    "HSDP_ETCD_TIMEOUT_MS": "read by elastic/ only (quorum_test checks its bad values)",
+}
 HELP_LINE = re.compile(r"^\s+(?:-\w,)?(--[\w-]+) (INT|UINT|REAL|BYTES|LIST)\b")
 
 
