@@ -311,14 +311,19 @@ Status Quorum::vote(int64_t step, bool ok) {
                    {Op::put(a + "vote/" + options_.group, ok ? "ok" : "fail")},
                    {Op::get(a + "outcome"), Op::get(member)}));
   if (t.succeeded) return okStatus();
-  if (t.ranges.size() == 2 && !t.ranges[0].kvs.empty())
-    return failedPrecondition(where,
-                              ": vote refused, the attempt is decided: ", t.ranges[0].kvs[0].value);
   if (t.ranges.size() == 2 &&
       (t.ranges[1].kvs.empty() || t.ranges[1].kvs[0].create_revision != incarnation_))
     return failedPrecondition(where,
                               ": vote refused, its lease expired: out of the quorum; it "
                               "must join again and heal");
+  if (t.ranges.size() == 2 && !t.ranges[0].kvs.empty()) {
+    // Another member's fail vote (or a lost lease) aborted the attempt before this vote came:
+    // the vote is moot, not an error; shouldCommit() reports the abort to this group too. A
+    // commit cannot precede a live member's vote (it needs every member's ok).
+    const std::string& outcome = t.ranges[0].kvs[0].value;
+    if (outcome.rfind("abort", 0) == 0) return okStatus();
+    return failedPrecondition(where, ": vote refused, the attempt is decided: ", outcome);
+  }
   return failedPrecondition(where, ": voted already");
 }
 

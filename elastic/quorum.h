@@ -80,7 +80,8 @@ class Quorum {
   // the step when no group has created it yet.
   StatusOr<StepQuorum> stepQuorum(int64_t step);
   // This group's vote on the attempt stepQuorum(step) returned. Refused (FailedPrecondition)
-  // when the group is not in that quorum, its lease expired, or the attempt is decided already.
+  // when the group is not in that quorum, its lease expired, or the attempt is decided already
+  // (except a decided abort: then the vote is moot, OK, and shouldCommit returns false).
   Status vote(int64_t step, bool ok);
   // Waits for the attempt's decision (at most the vote timeout; then an error naming the groups
   // that did not vote) and returns it: true = commit.
