@@ -70,6 +70,7 @@ ENV_SKIP = {
     "HSDP_ELASTIC_LEASE_S": "read by elastic/ only (quorum_test checks its bad values)",
     "HSDP_ELASTIC_VOTE_TIMEOUT_MS": "read by elastic/ only (quorum_test checks its bad values)",
     "HSDP_ETCD_TIMEOUT_MS": "read by elastic/ only (quorum_test checks its bad values)",
+    "HSDP_REPLICA_TIMEOUT_MS": "read by elastic/ only (replica_ring_test checks its bad values)",
 }
 HELP_LINE = re.compile(r"^\s+(?:-\w,)?(--[\w-]+) (INT|UINT|REAL|BYTES|LIST)\b")
 
