@@ -144,9 +144,14 @@ Status ReplicaRing::pump(int to, const char* send_buf, size_t send_bytes, int fr
     if (r_active && now - r_last >= older_than) out.insert(from);
     return out;
   };
+  // The poll set is rebuilt each pass, in vectors allocated once per call.
+  std::vector<pollfd> fds;
+  std::vector<int> ctl_of;
+  fds.reserve(size() + 1);
+  ctl_of.reserve(size());
   while (s_active || r_active) {
-    std::vector<pollfd> fds;
-    std::vector<int> ctl_of;
+    fds.clear();
+    ctl_of.clear();
     for (int j = 0; j < size(); ++j)
       if (j != self_) {
         fds.push_back({closed_.count(j) ? -1 : peers_[j].ctl.get(), POLLIN, 0});

@@ -203,8 +203,11 @@ Status ReplicaRing::allReduce(float* data, size_t count, Op op) {
     // Reduce-scatter: in step s, send segment self-s to next, receive segment self-s-1 from prev
     // and add it into ours. Segment k is summed in ring order x_k + x_{k+1} + ... + x_{k-1},
     // finished on member k-1, which alone computes it: the all-gather then copies it.
-    size_t max_seg = begin(1) - begin(0);
-    std::vector<float> scratch(max_seg);
+    // The received segment lands in scratch_, kept by the ring and grown only for a larger
+    // segment: no fresh pages to fault in at each step's reduction.
+    const size_t max_seg = begin(1) - begin(0);
+    if (scratch_.size() < max_seg) scratch_.resize(max_seg);
+    std::vector<float>& scratch = scratch_;
     for (int s = 0; s < n - 1; ++s) {
       const int ks = seg(self_ - s), kr = seg(self_ - s - 1);
       float* dst = data + begin(kr);

@@ -83,9 +83,10 @@ class ReplicaRing {
   Options options_;
   int64_t timeout_ms_ = 10000;
   size_t chunk_bytes_ = 1 << 20;
-  std::vector<Peer> peers_;  // by member index; peers_[self_] holds nothing
-  uint32_t op_seq_ = 0;      // operations started on this ring: the tag of their frames
-  std::set<int> closed_;     // peers whose control connection ended without a report
+  std::vector<Peer> peers_;     // by member index; peers_[self_] holds nothing
+  uint32_t op_seq_ = 0;         // operations started on this ring: the tag of their frames
+  std::set<int> closed_;        // peers whose control connection ended without a report
+  std::vector<float> scratch_;  // all-reduce: the segment received from prev, reused
   Status broken_;
   std::string prefix_;  // "replica ring (job j, step s attempt a, member i of R)"
 };
