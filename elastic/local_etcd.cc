@@ -12,13 +12,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "elastic/etcd_client.h"
+#include "hsdp/files.h"
 
 extern char** environ;
 
@@ -43,12 +42,11 @@ StatusOr<int> freePort() {
   return static_cast<int>(ntohs(addr.sin_port));
 }
 
+// The end of etcd's log (for an error message), read through the file layer.
 std::string tail(const std::string& path, size_t bytes) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  return s.size() > bytes ? s.substr(s.size() - bytes) : s;
+  StatusOr<std::string> s = files::readBounded(path, 64ull << 20, "etcd's log");
+  if (!s.ok()) return s.status().message();
+  return s->size() > bytes ? s->substr(s->size() - bytes) : *s;
 }
 
 }  // namespace
@@ -100,7 +98,9 @@ StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::start(Options options) {
     argv.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    // A new file in the directory mkdtemp just made (0700, ours): never an existing one.
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(),
+                                     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
     pid_t pid = -1;
@@ -155,8 +155,13 @@ void LocalEtcd::stop() {
 LocalEtcd::~LocalEtcd() {
   stop();
   if (!dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
+    // Only the directory this object made, through the file layer: its tree is removed without
+    // following a symbolic link inside it. Best effort in a destructor.
+    StatusOr<files::PathParts> parts = files::splitPath(dir_);
+    if (parts.ok()) {
+      StatusOr<files::Dir> parent = files::Dir::open(parts->dir);
+      if (parent.ok()) (void)parent->removeTree(parts->name);
+    }
   }
 }
 
