@@ -9,7 +9,7 @@
 #   bench/launch_bench.sh [BUILD_DIR] [REPEATS]      (root; brings the cluster up itself)
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-build=$(cd "${1:-$here/../build}" && pwd)
+build=$(cd "${1:-$here/../build}" 2>/dev/null && pwd)
 reps=${2:-5}
 args=(--preset tiny --batch 6 --eval-batches 0 --steps 2)
 
@@ -42,6 +42,10 @@ if [ "${1:-}" = --inside ]; then
     rm -f "$out"
     exit 0
 fi
+
+# (after --inside, whose arguments are the script's own)
+[[ $reps =~ ^[1-9][0-9]?$ ]] || { echo "launch_bench: REPEATS must be 1..99 (got '$reps')" >&2; exit 2; }
+[ -x "$build/examples/train_gpt" ] || { echo "launch_bench: no train_gpt in '${1:-build}'" >&2; exit 2; }
 
 run_style() {  # run_style NAME: REPEATS timings, one per line
     case $1 in
