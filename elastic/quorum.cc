@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "hsdp/env.h"
 
@@ -40,6 +42,13 @@ std::string memberValue(const std::string& fingerprint, const std::string& addre
                         int64_t ready_step) {
   return json{{"fingerprint", fingerprint}, {"address", address}, {"ready_step", ready_step}}
       .dump();
+}
+
+std::string voteValue(bool ok, const std::vector<std::string>& suspects) {
+  if (ok) return "ok";
+  std::string v = "fail";
+  for (size_t i = 0; i < suspects.size(); ++i) v += (i ? "," : ": ") + suspects[i];
+  return v;
 }
 
 int64_t msLeft(Clock::time_point deadline) {
@@ -103,8 +112,19 @@ Status Quorum::join(const std::string& fingerprint, int64_t ready_step) {
                              have.value("group", "?"), "'): another model, mesh or precision");
     }
   }
-  HSDP_ASSIGN_OR_RETURN(int64_t lease, client_->leaseGrant(ttl_s_));
   std::string key = prefix_ + "members/" + options_.group;
+  if (options_.replace_stale) {
+    // The predecessor is dead: its key (still on its old lease) goes, so that this join gets a
+    // new incarnation. Only that key: one created meanwhile by someone else stays.
+    HSDP_ASSIGN_OR_RETURN(auto old, client_->get(key));
+    if (old.has_value()) {
+      HSDP_ASSIGN_OR_RETURN(
+          TxnResult d,
+          client_->txn({Compare::createdAt(key, old->create_revision)}, {Op::del(key)}, {}));
+      (void)d;
+    }
+  }
+  HSDP_ASSIGN_OR_RETURN(int64_t lease, client_->leaseGrant(ttl_s_));
   auto t =
       client_->txn({Compare::absent(key)},
                    {Op::put(key, memberValue(fingerprint, options_.address, ready_step), lease)},
@@ -117,6 +137,7 @@ Status Quorum::join(const std::string& fingerprint, int64_t ready_step) {
   }
   lease_ = lease;
   incarnation_ = t->revision;
+  fingerprint_ = fingerprint;
   have_current_ = false;
   {
     std::lock_guard<std::mutex> lock(beat_mu_);
@@ -172,13 +193,26 @@ Status Quorum::leave() {
   return beat_->leaseRevoke(lease);
 }
 
+StatusOr<bool> Quorum::evicted() {
+  HSDP_ASSIGN_OR_RETURN(auto e, client_->get(prefix_ + "evicted/" + options_.group));
+  return e.has_value() && std::strtoll(e->value.c_str(), nullptr, 10) == incarnation_;
+}
+
+Status Quorum::rejoin(int64_t ready_step) {
+  if (lease_ == 0 && fingerprint_.empty())
+    return failedPrecondition("group '", options_.group, "' rejoins without having joined");
+  Status left = leave();  // an expired lease cannot be revoked: that is fine here
+  (void)left;
+  return join(fingerprint_, ready_step);
+}
+
 StatusOr<std::vector<Member>> Quorum::members() {
   HSDP_ASSIGN_OR_RETURN(RangeResult r, client_->getPrefix(prefix_ + "members/"));
   std::vector<Member> out;
   for (const KeyValue& kv : r.kvs) {
     HSDP_ASSIGN_OR_RETURN(json j, parseValue(kv));
     out.push_back({kv.key.substr(prefix_.size() + 8), j.value("address", ""),
-                   j.value("ready_step", int64_t{0}), kv.create_revision});
+                   j.value("ready_step", int64_t{0}), kv.create_revision, ""});
   }
   return out;
 }
@@ -211,17 +245,19 @@ StatusOr<StepQuorum> parseQuorum(const KeyValue& kv, int64_t step, int64_t attem
   q.attempt = attempt;
   for (const json& m : j.value("members", json::array())) {
     q.members.push_back({m.value("group", ""), m.value("address", ""),
-                         m.value("ready_step", int64_t{0}), m.value("incarnation", int64_t{0})});
+                         m.value("ready_step", int64_t{0}), m.value("incarnation", int64_t{0}),
+                         m.value("heal_from", "")});
   }
   q.includes_self = q.contains(self);
   return q;
 }
 }  // namespace
 
-StatusOr<StepQuorum> Quorum::stepQuorum(int64_t step) {
+StatusOr<StepQuorum> Quorum::stepQuorum(int64_t step, size_t min_core) {
   if (step < 0) return invalidArgument("elastic step ", step);
   int64_t attempt = (have_current_ && current_.step == step) ? current_.attempt : 0;
   if (retry_step_ == step) attempt = std::max(attempt, retry_attempt_);
+  auto deadline = Clock::now() + std::chrono::milliseconds(vote_timeout_ms_);
   while (true) {
     std::string a = attemptKey(step, attempt);
     HSDP_ASSIGN_OR_RETURN(TxnResult r,
@@ -235,45 +271,102 @@ StatusOr<StepQuorum> Quorum::stepQuorum(int64_t step) {
     if (!r.ranges[0].kvs.empty()) {
       HSDP_ASSIGN_OR_RETURN(q, parseQuorum(r.ranges[0].kvs[0], step, attempt, options_.group));
     } else {
-      HSDP_ASSIGN_OR_RETURN(q, createQuorum(step, attempt));
+      int64_t revision = 0;
+      HSDP_ASSIGN_OR_RETURN(std::optional<StepQuorum> made,
+                            createQuorum(step, attempt, min_core, &revision));
+      if (!made.has_value()) {  // too few groups hold the step's state yet: wait for more
+        if (msLeft(deadline) <= 0) {
+          HSDP_ASSIGN_OR_RETURN(std::vector<Member> live, members());
+          std::string names;
+          for (const Member& m : live)
+            names += strCat(names.empty() ? "" : ", ", m.group, " (ready for ", m.ready_step, ")");
+          return failedPrecondition("job '", options_.job, "': fewer than ", min_core,
+                                    " groups ready for step ", step, " within ", vote_timeout_ms_,
+                                    " ms; members: ", names.empty() ? "none" : names);
+        }
+        HSDP_ASSIGN_OR_RETURN(WatchResult w,
+                              client_->waitForChange(prefix_, revision + 1, msLeft(deadline)));
+        (void)w;
+        continue;
+      }
+      q = std::move(*made);
     }
+    // Ours only under this incarnation (a predecessor of the same name is not us).
+    q.includes_self = std::any_of(q.members.begin(), q.members.end(), [&](const Member& m) {
+      return m.group == options_.group && m.incarnation == incarnation_;
+    });
     current_ = q;
     have_current_ = true;
     return q;
   }
 }
 
-StatusOr<StepQuorum> Quorum::createQuorum(int64_t step, int64_t attempt) {
-  // Eligible: the live members ready for `step`: those that declare it, and those that were in
-  // the quorum that committed step - 1 under the same incarnation (they may not have rewritten
-  // their key yet).
-  HSDP_ASSIGN_OR_RETURN(std::vector<Member> live, members());
+StatusOr<std::optional<StepQuorum>> Quorum::createQuorum(int64_t step, int64_t attempt,
+                                                         size_t min_core, int64_t* revision) {
+  // The core: the live members that hold the step's state: those that declare it, and those
+  // that were in the quorum that committed step - 1 under the same incarnation (they may not
+  // have rewritten their key yet). Every other live member heals from a core member first.
+  HSDP_ASSIGN_OR_RETURN(RangeResult r, client_->getPrefix(prefix_ + "members/"));
+  *revision = r.revision;
+  std::vector<Member> live;
+  for (const KeyValue& kv : r.kvs) {
+    HSDP_ASSIGN_OR_RETURN(json j, parseValue(kv));
+    live.push_back({kv.key.substr(prefix_.size() + 8), j.value("address", ""),
+                    j.value("ready_step", int64_t{0}), kv.create_revision, ""});
+  }
   std::map<std::string, int64_t> committed_prev;  // group -> incarnation
   if (step > 0) {
-    HSDP_ASSIGN_OR_RETURN(auto c, client_->get(strCat(prefix_, "step/", step - 1, "/committed")));
-    if (c.has_value()) {
-      HSDP_ASSIGN_OR_RETURN(json cj, parseValue(*c));
-      std::string qkey = attemptKey(step - 1, cj.value("attempt", int64_t{0})) + "quorum";
-      HSDP_ASSIGN_OR_RETURN(auto prev, client_->get(qkey));
-      if (prev.has_value()) {
-        HSDP_ASSIGN_OR_RETURN(StepQuorum pq, parseQuorum(*prev, step - 1, 0, options_.group));
-        for (const Member& m : pq.members) committed_prev[m.group] = m.incarnation;
-      }
+    auto pq = committedQuorum(step - 1);
+    if (pq.ok()) {
+      for (const Member& m : pq->members) committed_prev[m.group] = m.incarnation;
+    } else if (pq.status().code() != StatusCode::kNotFound) {
+      return pq.status();
     }
   }
-  json list = json::array();
-  for (const Member& m : live) {
-    auto it = committed_prev.find(m.group);
-    bool carried = it != committed_prev.end() && it->second == m.incarnation;
-    if (m.ready_step != step && !carried) continue;
-    list.push_back({{"group", m.group},
-                    {"address", m.address},
-                    {"ready_step", step},
-                    {"incarnation", m.incarnation}});
+  // Incarnations a fail vote named gone (evicted/<group> = incarnation).
+  std::map<std::string, int64_t> evicted;
+  {
+    HSDP_ASSIGN_OR_RETURN(RangeResult v, client_->getPrefix(prefix_ + "evicted/"));
+    for (const KeyValue& kv : v.kvs)
+      evicted[kv.key.substr(prefix_.size() + 8)] = std::strtoll(kv.value.c_str(), nullptr, 10);
   }
-  if (list.empty()) {
-    return failedPrecondition("job '", options_.job, "': no live group is ready for step ", step,
-                              " (", live.size(), " members)");
+  std::vector<Member> core, healing;
+  auto split = [&](bool drop_evicted) {
+    core.clear();
+    healing.clear();
+    for (const Member& m : live) {
+      auto ev = evicted.find(m.group);
+      if (drop_evicted && ev != evicted.end() && ev->second == m.incarnation) continue;
+      auto it = committed_prev.find(m.group);
+      bool carried = it != committed_prev.end() && it->second == m.incarnation;
+      (m.ready_step == step || carried ? core : healing).push_back(m);
+    }
+  };
+  split(true);
+  if (core.empty() && !evicted.empty()) split(false);  // nobody else holds the state: keep them
+  if (core.size() < std::max<size_t>(min_core, 1)) {
+    if (core.empty() && !healing.empty() && step > 0) {
+      return failedPrecondition("job '", options_.job, "': no live group holds the state of step ",
+                                step, " (", healing.size(),
+                                " members must heal, and every group they could heal from is "
+                                "gone): restart the job from its last checkpoint");
+    }
+    return std::optional<StepQuorum>();
+  }
+  json list = json::array();
+  size_t h = 0;
+  for (const Member& m : live) {
+    bool in_core =
+        std::any_of(core.begin(), core.end(), [&](const Member& c) { return c.group == m.group; });
+    bool heals = std::any_of(healing.begin(), healing.end(),
+                             [&](const Member& c) { return c.group == m.group; });
+    if (!in_core && !heals) continue;
+    json e = {{"group", m.group},
+              {"address", m.address},
+              {"ready_step", in_core ? step : m.ready_step},
+              {"incarnation", m.incarnation}};
+    if (heals) e["heal_from"] = core[h++ % core.size()].group;
+    list.push_back(e);
   }
   std::string key = attemptKey(step, attempt) + "quorum";
   json value = {{"members", list}, {"created_by", options_.group}};
@@ -283,14 +376,54 @@ StatusOr<StepQuorum> Quorum::createQuorum(int64_t step, int64_t attempt) {
     KeyValue kv;
     kv.key = key;
     kv.value = value.dump();
-    return parseQuorum(kv, step, attempt, options_.group);
+    HSDP_ASSIGN_OR_RETURN(StepQuorum q, parseQuorum(kv, step, attempt, options_.group));
+    return std::optional<StepQuorum>(std::move(q));
   }
   if (t.ranges.empty() || t.ranges[0].kvs.empty())
     return internalError("etcd: '", key, "' neither created nor read");
-  return parseQuorum(t.ranges[0].kvs[0], step, attempt, options_.group);
+  HSDP_ASSIGN_OR_RETURN(StepQuorum q,
+                        parseQuorum(t.ranges[0].kvs[0], step, attempt, options_.group));
+  return std::optional<StepQuorum>(std::move(q));
 }
 
-Status Quorum::vote(int64_t step, bool ok) {
+StatusOr<StepQuorum> Quorum::committedQuorum(int64_t step) {
+  HSDP_ASSIGN_OR_RETURN(auto c, client_->get(strCat(prefix_, "step/", step, "/committed")));
+  if (!c.has_value()) return notFound("job '", options_.job, "': step ", step, " is not committed");
+  HSDP_ASSIGN_OR_RETURN(json cj, parseValue(*c));
+  int64_t attempt = cj.value("attempt", int64_t{0});
+  std::string qkey = attemptKey(step, attempt) + "quorum";
+  HSDP_ASSIGN_OR_RETURN(auto prev, client_->get(qkey));
+  if (!prev.has_value())
+    return internalError("etcd: step ", step, " committed without '", qkey, "'");
+  return parseQuorum(*prev, step, attempt, options_.group);
+}
+
+StatusOr<int64_t> Quorum::nextStep() {
+  HSDP_ASSIGN_OR_RETURN(auto c, client_->get(prefix_ + "next_step"));
+  if (!c.has_value()) return int64_t{0};
+  char* end = nullptr;
+  long long v = std::strtoll(c->value.c_str(), &end, 10);
+  if (c->value.empty() || *end != '\0' || v < 0)
+    return internalError("etcd key '", prefix_, "next_step' holds '", c->value, "'");
+  return int64_t{v};
+}
+
+StatusOr<std::string> Quorum::waitDecided(int64_t step, int64_t attempt) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(vote_timeout_ms_);
+  std::string key = attemptKey(step, attempt) + "outcome";
+  while (true) {
+    HSDP_ASSIGN_OR_RETURN(RangeResult r, client_->getPrefix(key));
+    if (!r.kvs.empty()) return r.kvs[0].value;
+    if (msLeft(deadline) <= 0)
+      return internalError("group '", options_.group, "': step ", step, " attempt ", attempt,
+                           " undecided after ", vote_timeout_ms_, " ms");
+    HSDP_ASSIGN_OR_RETURN(WatchResult w, client_->waitForChange(attemptKey(step, attempt),
+                                                                r.revision + 1, msLeft(deadline)));
+    (void)w;
+  }
+}
+
+Status Quorum::vote(int64_t step, bool ok, const std::vector<std::string>& suspects) {
   if (!have_current_ || current_.step != step)
     return failedPrecondition("group '", options_.group, "' votes on step ", step,
                               " without its quorum (call stepQuorum first)");
@@ -304,12 +437,15 @@ Status Quorum::vote(int64_t step, bool ok) {
   }
   std::string a = attemptKey(step, q.attempt);
   std::string member = prefix_ + "members/" + options_.group;
-  HSDP_ASSIGN_OR_RETURN(
-      TxnResult t,
-      client_->txn({Compare::absent(a + "outcome"), Compare::createdAt(member, incarnation_),
-                    Compare::absent(a + "vote/" + options_.group)},
-                   {Op::put(a + "vote/" + options_.group, ok ? "ok" : "fail")},
-                   {Op::get(a + "outcome"), Op::get(member)}));
+  std::vector<Op> puts = {Op::put(a + "vote/" + options_.group, voteValue(ok, suspects))};
+  for (const std::string& g : suspects)
+    for (const Member& m : q.members)
+      if (m.group == g && g != options_.group)
+        puts.push_back(Op::put(prefix_ + "evicted/" + g, std::to_string(m.incarnation)));
+  HSDP_ASSIGN_OR_RETURN(TxnResult t, client_->txn({Compare::absent(a + "outcome"),
+                                                   Compare::createdAt(member, incarnation_),
+                                                   Compare::absent(a + "vote/" + options_.group)},
+                                                  puts, {Op::get(a + "outcome"), Op::get(member)}));
   if (t.succeeded) return okStatus();
   if (t.ranges.size() == 2 &&
       (t.ranges[1].kvs.empty() || t.ranges[1].kvs[0].create_revision != incarnation_))
@@ -366,6 +502,7 @@ StatusOr<std::string> Quorum::decide(const StepQuorum& q, int64_t* revision, std
   if (decision == "commit") {
     ops.push_back(Op::put(strCat(prefix_, "step/", q.step, "/committed"),
                           json{{"attempt", q.attempt}}.dump()));
+    ops.push_back(Op::put(prefix_ + "next_step", std::to_string(q.step + 1)));
   }
   HSDP_ASSIGN_OR_RETURN(
       TxnResult w, client_->txn({Compare::absent(a + "outcome")}, ops, {Op::get(a + "outcome")}));

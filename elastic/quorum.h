@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +34,9 @@ struct Member {
   std::string address;      // the group's address for the replica transport (opaque here)
   int64_t ready_step = 0;   // the step it was ready to enter when it last wrote its key
   int64_t incarnation = 0;  // create_revision of its member key: new at each join
+  // In a quorum: empty for a member that holds the step's state; for a member that must heal
+  // first (it joined late, or missed a committed step), the group it copies the state from.
+  std::string heal_from;
 };
 
 struct StepQuorum {
@@ -57,6 +61,10 @@ class Quorum {
     // True: a thread refreshes the lease every TTL/3. False: the caller calls heartbeat() at
     // least that often (from its training loop); when it stops, the group drops out.
     bool heartbeat_thread = true;
+    // A restarted group (its predecessor of the same name is known dead, e.g. reaped by the
+    // launcher): join() replaces a member key of its name that is still on the old lease,
+    // instead of being refused as a duplicate.
+    bool replace_stale = false;
   };
 
   static StatusOr<std::unique_ptr<Quorum>> create(Options options);
@@ -76,13 +84,25 @@ class Quorum {
   // Waits until at least `count` groups are members (a launcher's start barrier).
   StatusOr<std::vector<Member>> waitForMembers(size_t count, int64_t timeout_ms);
   StatusOr<std::vector<Member>> members();
-  // The quorum of the step's current attempt: read, or created from the live members ready for
-  // the step when no group has created it yet.
-  StatusOr<StepQuorum> stepQuorum(int64_t step);
+  // The quorum of the step's current attempt: read, or created from the live members when no
+  // group has created it yet. Members that hold the step's state are its core; other live
+  // members join it as healing members, each named a donor from the core. Creating waits (up to
+  // the vote timeout) until the core has at least `min_core` groups (a job's start: all of them).
+  // Evicted incarnations are left out.
+  StatusOr<StepQuorum> stepQuorum(int64_t step, size_t min_core = 1);
   // This group's vote on the attempt stepQuorum(step) returned. Refused (FailedPrecondition)
   // when the group is not in that quorum, its lease expired, or the attempt is decided already
-  // (except a decided abort: then the vote is moot, OK, and shouldCommit returns false).
-  Status vote(int64_t step, bool ok);
+  // (except a decided abort: then the vote is moot, OK, and shouldCommit returns false). A fail
+  // vote may name the groups this group found gone: they are evicted (no quorum takes that
+  // incarnation again; a group that is alive after all must join again and heal).
+  Status vote(int64_t step, bool ok, const std::vector<std::string>& suspects = {});
+  // The step the job is at: the first step no quorum has committed yet (0 for a new job).
+  StatusOr<int64_t> nextStep();
+  // Waits (up to the vote timeout) until the attempt is decided and returns its outcome
+  // ("commit" or "abort: ..."): how a group left out of a quorum learns where the job went.
+  StatusOr<std::string> waitDecided(int64_t step, int64_t attempt);
+  // The members of the quorum that committed `step`; NotFound when it is not committed.
+  StatusOr<StepQuorum> committedQuorum(int64_t step);
   // Waits for the attempt's decision (at most the vote timeout; then an error naming the groups
   // that did not vote) and returns it: true = commit.
   StatusOr<bool> shouldCommit(int64_t step);
@@ -91,11 +111,18 @@ class Quorum {
   // The heartbeat thread's last error (OK while it keeps the lease).
   Status heartbeatStatus();
   Status leave();
+  // Whether a fail vote evicted this incarnation (it is in no quorum again: rejoin()).
+  StatusOr<bool> evicted();
+  // leave() then join() with the same fingerprint: a new incarnation, ready for `ready_step`
+  // (how a group left out of a quorum comes back: it then heals if it missed a step).
+  Status rejoin(int64_t ready_step);
 
  private:
   explicit Quorum(Options options) : options_(std::move(options)) {}
   std::string attemptKey(int64_t step, int64_t attempt) const;
-  StatusOr<StepQuorum> createQuorum(int64_t step, int64_t attempt);
+  // Creates the attempt's quorum; nullopt while its core is smaller than min_core.
+  StatusOr<std::optional<StepQuorum>> createQuorum(int64_t step, int64_t attempt, size_t min_core,
+                                                   int64_t* revision);
   // The decision of the attempt from one snapshot, or "" when it is still open.
   StatusOr<std::string> decide(const StepQuorum& q, int64_t* revision, std::string* waiting);
   void beatLoop();
@@ -108,6 +135,7 @@ class Quorum {
   std::unique_ptr<EtcdClient> client_;  // the protocol's requests
   std::unique_ptr<EtcdClient> beat_;    // the heartbeat's, never behind a watch
   int64_t lease_ = 0;
+  std::string fingerprint_;
   int64_t incarnation_ = 0;
   StepQuorum current_;  // the last stepQuorum()
   bool have_current_ = false;

@@ -107,6 +107,7 @@ Status ReplicaRing::fail(const std::string& what, std::set<int> suspects, std::s
                                       : std::string(" is named by the other members"));
     first = false;
   }
+  culprits_.assign(culprits.begin(), culprits.end());
   msg += " [" + detail + "]";
   for (const auto& [j, t] : reports) msg += strCat("; report of ", describe(j), ": ", t);
   broken_ = failedPrecondition(msg);

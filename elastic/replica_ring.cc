@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <thread>
+#include <utility>
 
 #include "elastic/replica_wire.h"
 #include "hsdp/env.h"
@@ -67,6 +69,18 @@ Hello decodeHello(const char* p) {
   return h;
 }
 
+// Where `h`'s ring stands against ours: < 0 earlier (step, attempt), 0 the same, > 0 later.
+// Another job compares as the same (then refused by name).
+int ringOrder(const Hello& h, const ReplicaRing::Options& o) {
+  if (h.job != o.job || (h.step == o.step && h.attempt == o.attempt)) return 0;
+  return (h.step < o.step || (h.step == o.step && h.attempt < o.attempt)) ? -1 : 1;
+}
+
+Status superseded(const std::string& prefix, const std::string& who, const Hello& h) {
+  return failedPrecondition(prefix, ": superseded: ", who, " is in step ", h.step, " attempt ",
+                            h.attempt, " already (this attempt is over)");
+}
+
 // Why the acceptor refuses `h`, or "" when it is a member of this ring.
 std::string refusal(const Hello& h, int self, int size, const ReplicaRing::Options& o) {
   if (h.magic != wire::kHelloMagic || h.version != wire::kVersion)
@@ -91,7 +105,8 @@ std::string ReplicaRing::describe(int member) const {
 StatusOr<std::unique_ptr<ReplicaRing>> ReplicaRing::create(int self,
                                                            std::vector<std::string> addresses,
                                                            ReplicaListener& listener,
-                                                           Options options) {
+                                                           Options options,
+                                                           std::vector<int>* culprits) {
   const int size = static_cast<int>(addresses.size());
   if (size < 1 || size > 4096) return invalidArgument("replica ring of ", size, " members");
   if (self < 0 || self >= size)
@@ -108,23 +123,67 @@ StatusOr<std::unique_ptr<ReplicaRing>> ReplicaRing::create(int self,
   r->addresses_ = std::move(addresses);
   r->options_ = std::move(options);
   r->peers_.resize(size);
+  r->streams_sent_.assign(size, 0);
+  r->streams_received_.assign(size, 0);
   r->prefix_ = strCat("replica ring (job '", r->options_.job, "' step ", r->options_.step,
                       " attempt ", r->options_.attempt, ", member ", self, " of ", size, ")");
   const auto deadline = ReplicaClock::now() + std::chrono::milliseconds(r->timeout_ms_);
   const Options& o = r->options_;
-  // 1. Connect to every lower member (both channels) and send the hello: this depends on no
-  //    peer's progress (the kernel queues the connection on the peer's listener).
-  for (int j = 0; j < self; ++j) {
+  auto failWith = [&](Status st, std::vector<int> who) -> Status {
+    if (culprits != nullptr) *culprits = std::move(who);
+    return st;
+  };
+  // Connects both channels to lower member j, one after the other, each with its answer read
+  // before the next: a member still in an earlier ring refuses, and the channel is dialled
+  // again (no connection is left behind unanswered); one in a later ring ends ours. Waiting for
+  // a lower member's answer cannot deadlock: member 0 dials nobody, and member j dials only
+  // lower members, which answer once their own dialling is done.
+  auto dial = [&](int j) -> Status {
     for (uint32_t ch = 0; ch < 2; ++ch) {
-      StatusOr<Fd> fd = connectTo(r->addresses_[j], deadline);
-      if (!fd.ok())
-        return fd.status().withContext(strCat(r->prefix_, ": connecting to ", r->describe(j)));
-      const std::string hello = encodeHello(wire::kHello, ch, self, j, size, o, "");
-      HSDP_RETURN_IF_ERROR(writeAll(fd->get(), hello.data(), hello.size(), deadline,
-                                    strCat(r->prefix_, ": hello to ", r->describe(j))));
-      (ch == 0 ? r->peers_[j].data : r->peers_[j].ctl) = std::move(*fd);
+      const std::string who = strCat(r->prefix_, ": the answer of ", r->describe(j));
+      while (true) {
+        StatusOr<Fd> fd = connectTo(r->addresses_[j], deadline, !o.refused_is_dead);
+        if (!fd.ok())
+          return failWith(
+              fd.status().withContext(strCat(r->prefix_, ": connecting to ", r->describe(j))), {j});
+        const std::string hello = encodeHello(wire::kHello, ch, self, j, size, o, "");
+        Status st = writeAll(fd->get(), hello.data(), hello.size(), deadline,
+                             strCat(r->prefix_, ": hello to ", r->describe(j)));
+        if (!st.ok()) return failWith(st, {j});
+        char buf[wire::kHelloBytes];
+        if (st = readAll(fd->get(), buf, sizeof(buf), deadline, who); !st.ok())
+          return failWith(st, {j});
+        const Hello h = decodeHello(buf);
+        std::string reason(std::min<uint32_t>(h.reason_len, 4096), '\0');
+        if (st = readAll(fd->get(), reason.data(), reason.size(), deadline, who); !st.ok())
+          return failWith(st, {j});
+        const bool refused = h.magic != wire::kHelloMagic || h.kind == wire::kRefuse;
+        const int order = h.magic == wire::kHelloMagic ? ringOrder(h, o) : 0;
+        if (refused && order > 0) return failWith(superseded(r->prefix_, r->describe(j), h), {});
+        if (refused && order < 0) {  // it has not reached our ring yet
+          if (ReplicaClock::now() >= deadline)
+            return failWith(failedPrecondition(r->prefix_, ": ", r->describe(j),
+                                               " did not reach this ring within ", r->timeout_ms_,
+                                               " ms (HSDP_REPLICA_TIMEOUT_MS)"),
+                            {j});
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          continue;
+        }
+        if (refused)
+          return failWith(
+              failedPrecondition(r->prefix_, ": ", r->describe(j), " refused us: ", reason), {});
+        if (static_cast<int>(h.from) != j || h.step != o.step || h.attempt != o.attempt ||
+            h.job != o.job)
+          return failWith(
+              failedPrecondition(r->prefix_, ": ", r->describe(j), " answered as ", h.str()), {});
+        (ch == 0 ? r->peers_[j].data : r->peers_[j].ctl) = std::move(*fd);
+        break;
+      }
     }
-  }
+    return okStatus();
+  };
+  // 1. Dial every lower member.
+  for (int j = 0; j < self; ++j) HSDP_RETURN_IF_ERROR(dial(j));
   // 2. Accept every higher member's two connections; refuse others by name and go on.
   std::vector<std::string> refused;
   int missing = 2 * (size - 1 - self);
@@ -132,13 +191,17 @@ StatusOr<std::unique_ptr<ReplicaRing>> ReplicaRing::create(int self,
     StatusOr<Fd> fd = acceptBefore(listener.fd(), deadline);
     if (!fd.ok()) {
       std::string who;
+      std::vector<int> silent;
       for (int j = self + 1; j < size; ++j)
-        if (!r->peers_[j].data.valid() || !r->peers_[j].ctl.valid())
+        if (!r->peers_[j].data.valid() || !r->peers_[j].ctl.valid()) {
           who += (who.empty() ? "" : ", ") + r->describe(j);
+          silent.push_back(j);
+        }
       std::string why;
       for (const std::string& s : refused) why += "; " + s;
-      return failedPrecondition(r->prefix_, ": ", who, " did not connect within ", r->timeout_ms_,
-                                " ms (HSDP_REPLICA_TIMEOUT_MS)", why);
+      return failWith(failedPrecondition(r->prefix_, ": ", who, " did not connect within ",
+                                         r->timeout_ms_, " ms (HSDP_REPLICA_TIMEOUT_MS)", why),
+                      silent);
     }
     char buf[wire::kHelloBytes];
     Status st = readAll(fd->get(), buf, sizeof(buf), deadline, "an incoming connection");
@@ -147,7 +210,11 @@ StatusOr<std::unique_ptr<ReplicaRing>> ReplicaRing::create(int self,
       continue;
     }
     const Hello h = decodeHello(buf);
-    std::string why = refusal(h, self, size, o);
+    const int order = ringOrder(h, o);
+    std::string why = order != 0
+                          ? strCat("connection from ", h.str(), " refused: member ", self,
+                                   " is in job '", o.job, "' step ", o.step, " attempt ", o.attempt)
+                          : refusal(h, self, size, o);
     Fd* slot = nullptr;
     if (why.empty()) {
       slot = h.channel == 0 ? &r->peers_[h.from].data : &r->peers_[h.from].ctl;
@@ -156,28 +223,13 @@ StatusOr<std::unique_ptr<ReplicaRing>> ReplicaRing::create(int self,
     const std::string reply = encodeHello(why.empty() ? wire::kAccept : wire::kRefuse, h.channel,
                                           self, h.from, size, o, why);
     (void)writeAll(fd->get(), reply.data(), reply.size(), deadline, "refused peer");
+    if (order > 0) return failWith(superseded(r->prefix_, h.str(), h), {});
     if (!why.empty()) {
       refused.push_back(why);
       continue;
     }
     *slot = std::move(*fd);
     --missing;
-  }
-  // 3. Read every lower member's answer: accepted, or refused with its reason.
-  for (int j = 0; j < self; ++j) {
-    for (Fd* fd : {&r->peers_[j].data, &r->peers_[j].ctl}) {
-      char buf[wire::kHelloBytes];
-      const std::string who = strCat(r->prefix_, ": the answer of ", r->describe(j));
-      HSDP_RETURN_IF_ERROR(readAll(fd->get(), buf, sizeof(buf), deadline, who));
-      const Hello h = decodeHello(buf);
-      std::string reason(std::min<uint32_t>(h.reason_len, 4096), '\0');
-      HSDP_RETURN_IF_ERROR(readAll(fd->get(), reason.data(), reason.size(), deadline, who));
-      if (h.magic != wire::kHelloMagic || h.kind == wire::kRefuse)
-        return failedPrecondition(r->prefix_, ": ", r->describe(j), " refused us: ", reason);
-      if (static_cast<int>(h.from) != j || h.step != o.step || h.attempt != o.attempt ||
-          h.job != o.job)
-        return failedPrecondition(r->prefix_, ": ", r->describe(j), " answered as ", h.str());
-    }
   }
   return r;
 }
@@ -246,10 +298,15 @@ StatusOr<ReplicaRing::Transfer> ReplicaRing::send(int to, const void* data, size
   HSDP_RETURN_IF_ERROR(checkUsable("send"));
   if (to < 0 || to >= size() || to == self_)
     return invalidArgument(prefix_, ": send to member ", to);
-  const uint32_t seq = ++op_seq_;
+  // A stream between two members only: its tag counts that pair's streams (kStreamTag set), so
+  // the ring's all-reduce numbering stays the same on every member, streams or not.
+  const uint32_t n = ++streams_sent_[to];
+  const uint32_t collective_seq = std::exchange(op_seq_, kStreamTag | n);
   const auto t0 = ReplicaClock::now();
-  HSDP_RETURN_IF_ERROR(pump(to, static_cast<const char*>(data), bytes, -1, nullptr, 0, nullptr,
-                            strCat("send #", seq, " of ", bytes, " bytes to ", describe(to))));
+  Status st = pump(to, static_cast<const char*>(data), bytes, -1, nullptr, 0, nullptr,
+                   strCat("send #", n, " of ", bytes, " bytes to ", describe(to)));
+  op_seq_ = collective_seq;
+  HSDP_RETURN_IF_ERROR(st);
   return Transfer{bytes, std::chrono::duration<double>(ReplicaClock::now() - t0).count()};
 }
 
@@ -257,10 +314,13 @@ StatusOr<ReplicaRing::Transfer> ReplicaRing::recv(int from, void* data, size_t b
   HSDP_RETURN_IF_ERROR(checkUsable("recv"));
   if (from < 0 || from >= size() || from == self_)
     return invalidArgument(prefix_, ": recv from member ", from);
-  const uint32_t seq = ++op_seq_;
+  const uint32_t n = ++streams_received_[from];
+  const uint32_t collective_seq = std::exchange(op_seq_, kStreamTag | n);
   const auto t0 = ReplicaClock::now();
-  HSDP_RETURN_IF_ERROR(pump(-1, nullptr, 0, from, static_cast<char*>(data), bytes, nullptr,
-                            strCat("recv #", seq, " of ", bytes, " bytes from ", describe(from))));
+  Status st = pump(-1, nullptr, 0, from, static_cast<char*>(data), bytes, nullptr,
+                   strCat("recv #", n, " of ", bytes, " bytes from ", describe(from)));
+  op_seq_ = collective_seq;
+  HSDP_RETURN_IF_ERROR(st);
   return Transfer{bytes, std::chrono::duration<double>(ReplicaClock::now() - t0).count()};
 }
 

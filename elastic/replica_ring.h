@@ -33,6 +33,9 @@ class ReplicaRing {
     int64_t attempt = 0;           // step or attempt is refused by name
     int64_t timeout_ms = 0;        // <= 0: HSDP_REPLICA_TIMEOUT_MS
     size_t chunk_bytes = 1 << 20;  // one data frame's payload (rounded down to 4 bytes)
+    // A refused connection means the member is gone (every member's listener is open before it
+    // is in any ring: elastic groups open it when they join), not that it is still starting.
+    bool refused_is_dead = false;
   };
   enum class Op { kSum, kAvg };
   struct Transfer {
@@ -42,9 +45,13 @@ class ReplicaRing {
 
   // Connects member `self` to every other member of `addresses` (a full mesh: a data and a
   // control connection per pair; the higher index connects, the lower accepts on `listener`).
-  // Fails by the deadline naming the members that did not join and any connection refused.
+  // Fails by the deadline naming the members that did not join and any connection refused; the
+  // members found gone or silent go into `culprits` (when given). Rings are ordered by (step,
+  // attempt): a member that meets a peer already in a later ring fails at once, "superseded"
+  // (its own attempt is over; nobody is blamed), and waits for a peer still in an earlier one.
   static StatusOr<std::unique_ptr<ReplicaRing>> create(int self, std::vector<std::string> addresses,
-                                                       ReplicaListener& listener, Options options);
+                                                       ReplicaListener& listener, Options options,
+                                                       std::vector<int>* culprits = nullptr);
   ReplicaRing(const ReplicaRing&) = delete;
   ReplicaRing& operator=(const ReplicaRing&) = delete;
 
@@ -60,6 +67,8 @@ class ReplicaRing {
   // A stream of `bytes` from this member to `to` (matched by recv on `to`).
   StatusOr<Transfer> send(int to, const void* data, size_t bytes);
   StatusOr<Transfer> recv(int from, void* data, size_t bytes);
+  // After a failed call: the members it named as gone or stalled (indexes, ascending).
+  const std::vector<int>& culprits() const { return culprits_; }
 
  private:
   struct Peer {
@@ -83,11 +92,15 @@ class ReplicaRing {
   Options options_;
   int64_t timeout_ms_ = 10000;
   size_t chunk_bytes_ = 1 << 20;
-  std::vector<Peer> peers_;     // by member index; peers_[self_] holds nothing
-  uint32_t op_seq_ = 0;         // operations started on this ring: the tag of their frames
+  std::vector<Peer> peers_;  // by member index; peers_[self_] holds nothing
+  uint32_t op_seq_ = 0;      // all-reduces started on this ring: the tag of their frames
+  // Streams (send/recv) per peer; their frames carry kStreamTag | count.
+  static constexpr uint32_t kStreamTag = 0x80000000u;
+  std::vector<uint32_t> streams_sent_, streams_received_;
   std::set<int> closed_;        // peers whose control connection ended without a report
   std::vector<float> scratch_;  // all-reduce: the segment received from prev, reused
   Status broken_;
+  std::vector<int> culprits_;
   std::string prefix_;  // "replica ring (job j, step s attempt a, member i of R)"
 };
 

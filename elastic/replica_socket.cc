@@ -68,6 +68,28 @@ Status splitAddress(const std::string& address, std::string* host, int* port) {
   return okStatus();
 }
 
+StatusOr<std::string> localAddressToward(const std::string& url) {
+  std::string hostport = url;
+  if (size_t p = hostport.find("://"); p != std::string::npos) hostport = hostport.substr(p + 3);
+  if (size_t p = hostport.find('/'); p != std::string::npos) hostport.resize(p);
+  std::string host;
+  int port = 0;
+  HSDP_RETURN_IF_ERROR(splitAddress(hostport, &host, &port));
+  HSDP_ASSIGN_OR_RETURN(sockaddr_in sa, resolve(host, port));
+  // A UDP "connect" sends nothing: it only asks the kernel which local address routes there.
+  Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return internalError("socket: ", std::strerror(errno));
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0)
+    return internalError("no route from this host to ", url, ": ", std::strerror(errno));
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0)
+    return internalError("getsockname: ", std::strerror(errno));
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf));
+  return std::string(buf);
+}
+
 StatusOr<std::unique_ptr<ReplicaListener>> ReplicaListener::open(const std::string& host,
                                                                  int port) {
   if (port < 0 || port > 65535) return invalidArgument("replica listener port ", port);
@@ -87,7 +109,8 @@ StatusOr<std::unique_ptr<ReplicaListener>> ReplicaListener::open(const std::stri
   return std::unique_ptr<ReplicaListener>(new ReplicaListener(std::move(fd), address));
 }
 
-StatusOr<Fd> connectTo(const std::string& address, ReplicaClock::time_point deadline) {
+StatusOr<Fd> connectTo(const std::string& address, ReplicaClock::time_point deadline,
+                       bool retry_refused) {
   std::string host;
   int port = 0;
   HSDP_RETURN_IF_ERROR(splitAddress(address, &host, &port));
@@ -110,6 +133,9 @@ StatusOr<Fd> connectTo(const std::string& address, ReplicaClock::time_point dead
       return fd;
     }
     last = std::strerror(err);
+    if (err == ECONNREFUSED && !retry_refused)
+      return failedPrecondition("connect to ", address,
+                                " refused: nothing listens there (the process is gone)");
     if (err != ECONNREFUSED && err != ECONNRESET && err != ETIMEDOUT && err != EHOSTUNREACH)
       return internalError("connect to ", address, ": ", last);
     if (ReplicaClock::now() >= deadline)

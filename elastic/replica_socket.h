@@ -59,9 +59,14 @@ class ReplicaListener {
 // Splits "host:port" (port in 1..65535).
 Status splitAddress(const std::string& address, std::string* host, int* port);
 
+// The local IPv4 address of the route to `url`'s host ("http://host:port" or "host:port"): the
+// address a replica listener publishes when none is configured.
+StatusOr<std::string> localAddressToward(const std::string& url);
+
 // A nonblocking TCP connection to `address` with TCP_NODELAY; a refused connection (the peer's
 // listener not open yet) is retried until `deadline`.
-StatusOr<Fd> connectTo(const std::string& address, ReplicaClock::time_point deadline);
+StatusOr<Fd> connectTo(const std::string& address, ReplicaClock::time_point deadline,
+                       bool retry_refused = true);
 
 // Accepts one connection from `listener` before `deadline` (DeadlineExceeded-like
 // FailedPrecondition "timed out" otherwise); the socket is nonblocking with TCP_NODELAY.

@@ -184,6 +184,7 @@ Status ShardedModel::finalize() {
   }
   HSDP_RETURN_IF_ERROR(m.coll->reserve(max_shard, m.bf16Params() || m.bf16Reduce()));
   m.coll->group().reserve(m.units.size());
+  HSDP_RETURN_IF_ERROR(m.startElastic(registrationSignature(m.units)));
   m.finalized = true;
   HSDP_INFO(kShard, "finalized ", m.units.size(), " units, mode ", shardModeName(m.cfg.mode),
             ", device ", deviceName(m.cfg.device), ", shard group ", m.shards, ", largest unit ",

@@ -83,6 +83,83 @@ Status wireFromEnv(std::optional<Wire>* field, const StringParam& var, Wire fall
 }
 }  // namespace
 
+namespace {
+const StringParam kElasticEndpoint{
+    "HSDP_ELASTIC_ENDPOINT", StringParam::Kind::kString, "",
+    "etcd client URL (http://host:port) of an elastic job (docs/elastic.md): set, this process's "
+    "group is one replica group of the job; unset, elastic mode is off. hsdp-elastic sets it."};
+const StringParam kElasticJob{"HSDP_ELASTIC_JOB", StringParam::Kind::kString, "hsdp",
+                              "Name of the elastic job in etcd ([A-Za-z0-9_.-]+)."};
+const IntParam kElasticGroupIndex{
+    "HSDP_ELASTIC_GROUP_INDEX", env::Unset{"none"}, 0, 1 << 20,
+    "This replica group's index in [0, HSDP_ELASTIC_GROUPS) (its name is g<index>; with "
+    "HSDP_ELASTIC_DATA=keep its data slot). hsdp-elastic sets it."};
+const IntParam kElasticGroups{
+    "HSDP_ELASTIC_GROUPS", env::Unset{"none"}, 1, 1 << 20,
+    "Replica groups an elastic job starts with (its first step waits for all of them). "
+    "hsdp-elastic sets it."};
+const IntParam kElasticRestarts{
+    "HSDP_ELASTIC_RESTARTS", 0, 0, 1 << 20,
+    "Times the launcher restarted this elastic group (hsdp-elastic sets it); > 0: the group "
+    "replaces the member key its dead predecessor left in etcd instead of waiting out its lease."};
+const StringParam kElasticHost{
+    "HSDP_ELASTIC_HOST", StringParam::Kind::kString, "",
+    "Address of this rank's replica listener (the TCP transport between elastic groups). "
+    "Unset: the local address of the route to HSDP_ELASTIC_ENDPOINT."};
+const StringParam kElasticData{
+    "HSDP_ELASTIC_DATA", StringParam::Kind::kEnum, "keep",
+    "Data of an elastic group when groups are missing: keep (each group its own slice; the "
+    "global batch shrinks) or redistribute (the groups present share the whole batch)."};
+
+Status resolveElastic(ElasticPolicy* e) {
+  if (!e->endpoint) e->endpoint = kElasticEndpoint.get();
+  if (!e->job) e->job = kElasticJob.get();
+  if (!e->host) e->host = kElasticHost.get();
+  if (!e->data) {
+    StatusOr<ElasticData> d = parseElasticData(kElasticData.get());
+    if (!d.ok())
+      return invalidArgument("HSDP_ELASTIC_DATA='", kElasticData.get(),
+                             "': ", d.status().message());
+    e->data = *d;
+  }
+  if (!e->group_index) {
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> v, kElasticGroupIndex.get());
+    if (v) e->group_index = static_cast<int>(*v);
+  }
+  if (!e->restarts) {
+    HSDP_ASSIGN_OR_RETURN(int64_t v, kElasticRestarts.value());
+    e->restarts = static_cast<int>(v);
+  }
+  if (!e->groups) {
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> v, kElasticGroups.get());
+    if (v) e->groups = static_cast<int>(*v);
+  }
+  if (e->endpoint->empty()) return okStatus();
+  if (!e->groups || *e->groups < 1)
+    return invalidArgument("elastic mode (HSDP_ELASTIC_ENDPOINT='", *e->endpoint,
+                           "') needs EngineConfig::elastic.groups >= 1 (HSDP_ELASTIC_GROUPS)");
+  if (!e->group_index || *e->group_index < 0 || *e->group_index >= *e->groups)
+    return invalidArgument("elastic mode needs EngineConfig::elastic.group_index in [0, ",
+                           *e->groups, ") (HSDP_ELASTIC_GROUP_INDEX), got ",
+                           e->group_index ? std::to_string(*e->group_index) : "none");
+  if (e->endpoint->rfind("http://", 0) != 0)
+    return invalidArgument("EngineConfig::elastic.endpoint='", *e->endpoint,
+                           "' is not an http://host:port URL (HSDP_ELASTIC_ENDPOINT)");
+  return okStatus();
+}
+}  // namespace
+
+StatusOr<ElasticData> parseElasticData(std::string_view name) {
+  if (name == "keep") return ElasticData::kKeepSlice;
+  if (name == "redistribute") return ElasticData::kRedistribute;
+  return invalidArgument("unknown elastic data policy '", name,
+                         "' (expected keep or redistribute)");
+}
+
+const char* elasticDataName(ElasticData d) {
+  return d == ElasticData::kKeepSlice ? "keep" : "redistribute";
+}
+
 StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
   if (!cfg.pipeline.hierarchical) {
     HSDP_ASSIGN_OR_RETURN(cfg.pipeline.hierarchical, kHier.get());
@@ -159,6 +236,7 @@ StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
   if (!cfg.checkpoint.direct_io) {
     HSDP_ASSIGN_OR_RETURN(cfg.checkpoint.direct_io, kCkptDirectIo.get());
   }
+  HSDP_RETURN_IF_ERROR(resolveElastic(&cfg.elastic));
   if (!cfg.offload.adam_isa) {
     HSDP_ASSIGN_OR_RETURN(cfg.offload.adam_isa, cpuAdamIsaFromEnv());
   } else if (!cpuIsaSupported(*cfg.offload.adam_isa)) {

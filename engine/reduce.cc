@@ -80,7 +80,9 @@ Status ShardedModel::Impl::pollReductions(bool block) {
                                     "gradient reduction", {GradState::kReducing}));
     // Offload without clipping: step this unit now, while backward goes on. (Clipping needs
     // the global norm of every gradient first, so then step() launches them all.)
-    if (opt->offloaded() && cfg.clip_norm <= 0) HSDP_RETURN_IF_ERROR(launchStep(u, step + 1, 1.0f));
+    // (Elastic mode: not before the quorum commits the step.)
+    if (opt->offloaded() && cfg.clip_norm <= 0 && !elastic)
+      HSDP_RETURN_IF_ERROR(launchStep(u, step + 1, 1.0f));
     pending.pop_front();
   }
   return okStatus();

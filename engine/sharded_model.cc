@@ -65,6 +65,22 @@ Status checkWires(const MeshShape& s, const EngineConfig& cfg) {
 Status checkConfig(const Mesh& mesh, const EngineConfig& cfg) {
   HSDP_RETURN_IF_ERROR(validate(cfg.adam));
   const MeshShape& s = mesh.shape();
+  if (!cfg.elastic.endpoint->empty()) {
+    // The groups are the replicas: each group is one shard group on host memory, and the
+    // replica level runs between groups (docs/elastic.md).
+    if (cfg.device != Device::kHost)
+      return unimplemented(
+          "elastic mode (HSDP_ELASTIC_ENDPOINT) runs on host memory only; "
+          "EngineConfig::device is ",
+          deviceName(cfg.device));
+    if (cfg.mode == ShardMode::kNone)
+      return invalidArgument("elastic mode needs a sharded mode (zero1, zero2, zero3), not none");
+    if (s.replicas() != 1)
+      return invalidArgument("elastic mode: the mesh has ", s.replicas(),
+                             " replicas; in an elastic job each group is one shard group (the "
+                             "groups are the replicas): set intra_shard x inter_shard = ",
+                             s.world_size);
+  }
   if (cfg.device == Device::kCuda) {
     HSDP_RETURN_IF_ERROR(memorySpaceAvailable(Device::kCuda));  // e.g. built without CUDA
     // Device buffers move only over NCCL: the communicators the engine uses must be NCCL.

@@ -27,6 +27,7 @@
 
 #include "core/host_buffer.h"
 #include "engine/buffer_pool.h"
+#include "engine/elastic_group.h"
 #include "engine/memory_space.h"
 #include "engine/optimizer_step.h"
 #include "engine/unit_collectives.h"
@@ -165,6 +166,9 @@ struct ShardedModel::Impl {
   // ---- the optimizer step (step.cc) ----
   int64_t step = 0;
 
+  // ---- elastic mode (elastic.cc): this rank's part of its replica group; null when off ----
+  std::unique_ptr<engine::ElasticGroup> elastic;
+
   // ---- checkpoints (checkpoint/save.cc, checkpoint/load.cc) ----
   // Declared last: destroyed first, so the writer thread is joined while everything it may
   // touch (the memory space its pinned snapshot belongs to) is alive.
@@ -231,6 +235,12 @@ struct ShardedModel::Impl {
   engine::ShardStep shardStep(Unit& u);
   Status launchStep(Unit& u, int64_t t, float scale);
   Status waitForStep(Unit& u);
+
+  // elastic.cc
+  // finalize(): joins the elastic job (when configured) with the model's fingerprint.
+  Status startElastic(uint64_t signature);
+  // step(): the replica average over the groups and the quorum's decision (true: apply).
+  StatusOr<bool> elasticCommit();
 
   // checkpoint/save.cc, checkpoint/load.cc
   // OK between step() and the next forward: no unit unsharded, no reduction in flight.

@@ -161,6 +161,22 @@ Status ShardedModel::step() {
   // On a device: the compute stream (norm, optimizer) comes after every reduction.
   HSDP_RETURN_IF_ERROR(m.space->order(Lane::kCompute, Lane::kReduce));
   HSDP_RETURN_IF_ERROR(m.coll->poll());
+  if (m.elastic) {
+    // The replica average over the groups of the step's quorum, and its decision. Not
+    // committed: nothing is applied, the gradients are dropped, the loop repeats the step.
+    HSDP_ASSIGN_OR_RETURN(bool commit, m.elasticCommit());
+    if (!commit) {
+      for (Unit& u : m.units)
+        if (!u.frozen)
+          HSDP_RETURN_IF_ERROR(transition(u.name, u.grads.state, GradState::kEmpty,
+                                          "step (not committed)", {GradState::kReduced}));
+      return Status(StatusCode::kAborted,
+                    strCat("elastic step ", m.step,
+                           " was not committed by its quorum (a group "
+                           "failed or left); nothing was applied: run the step again from "
+                           "beginStep()"));
+    }
+  }
   ++m.step;
   for (Unit& u : m.units)  // parameters change: the next gather is full
     HSDP_RETURN_IF_ERROR(forgetNodeBlock(u.name, u.params, "step"));

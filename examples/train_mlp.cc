@@ -34,16 +34,23 @@ struct Run {
   std::vector<int> order;  // the units in forward order: fc0, fc1, ...
 };
 
-// One micro-step: forward and backward of this rank's slice of micro-batch `micro`; the
-// gradients add into the engine's buffers, and only the last micro-step reduces them.
-hsdp::StatusOr<float> microStep(Run& run, int64_t step, int micro, bool last) {
+// One micro-step: forward and backward of this rank's slice of micro-batch `micro` of the
+// group's slot (the whole batch unless elastic); the gradients add into the engine's buffers,
+// and only the last micro-step reduces them.
+hsdp::StatusOr<float> microStep(Run& run, const hsdp::StepStart& start, int micro, bool last) {
   hsdp::ShardedModel& model = run.model;
   const mlp::Spec& spec = run.spec;
   const int L = spec.layers();
-  const int micro_batch = run.opt.common.batch / run.opt.common.accum;
+  const int slot_batch = run.opt.common.batch / start.slots;
+  const int micro_batch = slot_batch / run.opt.common.accum;
   const int per_rank = micro_batch / run.world.size();
-  mlp::Batch batch =
-      mlp::makeBatch(spec, step, micro * micro_batch + run.world.rank() * per_rank, per_rank);
+  if (per_rank * run.world.size() * run.opt.common.accum * start.slots != run.opt.common.batch)
+    return hsdp::invalidArgument("--batch ", run.opt.common.batch, " does not split into ",
+                                 start.slots, " group slots x ", run.opt.common.accum,
+                                 " micro-steps x ", run.world.size(), " ranks");
+  mlp::Batch batch = mlp::makeBatch(
+      spec, start.step, start.slot * slot_batch + micro * micro_batch + run.world.rank() * per_rank,
+      per_rank);
 
   // Forward: unit l+1's all-gather is in flight while unit l computes (the schedule helper
   // prefetches one unit ahead).
@@ -102,10 +109,10 @@ hsdp::StatusOr<float> validationLoss(Run& run, int samples) {
 }
 
 // One optimizer step: `accum` micro-steps, then the step on the shards; returns the mean loss.
-hsdp::StatusOr<float> trainStep(Run& run, int64_t step) {
+hsdp::StatusOr<float> trainStep(Run& run, const hsdp::StepStart& start) {
   float loss = 0;
   for (int k = 0; k < run.opt.common.accum; ++k) {
-    HSDP_ASSIGN_OR_RETURN(float l, microStep(run, step, k, k + 1 == run.opt.common.accum));
+    HSDP_ASSIGN_OR_RETURN(float l, microStep(run, start, k, k + 1 == run.opt.common.accum));
     loss += l / run.opt.common.accum;
   }
   HSDP_RETURN_IF_ERROR(run.model.step());
@@ -138,7 +145,7 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
   Run run{world, model, spec, opt, {}};
   for (int l = 0; l < spec.layers(); ++l) run.order.push_back(l);
   int rc = mlp::trainAndReport(kProgram, world, world, **mesh, model, spec, cfg, opt,
-                               [&](int step) { return trainStep(run, step); });
+                               [&](const hsdp::StepStart& start) { return trainStep(run, start); });
   if (opt.val_samples > 0) {
     auto val = validationLoss(run, opt.val_samples);
     if (!val.ok()) failure.alone(val.status());

@@ -272,8 +272,9 @@ int runMain(const mlp::Options& opt, hsdp::Comm& world) {
   Run run{world, model, spec, opt, *blas, *ws, {}};
   for (int l = 0; l < spec.layers(); ++l) run.order.push_back(l);
   // A failing step aborts through the NCCL world: its abort stops in-flight collectives first.
-  return mlp::trainAndReport(kProgram, world, **nccl_world, **mesh, model, spec, cfg, opt,
-                             [&](int step) { return trainStep(run, step); });
+  return mlp::trainAndReport(
+      kProgram, world, **nccl_world, **mesh, model, spec, cfg, opt,
+      [&](const hsdp::StepStart& start) { return trainStep(run, start.step); });
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "engine/agree.h"
 #include "engine/checkpoint/saver.h"
 #include "engine/sharded_model_impl.h"
 #include "hsdp/files.h"
@@ -69,9 +70,8 @@ Status ShardedModel::Impl::agreeJobMarker() {
   return okStatus();
 }
 
-Status ShardedModel::Impl::agree(const Status& local, bool secondary) {
+Status engine::agreeOver(Comm& world, const Status& local, bool secondary) {
   constexpr size_t kMsg = 1024;  // [code, secondary, message..., 0]
-  Comm& world = mesh->control();
   std::vector<char> mine(kMsg, 0), all(kMsg * world.size());
   if (!local.ok()) {
     mine[0] = static_cast<char>(static_cast<int>(local.code()));
@@ -85,6 +85,10 @@ Status ShardedModel::Impl::agree(const Status& local, bool secondary) {
       first = r;
   if (first < 0) return okStatus();
   return Status(static_cast<StatusCode>(all[first * kMsg]), std::string(&all[first * kMsg + 2]));
+}
+
+Status ShardedModel::Impl::agree(const Status& local, bool secondary) {
+  return engine::agreeOver(mesh->control(), local, secondary);
 }
 
 std::vector<ckpt::UnitDesc> ShardedModel::Impl::unitDescs() const {

@@ -108,4 +108,35 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::
   return hsdp::okStatus();
 }
 
+void printStepStart(const hsdp::Comm& world, const hsdp::StepStart& start) {
+  static std::vector<int> last_present;  // the groups of the last step printed
+  if (world.rank() != 0 || (start.slots == 1 && start.present.size() == 1 && !start.healed)) return;
+  if (start.healed) {
+    const double gbs = start.heal_seconds > 0 ? start.heal_bytes / start.heal_seconds / 1e9 : 0;
+    std::printf(
+        "elastic: group %d healed to step %lld from group %d: %zu bytes per rank in "
+        "%.3f s (%.2f GB/s)\n",
+        start.group, static_cast<long long>(start.step), start.healed_from, start.heal_bytes,
+        start.heal_seconds, gbs);
+  }
+  if (start.present != last_present) {
+    std::string groups;
+    for (int g : start.present) groups += (groups.empty() ? "" : ",") + std::to_string(g);
+    std::printf("elastic: step %lld attempt %lld: groups %s present (this is group %d)\n",
+                static_cast<long long>(start.step), static_cast<long long>(start.attempt),
+                groups.c_str(), start.group);
+    last_present = start.present;
+  }
+  std::fflush(stdout);
+}
+
+void printAbortedStep(const hsdp::Comm& world, const hsdp::StepStart& start,
+                      const hsdp::Status& why) {
+  if (world.rank() != 0) return;
+  std::printf("elastic: step %lld attempt %lld not committed; running it again (%s)\n",
+              static_cast<long long>(start.step), static_cast<long long>(start.attempt),
+              why.message().c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace examples

@@ -24,6 +24,15 @@ void printNodeMap(const char* program, const hsdp::Comm& world, const hsdp::Mesh
 void printOffloadSummary(const hsdp::Comm& world, const hsdp::EngineConfig& cfg, int steps,
                          double optim_total_s, double optim_exposed_s);
 
+// Elastic mode (ShardedModel::beginStep), rank 0 only:
+//   elastic: step <s> attempt <a>: groups <i,j,...> of <n> (this is group <g>)   [when they change]
+//   elastic: group <g> healed to step <s> from group <d>: <bytes> bytes per rank in <t> s (<GB/s>)
+// Without elastic mode nothing.
+void printStepStart(const hsdp::Comm& world, const hsdp::StepStart& start);
+//   elastic: step <s> attempt <a> not committed; running it again (<why>)
+void printAbortedStep(const hsdp::Comm& world, const hsdp::StepStart& start,
+                      const hsdp::Status& why);
+
 // Collective over `world`: the per-rank memory table, hsdp-plan's prediction beside rank 0's
 // measurement (fp32 policy), and the saving against replicated data parallel. unit_numels holds
 // each unit's parameter count (the plan's units; their sum is the model's size).

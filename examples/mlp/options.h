@@ -52,11 +52,12 @@ void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh&
                  const hsdp::EngineConfig& cfg, const Spec& spec, const Options& opt,
                  const std::string& extra_line = "");
 
-// The training loop both examples share: opt.common.steps calls of train_step(step) (the step's
-// mean loss), each timed and printed as a table row (mean loss, the model's grad norm, the
-// slowest rank's time, samples/s, the most exposed communication), saves as the checkpoint flags
-// say, then the offload summary, the memory table and, with --check, the parity against the Eigen
-// reference:
+// The training loop both examples share: until the model has committed opt.common.steps steps,
+// beginStep() then train_step(start) (the step's mean loss; `start` says the step and, elastic,
+// the data slot; a step the elastic quorum did not commit, kAborted, is run again), each timed and
+// printed as a table row (mean loss, the model's grad norm, the slowest rank's time, samples/s, the
+// most exposed communication), saves as the checkpoint flags say, then the offload summary, the
+// memory table and, with --check, the parity against the Eigen reference:
 //   parity vs eigen reference: max_rel_err=<v> PASS|FAIL
 // Failures follow common/failure.h: a failing step ends the job through abort_comm (`world`, or on
 // a device the NCCL world whose abort stops in-flight kernels); a non-finite loss or gradient
@@ -64,6 +65,6 @@ void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh&
 int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_comm,
                    const hsdp::Mesh& mesh, hsdp::ShardedModel& model, const Spec& spec,
                    const hsdp::EngineConfig& cfg, const Options& opt,
-                   const std::function<hsdp::StatusOr<float>(int step)>& train_step);
+                   const std::function<hsdp::StatusOr<float>(const hsdp::StepStart&)>& train_step);
 
 }  // namespace mlp

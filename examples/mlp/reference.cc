@@ -41,7 +41,8 @@ float gradients(const Spec& spec, const std::vector<std::vector<float>>& compute
 
 ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, int steps,
                                int global_batch, float clip_norm, bool bf16_params,
-                               const examples::GradReduction* bf16_grads, int accum) {
+                               const examples::GradReduction* bf16_grads, int accum,
+                               const Membership* membership) {
   auto round16 = [](std::vector<float>& v) {
     for (float& x : v) x = hsdp::toFloat(hsdp::toBf16(x));
   };
@@ -60,7 +61,20 @@ ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, i
     if (bf16_params)
       for (auto& p : compute) round16(p);
     std::vector<std::vector<float>> grads(L);
-    if (bf16_grads == nullptr) {
+    if (membership != nullptr) {
+      // Elastic: the mean of the present groups' mean gradients over their own slices.
+      const std::vector<int>& present = membership->present.at(step);
+      const int slice = global_batch / membership->groups;
+      double loss = 0.0;
+      for (int l = 0; l < L; ++l) grads[l].assign(r.params[l].size(), 0.0f);
+      for (int g : present) {
+        std::vector<std::vector<float>> gg;
+        loss += gradients(spec, compute, makeBatch(spec, step, g * slice, slice), &gg);
+        for (int l = 0; l < L; ++l)
+          for (size_t i = 0; i < gg[l].size(); ++i) grads[l][i] += gg[l][i] / float(present.size());
+      }
+      r.losses.push_back(static_cast<float>(loss / present.size()));
+    } else if (bf16_grads == nullptr) {
       // The whole batch at once: the exact mean gradient, rounded once per element in float.
       r.losses.push_back(gradients(spec, compute, makeBatch(spec, step, 0, global_batch), &grads));
     } else {

@@ -18,12 +18,21 @@ struct ReferenceResult {
   std::vector<float> losses;  // loss of each step, before its update
 };
 
+// Elastic groups that keep their slice: each step's gradient is the mean over the slices of the
+// groups present at that step (`present[step]`, indexes of `groups` equal slices of the batch).
+struct Membership {
+  int groups = 1;
+  std::vector<std::vector<int>> present;
+  bool empty() const { return present.empty(); }
+};
+
 // clip_norm > 0 clips the global gradient norm as torch.nn.utils.clip_grad_norm_ does.
 // bf16_params: forward and backward use the parameters rounded to bf16 (the master stays fp32).
 // bf16_grads (not null): the gradient is reduced in bf16 through that tree, with `accum`
 // micro-steps per step; null: the exact mean gradient of the whole batch in float.
 ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, int steps,
                                int global_batch, float clip_norm = 0.0f, bool bf16_params = false,
-                               const examples::GradReduction* bf16_grads = nullptr, int accum = 1);
+                               const examples::GradReduction* bf16_grads = nullptr, int accum = 1,
+                               const Membership* membership = nullptr);
 
 }  // namespace mlp

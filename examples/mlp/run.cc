@@ -58,6 +58,16 @@ int checkParity(const examples::Failure& fail, hsdp::Comm& world, const hsdp::Me
   std::vector<std::vector<float>> mine(spec.layers());
   for (int l = 0; l < spec.layers(); ++l)
     if (hsdp::Status s = model.gatherFullParameters(l, &mine[l]); !s.ok()) fail.alone(s);
+  // Elastic with each group keeping its slice: the reference replays which groups each step
+  // averaged (redistribute trains on the whole batch every step: the plain reference).
+  Membership membership;
+  const hsdp::ElasticPolicy& elastic = model.config().elastic;
+  if (model.elastic() && *elastic.data == hsdp::ElasticData::kKeepSlice) {
+    auto m = model.elasticMembership(c.steps);
+    if (!m.ok()) fail.alone(m.status());
+    membership.groups = *elastic.groups;
+    membership.present = std::move(*m);
+  }
   float verdict[2] = {0, 0};  // {max_rel_err, pass}
   if (rank == 0) {
     // The engine rounds to bf16 only over a shard group larger than one (mode none reduces in
@@ -66,9 +76,10 @@ int checkParity(const examples::Failure& fail, hsdp::Comm& world, const hsdp::Me
     examples::GradReduction tree;
     if (sharded && cfg.precision.reduce_dtype == hsdp::DType::kBFloat16)
       tree = examples::meshGradReduction(mesh.layout(), mesh.shape(), model.hierarchical());
-    ReferenceResult ref = trainReference(spec, cfg.adam, c.steps, c.batch, c.clip_norm,
-                                         sharded && cfg.precision.param_dtype == hsdp::DType::kBFloat16,
-                                         tree.levels.empty() ? nullptr : &tree, c.accum);
+    ReferenceResult ref = trainReference(
+        spec, cfg.adam, c.steps, c.batch, c.clip_norm,
+        sharded && cfg.precision.param_dtype == hsdp::DType::kBFloat16,
+        tree.levels.empty() ? nullptr : &tree, c.accum, membership.empty() ? nullptr : &membership);
     const double err = examples::maxRelativeError(mine, ref.params);
     verdict[0] = static_cast<float>(err);
     verdict[1] = err <= c.tolerance ? 1.0f : 0.0f;  // false for NaN too
@@ -110,7 +121,7 @@ void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh&
 int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_comm,
                    const hsdp::Mesh& mesh, hsdp::ShardedModel& model, const Spec& spec,
                    const hsdp::EngineConfig& cfg, const Options& opt,
-                   const std::function<hsdp::StatusOr<float>(int step)>& train_step) {
+                   const std::function<hsdp::StatusOr<float>(const hsdp::StepStart&)>& train_step) {
   const examples::Options& c = opt.common;
   const examples::Failure fail(program, world, abort_comm);
   examples::Checkpoints ckpt(world, model, c.ckpt, c.seed);
@@ -121,10 +132,21 @@ int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_com
   if (hsdp::Status s = examples::installStopSignals(); !s.ok())
     return fail.agreed(s, examples::kExitRuntime);
   double optim_total = 0, optim_exposed = 0;  // offload: worker time, and what step() waited
-  for (int step = *start; step < c.steps; ++step) {
+  int step = *start;
+  while (step < c.steps) {
+    // Elastic mode: the step's quorum, and a heal when this group (re)joined (docs/elastic.md).
+    auto begin = model.beginStep();
+    if (!begin.ok()) fail.alone(begin.status());
+    examples::printStepStart(world, *begin);
+    step = static_cast<int>(begin->step);
+    if (step >= c.steps) break;
     auto t0 = std::chrono::steady_clock::now();
-    auto loss = train_step(step);
+    auto loss = train_step(*begin);
     auto t1 = std::chrono::steady_clock::now();
+    if (!loss.ok() && loss.status().code() == hsdp::StatusCode::kAborted) {
+      examples::printAbortedStep(world, *begin, loss.status());
+      continue;  // the quorum did not commit: the same step again, from beginStep()
+    }
     if (!loss.ok()) fail.alone(loss.status());
     const float ms = std::chrono::duration<float, std::milli>(t1 - t0).count();
     const float exposed_ms = static_cast<float>(model.takeExposedCommSeconds() * 1e3);
@@ -148,6 +170,7 @@ int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_com
       if (!stop.ok()) fail.alone(stop.status());
       if (stop->has_value()) return **stop;
     }
+    step = static_cast<int>(model.stepCount());
   }
   if (*start == c.steps) {  // nothing to train: a save-dir still gets this step's checkpoint
     if (hsdp::Status s = ckpt.afterStep(c.steps, true); !s.ok())

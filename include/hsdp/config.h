@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "hsdp/cpu_isa.h"
@@ -131,6 +132,43 @@ struct FailurePolicy {
   std::optional<double> timeout_s;
 };
 
+// Elastic replica groups (docs/elastic.md): this process's group is one replica of the model, its
+// own MPI job; the replica level between groups runs over TCP, and membership and each step's
+// commit over etcd. Off while `endpoint` is empty. With it on, the mesh must have no replicas of
+// its own (the groups are the replicas), the state lives in host memory, and the training loop
+// calls beginStep() before each step's forward and repeats a step that returns kAborted.
+enum class ElasticData {
+  // Each group trains on its own slice of the global batch (slot = its group index, of
+  // `groups`): with a group missing, the global batch shrinks by its share.
+  kKeepSlice,
+  // The groups present share the whole global batch (slot = the group's place in the step's
+  // quorum, of the quorum's size): the batch stays the same, each group's share grows.
+  kRedistribute,
+};
+StatusOr<ElasticData> parseElasticData(std::string_view name);  // "keep", "redistribute"
+const char* elasticDataName(ElasticData d);
+
+struct ElasticPolicy {
+  // etcd's client URL ("http://host:2379"); "" turns elastic mode off. HSDP_ELASTIC_ENDPOINT.
+  std::optional<std::string> endpoint;
+  // The job's name in etcd ([A-Za-z0-9_.-]+). HSDP_ELASTIC_JOB; default "hsdp".
+  std::optional<std::string> job;
+  // This group's index in [0, groups) (its name is "g<index>") and the number of groups the job
+  // starts with (the first step waits for all of them). HSDP_ELASTIC_GROUP_INDEX,
+  // HSDP_ELASTIC_GROUPS; hsdp-elastic sets both.
+  std::optional<int> group_index;
+  std::optional<int> groups;
+  // The address this rank's replica listener binds and publishes. HSDP_ELASTIC_HOST; default:
+  // the local address of the route to the etcd endpoint.
+  std::optional<std::string> host;
+  // Times the launcher restarted this group (HSDP_ELASTIC_RESTARTS; hsdp-elastic sets it). > 0:
+  // the group's predecessor is dead, and its member key, still on its lease, is replaced.
+  std::optional<int> restarts;
+  // Which data a group trains on when groups are missing (the slot beginStep() returns).
+  // HSDP_ELASTIC_DATA (keep | redistribute); default keep.
+  std::optional<ElasticData> data;
+};
+
 struct EngineConfig {
   ShardMode mode = ShardMode::kZero3;
   AdamConfig adam;
@@ -151,6 +189,7 @@ struct EngineConfig {
   OffloadPolicy offload;
   CheckpointPolicy checkpoint;
   FailurePolicy failure;
+  ElasticPolicy elastic;
 };
 
 // `cfg` with every unset optional filled from its HSDP_* variable, else its default, so that every

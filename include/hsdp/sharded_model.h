@@ -89,17 +89,17 @@ struct TensorRef {
 
 // Per-rank bytes held by model state, from the engine's own allocations.
 struct MemoryReport {
-  size_t param_bytes = 0;        // fp32 parameter shards
-  size_t grad_bytes = 0;         // fp32 gradient shards
-  size_t optim_bytes = 0;        // Adam moments (2 x shard)
+  size_t param_bytes = 0;              // fp32 parameter shards
+  size_t grad_bytes = 0;               // fp32 gradient shards
+  size_t optim_bytes = 0;              // Adam moments (2 x shard)
   size_t gathered_peak_bytes = 0;      // most bytes of gathered params + full grads alive at once
   size_t gathered_capacity_bytes = 0;  // bytes the gather pool holds (>= peak)
-  size_t comm_bytes = 0;         // transport and schedule scratch
+  size_t comm_bytes = 0;               // transport and schedule scratch
   // With CPU offload: host memory of the optimizer (master, moments, gradient). The moments are
   // also counted in optim_bytes; on host memory the master and gradient are the shards
   // themselves, stepped in place (also in param_bytes and grad_bytes), on a device host copies.
   size_t offload_host_bytes = 0;
-  size_t hpz_bytes = 0;          // hpZ secondary partitions (1/I of every unit)
+  size_t hpz_bytes = 0;  // hpZ secondary partitions (1/I of every unit)
   size_t total() const {
     return param_bytes + grad_bytes + optim_bytes + hpz_bytes + gathered_capacity_bytes +
            comm_bytes;
@@ -114,6 +114,23 @@ struct UnitOptions {
   // it, and the memory report counts its parameters only (fine-tuning with a frozen backbone,
   // embeddings loaded from elsewhere).
   bool frozen = false;
+};
+
+// What beginStep() tells the training loop about the step it is to run (docs/elastic.md).
+// Without elastic mode: step = stepCount(), one group, slot 0 of 1.
+struct StepStart {
+  int64_t step = 0;          // the step to run: stepCount(), the steps the job committed
+  int64_t attempt = 0;       // elastic: the step's attempt (a repeated step has a new one)
+  int group = 0;             // elastic: this group's index
+  std::vector<int> present;  // elastic: the indexes of the groups in this step's quorum
+  // The data to train on: slice `slot` of `slots` equal parts of the step's global batch
+  // (EngineConfig::elastic.data: keep = the group's index of the job's groups; redistribute = its
+  // place among the groups present).
+  int slot = 0, slots = 1;
+  bool healed = false;    // this group received its state before this step ...
+  int healed_from = -1;   // ... from this group
+  size_t heal_bytes = 0;  // bytes this rank received (healed) or sent (donor) for heals
+  double heal_seconds = 0;
 };
 
 class ShardedModel {
@@ -181,7 +198,23 @@ class ShardedModel {
 
   // Waits for the pending reductions, then the optimizer step on every shard; every unit that is
   // not frozen must have had reduceGrad since the last step.
+  // Elastic mode: first averages every gradient shard over the groups of the step's quorum and
+  // votes; when the quorum does not commit (a group failed or vanished), nothing is applied,
+  // every unit's gradient is dropped and step() returns kAborted: run the step again from
+  // beginStep() (the next attempt's quorum).
   [[nodiscard]] Status step();
+
+  // Collective over the group, before a step's first unshard. Elastic mode: joins the step's
+  // quorum (waiting out an attempt this group is not in), connects the replica transport, and
+  // when this group must heal (it (re)joined, or missed a committed step) copies every unit's
+  // shards, both Adam moments and the step count from a healthy group; returns the step to run
+  // and the data slot to train on. Without elastic mode: {stepCount(), slot 0 of 1}, no
+  // communication.
+  StatusOr<StepStart> beginStep();
+  bool elastic() const;
+  // Elastic mode, collective over the group: the group indexes of the quorum that committed
+  // each of steps [0, steps), read from etcd (what a reference replays).
+  StatusOr<std::vector<std::vector<int>>> elasticMembership(int64_t steps);
 
   // The learning rate of the next step() (a schedule's warm-up and decay). Errors: not finite or
   // <= 0 (InvalidArgument naming it); with CPU offload and no clipping, units step during
@@ -218,8 +251,9 @@ class ShardedModel {
   // pinned on a device, where the copy runs on a copy stream of its own and the next step waits
   // for it on the device, not on the host; state in host memory is copied by a background
   // thread, and what changes that state next, step() or setParameter(), waits for that copy)
-  // and returns; a background thread writes it and rank 0 commits it while training goes on. A save still in flight is waited for first (its error,
-  // if any, is returned and the new save does not start).
+  // and returns; a background thread writes it and rank 0 commits it while training goes on. A save
+  // still in flight is waited for first (its error, if any, is returned and the new save does not
+  // start).
   [[nodiscard]] Status saveAsync(const std::string& root, const SaveOptions& options = {});
   // Waits for the save in flight (FailedPrecondition when there is none) and returns its result.
   StatusOr<SaveResult> waitForSave();

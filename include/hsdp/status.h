@@ -20,6 +20,8 @@ enum class StatusCode {
   kUnimplemented,       // valid request, not supported by this backend yet
   kInternal,            // a foreign library (MPI, NCCL, CUDA) failed
   kResourceExhausted,   // allocation failed
+  kAborted,             // the operation was abandoned with nothing changed; repeat it (an
+                        // elastic step whose quorum did not commit: ShardedModel::step)
 };
 
 const char* statusCodeName(StatusCode code);

@@ -247,11 +247,15 @@ TEST(ReplicaRingSetup, ConnectionFromAnotherAttemptIsRefusedByName) {
     auto ring = ReplicaRing::create(0, ls.addresses, *ls.l[0], opts(1, 4000));
     good = ring.status();
   });
-  // A member 1 left over from attempt 0 connects first: refused, and told why.
+  // A member 1 left over from attempt 0 connects first: refused, and told that its attempt is
+  // over (member 0 is in a later one), at once rather than at the deadline.
+  auto t0 = std::chrono::steady_clock::now();
   auto stale = ReplicaRing::create(1, ls.addresses, *ls.l[1], opts(0, 4000));
   ASSERT_FALSE(stale.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2000));
   stale_error = stale.status().message();
-  EXPECT_NE(stale_error.find("member 0 (" + ls.addresses[0] + ") refused us"), std::string::npos)
+  EXPECT_NE(stale_error.find("superseded: member 0 (" + ls.addresses[0] + ") is in step 7"),
+            std::string::npos)
       << stale_error;
   EXPECT_NE(stale_error.find("attempt 0"), std::string::npos) << stale_error;
   EXPECT_NE(stale_error.find("attempt 1"), std::string::npos) << stale_error;
@@ -267,6 +271,45 @@ TEST(ReplicaRingSetup, ConnectionFromAnotherAttemptIsRefusedByName) {
   EXPECT_NE(alone.status().message().find("member 1 (" + l3.addresses[1] + ") did not connect"),
             std::string::npos)
       << alone.status().toString();
+}
+
+TEST(ReplicaRingSetup, AMemberStillInAnEarlierRingIsWaitedForAndAGoneOneNamedAtOnce) {
+  // Member 0 is still in attempt 0 (waiting for a member 1 that never comes) when the member 1
+  // of attempt 1 dials it: member 0's ring ends "superseded", member 1 dials again, and the
+  // ring of attempt 1 is built once member 0 gets there.
+  Listeners ls(2);
+  Status old0, new0;
+  std::thread member0([&] {
+    auto old_ring = ReplicaRing::create(0, ls.addresses, *ls.l[0], opts(0, 4000));
+    old0 = old_ring.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    new0 = ReplicaRing::create(0, ls.addresses, *ls.l[0], opts(1, 4000)).status();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto member1 = ReplicaRing::create(1, ls.addresses, *ls.l[1], opts(1, 4000));
+  member0.join();
+  EXPECT_TRUE(member1.ok()) << member1.status().toString();
+  EXPECT_TRUE(new0.ok()) << new0.toString();
+  ASSERT_FALSE(old0.ok());
+  EXPECT_NE(old0.message().find("superseded"), std::string::npos) << old0.toString();
+  // With refused_is_dead, a member whose listener is closed is named gone at once.
+  std::vector<std::string> addrs = {"", ""};
+  Listeners live(1);
+  {
+    Listeners gone(1);
+    addrs[0] = gone.addresses[0];
+  }
+  addrs[1] = live.addresses[0];
+  ReplicaRing::Options o = opts(2, 4000);
+  o.refused_is_dead = true;
+  std::vector<int> culprits;
+  auto t0 = std::chrono::steady_clock::now();
+  auto lone = ReplicaRing::create(1, addrs, *live.l[0], o, &culprits);
+  ASSERT_FALSE(lone.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1000));
+  EXPECT_NE(lone.status().message().find("the process is gone"), std::string::npos)
+      << lone.status().toString();
+  EXPECT_EQ(culprits, std::vector<int>{0});
 }
 
 TEST(ReplicaRing, LargeSendRecvReportsItsBytes) {

@@ -1,0 +1,320 @@
+#include "engine/elastic_group.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "engine/agree.h"
+#include "hsdp/log.h"
+
+namespace hsdp::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kAddressLen = 64;  // one rank's "host:port" in the group's address list
+
+std::vector<std::string> splitList(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    size_t e = s.find(sep, b);
+    if (e == std::string::npos) e = s.size();
+    out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+int memberIndex(const elastic::StepQuorum& q, const std::string& group) {
+  for (size_t i = 0; i < q.members.size(); ++i)
+    if (q.members[i].group == group) return static_cast<int>(i);
+  return -1;
+}
+
+int groupIndexOf(const std::string& name) {  // "g12" -> 12
+  return name.size() > 1 ? std::atoi(name.c_str() + 1) : -1;
+}
+
+// The quorum as rank 0 tells it to the group's other ranks: one line per member.
+std::string encode(const elastic::StepQuorum& q) {
+  std::ostringstream o;
+  o << q.step << ' ' << q.attempt << ' ' << q.members.size() << '\n';
+  for (const elastic::Member& m : q.members)
+    o << m.group << ' ' << m.address << ' ' << (m.heal_from.empty() ? "-" : m.heal_from) << '\n';
+  return o.str();
+}
+
+StatusOr<elastic::StepQuorum> decode(const std::string& text, const std::string& self) {
+  std::istringstream in(text);
+  elastic::StepQuorum q;
+  size_t n = 0;
+  if (!(in >> q.step >> q.attempt >> n)) return internalError("elastic: bad quorum message");
+  for (size_t i = 0; i < n; ++i) {
+    elastic::Member m;
+    if (!(in >> m.group >> m.address >> m.heal_from))
+      return internalError("elastic: bad quorum message");
+    if (m.heal_from == "-") m.heal_from.clear();
+    q.members.push_back(std::move(m));
+  }
+  q.includes_self = q.contains(self);
+  return q;
+}
+
+double secondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+ElasticGroup::~ElasticGroup() = default;
+
+StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy& policy,
+                                                             Comm& control,
+                                                             const std::string& fingerprint) {
+  std::unique_ptr<ElasticGroup> g(new ElasticGroup(control));
+  g->policy_ = policy;
+  g->name_ = strCat("g", *policy.group_index);
+  // Every rank: a listener for the replica transport, at the configured address or the one
+  // that routes to etcd (the address other nodes can reach).
+  Status local = [&]() -> Status {
+    std::string host = *policy.host;
+    if (host.empty()) {
+      HSDP_ASSIGN_OR_RETURN(host, elastic::localAddressToward(*policy.endpoint));
+    }
+    HSDP_ASSIGN_OR_RETURN(g->listener_, elastic::ReplicaListener::open(host, 0));
+    if (g->listener_->address().size() >= kAddressLen)
+      return invalidArgument("replica address '", g->listener_->address(), "' is too long");
+    return okStatus();
+  }();
+  HSDP_RETURN_IF_ERROR(agreeOver(control, local));
+  std::vector<char> mine(kAddressLen, 0), all(kAddressLen * control.size());
+  std::memcpy(mine.data(), g->listener_->address().data(), g->listener_->address().size());
+  HSDP_RETURN_IF_ERROR(control.allGather(mine.data(), all.data(), kAddressLen, DType::kUInt8));
+  std::string addresses;  // the group's member address: every rank's, in rank order
+  for (int r = 0; r < control.size(); ++r) {
+    if (r > 0) addresses += ',';
+    addresses += std::string(&all[r * kAddressLen]);
+  }
+  // Rank 0 speaks for the group in etcd.
+  Status joined = okStatus();
+  if (control.rank() == 0) {
+    joined = [&]() -> Status {
+      elastic::Quorum::Options o;
+      o.endpoint = *policy.endpoint;
+      o.job = *policy.job;
+      o.group = g->name_;
+      o.address = addresses;
+      o.replace_stale = *policy.restarts > 0;
+      HSDP_ASSIGN_OR_RETURN(g->quorum_, elastic::Quorum::create(o));
+      return g->quorum_->join(fingerprint, 0);
+    }();
+  }
+  HSDP_RETURN_IF_ERROR(agreeOver(control, joined));
+  HSDP_INFO(kShard, "elastic: group ", g->name_, " joined job '", *policy.job, "' at ",
+            *policy.endpoint, " (replica address ", g->listener_->address(), ")");
+  return g;
+}
+
+Status ElasticGroup::fromRoot(const Status& root_status, std::string* text) {
+  int64_t head[2] = {0, 0};
+  std::string payload;
+  if (control_.rank() == 0) {
+    head[0] = static_cast<int64_t>(root_status.code());
+    payload = root_status.ok() ? *text : root_status.message();
+    head[1] = static_cast<int64_t>(payload.size());
+  }
+  HSDP_RETURN_IF_ERROR(control_.broadcast(head, 2, DType::kInt64, 0));
+  payload.resize(static_cast<size_t>(head[1]));
+  if (head[1] > 0)
+    HSDP_RETURN_IF_ERROR(control_.broadcast(payload.data(), payload.size(), DType::kUInt8, 0));
+  if (head[0] != 0) return Status(static_cast<StatusCode>(head[0]), payload);
+  *text = std::move(payload);
+  return okStatus();
+}
+
+StatusOr<bool> ElasticGroup::voteAndDecide(const Status& local) {
+  // Every rank's failure and the members its ring named, summed over the group.
+  std::vector<int64_t> flags(1 + q_.members.size(), 0);
+  if (!local.ok()) {
+    flags[0] = 1;
+    for (int c : culprits_) flags[1 + c] = 1;
+  }
+  HSDP_RETURN_IF_ERROR(control_.allReduce(flags.data(), flags.size(), DType::kInt64, RedOp::kSum));
+  std::string text;
+  Status root = okStatus();
+  if (control_.rank() == 0) {
+    root = [&]() -> Status {
+      std::vector<std::string> suspects;
+      for (size_t i = 0; i < q_.members.size(); ++i)
+        if (flags[1 + i] > 0 && static_cast<int>(i) != self_)
+          suspects.push_back(q_.members[i].group);
+      HSDP_RETURN_IF_ERROR(quorum_->vote(q_.step, flags[0] == 0, suspects));
+      HSDP_ASSIGN_OR_RETURN(bool commit, quorum_->shouldCommit(q_.step));
+      text = commit ? "commit" : "abort";
+      return okStatus();
+    }();
+  }
+  HSDP_RETURN_IF_ERROR(fromRoot(root, &text));
+  if (!local.ok())
+    HSDP_WARN(kShard, "elastic: step ", q_.step, " attempt ", q_.attempt, ": ", local.message());
+  return text == "commit";
+}
+
+StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& state) {
+  begun_ = false;
+  ring_.reset();
+  while (true) {
+    // Rank 0: the step's quorum; "" when this group is not in it (after the attempt is decided
+    // without it, the next round finds where the job went).
+    std::string text;
+    Status root = okStatus();
+    if (control_.rank() == 0) {
+      root = [&]() -> Status {
+        HSDP_ASSIGN_OR_RETURN(int64_t next, quorum_->nextStep());
+        const int64_t s = std::max(local_step, next);
+        const size_t min_core = (!started_ && s == 0) ? static_cast<size_t>(*policy_.groups) : 1;
+        HSDP_ASSIGN_OR_RETURN(q_, quorum_->stepQuorum(s, min_core));
+        if (q_.includes_self) {
+          text = encode(q_);
+          return okStatus();
+        }
+        HSDP_INFO(kShard, "elastic: ", name_, " is not in step ", s, " attempt ", q_.attempt,
+                  "'s quorum (", q_.names(), "); waiting for its outcome");
+        HSDP_ASSIGN_OR_RETURN(std::string outcome, quorum_->waitDecided(s, q_.attempt));
+        (void)outcome;
+        // Evicted (a peer found it gone): come back as a new incarnation, as no quorum takes
+        // the evicted one again. Either way, having missed a committed step, it heals in the
+        // next quorum.
+        HSDP_ASSIGN_OR_RETURN(bool evicted, quorum_->evicted());
+        if (evicted) return quorum_->rejoin(local_step);
+        return okStatus();
+      }();
+    }
+    HSDP_RETURN_IF_ERROR(fromRoot(root, &text));
+    if (text.empty()) continue;
+    HSDP_ASSIGN_OR_RETURN(q_, decode(text, name_));
+    started_ = true;
+    self_ = memberIndex(q_, name_);
+    const elastic::Member& me = q_.members[self_];
+    StepStart out;
+    culprits_.clear();
+    const auto t0 = Clock::now();
+    Status local = [&]() -> Status {
+      if (me.heal_from.empty() && local_step != q_.step)
+        return internalError("elastic: group ", name_, " holds step ", local_step,
+                             " but the quorum counts it among the groups at step ", q_.step);
+      std::vector<std::string> addrs;
+      for (const elastic::Member& m : q_.members) {
+        std::vector<std::string> ranks = splitList(m.address, ',');
+        if (static_cast<int>(ranks.size()) != control_.size())
+          return invalidArgument("elastic group ", m.group, " has ", ranks.size(),
+                                 " ranks; this group has ", control_.size());
+        addrs.push_back(ranks[control_.rank()]);
+      }
+      elastic::ReplicaRing::Options o;
+      o.job = *policy_.job;
+      o.step = q_.step;
+      o.attempt = q_.attempt;
+      o.refused_is_dead = true;  // every member's listener is open before it joins
+      HSDP_ASSIGN_OR_RETURN(ring_,
+                            elastic::ReplicaRing::create(self_, addrs, *listener_, o, &culprits_));
+      // The heal: a member that does not hold the step's state receives every buffer, then the
+      // step count, from the same-position rank of its donor; donors send.
+      if (!me.heal_from.empty()) {
+        const int from = memberIndex(q_, me.heal_from);
+        for (std::span<char> b : state.buffers) {
+          HSDP_ASSIGN_OR_RETURN(auto t, ring_->recv(from, b.data(), b.size()));
+          out.heal_bytes += t.bytes;
+        }
+        int64_t count = -1;
+        HSDP_RETURN_IF_ERROR(ring_->recv(from, &count, sizeof(count)).status());
+        if (count != q_.step)
+          return internalError("elastic: group ", me.heal_from, " sent the state of step ", count,
+                               " for step ", q_.step);
+        *state.step = count;
+        HSDP_RETURN_IF_ERROR(state.installed());
+        out.healed = true;
+        out.healed_from = groupIndexOf(me.heal_from);
+      }
+      for (size_t k = 0; k < q_.members.size(); ++k) {
+        if (q_.members[k].heal_from != name_) continue;
+        for (std::span<char> b : state.buffers) {
+          HSDP_ASSIGN_OR_RETURN(auto t, ring_->send(static_cast<int>(k), b.data(), b.size()));
+          out.heal_bytes += t.bytes;
+        }
+        HSDP_RETURN_IF_ERROR(
+            ring_->send(static_cast<int>(k), state.step, sizeof(int64_t)).status());
+      }
+      return okStatus();
+    }();
+    if (!local.ok() && ring_) culprits_ = ring_->culprits();
+    int64_t failed = local.ok() ? 0 : 1;
+    HSDP_RETURN_IF_ERROR(control_.allReduce(&failed, 1, DType::kInt64, RedOp::kSum));
+    if (failed == 0) {
+      out.heal_seconds = out.heal_bytes ? secondsSince(t0) : 0.0;
+      out.step = q_.step;
+      out.attempt = q_.attempt;
+      out.group = *policy_.group_index;
+      for (const elastic::Member& m : q_.members) out.present.push_back(groupIndexOf(m.group));
+      const bool keep = *policy_.data == ElasticData::kKeepSlice;
+      out.slot = keep ? out.group : self_;
+      out.slots = keep ? *policy_.groups : static_cast<int>(q_.members.size());
+      if (out.healed && control_.rank() == 0)
+        HSDP_INFO(kShard, "elastic: ", name_, " healed to step ", q_.step, " from ", me.heal_from,
+                  ": ", out.heal_bytes, " bytes on rank 0 in ", out.heal_seconds, " s");
+      begun_ = true;
+      return out;
+    }
+    // The ring or a heal failed on some rank: vote fail (naming who is gone), then the next
+    // attempt.
+    HSDP_ASSIGN_OR_RETURN(bool committed, voteAndDecide(local));
+    if (committed)
+      return internalError("elastic: step ", q_.step, " committed although group ", name_,
+                           " voted fail");
+    ring_.reset();
+  }
+}
+
+StatusOr<bool> ElasticGroup::commit(std::span<const std::span<float>> grads) {
+  if (!begun_) return failedPrecondition("elastic step: call beginStep() before step()");
+  begun_ = false;
+  Status local = okStatus();
+  culprits_.clear();
+  for (std::span<float> g : grads) {
+    local = ring_->allReduce(g.data(), g.size(), elastic::ReplicaRing::Op::kAvg);
+    if (!local.ok()) {
+      culprits_ = ring_->culprits();
+      break;
+    }
+  }
+  HSDP_ASSIGN_OR_RETURN(bool commit, voteAndDecide(local));
+  if (!commit) ring_.reset();
+  return commit;
+}
+
+StatusOr<std::vector<std::vector<int>>> ElasticGroup::membership(int64_t steps) {
+  std::string text;
+  Status root = okStatus();
+  if (control_.rank() == 0) {
+    root = [&]() -> Status {
+      for (int64_t s = 0; s < steps; ++s) {
+        HSDP_ASSIGN_OR_RETURN(elastic::StepQuorum q, quorum_->committedQuorum(s));
+        for (size_t i = 0; i < q.members.size(); ++i)
+          text += strCat(i ? "," : "", groupIndexOf(q.members[i].group));
+        text += ";";
+      }
+      return okStatus();
+    }();
+  }
+  HSDP_RETURN_IF_ERROR(fromRoot(root, &text));
+  std::vector<std::vector<int>> out;
+  for (const std::string& step : splitList(text, ';')) {
+    if (static_cast<int64_t>(out.size()) == steps) break;
+    out.emplace_back();
+    for (const std::string& g : splitList(step, ',')) out.back().push_back(std::atoi(g.c_str()));
+  }
+  return out;
+}
+
+}  // namespace hsdp::engine

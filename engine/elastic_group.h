@@ -1,0 +1,76 @@
+// Internal to the engine: this process's part of an elastic replica group (docs/elastic.md). One
+// group is one MPI job; its rank 0 speaks for it in etcd (elastic/quorum.h: membership, each
+// step's quorum, the commit vote) and tells the other ranks over the group's control
+// communicator; every rank i runs the replica level with rank i of the other groups on a TCP ring
+// (elastic/replica_ring.h) built from each step's quorum.
+//
+//   begin(step)      the step's quorum (waiting out attempts this group is not in), the ring,
+//                    and the heal: a member that does not hold the step's state receives it from
+//                    its donor's same-position ranks, rank to rank, before the step's forward
+//   commit(grads)    every gradient shard averaged over the groups present, the vote, the
+//                    decision: true = apply the step; false = the step is repeated (abort)
+//
+// Every call is collective over the group and returns the same outcome on every rank (errors of
+// rank 0's etcd requests included).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "elastic/quorum.h"
+#include "elastic/replica_ring.h"
+#include "hsdp/config.h"
+#include "hsdp/sharded_model.h"
+#include "hsdp/transport.h"
+
+namespace hsdp::engine {
+
+// The state a heal moves: every buffer of this rank (same order and sizes on every group's
+// same-position rank), and what to do once they are written.
+struct HealState {
+  std::vector<std::span<char>> buffers;
+  int64_t* step = nullptr;            // the committed step count travels too
+  std::function<Status()> installed;  // refresh what derives from the buffers
+};
+
+class ElasticGroup {
+ public:
+  // Opens this rank's replica listener, publishes the group (rank 0 joins the job with
+  // `fingerprint`), all ranks agreeing on the outcome.
+  static StatusOr<std::unique_ptr<ElasticGroup>> create(const ElasticPolicy& policy, Comm& control,
+                                                        const std::string& fingerprint);
+  ~ElasticGroup();
+
+  StatusOr<StepStart> begin(int64_t local_step, const HealState& state);
+  // After begin(): averages `grads` (this rank's gradient shards) over the quorum's groups and
+  // returns the quorum's decision.
+  StatusOr<bool> commit(std::span<const std::span<float>> grads);
+  bool begun() const { return begun_; }
+  // The group indexes of the quorum that committed each of steps [0, steps).
+  StatusOr<std::vector<std::vector<int>>> membership(int64_t steps);
+
+ private:
+  ElasticGroup(Comm& control) : control_(control) {}
+  // Rank 0's status (and the string it filled) on every rank.
+  Status fromRoot(const Status& root_status, std::string* text);
+  // Every rank's ok flag and suspects summed; rank 0 votes. Returns the quorum's decision.
+  StatusOr<bool> voteAndDecide(const Status& local);
+
+  Comm& control_;
+  ElasticPolicy policy_;
+  std::string name_;  // "g<index>"
+  std::unique_ptr<elastic::ReplicaListener> listener_;
+  std::unique_ptr<elastic::Quorum> quorum_;  // rank 0 only
+  std::unique_ptr<elastic::ReplicaRing> ring_;
+  elastic::StepQuorum q_;      // the step's quorum, as rank 0 read it
+  int self_ = -1;              // this group's index in q_.members
+  std::vector<int> culprits_;  // members this rank found gone in its last failed call
+  bool begun_ = false;
+  bool started_ = false;  // begin() ran once (the job's first step waits for every group)
+};
+
+}  // namespace hsdp::engine
