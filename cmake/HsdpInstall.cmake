@@ -22,7 +22,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/hsdp DESTINATION ${CMAKE_INSTALL
         FILES_MATCHING PATTERN "*.h")
 install(FILES ${PROJECT_BINARY_DIR}/include/hsdp/version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/hsdp)
-foreach(tool hsdp-env hsdp-topo hsdp-plan hsdp-ckpt hsdp-bench)
+foreach(tool hsdp-env hsdp-topo hsdp-plan hsdp-ckpt hsdp-elastic hsdp-bench)
   if(TARGET ${tool})
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endif()

@@ -52,6 +52,9 @@ PROGRAMS = {
                           {"--world": "1", "--ranks-per-node": "1", "--intra-shard": "1",
                            "--inter-shard": "1"}),
     "hsdp-ckpt export": ("tools/hsdp-ckpt", False, ["export", "/nonexistent", "/tmp/x.st"], {}),
+    # No program after "--": a value the parser wrongly took ends at "no program to run", which
+    # does not name the flag, so it fails here too; nothing is ever started.
+    "hsdp-elastic": ("tools/hsdp-elastic", False, [], {"--groups": "1", "--np": "1"}),
 }
 BAD = {"INT": ["12x", "18446744073709551616"], "UINT": ["12x", "18446744073709551616"],
        "REAL": ["nan", "1e999"], "BYTES": ["12Q"], "LIST": [",1", "1,", "1,,1", "1, ,1"]}
