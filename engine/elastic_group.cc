@@ -149,9 +149,17 @@ StatusOr<bool> ElasticGroup::voteAndDecide(const Status& local) {
       for (size_t i = 0; i < q_.members.size(); ++i)
         if (flags[1 + i] > 0 && static_cast<int>(i) != self_)
           suspects.push_back(q_.members[i].group);
-      HSDP_RETURN_IF_ERROR(quorum_->vote(q_.step, flags[0] == 0, suspects));
-      HSDP_ASSIGN_OR_RETURN(bool commit, quorum_->shouldCommit(q_.step));
-      text = commit ? "commit" : "abort";
+      // Refused as out of the quorum (its lease expired while it was stopped or cut off, or it
+      // was evicted): it never commits this step; it comes back as a new incarnation and heals.
+      Status voted = quorum_->vote(q_.step, flags[0] == 0, suspects);
+      StatusOr<bool> commit = voted.ok() ? quorum_->shouldCommit(q_.step) : StatusOr<bool>(voted);
+      if (!commit.ok() && commit.status().code() == StatusCode::kFailedPrecondition) {
+        HSDP_WARN(kShard, "elastic: ", commit.status().message());
+        text = "abort";
+        return quorum_->rejoin(local_step_);
+      }
+      HSDP_RETURN_IF_ERROR(commit.status());
+      text = *commit ? "commit" : "abort";
       return okStatus();
     }();
   }
@@ -163,6 +171,7 @@ StatusOr<bool> ElasticGroup::voteAndDecide(const Status& local) {
 
 StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& state) {
   begun_ = false;
+  local_step_ = local_step;
   ring_.reset();
   while (true) {
     // Rank 0: the step's quorum; "" when this group is not in it (after the attempt is decided

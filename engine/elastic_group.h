@@ -70,6 +70,7 @@ class ElasticGroup {
   int self_ = -1;              // this group's index in q_.members
   std::vector<int> culprits_;  // members this rank found gone in its last failed call
   bool begun_ = false;
+  int64_t local_step_ = 0;  // the steps this group had committed at begin()
   bool started_ = false;  // begin() ran once (the job's first step waits for every group)
 };
 

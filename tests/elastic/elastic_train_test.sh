@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Elastic training end to end (docs/elastic.md): train_mlp as 3 replica groups x 2 ranks under
+# hsdp-elastic, each group checked against the Eigen reference replaying the membership the
+# quorums committed (train_mlp --check: "parity vs eigen reference: ... PASS").
+#   elastic_train_test.sh CASE HSDP_ELASTIC TRAIN_MLP MPIRUN [ETCD]
+# CASE:
+#   kill         kill -9 one rank of group 1 after step 10: groups 0 and 2 go on without it,
+#                hsdp-elastic restarts group 1, it heals from a peer and rejoins; all PASS.
+#   stop         SIGSTOP every rank of group 2 after step 10 (lease 2 s): dropped within the
+#                lease, the others go on; SIGCONT: it finds itself out of the quorum (it never
+#                commits the steps it missed), rejoins, heals; all PASS.
+#   coordinator  etcd stopped after step 10: every group ends naming the etcd endpoint; no
+#                parity line (nothing commits without the coordinator).
+#   refused      group 1 launched with another model: refused by name (the fingerprint; the
+#                first group to join sets the job's, so group 1 or the others are refused).
+#   unreachable  a coordinator address where nothing listens: a clear error naming it, quickly.
+# Exit 77 (skipped) only when the etcd binary is absent.
+set -u
+case_name=$1 elastic=$2 train=$3 mpirun=$4
+if ! command -v etcd >/dev/null; then
+  echo "*** SKIPPED: the etcd binary is not in PATH (scripts/setup installs etcd-server)"
+  exit 77
+fi
+tmp=$(mktemp -d)
+pids_to_kill=()
+cleanup() {
+  for p in "${pids_to_kill[@]}"; do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+margs="--oversubscribe --bind-to none"
+[ "$(id -u)" -eq 0 ] && margs="$margs --allow-run-as-root"
+model=(--mode zero3 --dims 64,1024,1024,10 --batch 48 --check)
+
+# Each rank's output in its own file: g<group>r<restart>.rank<rank>.log. Group 1 of the
+# `refused` case trains another model (G1_DIMS replaces the value of --dims).
+cat >"$tmp/group.sh" <<'EOF'
+#!/usr/bin/env bash
+out=$1; shift
+g=$HSDP_ELASTIC_GROUP_INDEX r=$HSDP_ELASTIC_RESTARTS rank=${OMPI_COMM_WORLD_RANK:-0}
+args=()
+prev=
+for a in "$@"; do
+  [ "$prev" = --dims ] && [ "$g" = 1 ] && [ -n "${G1_DIMS:-}" ] && a=$G1_DIMS
+  args+=("$a")
+  prev=$a
+done
+exec "${args[@]}" >"$out/g${g}r${r}.rank${rank}.log" 2>&1
+EOF
+chmod +x "$tmp/group.sh"
+
+launch() {  # launch STEPS [hsdp-elastic flags...]: in the background, its stderr in launcher.log
+  local steps=$1
+  shift
+  "$elastic" --groups 3 --np 2 --job "t-$case_name-$$" --launcher "$mpirun" \
+    --launcher-args "$margs" --grace 3 "$@" -- "$tmp/group.sh" "$tmp" "$train" "${model[@]}" \
+    --steps "$steps" >"$tmp/launcher.out" 2>"$tmp/launcher.log" &
+  launcher=$!
+}
+# The pids of group G's ranks of restart R (their environment says which).
+ranks_of() {
+  for p in $(pgrep -f "$train"); do
+    env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
+    grep -qx "HSDP_ELASTIC_GROUP_INDEX=$1" <<<"$env" && grep -qx "HSDP_ELASTIC_RESTARTS=$2" <<<"$env" &&
+      echo "$p"
+  done
+}
+wait_for() {  # wait_for FILE REGEX SECONDS
+  local i
+  for ((i = 0; i < $3 * 20; ++i)); do
+    grep -qaE "$2" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+finish() {  # waits for the launcher; its exit code in $rc
+  local i
+  for ((i = 0; i < 1800; ++i)); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$launcher" 2>/dev/null; then
+    fail "hsdp-elastic still running after 180 s"
+    kill -TERM "$launcher"
+  fi
+  wait "$launcher"
+  rc=$?
+}
+expect_pass() {  # expect_pass LOG...
+  for f in "$@"; do
+    grep -qa "parity vs eigen reference: .* PASS" "$tmp/$f" ||
+      fail "$f: no parity PASS: $(grep -a -E 'parity|error|rror' "$tmp/$f" | tail -3)"
+  done
+}
+show() {
+  echo "--- launcher"
+  cat "$tmp/launcher.log"
+  for f in "$tmp"/g*.rank0.log; do
+    echo "--- $(basename "$f")"
+    grep -aE "elastic|parity|error|^ +(1|10|11|12) " "$f" | cut -c1-300 | head -20
+  done
+}
+
+case $case_name in
+  kill)
+    launch 120
+    wait_for "$tmp/g1r0.rank0.log" "^ +10 " 60 || fail "group 1 never reached step 10"
+    victim=$(ranks_of 1 0 | tail -1)
+    [ -n "$victim" ] || fail "no rank of group 1 found"
+    kill -9 $victim
+    finish
+    [ "$rc" = 0 ] || fail "hsdp-elastic exit $rc (want 0)"
+    grep -q "group 1 exited" "$tmp/launcher.log" || fail "the launcher did not see group 1 exit"
+    grep -qa "groups 0,2 present" "$tmp/g0r0.rank0.log" || fail "group 0 never ran without group 1"
+    grep -qaE "elastic: group 1 healed to step [0-9]+ from group [02]" "$tmp/g1r1.rank0.log" ||
+      fail "the restarted group 1 did not heal"
+    expect_pass g0r0.rank0.log g1r1.rank0.log g2r0.rank0.log
+    ;;
+  stop)
+    export HSDP_ELASTIC_LEASE_S=2 HSDP_REPLICA_TIMEOUT_MS=1500
+    launch 150
+    wait_for "$tmp/g2r0.rank0.log" "^ +10 " 60 || fail "group 2 never reached step 10"
+    stopped=$(ranks_of 2 0)
+    [ -n "$stopped" ] || fail "no rank of group 2 found"
+    kill -STOP $stopped
+    wait_for "$tmp/g0r0.rank0.log" "groups 0,1 present" 10 ||
+      fail "group 2 was not dropped within the lease (+ the replica timeout)"
+    sleep 1
+    kill -CONT $stopped
+    finish
+    [ "$rc" = 0 ] || fail "hsdp-elastic exit $rc (want 0)"
+    ! grep -q "group 2 exited" "$tmp/launcher.log" || fail "group 2 exited (it should have healed)"
+    grep -qaE "elastic: group 2 healed to step [0-9]+ from group [01]" "$tmp/g2r0.rank0.log" ||
+      fail "the continued group 2 did not heal"
+    expect_pass g0r0.rank0.log g1r0.rank0.log g2r0.rank0.log
+    ;;
+  coordinator)
+    etcd_bin=${5:-etcd}
+    ports=$(python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(" ".join(str(x.getsockname()[1]) for x in s))')
+    read -r cport pport <<<"$ports"
+    url=http://127.0.0.1:$cport
+    "$etcd_bin" --data-dir "$tmp/etcd" --listen-client-urls "$url" --advertise-client-urls "$url" \
+      --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls \
+      "http://127.0.0.1:$pport" --initial-cluster "default=http://127.0.0.1:$pport" \
+      >"$tmp/etcd.log" 2>&1 &
+    etcd_pid=$!
+    pids_to_kill+=("$etcd_pid")
+    for ((i = 0; i < 100; ++i)); do
+      curl -sf "$url/health" >/dev/null && break
+      sleep 0.1
+    done
+    export HSDP_ELASTIC_VOTE_TIMEOUT_MS=5000 HSDP_ETCD_TIMEOUT_MS=2000
+    launch 400 --endpoint "$url" --max-restarts 0
+    wait_for "$tmp/g0r0.rank0.log" "^ +10 " 60 || fail "group 0 never reached step 10"
+    kill -9 "$etcd_pid"
+    finish
+    [ "$rc" != 0 ] || fail "hsdp-elastic exit 0 without its coordinator"
+    for g in 0 1 2; do
+      grep -qa "etcd $url" "$tmp/g${g}r0.rank0.log" ||
+        fail "group $g did not name the lost coordinator"
+      ! grep -qa "parity vs" "$tmp/g${g}r0.rank0.log" || fail "group $g finished without etcd"
+    done
+    ;;
+  refused)
+    export G1_DIMS=64,512,10
+    launch 20 --max-restarts 0
+    finish
+    [ "$rc" != 0 ] || fail "hsdp-elastic exit 0 with a group of another model"
+    # The first group to join sets the job's fingerprint: group 1, or the others, are refused.
+    grep -qaE "group 'g[012]' of job '.*' refused: its fingerprint '.*' differs from the job's" \
+      "$tmp"/g[012]r0.rank0.log || fail "no group was refused by its fingerprint"
+    ;;
+  unreachable)
+    start=$(date +%s)
+    HSDP_ELASTIC_ENDPOINT=http://127.0.0.1:9 HSDP_ELASTIC_GROUP_INDEX=0 HSDP_ELASTIC_GROUPS=1 \
+      HSDP_ETCD_TIMEOUT_MS=2000 timeout 60 "$mpirun" $margs -np 2 "$train" "${model[@]}" \
+      --steps 3 >"$tmp/g0r0.rank0.log" 2>&1
+    rc=$?
+    took=$(($(date +%s) - start))
+    [ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "exit $rc (want an error, not a hang)"
+    [ "$took" -le 20 ] || fail "took $took s"
+    grep -qa "etcd http://127.0.0.1:9" "$tmp/g0r0.rank0.log" || fail "the endpoint is not named"
+    ;;
+  *)
+    echo "unknown case $case_name"
+    exit 2
+    ;;
+esac
+if [ "$fails" -ne 0 ]; then
+  show
+  echo "elastic $case_name: $fails failure(s)"
+  exit 1
+fi
+echo "elastic $case_name: OK"
