@@ -68,8 +68,9 @@ ENV_NEEDS = {
 }
 ENV_SKIP = {
     "HSDP_CUDA_DEVICE": "read by the CUDA device memory space only (no GPU here)",
-    # The elastic coordination layer (elastic/) is not used by any example yet; its bad values
-    # are checked by quorum_test (QuorumSettings.BadEnvironmentValuesAreNamed).
+    # Read by the elastic coordination layer only in elastic mode (it needs an etcd); their bad
+    # values are checked by quorum_test (QuorumSettings.BadEnvironmentValuesAreNamed). The
+    # engine's elastic settings (HSDP_ELASTIC_GROUPS, ...) are read by every run: checked here.
     "HSDP_ELASTIC_LEASE_S": "read by elastic/ only (quorum_test checks its bad values)",
     "HSDP_ELASTIC_VOTE_TIMEOUT_MS": "read by elastic/ only (quorum_test checks its bad values)",
     "HSDP_ETCD_TIMEOUT_MS": "read by elastic/ only (quorum_test checks its bad values)",
