@@ -6,9 +6,16 @@
 # CASE:
 #   kill         kill -9 one rank of group 1 after step 10: groups 0 and 2 go on without it,
 #                hsdp-elastic restarts group 1, it heals from a peer and rejoins; all PASS.
+#   twice        two failures in a row: group 1 killed (as in kill); once it has healed, a rank
+#                of group 2 killed; and the restarted group 2 killed again while it starts and
+#                heals (a failure during a heal). All heal; all PASS.
 #   stop         SIGSTOP every rank of group 2 after step 10 (lease 2 s): dropped within the
 #                lease, the others go on; SIGCONT: it finds itself out of the quorum (it never
 #                commits the steps it missed), rejoins, heals; all PASS.
+#   cut          on the emulated cluster (tests/cluster/cluster.sh, one group per node, root),
+#                group 2's node loses its link (to the other groups and to etcd) after step 10
+#                for 6 s: dropped within its lease, the others go on; the link back, it finds
+#                itself out of the quorum, rejoins, heals; all PASS.
 #   coordinator  etcd stopped after step 10: every group ends naming the etcd endpoint; no
 #                parity line (nothing commits without the coordinator).
 #   refused      group 1 launched with another model: refused by name (the fingerprint; the
@@ -115,6 +122,27 @@ case $case_name in
       fail "the restarted group 1 did not heal"
     expect_pass g0r0.rank0.log g1r1.rank0.log g2r0.rank0.log
     ;;
+  twice)
+    launch 240
+    wait_for "$tmp/g1r0.rank0.log" "^ +10 " 60 || fail "group 1 never reached step 10"
+    kill -9 $(ranks_of 1 0 | tail -1)
+    wait_for "$tmp/g1r1.rank0.log" "healed to step" 60 || fail "group 1 did not heal"
+    kill -9 $(ranks_of 2 0 | tail -1)
+    # The restarted group 2, as soon as its ranks exist (joining, or healing).
+    for ((i = 0; i < 600; ++i)); do
+      victims=$(ranks_of 2 1)
+      [ -n "$victims" ] && break
+      sleep 0.02
+    done
+    [ -n "$victims" ] || fail "group 2 was not restarted"
+    sleep 0.3
+    kill -9 $(echo "$victims" | head -1)
+    finish
+    [ "$rc" = 0 ] || fail "hsdp-elastic exit $rc (want 0)"
+    grep -qaE "elastic: group 2 healed to step [0-9]+ from group [01]" "$tmp/g2r2.rank0.log" ||
+      fail "group 2's third run did not heal"
+    expect_pass g0r0.rank0.log g1r1.rank0.log g2r2.rank0.log
+    ;;
   stop)
     export HSDP_ELASTIC_LEASE_S=2 HSDP_REPLICA_TIMEOUT_MS=1500
     launch 150
@@ -132,6 +160,22 @@ case $case_name in
     grep -qaE "elastic: group 2 healed to step [0-9]+ from group [01]" "$tmp/g2r0.rank0.log" ||
       fail "the continued group 2 did not heal"
     expect_pass g0r0.rank0.log g1r0.rank0.log g2r0.rank0.log
+    ;;
+  cut)
+    here=$(cd "$(dirname "$0")" && pwd)
+    export HSDP_ELASTIC_LEASE_S=3 HSDP_REPLICA_TIMEOUT_MS=2000 CUT_SECONDS=6
+    bash "$here/../cluster/cluster.sh" --nodes 3 --ranks-per-node 2 --timeout 200 --exec -- \
+      bash "$here/elastic_cluster_job.sh" cut "$tmp" "$elastic" "$train" "${model[@]}" \
+      --steps 150 >"$tmp/cluster.out" 2>&1
+    rc=$?
+    cp "$tmp/cluster.out" "$tmp/launcher.out"
+    [ "$rc" = 0 ] || fail "the job exit $rc (want 0): $(tail -3 "$tmp/cluster.out")"
+    [ -f "$tmp/cut.up" ] || fail "the link was never cut"
+    grep -qa "groups 0,1 present" "$tmp/g0r0.rank0.log" || fail "group 2 was not dropped"
+    grep -qaE "elastic: group 2 healed to step [0-9]+ from group [01]" "$tmp"/g2r*.rank0.log ||
+      fail "group 2 did not heal after the link came back"
+    last2=$(ls "$tmp"/g2r*.rank0.log | sort | tail -1)
+    expect_pass g0r0.rank0.log g1r0.rank0.log "$(basename "$last2")"
     ;;
   coordinator)
     etcd_bin=${5:-etcd}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# An elastic job on the emulated cluster, one replica group per node (run by
+# tests/cluster/cluster.sh --exec, in the switch namespace, as a launcher of its own):
+#   cluster.sh --nodes 3 --ranks-per-node R [--rate RATE] --exec -- \
+#       elastic_cluster_job.sh CASE OUT HSDP_ELASTIC PROGRAM [ARGS...]
+# starts etcd on the switch's address, then hsdp-elastic with one group per node (R ranks each,
+# mpirun through the cluster's rsh agent), PROGRAM's output per group and restart in
+# OUT/g<group>r<restart>.rank<rank>.log, the launcher's in OUT/launcher.log.
+# CASE:
+#   run   just the job.
+#   cut   after group 2 prints step 10, its node's link goes down (the bridge port) for
+#         CUT_SECONDS (default 8), then up again: the node is cut off from the other groups and
+#         from etcd.
+# Exit status: hsdp-elastic's.
+set -u
+case_name=$1 out=$2 elastic=$3
+shift 3
+here=$(cd "$(dirname "$0")" && pwd)
+agent=$here/../cluster/rsh-agent.sh
+read -r -a nodes <<<"$CLUSTER_SH_NODES"
+sw=$CLUSTER_SH_SWITCH_IP
+np=${ELASTIC_NP:-2}
+[ "${#nodes[@]}" -ge 3 ] || { echo "elastic_cluster_job.sh: needs 3 nodes" >&2; exit 2; }
+mkdir -p "$out"
+
+url=http://$sw:2379
+etcd --data-dir "$CLUSTER_SH_RUNDIR/etcd" --listen-client-urls "$url" --advertise-client-urls "$url" \
+  --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+  --initial-cluster default=http://127.0.0.1:2380 >"$out/etcd.log" 2>&1 &
+etcd_pid=$!
+trap 'kill -9 $etcd_pid 2>/dev/null' EXIT
+for ((i = 0; i < 100; ++i)); do
+  curl -sf "$url/health" >/dev/null && break
+  sleep 0.1
+done
+
+cat >"$out/group.sh" <<'EOF'
+#!/usr/bin/env bash
+out=$1; shift
+g=$HSDP_ELASTIC_GROUP_INDEX r=$HSDP_ELASTIC_RESTARTS rank=${OMPI_COMM_WORLD_RANK:-0}
+exec "$@" >"$out/g${g}r${r}.rank${rank}.log" 2>&1
+EOF
+chmod +x "$out/group.sh"
+
+subnet=${sw%.*}.0/24
+margs="--mca plm_rsh_agent $agent --mca plm_rsh_no_tree_spawn 1 --mca oob_tcp_if_include $subnet"
+margs+=" --mca btl_tcp_if_include $subnet --mca pml ob1 --mca btl self,vader,tcp"
+margs+=" --mca orte_tmpdir_base $CLUSTER_SH_RUNDIR --bind-to none --oversubscribe"
+[ "$(id -u)" -eq 0 ] && margs+=" --allow-run-as-root"
+hosts="${nodes[0]}:$np;${nodes[1]}:$np;${nodes[2]}:$np"
+
+"$elastic" --groups 3 --np "$np" --endpoint "$url" --job "cluster-$case_name" \
+  --launcher-args "$margs" --group-hosts "$hosts" --grace 5 -- "$out/group.sh" "$out" "$@" \
+  2>"$out/launcher.log" &
+launcher=$!
+
+if [ "$case_name" = cut ]; then
+  for ((i = 0; i < 1200; ++i)); do
+    grep -qaE "^ +10 " "$out/g2r0.rank0.log" 2>/dev/null && break
+    sleep 0.05
+  done
+  date +%s.%N >"$out/cut.down"
+  ip link set p2 down
+  sleep "${CUT_SECONDS:-8}"
+  ip link set p2 up
+  date +%s.%N >"$out/cut.up"
+fi
+wait "$launcher"
