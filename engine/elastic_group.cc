@@ -298,8 +298,14 @@ StatusOr<bool> ElasticGroup::commit(std::span<const std::span<float>> grads) {
     }
   }
   HSDP_ASSIGN_OR_RETURN(bool commit, voteAndDecide(local));
-  if (!commit) ring_.reset();
-  return commit;
+  if (!commit) {
+    ring_.reset();
+    return false;
+  }
+  committed_.step = q_.step;
+  committed_.present.clear();
+  for (const elastic::Member& m : q_.members) committed_.present.push_back(groupIndexOf(m.group));
+  return true;
 }
 
 StatusOr<std::vector<std::vector<int>>> ElasticGroup::membership(int64_t steps) {

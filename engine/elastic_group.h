@@ -50,6 +50,14 @@ class ElasticGroup {
   // returns the quorum's decision.
   StatusOr<bool> commit(std::span<const std::span<float>> grads);
   bool begun() const { return begun_; }
+  // The last step this group committed and the groups of its quorum (what a save names).
+  struct Committed {
+    int64_t step = -1;
+    std::vector<int> present;
+  };
+  const Committed& committed() const { return committed_; }
+  const std::string& job() const { return *policy_.job; }
+  int groupIndex() const { return *policy_.group_index; }
   // The group indexes of the quorum that committed each of steps [0, steps).
   StatusOr<std::vector<std::vector<int>>> membership(int64_t steps);
 
@@ -70,7 +78,8 @@ class ElasticGroup {
   int self_ = -1;              // this group's index in q_.members
   std::vector<int> culprits_;  // members this rank found gone in its last failed call
   bool begun_ = false;
-  int64_t local_step_ = 0;  // the steps this group had committed at begin()
+  int64_t local_step_ = 0;
+  Committed committed_;  // the steps this group had committed at begin()
   bool started_ = false;  // begin() ran once (the job's first step waits for every group)
 };
 

@@ -144,6 +144,11 @@ std::string serializeManifest(const Manifest& m) {
                {"param_dtype", d.param_dtype},
                {"reduce_dtype", d.reduce_dtype},
                {"device", d.device}};
+  if (!d.elastic_job.empty())
+    mesh["elastic"] = {{"job", d.elastic_job},
+                       {"group", d.elastic_group},
+                       {"committed_step", d.elastic_step},
+                       {"groups_present", d.elastic_present}};
   const OptimDesc& o = m.optim;
   json optim = {{"kind", o.kind},          {"lr", o.lr},   {"beta1", o.beta1},
                 {"beta2", o.beta2},        {"eps", o.eps}, {"weight_decay", o.weight_decay},

@@ -69,6 +69,12 @@ struct MeshDesc {
   std::string param_dtype = "float32";
   std::string reduce_dtype = "float32";
   std::string device = "cpu";
+  // An elastic replica group's save (docs/elastic.md): the job, this group, the step whose
+  // quorum it was saved under and the groups that quorum had. Empty job: not elastic.
+  std::string elastic_job;
+  int elastic_group = -1;
+  int64_t elastic_step = -1;
+  std::vector<int> elastic_present;
 };
 
 struct OptimDesc {

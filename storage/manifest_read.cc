@@ -165,6 +165,15 @@ void readMesh(Reader& r, const json& j, MeshDesc& d) {
   d.param_dtype = r.str(j, "param_dtype", c);
   d.reduce_dtype = r.str(j, "reduce_dtype", c);
   d.device = r.str(j, "device", c);
+  // Optional: an elastic group's save names its membership (written by hsdp; informational).
+  if (auto e = j.find("elastic"); e != j.end() && e->is_object()) {
+    d.elastic_job = e->value("job", "");
+    d.elastic_group = e->value("group", -1);
+    d.elastic_step = e->value("committed_step", int64_t{-1});
+    if (auto p = e->find("groups_present"); p != e->end() && p->is_array())
+      for (const auto& g : *p)
+        if (g.is_number_integer()) d.elastic_present.push_back(g.get<int>());
+  }
   if (r.ok() && (d.shards < 1 || d.replicas < 1 ||
                  static_cast<int64_t>(d.shards) * d.replicas != d.world_size))
     r.fail("mesh", strCat("shards ", d.shards, " x replicas ", d.replicas, " is not world_size ",

@@ -142,7 +142,14 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
              d.offload_cpu ? "cpu" : "none", ", params ", d.param_dtype, ", reduce ",
              d.reduce_dtype, ", device ", d.device, "\n  optimizer: ", m.optim.kind, " lr ",
              m.optim.lr, " betas (", m.optim.beta1, ", ", m.optim.beta2, ") eps ", m.optim.eps,
-             " weight_decay ", m.optim.weight_decay, " clip_norm ", m.optim.clip_norm, "\n\n");
+             " weight_decay ", m.optim.weight_decay, " clip_norm ", m.optim.clip_norm, "\n");
+  if (!d.elastic_job.empty()) {  // an elastic group's save: the membership it was saved under
+    std::string present;
+    for (int g : d.elastic_present) present += strCat(present.empty() ? "" : ",", g);
+    s += strCat("  elastic: job '", d.elastic_job, "', group ", d.elastic_group,
+                ", committed step ", d.elastic_step, " by groups ", present, "\n");
+  }
+  s += "\n";
   char line[256];
   std::snprintf(line, sizeof line, "  %-28s %-20s %12s %s\n", "parameter", "shape", "elements",
                 "state");

@@ -118,6 +118,12 @@ ckpt::MeshDesc ShardedModel::Impl::meshDesc() const {
   d.param_dtype = dtypeName(cfg.precision.param_dtype);
   d.reduce_dtype = dtypeName(cfg.precision.reduce_dtype);
   d.device = deviceName(cfg.device);
+  if (elastic) {  // the membership this state was committed under
+    d.elastic_job = elastic->job();
+    d.elastic_group = elastic->groupIndex();
+    d.elastic_step = elastic->committed().step;
+    d.elastic_present = elastic->committed().present;
+  }
   return d;
 }
 
