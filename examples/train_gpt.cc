@@ -73,6 +73,17 @@ gpt::StepStats measure(hsdp::ShardedModel& model, float loss, float lr, double s
 // Returns the exit code: 0, or 1 when --check fails.
 int sampleAndCheck(const examples::Failure& fail, const gpt::Options& opt, gpt::Trainer& run,
                    const hsdp::Mesh& mesh, const std::vector<std::vector<float>>& full) {
+  // Elastic with each group keeping its slice: the reference replays which groups each step
+  // averaged, read from etcd (collective over the group); redistribute trains on the whole batch
+  // every step: the plain reference.
+  gpt::Membership membership;
+  const hsdp::ElasticPolicy& elastic = run.model.config().elastic;
+  if (opt.common.check && run.model.elastic() && *elastic.data == hsdp::ElasticData::kKeepSlice) {
+    auto m = run.model.elasticMembership(run.setup.train.steps);
+    if (!m.ok()) fail.alone(m.status());
+    membership.groups = *elastic.groups;
+    membership.present = std::move(*m);
+  }
   float verdict[2] = {0, 0};  // {max_rel_err, pass}: rank 0's, zeros elsewhere, summed
   if (run.world.rank() == 0) {
     if (opt.sample > 0) {
@@ -84,7 +95,8 @@ int sampleAndCheck(const examples::Failure& fail, const gpt::Options& opt, gpt::
       std::fflush(stdout);
     }
     if (opt.common.check) {
-      const double err = gpt::referenceError(mesh, run.model, run.setup, run.corpus, full);
+      const double err = gpt::referenceError(mesh, run.model, run.setup, run.corpus, full,
+                                             membership.empty() ? nullptr : &membership);
       verdict[0] = static_cast<float>(err);
       verdict[1] = err <= opt.common.tolerance ? 1.0f : 0.0f;
     }
@@ -132,27 +144,62 @@ int train(const gpt::Options& opt, hsdp::Comm& world) {
   auto first = ckpt.restore(steps, hints);
   if (!first.ok()) return fail.agreed(first.status(), examples::kExitUsage);
 
+  // Elastic mode with each group keeping its slice: the batch must split into the job's groups
+  // (with redistribute the count of groups present is checked at each step).
+  if (model.elastic() && *model.config().elastic.data == hsdp::ElasticData::kKeepSlice)
+    if (hsdp::Status s = gpt::checkSlots(setup.train, world.size(), *model.config().elastic.groups);
+        !s.ok())
+      return fail.agreed(s, examples::kExitUsage);
+
   // ---- The loop: one pass per step, and one more at the end (`last`) to evaluate. ----
   // SIGTERM / SIGUSR1 from here on stop the run after an agreed step, with a checkpoint
   // (common/stopping.h).
   if (hsdp::Status s = examples::installStopSignals(); !s.ok())
     return fail.agreed(s, examples::kExitRuntime);
   double optim_total = 0, optim_exposed = 0;  // offload: worker time, and what step() waited
-  for (int step = *first; step <= steps; ++step) {
-    const bool last = step == steps;
+  int step = *first;
+  bool first_pass = true;  // the first step this run trains (after a heal: the step healed to)
+  int evaluated = -1;      // the step last evaluated (a step run again is not evaluated again)
+  for (;;) {
+    // The step to run: model.beginStep() (elastic mode: the step's quorum, and a heal when this
+    // group (re)joined or missed steps, which moves the step forward; docs/elastic.md). Without
+    // elastic mode it returns the model's step count, slot 0 of 1, at no cost.
+    hsdp::StepStart start;
+    if (step < steps) {
+      hsdp::StatusOr<hsdp::StepStart> begin = model.beginStep();
+      if (!begin.ok()) fail.alone(begin.status());
+      examples::printStepStart(world, *begin);
+      start = *begin;
+      step = static_cast<int>(start.step);
+    }
+    const bool last = step >= steps;
+    if (last) step = steps;
+
     // Maybe evaluate: every --eval-every steps (from the first step this run trains), and once
     // after the last step whenever --eval-batches > 0.
-    const bool eval_due = opt.eval_every > 0 && (step == *first || step % opt.eval_every == 0);
-    if (opt.eval_batches > 0 && (eval_due || last))
+    const bool eval_due = opt.eval_every > 0 && (first_pass || step % opt.eval_every == 0);
+    first_pass = false;
+    if (opt.eval_batches > 0 && (eval_due || last) && step != evaluated) {
       if (hsdp::Status s = evaluate(run, opt.eval_batches, step); !s.ok()) fail.alone(s);
+      evaluated = step;
+    }
     if (last) break;
 
     // The step at the schedule's rate: `accum` micro-steps of forward and backward over the
-    // units, then the optimizer on the shards (gpt/trainer.h).
+    // units on this group's slot of the batch, then the optimizer on the shards (gpt/trainer.h).
     const float lr = setup.train.schedule.at(step);
     const auto t0 = Clock::now();
-    hsdp::StatusOr<float> loss = gpt::trainStep(run, step);
+    hsdp::StatusOr<float> loss = gpt::trainStep(run, start);
     const double seconds = secondsSince(t0);
+    if (!loss.ok() && loss.status().code() == hsdp::StatusCode::kAborted) {
+      // Elastic: the quorum did not commit the step, nothing was applied: run it again, from
+      // beginStep() (the same data and rate: both follow the committed step).
+      examples::printAbortedStep(world, start, loss.status());
+      model.takeExposedCommSeconds();  // this attempt's timers are not the next one's
+      double ot = 0, oe = 0;
+      model.takeOptimizerSeconds(&ot, &oe);
+      continue;
+    }
     if (!loss.ok()) fail.alone(loss.status());
 
     // Report: every rank's numbers into one row (collective), printed by rank 0.
@@ -177,6 +224,7 @@ int train(const gpt::Options& opt, hsdp::Comm& world) {
       if (!stop.ok()) fail.alone(stop.status());
       if (stop->has_value()) return **stop;
     }
+    step = static_cast<int>(model.stepCount());  // the steps committed: step + 1
   }
 
   // ---- After training. ----

@@ -68,7 +68,8 @@ std::vector<std::vector<float>> perTensor(const std::vector<UnitInfo>& units,
 }
 
 ReferenceResult trainReference(const Config& cfg, const Corpus& corpus, const TrainSettings& s,
-                               bool bf16_params, const examples::GradReduction* bf16_grads) {
+                               bool bf16_params, const examples::GradReduction* bf16_grads,
+                               const Membership* membership) {
   const std::vector<UnitInfo> us = units(cfg);
   const size_t U = us.size();
   ReferenceResult r;
@@ -96,7 +97,20 @@ ReferenceResult trainReference(const Config& cfg, const Corpus& corpus, const Tr
     if (bf16_params)
       for (auto& p : compute) round16(p);
     std::vector<std::vector<float>> grads = zeros();
-    if (bf16_grads == nullptr) {
+    if (membership != nullptr) {
+      // Elastic, each group on its own slice: the mean over the groups present of each group's
+      // mean gradient over its slice.
+      const std::vector<int>& present = membership->present.at(step);
+      const int slice = s.batch / membership->groups;
+      const float share = 1.0f / static_cast<float>(present.size());
+      double loss = 0.0;
+      for (int g : present) {
+        fillBatch(corpus, cfg, s.data_seed, step, int64_t(g) * slice, slice, &tokens, &targets);
+        loss += modelGradients(model, us, compute, slice, tokens.data(), targets.data(), share,
+                               &grads);
+      }
+      r.losses.push_back(static_cast<float>(loss / present.size()));
+    } else if (bf16_grads == nullptr) {
       // The whole global batch at once: the exact mean gradient.
       fillBatch(corpus, cfg, s.data_seed, step, 0, s.batch, &tokens, &targets);
       r.losses.push_back(

@@ -57,13 +57,25 @@ struct ReferenceResult {
   std::vector<float> losses;               // each step's loss, before its update
 };
 
+// Elastic groups that keep their slice (hsdp::ElasticData::kKeepSlice): each step's gradient is
+// the mean over the groups present at that step (`present[step]`, group indexes) of each group's
+// mean gradient over its own slice (slice g of `groups` equal parts of the global batch).
+struct Membership {
+  int groups = 1;
+  std::vector<std::vector<int>> present;
+  bool empty() const { return present.empty(); }
+};
+
 // bf16_params: forward and backward see the parameters rounded to bf16 (the master stays fp32).
 // bf16_grads (not null): each rank's gradient (its slice of every micro-batch, averaged over the
 // micro-steps) rounded to bf16 and reduced through that tree (the mesh's, examples::GradReduction);
 // null: the exact mean gradient of the whole global batch.
+// membership (not null, elastic keep-slice): the gradient of each step replays the groups present
+// (exact float means; bf16_grads is then not modelled).
 ReferenceResult trainReference(const Config& cfg, const Corpus& corpus, const TrainSettings& s,
                                bool bf16_params = false,
-                               const examples::GradReduction* bf16_grads = nullptr);
+                               const examples::GradReduction* bf16_grads = nullptr,
+                               const Membership* membership = nullptr);
 
 // Splits per-unit flat vectors into per-tensor ones (for a per-tensor relative error).
 std::vector<std::vector<float>> perTensor(const std::vector<UnitInfo>& units,

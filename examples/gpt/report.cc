@@ -121,7 +121,8 @@ std::string printable(const std::string& text) {
 }
 
 double referenceError(const hsdp::Mesh& mesh, const hsdp::ShardedModel& model, const Setup& setup,
-                      const Corpus& corpus, const std::vector<std::vector<float>>& mine) {
+                      const Corpus& corpus, const std::vector<std::vector<float>>& mine,
+                      const Membership* membership) {
   // The engine rounds to bf16 only over a shard group larger than one (mode none reduces in
   // float); a bf16 reduction is modelled on the mesh's own tree (examples::meshGradReduction).
   const bool sharded = model.shardCount() > 1;
@@ -131,7 +132,7 @@ double referenceError(const hsdp::Mesh& mesh, const hsdp::ShardedModel& model, c
   const ReferenceResult ref =
       trainReference(setup.model, corpus, setup.train,
                      sharded && setup.engine.precision.param_dtype == hsdp::DType::kBFloat16,
-                     tree.levels.empty() ? nullptr : &tree);
+                     tree.levels.empty() ? nullptr : &tree, membership);
   const std::vector<UnitInfo> us = units(setup.model);
   return examples::maxRelativeError(perTensor(us, mine), perTensor(us, ref.params));
 }

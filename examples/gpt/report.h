@@ -51,8 +51,11 @@ std::string printable(const std::string& text);
 
 // --check on rank 0 (`mine`: every unit's full parameters): trains the reference with the
 // roundings this configuration applies (bf16 parameters; a bf16 reduction through the mesh's
-// tree) and returns max over tensors of max|mine - ref| / max|ref|.
+// tree) and, elastic with each group keeping its slice, the groups present at each committed step
+// (`membership`, not null; ShardedModel::elasticMembership), and returns max over tensors of
+// max|mine - ref| / max|ref|.
 double referenceError(const hsdp::Mesh& mesh, const hsdp::ShardedModel& model, const Setup& setup,
-                      const Corpus& corpus, const std::vector<std::vector<float>>& mine);
+                      const Corpus& corpus, const std::vector<std::vector<float>>& mine,
+                      const Membership* membership = nullptr);
 
 }  // namespace gpt

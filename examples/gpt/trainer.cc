@@ -37,13 +37,17 @@ hsdp::Status forward(Trainer& run) {
       run.schedule);
 }
 
-// One micro-step: forward and backward of this rank's slice of micro-batch `micro`; gradients
-// add into the engine's buffers, and only the last micro-step reduces them.
-hsdp::StatusOr<float> microStep(Trainer& run, int step, int micro, bool last) {
+// One micro-step: forward and backward of this rank's slice of micro-batch `micro` of the
+// group's slot (the whole batch unless elastic); gradients add into the engine's buffers, and
+// only the last micro-step reduces them.
+hsdp::StatusOr<float> microStep(Trainer& run, const hsdp::StepStart& start, int micro, bool last) {
   const TrainSettings& t = run.setup.train;
-  const int per_rank = run.perRank();
-  const int64_t first = int64_t(micro) * (t.batch / t.accum) + run.world.rank() * per_rank;
-  fillBatch(run.corpus, run.setup.model, t.data_seed, step, first, per_rank, &run.tokens,
+  const int slot_batch = t.batch / start.slots;
+  const int micro_batch = slot_batch / t.accum;
+  const int per_rank = micro_batch / run.world.size();
+  const int64_t first = int64_t(start.slot) * slot_batch + int64_t(micro) * micro_batch +
+                        int64_t(run.world.rank()) * per_rank;
+  fillBatch(run.corpus, run.setup.model, t.data_seed, start.step, first, per_rank, &run.tokens,
             &run.targets);
   // The step's gradient is the mean over micro-steps: each adds 1/accum of its own.
   run.net.setBatch(per_rank, run.setup.model.context, run.tokens.data(), run.targets.data(),
@@ -69,17 +73,36 @@ hsdp::StatusOr<float> microStep(Trainer& run, int step, int micro, bool last) {
 
 }  // namespace
 
+hsdp::Status checkSlots(const TrainSettings& t, int ranks, int slots) {
+  if (slots < 1 || t.batch % slots != 0 || (t.batch / slots) % t.accum != 0 ||
+      (t.batch / slots / t.accum) % ranks != 0)
+    return hsdp::invalidArgument("--batch ", t.batch, " does not split into ", slots,
+                                 " elastic group slots x ", t.accum, " micro-steps (--accum) x ",
+                                 ranks, " ranks per group: make it a multiple of ",
+                                 int64_t(slots) * t.accum * ranks);
+  return hsdp::okStatus();
+}
+
 // One optimizer step at the schedule's rate: `accum` micro-steps, then the step on the shards.
-hsdp::StatusOr<float> trainStep(Trainer& run, int step) {
-  // Set before backward: with CPU offload a unit's step starts as soon as it is reduced.
-  HSDP_RETURN_IF_ERROR(run.model.setLearningRate(run.setup.train.schedule.at(step)));
+hsdp::StatusOr<float> trainStep(Trainer& run, const hsdp::StepStart& start) {
+  HSDP_RETURN_IF_ERROR(checkSlots(run.setup.train, run.world.size(), start.slots));
+  // Set before backward: with CPU offload a unit's step starts as soon as it is reduced. The
+  // rate is the committed step's (elastic: also right after a heal moved the step forward).
+  HSDP_RETURN_IF_ERROR(
+      run.model.setLearningRate(run.setup.train.schedule.at(static_cast<int>(start.step))));
   float loss = 0;
   for (int k = 0; k < run.setup.train.accum; ++k) {
-    HSDP_ASSIGN_OR_RETURN(float l, microStep(run, step, k, k + 1 == run.setup.train.accum));
+    HSDP_ASSIGN_OR_RETURN(float l, microStep(run, start, k, k + 1 == run.setup.train.accum));
     loss += l / run.setup.train.accum;
   }
   HSDP_RETURN_IF_ERROR(run.model.step());
   return loss;
+}
+
+hsdp::StatusOr<float> trainStep(Trainer& run, int step) {
+  hsdp::StepStart start;
+  start.step = step;
+  return trainStep(run, start);
 }
 
 // Validation loss: forward only over `batches` micro-batches of evenly spaced validation

@@ -43,8 +43,15 @@ struct Trainer {
 // One engine unit per gpt unit under GPT-2's names, finalized (collective), the same initial
 // values on every rank.
 [[nodiscard]] hsdp::Status buildModel(Trainer& run);
-// One optimizer step (0-based `step`): `accum` micro-steps, then the step on the shards; returns
-// this rank's mean loss.
+// The check behind a data slot: the global batch splits into `slots` group slots x `accum`
+// micro-steps x the group's ranks (InvalidArgument naming the numbers otherwise).
+[[nodiscard]] hsdp::Status checkSlots(const TrainSettings& t, int ranks, int slots);
+// One optimizer step (`start.step`, 0-based, at the schedule's rate of that step) on slice
+// `start.slot` of `start.slots` equal parts of the step's global batch (the whole batch unless
+// elastic, ShardedModel::beginStep): `accum` micro-steps, then the step on the shards; returns
+// this rank's mean loss. Elastic: kAborted when the quorum did not commit (nothing applied).
+[[nodiscard]] hsdp::StatusOr<float> trainStep(Trainer& run, const hsdp::StepStart& start);
+// The same on the whole batch of 0-based `step` (slot 0 of 1).
 [[nodiscard]] hsdp::StatusOr<float> trainStep(Trainer& run, int step);
 // Validation loss over `batches` micro-batches of evenly spaced validation sequences (this
 // rank's slice of each), averaged over every rank (collective).
