@@ -2,12 +2,16 @@
 # Elastic training end to end (docs/elastic.md): train_mlp as 3 replica groups x 2 ranks under
 # hsdp-elastic, each group checked against the Eigen reference replaying the membership the
 # quorums committed (train_mlp --check: "parity vs eigen reference: ... PASS").
-#   elastic_train_test.sh CASE HSDP_ELASTIC TRAIN_MLP MPIRUN TRAIN_GPT
+#   elastic_train_test.sh CASE HSDP_ELASTIC TRAIN_MLP MPIRUN TRAIN_GPT HSDP_CKPT
 # CASE:
 #   kill         kill -9 one rank of group 1 after step 10: groups 0 and 2 go on without it,
 #                hsdp-elastic restarts group 1, it heals from a peer and rejoins; all PASS.
 #   gpt-kill     the same with train_gpt tiny (no clipping, so that the check sees the scale of
 #                every step's gradient): all PASS against the GPT reference.
+#   save         every group saves every step (its own --save-dir, async) while a rank of
+#                group 1 is killed: every checkpoint left verifies (hsdp-ckpt verify), and those
+#                of group 0 name the membership they were saved under (groups 0,2 while group 1
+#                was out); all PASS.
 #   twice        two failures in a row: group 1 killed (as in kill); once it has healed, a rank
 #                of group 2 killed; and the restarted group 2 killed again while it starts and
 #                heals (a failure during a heal). All heal; all PASS.
@@ -25,7 +29,7 @@
 #   unreachable  a coordinator address where nothing listens: a clear error naming it, quickly.
 # Exit 77 (skipped) only when the etcd binary is absent.
 set -u
-case_name=$1 elastic=$2 train=$3 mpirun=$4 train_gpt=${5:-}
+case_name=$1 elastic=$2 train=$3 mpirun=$4 train_gpt=${5:-} ckpt_tool=${6:-}
 if ! command -v etcd >/dev/null; then
   echo "*** SKIPPED: the etcd binary is not in PATH (scripts/setup installs etcd-server)"
   exit 77
@@ -53,6 +57,7 @@ args=()
 prev=
 for a in "$@"; do
   [ "$prev" = --dims ] && [ "$g" = 1 ] && [ -n "${G1_DIMS:-}" ] && a=$G1_DIMS
+  [ "$a" = @SAVE@ ] && a=$out/ckpt.g${g}r${r}
   args+=("$a")
   prev=$a
 done
@@ -137,6 +142,31 @@ case $case_name in
     grep -qaE "elastic: group 1 healed to step [0-9]+ from group [02]" "$tmp/g1r1.rank0.log" ||
       fail "the restarted group 1 did not heal"
     expect_pass g0r0.rank0.log g1r1.rank0.log g2r0.rank0.log
+    ;;
+  save)
+    model+=(--save-dir @SAVE@ --save-every 1 --async-save)
+    launch 120
+    wait_for "$tmp/g1r0.rank0.log" "^ +10 " 60 || fail "group 1 never reached step 10"
+    kill -9 $(ranks_of 1 0 | tail -1)
+    finish
+    [ "$rc" = 0 ] || fail "hsdp-elastic exit $rc (want 0)"
+    expect_pass g0r0.rank0.log g1r1.rank0.log g2r0.rank0.log
+    n=0
+    for d in "$tmp"/ckpt.g*/step-*; do
+      [ -d "$d" ] || continue
+      n=$((n + 1))
+      "$ckpt_tool" verify "$d" >/dev/null 2>&1 || fail "$d does not verify"
+    done
+    [ "$n" -gt 0 ] || fail "no checkpoint saved"
+    "$ckpt_tool" inspect "$tmp/ckpt.g0r0" >"$tmp/inspect.txt" 2>&1 ||
+      fail "hsdp-ckpt inspect failed: $(tail -2 "$tmp/inspect.txt")"
+    grep -q "elastic: job 't-save-$$', group 0, committed step" "$tmp/inspect.txt" ||
+      fail "group 0's checkpoint does not name its membership: $(cat "$tmp/inspect.txt" | head -5)"
+    found=0
+    for d in "$tmp"/ckpt.g0r0/step-*; do
+      "$ckpt_tool" inspect "$d" 2>/dev/null | grep -q "by groups 0,2$" && found=1
+    done
+    [ "$found" = 1 ] || fail "no checkpoint of group 0 names the membership without group 1"
     ;;
   twice)
     launch 240
