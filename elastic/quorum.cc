@@ -543,19 +543,15 @@ StatusOr<bool> Quorum::shouldCommit(int64_t step) {
     retry_attempt_ = q.attempt + 1;
     return false;
   }
-  // Ready for the next step (best effort: the committed quorum also carries this group).
+  // Ready for the next step (best effort, one request: the committed quorum also carries this
+  // group into the next step's core).
   if (lease_ != 0) {
-    json value = {{"fingerprint", ""}, {"address", options_.address}, {"ready_step", step + 1}};
-    auto cur = client_->get(prefix_ + "members/" + options_.group);
-    if (cur.ok() && cur->has_value() && (*cur)->create_revision == incarnation_) {
-      auto old = json::parse((*cur)->value, nullptr, false);
-      if (!old.is_discarded() && old.is_object())
-        value["fingerprint"] = old.value("fingerprint", "");
-      auto put =
-          client_->txn({Compare::createdAt(prefix_ + "members/" + options_.group, incarnation_)},
-                       {Op::put(prefix_ + "members/" + options_.group, value.dump(), lease_)}, {});
-      (void)put;
-    }
+    const std::string key = prefix_ + "members/" + options_.group;
+    auto put = client_->txn({Compare::createdAt(key, incarnation_)},
+                            {Op::put(key, memberValue(fingerprint_, options_.address, step + 1),
+                                     lease_)},
+                            {});
+    (void)put;
   }
   return true;
 }

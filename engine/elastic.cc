@@ -30,10 +30,8 @@ Status ShardedModel::Impl::startElastic(uint64_t signature) {
 }
 
 StatusOr<bool> ShardedModel::Impl::elasticCommit() {
-  std::vector<std::span<float>> grads;
-  for (Unit& u : units)
-    if (!u.frozen) grads.push_back({u.grad_shard.as<float>(), u.layout.shardNumel()});
-  return elastic->commit(grads);
+  // Every unit's average was started as its reduce-scatter landed (reduce.cc).
+  return elastic->commit();
 }
 
 bool ShardedModel::elastic() const { return impl_->elastic != nullptr; }

@@ -67,7 +67,47 @@ double secondsSince(Clock::time_point t0) {
 
 }  // namespace
 
-ElasticGroup::~ElasticGroup() = default;
+ElasticGroup::~ElasticGroup() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void ElasticGroup::workLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stop_
+    std::span<float> g = queue_.front();
+    queue_.pop_front();
+    busy_ = true;
+    const bool skip = !work_status_.ok();  // the ring is broken: the step fails anyway
+    lock.unlock();
+    Status st =
+        skip ? okStatus() : ring_->allReduce(g.data(), g.size(), elastic::ReplicaRing::Op::kAvg);
+    lock.lock();
+    if (!st.ok() && work_status_.ok()) {
+      work_status_ = st;
+      work_culprits_ = ring_->culprits();
+    }
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+Status ElasticGroup::startAverage(std::span<float> grad) {
+  if (!begun_)
+    return failedPrecondition("elastic: gradient average outside a step (beginStep first)");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(grad);
+  }
+  cv_.notify_all();
+  return okStatus();
+}
 
 StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy& policy,
                                                              Comm& control,
@@ -111,6 +151,7 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
     }();
   }
   HSDP_RETURN_IF_ERROR(agreeOver(control, joined));
+  g->worker_ = std::thread([p = g.get()] { p->workLoop(); });
   HSDP_INFO(kShard, "elastic: group ", g->name_, " joined job '", *policy.job, "' at ",
             *policy.endpoint, " (replica address ", g->listener_->address(), ")");
   return g;
@@ -172,7 +213,12 @@ StatusOr<bool> ElasticGroup::voteAndDecide(const Status& local) {
 StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& state) {
   begun_ = false;
   local_step_ = local_step;
-  ring_.reset();
+  // The ring of the step this group just committed, kept while the next quorum has the same
+  // members at the same addresses and nobody heals (every member then decides alike: the
+  // commit needed every member's all-reduce to succeed).
+  std::unique_ptr<elastic::ReplicaRing> kept = std::move(ring_);
+  const elastic::StepQuorum last = q_;
+  bool continuing = kept && committed_.step == local_step - 1;
   while (true) {
     // Rank 0: the step's quorum; "" when this group is not in it (after the attempt is decided
     // without it, the next round finds where the job went).
@@ -180,7 +226,12 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
     Status root = okStatus();
     if (control_.rank() == 0) {
       root = [&]() -> Status {
-        HSDP_ASSIGN_OR_RETURN(int64_t next, quorum_->nextStep());
+        // A group that committed the last step knows where the job is; one that (re)starts or
+        // was left out asks.
+        int64_t next = local_step;
+        if (!continuing) {
+          HSDP_ASSIGN_OR_RETURN(next, quorum_->nextStep());
+        }
         const int64_t s = std::max(local_step, next);
         const size_t min_core = (!started_ && s == 0) ? static_cast<size_t>(*policy_.groups) : 1;
         HSDP_ASSIGN_OR_RETURN(q_, quorum_->stepQuorum(s, min_core));
@@ -201,14 +252,26 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       }();
     }
     HSDP_RETURN_IF_ERROR(fromRoot(root, &text));
-    if (text.empty()) continue;
+    if (text.empty()) {  // left out: next round asks where the job went, and builds a ring
+      continuing = false;
+      continue;
+    }
     HSDP_ASSIGN_OR_RETURN(q_, decode(text, name_));
     started_ = true;
     self_ = memberIndex(q_, name_);
     const elastic::Member& me = q_.members[self_];
     StepStart out;
     culprits_.clear();
-    const auto t0 = Clock::now();
+    auto same = [&] {
+      if (!kept || !continuing || q_.attempt != 0 || q_.members.size() != last.members.size())
+        return false;
+      for (size_t k = 0; k < q_.members.size(); ++k)
+        if (q_.members[k].group != last.members[k].group ||
+            q_.members[k].address != last.members[k].address || !q_.members[k].heal_from.empty())
+          return false;
+      return true;
+    };
+    auto t0 = Clock::now();
     Status local = [&]() -> Status {
       if (me.heal_from.empty() && local_step != q_.step)
         return internalError("elastic: group ", name_, " holds step ", local_step,
@@ -221,13 +284,19 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
                                  " ranks; this group has ", control_.size());
         addrs.push_back(ranks[control_.rank()]);
       }
-      elastic::ReplicaRing::Options o;
-      o.job = *policy_.job;
-      o.step = q_.step;
-      o.attempt = q_.attempt;
-      o.refused_is_dead = true;  // every member's listener is open before it joins
-      HSDP_ASSIGN_OR_RETURN(ring_,
-                            elastic::ReplicaRing::create(self_, addrs, *listener_, o, &culprits_));
+      if (same()) {
+        ring_ = std::move(kept);
+      } else {
+        kept.reset();
+        elastic::ReplicaRing::Options o;
+        o.job = *policy_.job;
+        o.step = q_.step;
+        o.attempt = q_.attempt;
+        o.refused_is_dead = true;  // every member's listener is open before it joins
+        HSDP_ASSIGN_OR_RETURN(
+            ring_, elastic::ReplicaRing::create(self_, addrs, *listener_, o, &culprits_));
+      }
+      t0 = Clock::now();  // the heal's own time, from here
       // The heal: a member that does not hold the step's state receives every buffer, then the
       // step count, from the same-position rank of its donor; donors send.
       if (!me.heal_from.empty()) {
@@ -285,17 +354,17 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
   }
 }
 
-StatusOr<bool> ElasticGroup::commit(std::span<const std::span<float>> grads) {
+StatusOr<bool> ElasticGroup::commit() {
   if (!begun_) return failedPrecondition("elastic step: call beginStep() before step()");
   begun_ = false;
-  Status local = okStatus();
-  culprits_.clear();
-  for (std::span<float> g : grads) {
-    local = ring_->allReduce(g.data(), g.size(), elastic::ReplicaRing::Op::kAvg);
-    if (!local.ok()) {
-      culprits_ = ring_->culprits();
-      break;
-    }
+  Status local;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    local = work_status_;
+    culprits_ = work_culprits_;
+    work_status_ = okStatus();
+    work_culprits_.clear();
   }
   HSDP_ASSIGN_OR_RETURN(bool commit, voteAndDecide(local));
   if (!commit) {

@@ -14,11 +14,15 @@
 // rank 0's etcd requests included).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "elastic/quorum.h"
@@ -46,9 +50,12 @@ class ElasticGroup {
   ~ElasticGroup();
 
   StatusOr<StepStart> begin(int64_t local_step, const HealState& state);
-  // After begin(): averages `grads` (this rank's gradient shards) over the quorum's groups and
-  // returns the quorum's decision.
-  StatusOr<bool> commit(std::span<const std::span<float>> grads);
+  // After begin(): starts averaging one gradient shard over the quorum's groups on the replica
+  // worker (a thread of this group: the ring all-reduce overlaps the rest of backward), in call
+  // order, which is the same on every group (reduceGrad's).
+  [[nodiscard]] Status startAverage(std::span<float> grad);
+  // Waits for every average started, then the vote and the quorum's decision (true: apply).
+  StatusOr<bool> commit();
   bool begun() const { return begun_; }
   // The last step this group committed and the groups of its quorum (what a save names).
   struct Committed {
@@ -62,7 +69,8 @@ class ElasticGroup {
   StatusOr<std::vector<std::vector<int>>> membership(int64_t steps);
 
  private:
-  ElasticGroup(Comm& control) : control_(control) {}
+  explicit ElasticGroup(Comm& control) : control_(control) {}
+  void workLoop();
   // Rank 0's status (and the string it filled) on every rank.
   Status fromRoot(const Status& root_status, std::string* text);
   // Every rank's ok flag and suspects summed; rank 0 votes. Returns the quorum's decision.
@@ -79,7 +87,18 @@ class ElasticGroup {
   std::vector<int> culprits_;  // members this rank found gone in its last failed call
   bool begun_ = false;
   int64_t local_step_ = 0;
-  Committed committed_;  // the steps this group had committed at begin()
+  Committed committed_;
+
+  // The replica worker: the averages of a step, one after the other, on ring_ (which the main
+  // thread changes only while the worker is idle: in begin() and after commit()'s wait).
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::span<float>> queue_;
+  bool busy_ = false, stop_ = false;
+  Status work_status_;              // the first failure of the step's averages
+  std::vector<int> work_culprits_;  // and the members it named
+  std::thread
+      worker_;  // declared last: joined first  // the steps this group had committed at begin()
   bool started_ = false;  // begin() ran once (the job's first step waits for every group)
 };
 

@@ -41,6 +41,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+[ -n "${KEEP_LOGS:-}" ] && trap 'for p in "${pids_to_kill[@]}"; do kill -9 "$p" 2>/dev/null; done; cp -r "$tmp" "$KEEP_LOGS"; rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 margs="--oversubscribe --bind-to none"
