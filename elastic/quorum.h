@@ -83,7 +83,8 @@ class Quorum {
   Status join(const std::string& fingerprint, int64_t ready_step = 0);
   // Waits until at least `count` groups are members (a launcher's start barrier).
   StatusOr<std::vector<Member>> waitForMembers(size_t count, int64_t timeout_ms);
-  StatusOr<std::vector<Member>> members();
+  // The live members; `revision` (when given) the etcd revision they were read at.
+  StatusOr<std::vector<Member>> members(int64_t* revision = nullptr);
   // The quorum of the step's current attempt: read, or created from the live members when no
   // group has created it yet. Members that hold the step's state are its core; other live
   // members join it as healing members, each named a donor from the core. Creating waits (up to
