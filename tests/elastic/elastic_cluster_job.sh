@@ -11,6 +11,9 @@
 #   cut   after group 2 prints step 10, its node's link goes down (the bridge port) for
 #         CUT_SECONDS (default 8), then up again: the node is cut off from the other groups and
 #         from etcd.
+#   kill  after group 1 prints step KILL_AT (default 5), kill -9 of one of its ranks; the kill's
+#         time in OUT/kill.time, and the time group 0 prints step KILL_AT + 1's row in
+#         OUT/next_row.time (bench/elastic_cluster_bench.sh reads them).
 # Exit status: hsdp-elastic's.
 set -u
 case_name=$1 out=$2 elastic=$3
@@ -64,5 +67,29 @@ if [ "$case_name" = cut ]; then
   sleep "${CUT_SECONDS:-8}"
   ip link set p2 up
   date +%s.%N >"$out/cut.up"
+fi
+if [ "$case_name" = kill ]; then
+  at=${KILL_AT:-5}
+  for ((i = 0; i < 6000; ++i)); do
+    grep -qaE "^ +$at(/[0-9]+)? " "$out/g1r0.rank0.log" 2>/dev/null && break
+    sleep 0.05
+  done
+  victim=
+  for p in $(pgrep -f "$1"); do
+    env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
+    grep -qx "HSDP_ELASTIC_GROUP_INDEX=1" <<<"$env" && grep -qx "HSDP_ELASTIC_RESTARTS=0" <<<"$env" &&
+      victim=$p
+  done
+  kill -9 "$victim"
+  date +%s.%N >"$out/kill.time"
+  # The survivors' next committed step: group 0's row of step KILL_AT + 1 (the row of step
+  # KILL_AT was committed before the kill: group 1 printed it).
+  for ((i = 0; i < 60000; ++i)); do
+    if grep -qaE "^ +$((at + 1))(/[0-9]+)? " "$out/g0r0.rank0.log"; then
+      date +%s.%N >"$out/next_row.time"
+      break
+    fi
+    sleep 0.01
+  done
 fi
 wait "$launcher"
