@@ -326,15 +326,8 @@ StatusOr<bool> Quorum::shouldCommit(int64_t step) {
     retry_attempt_ = q.attempt + 1;
     return false;
   }
-  // Ready for the next step (best effort, one request: the committed quorum also carries this
-  // group into the next step's core).
-  if (lease_ != 0) {
-    const std::string key = prefix_ + "members/" + options_.group;
-    auto put = client_->txn(
-        {Compare::createdAt(key, incarnation_)},
-        {Op::put(key, memberValue(fingerprint_, options_.address, step + 1), lease_)}, {});
-    (void)put;
-  }
+  // Its member key is not rewritten: the committed quorum carries the group into the next
+  // step's core (createQuorum), one etcd write per group and step fewer.
   return true;
 }
 
