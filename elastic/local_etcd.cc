@@ -3,7 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -96,17 +96,25 @@ StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::start(Options options) {
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    // A new file in the directory mkdtemp just made (0700, ours): never an existing one.
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(),
-                                     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    pid_t pid = -1;
-    int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) return internalError("starting '", binary, "': ", std::strerror(rc));
+    // fork + exec rather than posix_spawn: the child asks for SIGKILL when its parent dies
+    // (PR_SET_PDEATHSIG), so an etcd is never left running by a launcher or test that was
+    // itself killed with SIGKILL. Between fork and exec only async-signal-safe calls.
+    const pid_t parent = ::getpid();
+    const char* log_path = log.c_str();
+    const char* bin = binary.c_str();
+    pid_t pid = ::fork();
+    if (pid < 0) return internalError("starting '", binary, "': fork: ", std::strerror(errno));
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
+      // A new file in the directory mkdtemp just made (0700, ours): never an existing one.
+      int out = ::open(log_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+      int in = ::open("/dev/null", O_RDONLY);
+      if (out < 0 || in < 0 || ::dup2(out, 1) < 0 || ::dup2(out, 2) < 0 || ::dup2(in, 0) < 0)
+        ::_exit(127);
+      ::execv(bin, argv.data());
+      ::_exit(127);
+    }
     etcd->pid_ = pid;
 
     EtcdClient::Options copt;
