@@ -76,10 +76,11 @@ StatusOr<std::vector<std::vector<std::string>>> parseHostSets(const std::string&
   return sets;
 }
 
-// The launcher named by --launcher ("mpirun", "srun", or a path to one), found in PATH.
+// The launcher named by --launcher ("mpirun", "srun", or a path to one), found in PATH. A name
+// that starts with mpirun or mpiexec is an mpirun (mpirun.openmpi, scripts/mpirun-local).
 StatusOr<std::string> findLauncher(const std::string& name, LauncherKind* kind) {
   const std::string base = name.substr(name.find_last_of('/') + 1);
-  if (base == "mpirun" || base == "mpiexec")
+  if (base.rfind("mpirun", 0) == 0 || base.rfind("mpiexec", 0) == 0)
     *kind = LauncherKind::kMpirun;
   else if (base == "srun")
     *kind = LauncherKind::kSrun;
