@@ -5,9 +5,12 @@
 #      node), the replica all-reduce over the links; on: hsdp-elastic, one group per node, the
 #      replica ring over the same links (tests/elastic/elastic_cluster_job.sh). The median of the
 #      time_ms column over the steps after the third (group 0's rows), and the ratio on/off.
-#   2. kill -9 of a rank of group 1 after its step 5: seconds from the kill to group 0's row of
-#      step 6 (the survivors' next committed step), and the restarted group's heal line (bytes per
+#   2. kill -9 of a rank of group 1 after its step 6: seconds from the kill to group 0's row of
+#      step 7 (the survivors' next committed step), and the restarted group's heal line (bytes per
 #      rank, seconds, GB/s) against the link rate.
+#   3. restart from a checkpoint, side by side: the off job with --save-dir --save-every 5, a rank
+#      killed after step 6, the whole job started again with --resume latest: seconds from the
+#      kill to its row of step 7 (the same step as 2).
 #   bench/elastic_cluster_bench.sh [--rate RATE] [--steps N] [--preset tiny|small] [--batch B]
 #                                  [--repeats N] [--build DIR]
 set -uo pipefail
@@ -46,7 +49,7 @@ gpt_ms() {  # the time_ms column: the header names it
        h && $1 ~ /^[0-9]+\/[0-9]+$/ {split($1, a, "/"); if (a[1] > 3) print $c}' "$1" | median
 }
 
-off=() on=() kill_s=() heal=()
+off=() on=() kill_s=() heal=() ckpt_s=()
 for ((r = 1; r <= reps; ++r)); do
   echo "elastic_cluster_bench: run $r of $reps: off" >&2
   "$cluster" --nodes 3 --ranks-per-node 2 --rate "$rate" --timeout 900 -- "$gpt" "${args[@]}" \
@@ -60,7 +63,7 @@ for ((r = 1; r <= reps; ++r)); do
   on+=("$(gpt_ms "$tmp/on/g0r0.rank0.log")")
   echo "elastic_cluster_bench: run $r of $reps: kill" >&2
   rm -rf "$tmp/kill"
-  KILL_AT=5 "$cluster" --nodes 3 --ranks-per-node 2 --rate "$rate" --timeout 900 --exec -- \
+  KILL_AT=6 "$cluster" --nodes 3 --ranks-per-node 2 --rate "$rate" --timeout 900 --exec -- \
     bash "$job" kill "$tmp/kill" "$elastic" "$gpt" "${args[@]}" >"$tmp/kill.out" 2>&1 ||
     echo "elastic_cluster_bench: the kill run failed: $(tail -2 "$tmp/kill.out")" >&2
   if [ -f "$tmp/kill/kill.time" ] && [ -f "$tmp/kill/next_row.time" ]; then
@@ -68,6 +71,34 @@ for ((r = 1; r <= reps; ++r)); do
   fi
   h=$(grep -ah "healed to step" "$tmp"/kill/g1r1.rank0.log 2>/dev/null | head -1)
   [ -n "$h" ] && heal+=("$h")
+  echo "elastic_cluster_bench: run $r of $reps: restart from a checkpoint" >&2
+  rm -rf "$tmp/ckpt"
+  HSDP_BENCH_RUN=ckpt-$$ "$cluster" --nodes 3 --ranks-per-node 2 --rate "$rate" --timeout 900 -- \
+    "$gpt" "${args[@]}" --save-dir "$tmp/ckpt" --save-every 5 >"$tmp/ck1.log" 2>&1 &
+  ck=$!
+  for ((i = 0; i < 18000; ++i)); do
+    grep -qaE "^ +6/[0-9]+ " "$tmp/ck1.log" && break
+    sleep 0.05
+  done
+  victim=
+  for p in $(pgrep -f "$gpt"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "HSDP_BENCH_RUN=ckpt-$$" && victim=$p
+  done
+  t_kill=$(date +%s.%N)
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait "$ck"
+  "$cluster" --nodes 3 --ranks-per-node 2 --rate "$rate" --timeout 900 -- "$gpt" "${args[@]}" \
+    --save-dir "$tmp/ckpt" --resume latest >"$tmp/ck2.log" 2>&1 &
+  ck=$!
+  for ((i = 0; i < 60000; ++i)); do
+    if grep -qaE "^ +7/[0-9]+ " "$tmp/ck2.log"; then
+      ckpt_s+=("$(echo "$(date +%s.%N) - $t_kill" | bc -l)")
+      break
+    fi
+    kill -0 "$ck" 2>/dev/null || break
+    sleep 0.01
+  done
+  wait "$ck"
 done
 off_ms=$(printf '%s\n' "${off[@]}" | grep -v n/a | median)
 on_ms=$(printf '%s\n' "${on[@]}" | grep -v n/a | median)
@@ -80,5 +111,7 @@ printf '%-44s %s\n' "step time off (ms)" "$off_ms"
 printf '%-44s %s\n' "step time on (ms)" "$on_ms"
 [ "$off_ms" != n/a ] && [ "$on_ms" != n/a ] &&
   printf '%-44s %.3fx\n' "on/off" "$(echo "$on_ms / $off_ms" | bc -l)"
-printf '%-44s %s\n' "kill -> survivors' next commit (s)" "$ks"
+printf '%-44s %s\n' "kill -> survivors' step 7 (s)" "$ks"
+printf '%-44s %s\n' "kill -> step 7 restarting from a checkpoint (s)" \
+  "$(printf '%s\n' "${ckpt_s[@]:-}" | grep . | median)"
 for h in "${heal[@]:-}"; do [ -n "$h" ] && printf '%-44s %s\n' "heal" "${h#elastic: }"; done
