@@ -166,13 +166,31 @@ void readMesh(Reader& r, const json& j, MeshDesc& d) {
   d.reduce_dtype = r.str(j, "reduce_dtype", c);
   d.device = r.str(j, "device", c);
   // Optional: an elastic group's save names its membership (written by hsdp; informational).
-  if (auto e = j.find("elastic"); e != j.end() && e->is_object()) {
-    d.elastic_job = e->value("job", "");
-    d.elastic_group = e->value("group", -1);
-    d.elastic_step = e->value("committed_step", int64_t{-1});
-    if (auto p = e->find("groups_present"); p != e->end() && p->is_array())
-      for (const auto& g : *p)
-        if (g.is_number_integer()) d.elastic_present.push_back(g.get<int>());
+  // Every field is type-checked: a hostile manifest is an error naming the field, not a throw.
+  if (auto e = j.find("elastic"); e != j.end()) {
+    const std::string ec = "mesh.elastic";
+    if (!e->is_object()) {
+      r.fail(ec, "is not an object");
+      return;
+    }
+    d.elastic_job = r.str(*e, "job", ec);
+    d.elastic_group = r.i32(*e, "group", ec, 1 << 20);
+    const json* step = r.get(*e, "committed_step", ec);
+    if (step != nullptr && !(step->is_number_integer() && step->get<int64_t>() >= -1))
+      r.fail(ec + ".committed_step", "is not an integer >= -1");
+    else if (step != nullptr)
+      d.elastic_step = step->get<int64_t>();
+    const json* present = r.get(*e, "groups_present", ec);
+    if (present != nullptr && !present->is_array()) r.fail(ec + ".groups_present", "is not a list");
+    if (present != nullptr && present->is_array() && r.ok()) {
+      for (const json& g : *present) {
+        if (!g.is_number_unsigned() || g.get<uint64_t>() > (1u << 20)) {
+          r.fail(ec + ".groups_present", "holds an entry that is not a group index");
+          break;
+        }
+        d.elastic_present.push_back(static_cast<int>(g.get<uint64_t>()));
+      }
+    }
   }
   if (r.ok() && (d.shards < 1 || d.replicas < 1 ||
                  static_cast<int64_t>(d.shards) * d.replicas != d.world_size))

@@ -217,6 +217,17 @@ TEST_F(Names, CollidingManifestRefused) {
        "\"optimizer\": {",
        "\"optimizer\": {\n  \"lr\": 5.0,",
        {"key 'lr' in optimizer appears twice"}},
+      // An elastic group's membership (optional) of the wrong types: named, never a throw.
+      {"elastic_group",
+       "\"mesh\": {",
+       "\"mesh\": {\n  \"elastic\": {\"job\": \"j\", \"group\": \"x\", \"committed_step\": 3, "
+       "\"groups_present\": [0]},",
+       {"field 'mesh.elastic.group' is not an integer"}},
+      {"elastic_present",
+       "\"mesh\": {",
+       "\"mesh\": {\n  \"elastic\": {\"job\": \"j\", \"group\": 1, \"committed_step\": 3, "
+       "\"groups_present\": [0, \"a\"]},",
+       {"field 'mesh.elastic.groups_present' holds an entry that is not a group index"}},
   };
   for (const Edit& e : edits) {
     SCOPED_TRACE(e.name);
