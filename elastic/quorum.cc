@@ -24,13 +24,6 @@ const env::IntParam kVoteTimeoutMs{
     "How long an elastic group waits for the other groups' commit votes of a step (a group "
     "that keeps its lease but does not vote), milliseconds."};
 
-bool validName(const std::string& s) {
-  if (s.empty() || s.size() > 128) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
-  });
-}
-
 }  // namespace
 
 bool StepQuorum::contains(const std::string& group) const {
@@ -42,6 +35,13 @@ std::string StepQuorum::names() const {
   std::string out;
   for (const Member& m : members) out += (out.empty() ? "" : ", ") + m.group;
   return out;
+}
+
+bool Quorum::validName(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+  });
 }
 
 StatusOr<std::unique_ptr<Quorum>> Quorum::create(Options options) {

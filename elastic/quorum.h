@@ -68,6 +68,8 @@ class Quorum {
   };
 
   static StatusOr<std::unique_ptr<Quorum>> create(Options options);
+  // The rule for job and group names: [A-Za-z0-9_.-]+, at most 128 characters.
+  static bool validName(const std::string& name);
   ~Quorum();  // leave(), errors ignored
   Quorum(const Quorum&) = delete;
   Quorum& operator=(const Quorum&) = delete;

@@ -7,6 +7,7 @@
 
 #include "engine/agree.h"
 #include "hsdp/log.h"
+#include "hsdp/parse.h"
 
 namespace hsdp::engine {
 namespace {
@@ -278,7 +279,9 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
                              " but the quorum counts it among the groups at step ", q_.step);
       std::vector<std::string> addrs;
       for (const elastic::Member& m : q_.members) {
-        std::vector<std::string> ranks = splitList(m.address, ',');
+        // From etcd: checked as any list (an empty element is an error naming the group).
+        HSDP_ASSIGN_OR_RETURN(std::vector<std::string> ranks,
+                              parseList(m.address, strCat("address of elastic group ", m.group)));
         if (static_cast<int>(ranks.size()) != control_.size())
           return invalidArgument("elastic group ", m.group, " has ", ranks.size(),
                                  " ranks; this group has ", control_.size());

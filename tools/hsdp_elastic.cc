@@ -25,6 +25,7 @@
 #include "cli.h"
 #include "elastic/etcd_client.h"
 #include "elastic/local_etcd.h"
+#include "elastic/quorum.h"
 #include "elastic_launch.h"
 
 namespace {
@@ -38,14 +39,6 @@ struct Flags {
   double grace_s = 10;
   std::string endpoint, job, launcher = "mpirun", launcher_args, group_hosts, spare_hosts;
 };
-
-bool validName(const std::string& s) {  // the quorum's job names: [A-Za-z0-9_.-]+, <= 128
-  if (s.empty() || s.size() > 128) return false;
-  for (char c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-')
-      return false;
-  return true;
-}
 
 bool validHost(const std::string& s) {  // a host name or address, with mpirun's ":slots"
   for (char c : s)
@@ -127,7 +120,7 @@ StatusOr<Plan> makePlan(const Flags& f, std::vector<std::string> program) {
                                    "' is not an etcd URL (http://host:port)");
   }
   p.job = f.job.empty() ? hsdp::strCat("hsdp-", ::getpid()) : f.job;
-  if (!validName(p.job))
+  if (!hsdp::elastic::Quorum::validName(p.job))
     return hsdp::invalidArgument("--job '", p.job, "' is not a job name ([A-Za-z0-9_.-]+, ",
                                  "at most 128 characters)");
   HSDP_ASSIGN_OR_RETURN(p.launcher_path, findLauncher(f.launcher, &p.kind));
