@@ -123,7 +123,12 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
     if (host.empty()) {
       HSDP_ASSIGN_OR_RETURN(host, elastic::localAddressToward(*policy.endpoint));
     }
-    HSDP_ASSIGN_OR_RETURN(g->listener_, elastic::ReplicaListener::open(host, 0));
+    auto listener = elastic::ReplicaListener::open(host, 0);
+    if (!listener.ok())
+      return listener.status().withContext(
+          policy.host->empty() ? "the replica listener"
+                               : "EngineConfig::elastic.host (HSDP_ELASTIC_HOST)");
+    g->listener_ = std::move(*listener);
     if (g->listener_->address().size() >= kAddressLen)
       return invalidArgument("replica address '", g->listener_->address(), "' is too long");
     return okStatus();
