@@ -14,7 +14,6 @@
 // names the flag, value, file or line).
 #include <climits>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,7 +24,6 @@
 
 namespace {
 
-using json = nlohmann::json;
 constexpr int kExitNothingFits = 1;
 constexpr int kExitBadInput = 2;
 constexpr int64_t kDefaultUnits = 32;
@@ -64,65 +62,6 @@ std::string policy(const hsdp::PlanInput& in) {
   return in.param_dtype == hsdp::DType::kBFloat16
              ? "bf16 mixed precision (bf16 params + grads, fp32 master + 2 Adam moments)"
              : "fp32 (fp32 params + grads, 2 fp32 Adam moments; the shard is the master)";
-}
-
-json memoryJson(const hsdp::Plan& p) {
-  return {{"params", p.gpu.params},
-          {"grads", p.gpu.grads},
-          {"optimizer", p.gpu.optimizer},
-          {"hpz_secondary", p.gpu.hpz_secondary},
-          {"model_state_total", p.gpu.modelStateTotal()},
-          {"gathered_peak", p.gpu.gathered_peak},
-          {"gathered_blocks", p.gathered_blocks},
-          {"comm_buffers_estimate", p.gpu.comm_estimate},
-          {"total", p.gpu.total()}};
-}
-
-json planJson(const hsdp::Plan& p) {
-  const hsdp::PlanInput& in = p.input;
-  json j = {
-      {"label", p.label()},
-      {"nodes", in.nodes},
-      {"gpus_per_node", in.gpus_per_node},
-      {"world", p.world},
-      {"intra_shard", in.intra_shard},
-      {"inter_shard", in.inter_shard},
-      {"shard_group", p.shard_group},
-      {"replicas", p.replicas},
-      {"mode", hsdp::shardModeName(in.mode)},
-      {"hpz", in.hpz},
-      {"param_dtype", hsdp::planDTypeName(in.param_dtype)},
-      {"offload", in.offload_cpu ? "cpu" : "none"},
-      {"units", in.units.size()},
-      {"total_params", p.total_params},
-      {"padded_params", p.padded_params},
-      {"shard_params", p.shard_params},
-      {"largest_unit", p.largest_unit},
-      {"largest_padded_unit", p.largest_padded},
-      {"per_gpu_bytes", memoryJson(p)},
-      {"per_node_pinned_cpu_bytes", p.host_pinned_per_node},
-      {"per_rank_pinned_cpu_bytes", p.host_pinned_per_rank},
-      {"cross_node_bytes_per_step",
-       {{"all_gather", p.cross_node.all_gather},
-        {"reduce_scatter", p.cross_node.reduce_scatter},
-        {"all_reduce", p.cross_node.all_reduce},
-        {"total", p.cross_node.total()},
-        {"per_node", p.crossNodePerNode()}}}};
-  auto wireOr = [&](const std::optional<hsdp::Wire>& w) {
-    return w ? std::string(hsdp::wireName(*w)) : std::string(hsdp::planDTypeName(in.param_dtype));
-  };
-  j["wires"] = {{"param", wireOr(in.param_wire)},
-                {"grad", wireOr(in.grad_wire)},
-                {"replica", wireOr(in.replica_wire)},
-                {"quant_block", in.quant_block}};
-  json by = json::object();
-  for (const hsdp::PlanWireTraffic& w : p.traffic_by_wire)
-    by[hsdp::wireName(w.wire)] = {{"all_gather", w.traffic.all_gather},
-                                  {"reduce_scatter", w.traffic.reduce_scatter},
-                                  {"all_reduce", w.traffic.all_reduce},
-                                  {"total", w.traffic.total()}};
-  j["cross_node_bytes_per_step_by_wire"] = by;
-  return j;
 }
 
 // The step's cross-node bytes with all three collectives on each wire in turn.
@@ -312,9 +251,7 @@ int run(const Options& opt, bool intra_given, bool inter_given, bool mode_given)
       if (p.gpu.total() <= budget) fits.push_back(p);
     if (fits.empty()) rc = kExitNothingFits;
     if (opt.json) {
-      json j = {{"mem_budget", budget}, {"considered", all.size()}, {"fits", json::array()}};
-      for (const hsdp::Plan& p : fits) j["fits"].push_back(planJson(p));
-      std::printf("%s\n", j.dump(2).c_str());
+      std::printf("%s", hsdp::planAutoJson(all, budget).c_str());
     } else {
       std::printf("model: %s parameters in %zu units; %d nodes x %d GPUs; policy: %s%s\n",
                   count(all.empty() ? 0 : all[0].total_params).c_str(), in.units.size(),
@@ -351,9 +288,7 @@ int run(const Options& opt, bool intra_given, bool inter_given, bool mode_given)
     auto plan = hsdp::makePlan(in);
     if (!plan.ok()) return fail(plan.status());
     if (opt.json) {
-      json j = planJson(*plan);
-      if (budget > 0) j["mem_budget"] = budget, j["fits"] = plan->gpu.total() <= budget;
-      std::printf("%s\n", j.dump(2).c_str());
+      std::printf("%s", hsdp::planJson(*plan, budget).c_str());
     } else {
       printPlan(*plan, budget);
     }

@@ -14,9 +14,9 @@
 // failing disk, a foreign library's error).
 #include <cstdio>
 #include <cstdlib>
-#include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "engine/topology_report.h"
 #include "hsdp/files.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
@@ -25,7 +25,6 @@
 
 namespace {
 
-using json = nlohmann::json;
 constexpr int kExitBadInput = 2;
 
 struct Options {
@@ -36,12 +35,6 @@ struct Options {
   std::string dump_nvml;
   bool json = false;
 };
-
-std::string linkCell(const hsdp::NodeTopology& t, int i, int j) {
-  if (i == j) return "X";
-  int nv = t.nvlinks(i, j);
-  return nv > 0 ? hsdp::strCat("NV", nv) : hsdp::pciPathName(t.gpu_gpu_path[i][j]);
-}
 
 void printHost(const hsdp::NodeTopology& t) {
   std::printf("host %s (%s; %s)\n", t.host.c_str(), t.arch.empty() ? "?" : t.arch.c_str(),
@@ -68,7 +61,7 @@ void printHost(const hsdp::NodeTopology& t) {
   std::printf("%-20s %s\n", "CPU Affinity", "NUMA Affinity");
   for (const auto& g : t.gpus) {
     std::printf("  GPU%-3d", g.index);
-    for (const auto& h : t.gpus) std::printf("%-6s", linkCell(t, g.index, h.index).c_str());
+    for (const auto& h : t.gpus) std::printf("%-6s", hsdp::engine::linkCell(t, g.index, h.index).c_str());
     for (const auto& n : t.nics)
       std::printf("%-6s", hsdp::pciPathName(t.gpu_nic_path[g.index][n.index]));
     std::printf("%-20s %d\n", g.cpuset.c_str(), g.numa);
@@ -86,58 +79,13 @@ void printHost(const hsdp::NodeTopology& t) {
   std::printf("\n");
 }
 
-json hostJson(const hsdp::NodeTopology& t) {
-  json h = {{"host", t.host}, {"source", t.source}, {"arch", t.arch}, {"packages", t.packages},
-            {"cores", t.cores}, {"pus", t.pus}, {"nvlink_source", t.links.source},
-            {"nvlink_note", t.links_note}, {"nvlink_all_to_all", t.nvlinkAllToAll()},
-            {"fabric_domain", t.fabricDomain()}};
-  for (const auto& n : t.numa_nodes)
-    h["numa"].push_back({{"os_index", n.os_index}, {"package", n.package}, {"cpus", n.cpuset},
-                         {"cores", n.core_cpusets.size()}, {"memory_bytes", n.memory_bytes}});
-  for (const auto& g : t.gpus) {
-    json links = json::array(), paths = json::array(), nics = json::array();
-    for (const auto& o : t.gpus) links.push_back(linkCell(t, g.index, o.index));
-    for (const auto& n : t.nics) nics.push_back(hsdp::pciPathName(t.gpu_nic_path[g.index][n.index]));
-    int rail = t.nic_of_gpu[g.index];
-    h["gpus"].push_back({{"index", g.index}, {"pci", g.pci.toString()}, {"name", g.name},
-                         {"numa", g.numa}, {"cpus", g.cpuset}, {"links", links},
-                         {"nic_paths", nics}, {"rail", rail < 0 ? "" : t.nics[rail].name}});
-  }
-  for (const auto& n : t.nics)
-    h["nics"].push_back({{"index", n.index}, {"name", n.name}, {"netdev", n.netdev},
-                         {"kind", hsdp::nicKindName(n.kind)}, {"pci", n.pci.toString()},
-                         {"numa", n.numa}});
-  return h;
-}
-
-json viewJson(const hsdp::RankView& v) {
-  return {{"rank", v.world_rank}, {"host", v.host}, {"local_rank", v.local_rank},
-          {"gpu", v.gpu}, {"gpu_pci", v.gpu_pci}, {"nic", v.nic}, {"fabric", v.fabric},
-          {"bind", {{"mode", hsdp::bindModeName(v.bind.mode)}, {"numa", v.bind.numa},
-                    {"cpus", v.bind.cpuset}, {"launcher_cpus", v.bind.launcher_cpus},
-                    {"reason", v.bind.reason}}}};
-}
-
 // Prints the cluster part; returns the exit code.
 int report(const Options& opt, const std::vector<hsdp::NodeTopology>& hosts,
            const hsdp::ClusterTopology& c) {
   hsdp::MeshSpec spec{opt.intra_shard, opt.inter_shard};
   auto shape = hsdp::resolveMeshShape(c.layout, spec);
   if (opt.json) {
-    json out;
-    for (const auto& h : hosts) out["hosts"].push_back(hostJson(h));
-    out["level"] = c.level;
-    out["nodes"] = c.layout.node_names;
-    out["ranks_per_node"] = c.layout.ranks_per_node;
-    for (const auto& v : c.ranks) out["ranks"].push_back(viewJson(v));
-    if (shape.ok())
-      out["mesh"] = {{"world", shape->world_size}, {"nodes", shape->num_nodes},
-                     {"ranks_per_node", shape->ranks_per_node},
-                     {"intra_shard", shape->intra_shard}, {"inter_shard", shape->inter_shard},
-                     {"shard_group", shape->shardGroupSize()}, {"replicas", shape->replicas()}};
-    else
-      out["mesh_error"] = shape.status().toString();
-    std::printf("%s\n", out.dump(1).c_str());
+    std::printf("%s\n", hsdp::engine::topologyJson(hosts, c, spec).c_str());
     return shape.ok() ? 0 : kExitBadInput;
   }
   for (size_t i = 0; i < hosts.size(); ++i) {
@@ -170,54 +118,11 @@ int fail(const hsdp::Status& s) {
 
 // Recorded or live hosts without MPI: each host gets `ranks_per_host` simulated ranks.
 int runLocal(const Options& opt) {
-  std::vector<hsdp::NodeTopology> hosts;
-  if (!opt.nvml.empty() && opt.nvml.size() != std::max<size_t>(opt.inputs.size(), 1))
-    return fail(hsdp::invalidArgument("--nvml given ", opt.nvml.size(), " times for ",
-                                      opt.inputs.size(), " --input files (one per input)"));
-  if (!opt.nccl.empty() && opt.nccl.size() != std::max<size_t>(opt.inputs.size(), 1))
-    return fail(hsdp::invalidArgument("--nccl given ", opt.nccl.size(), " times for ",
-                                      opt.inputs.size(), " --input files (one per input)"));
-  const size_t n = std::max<size_t>(opt.inputs.size(), 1);
-  for (size_t i = 0; i < n; ++i) {
-    // Without --input: this machine, or what HSDP_TOPO_FILE & co. name.
-    auto env_src = hsdp::topologySourcesFromEnv();
-    if (!env_src.ok()) return fail(env_src.status());
-    hsdp::TopologySources src = opt.inputs.empty() ? *env_src : hsdp::TopologySources();
-    if (!opt.inputs.empty()) src.hwloc_xml = opt.inputs[i];
-    if (!opt.nvml.empty()) src.nvml_snapshot = opt.nvml[i];
-    if (!opt.nccl.empty()) src.nccl_xml = opt.nccl[i];
-    auto t = hsdp::discoverNodeTopology(src);
-    if (!t.ok()) return fail(t.status());
-    hosts.push_back(std::move(*t));
-  }
-  auto mode = opt.bind.empty() ? hsdp::bindModeFromEnv() : hsdp::parseBindMode(opt.bind);
-  if (!mode.ok()) return fail(mode.status());
-  std::vector<hsdp::RankView> views;
-  for (size_t h = 0; h < hosts.size(); ++h) {
-    const auto& t = hosts[h];
-    int rph = opt.ranks_per_host > 0 ? opt.ranks_per_host
-                                     : std::max<int>(1, static_cast<int>(t.gpus.size()));
-    const int first = static_cast<int>(views.size());
-    for (int l = 0; l < rph; ++l) {
-      hsdp::RankView v;
-      v.world_rank = static_cast<int>(views.size());
-      v.host = t.host.empty() ? hsdp::strCat("host", h) : t.host;
-      v.host_key = first;
-      v.local_rank = l;
-      v.local_size = rph;
-      v.host_gpus = static_cast<int>(t.gpus.size());
-      v.host_nics = static_cast<int>(t.nics.size());
-      v.fabric = t.fabricDomain();
-      v.bind = hsdp::planBinding(t, l, rph, *mode);
-      v.gpu = v.bind.gpu;
-      if (v.gpu >= 0) v.gpu_pci = t.gpus[v.gpu].pci.toString();
-      if (v.bind.nic >= 0) v.nic = t.nics[v.bind.nic].name;
-      views.push_back(std::move(v));
-    }
-  }
-  auto c = hsdp::buildClusterTopology(std::move(views));
-  if (!c.ok()) return fail(c.status());
-  return report(opt, hosts, *c);
+  hsdp::TopologyQuery q{opt.inputs, opt.nvml, opt.nccl, opt.ranks_per_host,
+                        opt.intra_shard, opt.inter_shard, opt.bind};
+  auto view = hsdp::engine::simulateTopology(q);
+  if (!view.ok()) return fail(view.status());
+  return report(opt, view->hosts, view->cluster);
 }
 
 int runMpi(int argc, char** argv, const Options& opt) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "engine/checkpoint/offline.h"
 #include "hsdp/checkpoint.h"
 #include "storage/io.h"
 #include "storage/safetensors.h"
@@ -31,13 +32,15 @@ StatusOr<Opened> openCheckpoint(const std::string& path) {
   return o;
 }
 
-// Whole-file checksum of data file f; on a mismatch the first failing chunk (or user entry) is
-// named with its byte range.
-Status verifyFile(const Opened& o, int f) {
-  const FileDesc& d = o.m.files[f];
-  const std::string path = o.dir + "/" + d.name;
-  HSDP_ASSIGN_OR_RETURN(Dir dir, Dir::open(o.dir));
-  HSDP_ASSIGN_OR_RETURN(File file_owned, openDataFile(o.m, dir, f));
+}  // namespace
+
+namespace engine {
+
+Status verifyDataFile(const std::string& dir_path, const Manifest& m, int f) {
+  const FileDesc& d = m.files[f];
+  const std::string path = dir_path + "/" + d.name;
+  HSDP_ASSIGN_OR_RETURN(Dir dir, Dir::open(dir_path));
+  HSDP_ASSIGN_OR_RETURN(File file_owned, openDataFile(m, dir, f));
   const File* file = &file_owned;
   std::vector<char> buf(std::min<uint64_t>(d.bytes, uint64_t{8} << 20));
   XXH64_state_t* st = XXH64_createState();
@@ -52,8 +55,8 @@ Status verifyFile(const Opened& o, int f) {
   XXH64_freeState(st);
   HSDP_RETURN_IF_ERROR(s);
   if (h == d.xxh64) return okStatus();
-  for (size_t t = 0; t < o.m.tensors.size(); ++t)
-    for (const Chunk& c : o.m.tensors[t].chunks) {
+  for (size_t t = 0; t < m.tensors.size(); ++t)
+    for (const Chunk& c : m.tensors[t].chunks) {
       if (c.file != f) continue;
       HSDP_RETURN_IF_ERROR(checkFitsInMemory(c.count * 4, "a chunk of " + path));
       buf.resize(c.count * 4);
@@ -61,10 +64,10 @@ Status verifyFile(const Opened& o, int f) {
       if (xxh64(buf.data(), buf.size()) != c.xxh64)
         return invalidArgument("data file '", path, "': bytes [", c.offset, ", ",
                                c.offset + c.count * 4, ") of tensor ",
-                               tensorName(o.m, static_cast<int>(t)),
+                               tensorName(m, static_cast<int>(t)),
                                " fail their xxh64 checksum (corrupt file)");
     }
-  for (const UserEntry& e : o.m.user) {
+  for (const UserEntry& e : m.user) {
     if (e.file != f) continue;
     HSDP_RETURN_IF_ERROR(checkFitsInMemory(e.bytes, "user entry '" + e.key + "'"));
     buf.resize(e.bytes);
@@ -79,7 +82,44 @@ Status verifyFile(const Opened& o, int f) {
                          "(padding bytes changed)");
 }
 
-}  // namespace
+std::string checkpointSummaryJson(const std::string& dir, const Manifest& m,
+                                  const std::vector<Status>* checks) {
+  uint64_t params = 0;
+  for (const UnitDesc& u : m.units) params += u.numel();
+  bool all_ok = true;
+  if (checks)
+    for (const Status& c : *checks) all_ok = all_ok && c.ok();
+  nlohmann::json units = nlohmann::json::array();
+  for (const UnitDesc& u : m.units) {
+    nlohmann::json ps = nlohmann::json::array();
+    for (const ParamDesc& p : u.params) ps.push_back({{"name", p.name}, {"shape", p.shape}});
+    units.push_back({{"name", u.name}, {"frozen", u.frozen}, {"params", ps}});
+  }
+  nlohmann::json files = nlohmann::json::array();
+  for (size_t f = 0; f < m.files.size(); ++f) {
+    nlohmann::json file = {{"name", m.files[f].name},
+                           {"rank", m.files[f].rank},
+                           {"bytes", m.files[f].bytes},
+                           {"checksum_ok", nullptr}};
+    if (checks) file["checksum_ok"] = (*checks)[f].ok();
+    files.push_back(file);
+  }
+  nlohmann::json user = nlohmann::json::array();
+  for (const UserEntry& e : m.user) user.push_back({{"key", e.key}, {"bytes", e.bytes}});
+  // The mesh and optimizer exactly as the manifest spells them.
+  const nlohmann::json saved = nlohmann::json::parse(serializeManifest(m), nullptr, false);
+  nlohmann::json j = {{"dir", dir},              {"format_version", m.version},
+                      {"step", m.step},          {"created", m.created},
+                      {"mesh", saved["mesh"]},   {"optimizer", saved["optimizer"]},
+                      {"parameters", params},    {"bytes", m.dataBytes()},
+                      {"units", units},          {"files", files},
+                      {"user", user},            {"checksums_ok", nullptr}};
+  if (checks) j["checksums_ok"] = all_ok;
+  // Names that are not UTF-8 (a path, a hand-edited manifest) print as U+FFFD, never throw.
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace engine
 
 bool CheckpointDiff::identical() const {
   if (step_a != step_b) return false;
@@ -91,7 +131,7 @@ bool CheckpointDiff::identical() const {
 Status verifyCheckpoint(const std::string& path) {
   HSDP_ASSIGN_OR_RETURN(Opened o, openCheckpoint(path));
   for (size_t f = 0; f < o.m.files.size(); ++f)
-    HSDP_RETURN_IF_ERROR(verifyFile(o, static_cast<int>(f)));
+    HSDP_RETURN_IF_ERROR(engine::verifyDataFile(o.dir, o.m, static_cast<int>(f)));
   return okStatus();
 }
 
@@ -101,38 +141,13 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
   std::vector<Status> checks;
   bool all_ok = true;
   for (size_t f = 0; f < m.files.size(); ++f) {
-    checks.push_back(verifyFile(o, static_cast<int>(f)));
+    checks.push_back(engine::verifyDataFile(o.dir, o.m, static_cast<int>(f)));
     all_ok = all_ok && checks.back().ok();
   }
   uint64_t params = 0;
   for (const UnitDesc& u : m.units) params += u.numel();
   const MeshDesc& d = m.mesh;
-  if (as_json) {
-    nlohmann::json units = nlohmann::json::array();
-    for (const UnitDesc& u : m.units) {
-      nlohmann::json ps = nlohmann::json::array();
-      for (const ParamDesc& p : u.params) ps.push_back({{"name", p.name}, {"shape", p.shape}});
-      units.push_back({{"name", u.name}, {"frozen", u.frozen}, {"params", ps}});
-    }
-    nlohmann::json files = nlohmann::json::array();
-    for (size_t f = 0; f < m.files.size(); ++f)
-      files.push_back({{"name", m.files[f].name},
-                       {"rank", m.files[f].rank},
-                       {"bytes", m.files[f].bytes},
-                       {"checksum_ok", checks[f].ok()}});
-    nlohmann::json user = nlohmann::json::array();
-    for (const UserEntry& e : m.user) user.push_back({{"key", e.key}, {"bytes", e.bytes}});
-    // The mesh and optimizer exactly as the manifest spells them.
-    const nlohmann::json saved = nlohmann::json::parse(serializeManifest(m), nullptr, false);
-    nlohmann::json j = {{"dir", o.dir},          {"format_version", m.version},
-                        {"step", m.step},        {"created", m.created},
-                        {"mesh", saved["mesh"]}, {"optimizer", saved["optimizer"]},
-                        {"parameters", params},  {"bytes", m.dataBytes()},
-                        {"units", units},        {"files", files},
-                        {"user", user},          {"checksums_ok", all_ok}};
-    // Names that are not UTF-8 (a path, a hand-edited manifest) print as U+FFFD, never throw.
-    return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  }
+  if (as_json) return engine::checkpointSummaryJson(o.dir, m, &checks);
   std::string s =
       strCat("checkpoint ", files::quote(o.dir), "\n  format version ", m.version, ", step ",
              m.step, ", created ", m.created, "\n  saved under: mode ", d.mode, ", ", d.world_size,

@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -154,6 +155,77 @@ struct ExportOptions {
 // written (the index last when sharded). Streams tensor by tensor.
 StatusOr<std::vector<std::string>> exportCheckpoint(const std::string& ckpt, const std::string& out,
                                                     const ExportOptions& options = {});
+
+// ---- reading tensors without a job (the Python binding's hsdp.checkpoint.open) ----
+
+// The arrays a checkpoint keeps per parameter: the fp32 master and Adam's two moments.
+enum class TensorState { kParam = 0, kExpAvg = 1, kExpAvgSq = 2 };
+const char* tensorStateName(TensorState s);  // "param", "exp_avg", "exp_avg_sq"
+
+struct CheckpointTensor {
+  std::string name;  // "<unit>.<param>", the name exportCheckpoint gives it
+  std::string unit, param;
+  std::vector<int64_t> shape;
+  uint64_t numel = 0;
+  bool has_moments = false;  // false in a frozen unit (no Adam state)
+};
+
+// One tensor's fp32 elements, owned: either the data file's bytes mapped in place (copy on write:
+// writing to it changes this copy only, never the file) or a buffer they were assembled into.
+class TensorData {
+ public:
+  TensorData() = default;
+  ~TensorData();
+  TensorData(TensorData&& o) noexcept;
+  TensorData& operator=(TensorData&& o) noexcept;
+  float* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  bool mapped() const { return map_base_ != nullptr; }
+
+ private:
+  friend class CheckpointReader;
+  void release();
+  float* data_ = nullptr;
+  uint64_t size_ = 0;
+  void* map_base_ = nullptr;  // mmap'ed: munmap(map_base_, map_bytes_)
+  size_t map_bytes_ = 0;
+  float* heap_ = nullptr;  // assembled: delete[]
+};
+
+// An opened checkpoint (a directory, or a root whose `latest` names one): the manifest is read and
+// checked on open; data files are opened when a tensor is read (the same file rules as every
+// other reader: no symbolic links, regular files of the manifest's sizes). Safe to use from
+// several threads (reads are serialised).
+class CheckpointReader {
+ public:
+  static StatusOr<std::unique_ptr<CheckpointReader>> open(const std::string& path);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const std::string& dir() const;  // `latest` resolved
+  int64_t step() const;
+  const std::vector<CheckpointTensor>& tensors() const;  // unit order, then parameter order
+  int find(const std::string& name) const;               // index in tensors(), -1 if absent
+  // inspectCheckpoint's JSON; with `checksums` every data file is hashed (reads every byte),
+  // without, "checksum_ok" and "checksums_ok" are null.
+  StatusOr<std::string> summaryJson(bool checksums) const;
+  // Every data file's checksum, as verifyCheckpoint.
+  [[nodiscard]] Status verify() const;
+  // Whether tensor t's state lies in one data file as one run of bytes (a checkpoint saved on one
+  // rank, or a tensor inside one rank's piece): read() then maps it instead of copying.
+  bool contiguous(int t, TensorState s) const;
+  // Tensor t's state, whole: mapped in place when contiguous() and `map`, else assembled from
+  // the chunks of every file that holds a piece. With `verify` every chunk's xxHash64 is checked
+  // (the error names the file and byte range). NotFound for a frozen unit's moments; a tensor too
+  // large for this machine's memory is an error naming it, before anything is allocated.
+  StatusOr<TensorData> read(int t, TensorState s, bool verify = true, bool map = true);
+
+ private:
+  struct Impl;
+  explicit CheckpointReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 // ---- with a running model: ShardedModel::save / saveAsync / load / loadWeights /
 // exportSafetensors (hsdp/sharded_model.h); their options: ----

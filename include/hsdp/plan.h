@@ -200,6 +200,13 @@ std::vector<Plan> enumeratePlans(const PlanInput& base);
 // Sorts by cross-node bytes per step, then per-GPU total, then mode, I, J (all ascending).
 void rankPlans(std::vector<Plan>* plans);
 
+// hsdp-plan --json: the plan as one JSON object (the categories above by their JSON names, the
+// wires, the cross-node bytes on each wire); with budget > 0 also "mem_budget" and "fits".
+std::string planJson(const Plan& plan, uint64_t budget = 0);
+// hsdp-plan --auto --json: {"mem_budget", "considered": ranked.size(), "fits": [the plans of
+// `ranked` (rankPlans' order) whose per-GPU total is within budget, as planJson]}.
+std::string planAutoJson(const std::vector<Plan>& ranked, uint64_t budget);
+
 // An SVG chart: one row per plan, per-GPU memory (stacked by category) on the left and
 // cross-node bytes per step (stacked by collective) on the right; `budget` > 0 draws the budget
 // line and greys plans over it. Well-formed standalone XML.

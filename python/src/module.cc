@@ -1,0 +1,18 @@
+// hsdp._hsdp: the extension behind the hsdp package (python/hsdp/__init__.py re-exports it).
+// Each part binds one public header of libhsdp: plan.cc hsdp/plan.h, topology.cc
+// hsdp/topology_report.h, checkpoint.cc hsdp/checkpoint.h, collectives.cc hsdp/mpi.h, mesh.h and
+// hier_collectives.h.
+#include "common.h"
+#include "hsdp/version.h"
+
+namespace nb = nanobind;
+
+NB_MODULE(_hsdp, m) {
+  m.doc() = "libhsdp from Python: the planner, topology, checkpoints and hierarchical collectives";
+  m.attr("__version__") = HSDP_VERSION_STRING;
+  hsdp::py::registerErrors(m);
+  hsdp::py::bindPlan(m);
+  hsdp::py::bindTopology(m);
+  hsdp::py::bindCheckpoint(m);
+  hsdp::py::bindCollectives(m);
+}
