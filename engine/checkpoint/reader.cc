@@ -131,6 +131,16 @@ bool isContiguous(const TensorDesc& d) {
   return !d.chunks.empty();
 }
 
+// Manifest tensor i into dst, chunk by chunk from every file that holds one (with verify the
+// reader fetches whole chunks on a second thread while this one hashes the previous).
+Status assemble(CheckpointReader::Impl& im, int i, float* dst, bool verify) {
+  TensorReader& r = verify ? *im.checked : *im.unchecked;
+  std::vector<TensorReader::Request> requests;
+  for (const Chunk& c : im.m.tensors[i].chunks)
+    requests.push_back({i, c.start, c.start + c.count, dst + c.start});
+  return r.readMany(requests);
+}
+
 }  // namespace
 
 bool CheckpointReader::contiguous(int t, TensorState s) const {
@@ -157,10 +167,12 @@ StatusOr<TensorData> CheckpointReader::read(int t, TensorState s, bool verify, b
     const uint64_t offset = d.chunks.front().offset, aligned = offset / page * page;
     const size_t bytes = static_cast<size_t>(offset - aligned + n * sizeof(float));
     // Private and writable: numpy and DLPack consumers get a writable array, and a write lands in
-    // this process's copy of the page only. With verify every page is read at once anyway.
-    void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | (verify ? MAP_POPULATE : 0), f.fd(), static_cast<off_t>(aligned));
+    // this process's copy of the page only. (Not MAP_POPULATE: on a private writable mapping it
+    // write-faults, copying every page.) With verify every page is read at once, in order.
+    void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, f.fd(),
+                      static_cast<off_t>(aligned));
     if (base == MAP_FAILED) return files::errnoStatus("mmap for " + what, f.path(), errno);
+    madvise(base, bytes, verify ? MADV_WILLNEED : MADV_NORMAL);
     out.map_base_ = base;
     out.map_bytes_ = bytes;
     out.data_ = reinterpret_cast<float*>(static_cast<char*>(base) + (offset - aligned));
@@ -180,12 +192,15 @@ StatusOr<TensorData> CheckpointReader::read(int t, TensorState s, bool verify, b
                   strCat(what, " needs ", n * sizeof(float), " bytes: allocation failed"));
   out.data_ = out.heap_;
   out.size_ = n;
-  TensorReader& r = verify ? *im.checked : *im.unchecked;
-  std::vector<TensorReader::Request> requests;
-  for (const Chunk& c : d.chunks)
-    requests.push_back({i, c.start, c.start + c.count, out.data_ + c.start});
-  HSDP_RETURN_IF_ERROR(r.readMany(requests));
+  HSDP_RETURN_IF_ERROR(assemble(im, i, out.data_, verify));
   return out;
+}
+
+Status CheckpointReader::readInto(int t, TensorState s, float* dst, bool verify) {
+  Impl& im = *impl_;
+  HSDP_ASSIGN_OR_RETURN(int i, manifestIndex(im.m, im.tensors, im.first_tensor, t, s));
+  std::lock_guard<std::mutex> lock(im.mu);
+  return assemble(im, i, dst, verify);
 }
 
 }  // namespace hsdp

@@ -220,9 +220,13 @@ class CheckpointReader {
   // (the error names the file and byte range). NotFound for a frozen unit's moments; a tensor too
   // large for this machine's memory is an error naming it, before anything is allocated.
   StatusOr<TensorData> read(int t, TensorState s, bool verify = true, bool map = true);
+  // Tensor t's state, whole, assembled into the caller's `dst` (tensors()[t].numel floats), e.g.
+  // an array its own allocator made; the same checks as read().
+  [[nodiscard]] Status readInto(int t, TensorState s, float* dst, bool verify = true);
+
+  struct Impl;  // engine/checkpoint/reader.cc
 
  private:
-  struct Impl;
   explicit CheckpointReader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

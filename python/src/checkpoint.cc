@@ -32,20 +32,35 @@ int indexOf(const CheckpointReader& r, const std::string& name) {
 
 using Array = nb::ndarray<nb::numpy, float>;
 
-// Tensor `name` as a numpy array that owns its TensorData (a mapping or a buffer).
-Array tensorArray(CheckpointReader& r, const std::string& name, const std::string& state,
-                  bool verify, bool map) {
+// Tensor `name` as a numpy array: the checkpoint's bytes mapped in place (the array owns the
+// mapping) when they lie in one run of one file, else numpy's own array filled by the reader
+// (numpy's allocator reuses memory and asks for huge pages, which this machine faults in far
+// faster than a fresh allocation of small pages).
+nb::object tensorArray(CheckpointReader& r, const std::string& name, const std::string& state,
+                       bool verify, bool map) {
   const int t = indexOf(r, name);
   const TensorState s = parseState(state);
-  StatusOr<TensorData> data = [&] {
-    nb::gil_scoped_release unlocked;  // the read may take a while; other threads run
-    return r.read(t, s, verify, map);
-  }();
-  auto* owned = new TensorData(take(std::move(data)));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<TensorData*>(p); });
   std::vector<size_t> shape;
   for (int64_t d : r.tensors()[t].shape) shape.push_back(static_cast<size_t>(d));
-  return Array(owned->data(), shape.size(), shape.data(), owner);
+  if (map && r.contiguous(t, s)) {
+    StatusOr<TensorData> data = [&] {
+      nb::gil_scoped_release unlocked;  // the read may take a while; other threads run
+      return r.read(t, s, verify, /*map=*/true);
+    }();
+    auto* owned = new TensorData(take(std::move(data)));
+    nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<TensorData*>(p); });
+    return nb::cast(Array(owned->data(), shape.size(), shape.data(), owner));
+  }
+  nb::object arr = nb::module_::import_("numpy").attr("empty")(
+      nb::tuple(nb::cast(shape)), nb::arg("dtype") = "float32");
+  auto view = nb::cast<nb::ndarray<float, nb::c_contig>>(arr);
+  Status st;
+  {
+    nb::gil_scoped_release unlocked;
+    st = r.readInto(t, s, view.data(), verify);
+  }
+  check(st);
+  return arr;
 }
 
 }  // namespace
