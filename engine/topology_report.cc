@@ -18,35 +18,60 @@ std::string linkCell(const NodeTopology& t, int i, int j) {
 namespace {
 
 json hostJson(const NodeTopology& t) {
-  json h = {{"host", t.host}, {"source", t.source}, {"arch", t.arch}, {"packages", t.packages},
-            {"cores", t.cores}, {"pus", t.pus}, {"nvlink_source", t.links.source},
-            {"nvlink_note", t.links_note}, {"nvlink_all_to_all", t.nvlinkAllToAll()},
+  json h = {{"host", t.host},
+            {"source", t.source},
+            {"arch", t.arch},
+            {"packages", t.packages},
+            {"cores", t.cores},
+            {"pus", t.pus},
+            {"nvlink_source", t.links.source},
+            {"nvlink_note", t.links_note},
+            {"nvlink_all_to_all", t.nvlinkAllToAll()},
             {"fabric_domain", t.fabricDomain()}};
   for (const auto& n : t.numa_nodes)
-    h["numa"].push_back({{"os_index", n.os_index}, {"package", n.package}, {"cpus", n.cpuset},
-                         {"cores", n.core_cpusets.size()}, {"memory_bytes", n.memory_bytes}});
+    h["numa"].push_back({{"os_index", n.os_index},
+                         {"package", n.package},
+                         {"cpus", n.cpuset},
+                         {"cores", n.core_cpusets.size()},
+                         {"memory_bytes", n.memory_bytes}});
   for (const auto& g : t.gpus) {
     json links = json::array(), paths = json::array(), nics = json::array();
     for (const auto& o : t.gpus) links.push_back(linkCell(t, g.index, o.index));
     for (const auto& n : t.nics) nics.push_back(pciPathName(t.gpu_nic_path[g.index][n.index]));
     int rail = t.nic_of_gpu[g.index];
-    h["gpus"].push_back({{"index", g.index}, {"pci", g.pci.toString()}, {"name", g.name},
-                         {"numa", g.numa}, {"cpus", g.cpuset}, {"links", links},
-                         {"nic_paths", nics}, {"rail", rail < 0 ? "" : t.nics[rail].name}});
+    h["gpus"].push_back({{"index", g.index},
+                         {"pci", g.pci.toString()},
+                         {"name", g.name},
+                         {"numa", g.numa},
+                         {"cpus", g.cpuset},
+                         {"links", links},
+                         {"nic_paths", nics},
+                         {"rail", rail < 0 ? "" : t.nics[rail].name}});
   }
   for (const auto& n : t.nics)
-    h["nics"].push_back({{"index", n.index}, {"name", n.name}, {"netdev", n.netdev},
-                         {"kind", nicKindName(n.kind)}, {"pci", n.pci.toString()},
+    h["nics"].push_back({{"index", n.index},
+                         {"name", n.name},
+                         {"netdev", n.netdev},
+                         {"kind", nicKindName(n.kind)},
+                         {"pci", n.pci.toString()},
                          {"numa", n.numa}});
   return h;
 }
 
 json viewJson(const RankView& v) {
-  return {{"rank", v.world_rank}, {"host", v.host}, {"local_rank", v.local_rank},
-          {"gpu", v.gpu}, {"gpu_pci", v.gpu_pci}, {"nic", v.nic}, {"fabric", v.fabric},
-          {"bind", {{"mode", bindModeName(v.bind.mode)}, {"numa", v.bind.numa},
-                    {"cpus", v.bind.cpuset}, {"launcher_cpus", v.bind.launcher_cpus},
-                    {"reason", v.bind.reason}}}};
+  return {{"rank", v.world_rank},
+          {"host", v.host},
+          {"local_rank", v.local_rank},
+          {"gpu", v.gpu},
+          {"gpu_pci", v.gpu_pci},
+          {"nic", v.nic},
+          {"fabric", v.fabric},
+          {"bind",
+           {{"mode", bindModeName(v.bind.mode)},
+            {"numa", v.bind.numa},
+            {"cpus", v.bind.cpuset},
+            {"launcher_cpus", v.bind.launcher_cpus},
+            {"reason", v.bind.reason}}}};
 }
 
 }  // namespace
@@ -61,10 +86,13 @@ std::string topologyJson(const std::vector<NodeTopology>& hosts, const ClusterTo
   out["ranks_per_node"] = c.layout.ranks_per_node;
   for (const auto& v : c.ranks) out["ranks"].push_back(viewJson(v));
   if (shape.ok())
-    out["mesh"] = {{"world", shape->world_size}, {"nodes", shape->num_nodes},
+    out["mesh"] = {{"world", shape->world_size},
+                   {"nodes", shape->num_nodes},
                    {"ranks_per_node", shape->ranks_per_node},
-                   {"intra_shard", shape->intra_shard}, {"inter_shard", shape->inter_shard},
-                   {"shard_group", shape->shardGroupSize()}, {"replicas", shape->replicas()}};
+                   {"intra_shard", shape->intra_shard},
+                   {"inter_shard", shape->inter_shard},
+                   {"shard_group", shape->shardGroupSize()},
+                   {"replicas", shape->replicas()}};
   else
     out["mesh_error"] = shape.status().toString();
   // Names read from files that are not UTF-8 print as U+FFFD, never throw.
@@ -97,8 +125,8 @@ StatusOr<TopologyView> simulateTopology(const TopologyQuery& q) {
   std::vector<RankView> views;
   for (size_t h = 0; h < out.hosts.size(); ++h) {
     const NodeTopology& t = out.hosts[h];
-    const int rph = q.ranks_per_host > 0 ? q.ranks_per_host
-                                         : std::max<int>(1, static_cast<int>(t.gpus.size()));
+    const int rph =
+        q.ranks_per_host > 0 ? q.ranks_per_host : std::max<int>(1, static_cast<int>(t.gpus.size()));
     const int first = static_cast<int>(views.size());
     for (int l = 0; l < rph; ++l) {
       RankView v;

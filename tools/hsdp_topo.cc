@@ -61,7 +61,8 @@ void printHost(const hsdp::NodeTopology& t) {
   std::printf("%-20s %s\n", "CPU Affinity", "NUMA Affinity");
   for (const auto& g : t.gpus) {
     std::printf("  GPU%-3d", g.index);
-    for (const auto& h : t.gpus) std::printf("%-6s", hsdp::engine::linkCell(t, g.index, h.index).c_str());
+    for (const auto& h : t.gpus)
+      std::printf("%-6s", hsdp::engine::linkCell(t, g.index, h.index).c_str());
     for (const auto& n : t.nics)
       std::printf("%-6s", hsdp::pciPathName(t.gpu_nic_path[g.index][n.index]));
     std::printf("%-20s %d\n", g.cpuset.c_str(), g.numa);

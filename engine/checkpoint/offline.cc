@@ -2,6 +2,8 @@
 // (one chunk buffer of memory, whatever the model size), plus exportCheckpoint. Only storage/ and
 // hsdp/checkpoint.h; it stays in the engine because that public header is the engine's (it
 // names ShardMode from hsdp/config.h).
+#include "engine/checkpoint/offline.h"
+
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -10,7 +12,6 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint/offline.h"
 #include "hsdp/checkpoint.h"
 #include "storage/io.h"
 #include "storage/safetensors.h"
@@ -108,12 +109,18 @@ std::string checkpointSummaryJson(const std::string& dir, const Manifest& m,
   for (const UserEntry& e : m.user) user.push_back({{"key", e.key}, {"bytes", e.bytes}});
   // The mesh and optimizer exactly as the manifest spells them.
   const nlohmann::json saved = nlohmann::json::parse(serializeManifest(m), nullptr, false);
-  nlohmann::json j = {{"dir", dir},              {"format_version", m.version},
-                      {"step", m.step},          {"created", m.created},
-                      {"mesh", saved["mesh"]},   {"optimizer", saved["optimizer"]},
-                      {"parameters", params},    {"bytes", m.dataBytes()},
-                      {"units", units},          {"files", files},
-                      {"user", user},            {"checksums_ok", nullptr}};
+  nlohmann::json j = {{"dir", dir},
+                      {"format_version", m.version},
+                      {"step", m.step},
+                      {"created", m.created},
+                      {"mesh", saved["mesh"]},
+                      {"optimizer", saved["optimizer"]},
+                      {"parameters", params},
+                      {"bytes", m.dataBytes()},
+                      {"units", units},
+                      {"files", files},
+                      {"user", user},
+                      {"checksums_ok", nullptr}};
   if (checks) j["checksums_ok"] = all_ok;
   // Names that are not UTF-8 (a path, a hand-edited manifest) print as U+FFFD, never throw.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

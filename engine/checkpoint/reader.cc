@@ -66,8 +66,8 @@ StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::st
   for (size_t u = 0; u < m.units.size(); ++u)
     for (size_t p = 0; p < m.units[u].params.size(); ++p) {
       const ParamDesc& pd = m.units[u].params[p];
-      impl->tensors.push_back({m.units[u].name + "." + pd.name, m.units[u].name, pd.name,
-                               pd.shape, pd.numel(), !m.units[u].frozen});
+      impl->tensors.push_back({m.units[u].name + "." + pd.name, m.units[u].name, pd.name, pd.shape,
+                               pd.numel(), !m.units[u].frozen});
       impl->first_tensor.push_back(
           m.tensorIndex(static_cast<int>(u), static_cast<int>(p), State::kParam));
     }
@@ -112,8 +112,8 @@ StatusOr<int> manifestIndex(const Manifest& m, const std::vector<CheckpointTenso
   if (t < 0 || t >= static_cast<int>(tensors.size()))
     return invalidArgument("tensor index ", t, " of a checkpoint of ", tensors.size(), " tensors");
   if (s != TensorState::kParam && !tensors[t].has_moments)
-    return notFound("tensor ", tensors[t].name, " has no ", tensorStateName(s),
-                    " (its unit '", tensors[t].unit, "' was frozen when saved)");
+    return notFound("tensor ", tensors[t].name, " has no ", tensorStateName(s), " (its unit '",
+                    tensors[t].unit, "' was frozen when saved)");
   const int i = first[t] + static_cast<int>(s);
   if (first[t] < 0 || i >= static_cast<int>(m.tensors.size()) ||
       m.tensors[i].state != static_cast<State>(s))

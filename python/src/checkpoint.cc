@@ -25,8 +25,8 @@ TensorState parseState(const std::string& s) {
 int indexOf(const CheckpointReader& r, const std::string& name) {
   const int t = r.find(name);
   if (t < 0)
-    check(notFound("checkpoint '", r.dir(), "' has no tensor '", name, "' (",
-                   r.tensors().size(), " tensors; Checkpoint.names() lists them)"));
+    check(notFound("checkpoint '", r.dir(), "' has no tensor '", name, "' (", r.tensors().size(),
+                   " tensors; Checkpoint.names() lists them)"));
   return t;
 }
 
@@ -51,8 +51,8 @@ nb::object tensorArray(CheckpointReader& r, const std::string& name, const std::
     nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<TensorData*>(p); });
     return nb::cast(Array(owned->data(), shape.size(), shape.data(), owner));
   }
-  nb::object arr = nb::module_::import_("numpy").attr("empty")(
-      nb::tuple(nb::cast(shape)), nb::arg("dtype") = "float32");
+  nb::object arr = nb::module_::import_("numpy").attr("empty")(nb::tuple(nb::cast(shape)),
+                                                               nb::arg("dtype") = "float32");
   auto view = nb::cast<nb::ndarray<float, nb::c_contig>>(arr);
   Status st;
   {
@@ -150,8 +150,10 @@ void bindCheckpoint(nb::module_& m) {
         t.intra_shard = intra_shard;
         t.inter_shard = inter_shard;
         t.mode = take(parseShardMode(mode));
-        for (auto [v, what] : {std::pair{world, "world"}, {ranks_per_node, "ranks_per_node"},
-                               {intra_shard, "intra_shard"}, {inter_shard, "inter_shard"}})
+        for (auto [v, what] : {std::pair{world, "world"},
+                               {ranks_per_node, "ranks_per_node"},
+                               {intra_shard, "intra_shard"},
+                               {inter_shard, "inter_shard"}})
           if (v < 1 || v > (1 << 20)) check(invalidArgument(what, " ", v, " must be in [1, 2^20]"));
         Status s;
         {
@@ -196,8 +198,9 @@ void bindCheckpoint(nb::module_& m) {
       .def_ro("step_b", &CheckpointDiff::step_b)
       .def_ro("tensors", &CheckpointDiff::tensors)
       .def_prop_ro("identical", &CheckpointDiff::identical, "same step, every difference 0")
-      .def("__bool__", [](const CheckpointDiff& d) { return !d.identical(); },
-           "True when the checkpoints differ");
+      .def(
+          "__bool__", [](const CheckpointDiff& d) { return !d.identical(); },
+          "True when the checkpoints differ");
   m.def(
       "_diff",
       [](const std::string& a, const std::string& b) {

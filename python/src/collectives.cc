@@ -112,7 +112,7 @@ std::string dtypeText(nb::dlpack::dtype d) {
                      : d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int)    ? "int"
                      : d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::UInt)   ? "uint"
                      : d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) ? "bfloat"
-                                                                                       : "other";
+                                                                                      : "other";
   return strCat(kind, static_cast<int>(d.bits));
 }
 
@@ -126,8 +126,9 @@ DType arrayDType(const A& a, const char* what) {
   int64_t expect = 1;
   for (size_t i = a.ndim(); i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != expect)
-      check(invalidArgument(what, ": the array is not contiguous (make it with "
-                                  "numpy.ascontiguousarray)"));
+      check(invalidArgument(what,
+                            ": the array is not contiguous (make it with "
+                            "numpy.ascontiguousarray)"));
     expect *= static_cast<int64_t>(a.shape(i));
   }
   const nb::dlpack::dtype d = a.dtype();
@@ -184,18 +185,21 @@ void bindCollectives(nb::module_& m) {
                         "hsdp inside an MPI job (run under mpirun). init() starts MPI (and "
                         "finalizes it on close()); attach() joins an MPI the application "
                         "started, e.g. with mpi4py, and never finalizes it.")
-      .def_static("init", [] { return makeSession(false); },
-                  "Initialise MPI for hsdp (MPI_Init_thread, hsdp's process tuning). "
-                  "FailedPreconditionError when MPI is already initialised: use attach().")
-      .def_static("attach", [] { return makeSession(true); },
-                  "Join the MPI the application initialised (mpi4py). hsdp's traffic runs on a "
-                  "duplicate of MPI_COMM_WORLD, never mixing with the application's.")
+      .def_static(
+          "init", [] { return makeSession(false); },
+          "Initialise MPI for hsdp (MPI_Init_thread, hsdp's process tuning). "
+          "FailedPreconditionError when MPI is already initialised: use attach().")
+      .def_static(
+          "attach", [] { return makeSession(true); },
+          "Join the MPI the application initialised (mpi4py). hsdp's traffic runs on a "
+          "duplicate of MPI_COMM_WORLD, never mixing with the application's.")
       .def_prop_ro("rank", [](PySession& s) { return s.live().rank(); })
       .def_prop_ro("size", [](PySession& s) { return s.live().size(); })
-      .def_prop_ro("owns_mpi", [](PySession& s) {
-        if (!s.session) check(failedPrecondition("the hsdp Session is closed"));
-        return s.session->ownsMpi();
-      })
+      .def_prop_ro("owns_mpi",
+                   [](PySession& s) {
+                     if (!s.session) check(failedPrecondition("the hsdp Session is closed"));
+                     return s.session->ownsMpi();
+                   })
       .def_prop_ro("closed", [](const PySession& s) { return !s.world; })
       .def("barrier",
            [](PySession& s) {
@@ -236,8 +240,9 @@ void bindCollectives(nb::module_& m) {
            "Free hsdp's MPI objects (every Mesh and Collectives made from this Session) and, "
            "after init(), finalize MPI. Idempotent.");
 
-  nb::class_<PyMesh>(m, "Mesh", "The two-level mesh: shard groups of intra_shard ranks on each "
-                                "of inter_shard nodes, replicated over the rest")
+  nb::class_<PyMesh>(m, "Mesh",
+                     "The two-level mesh: shard groups of intra_shard ranks on each "
+                     "of inter_shard nodes, replicated over the rest")
       .def_prop_ro("shape", [](PyMesh& p) { return shapeDict(p.live()); })
       .def_prop_ro("coords", [](PyMesh& p) { return coordsDict(p.live()); })
       .def("describe", [](PyMesh& p) { return p.live().describe(); })

@@ -64,15 +64,17 @@ int positive(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-nb::object plan(nb::object params, std::optional<std::string> layers, std::optional<int64_t> units,
+nb::object plan(nb::object params, nb::object layers_arg, std::optional<int64_t> units,
                 int64_t nodes, int64_t gpus_per_node, std::optional<int64_t> intra_shard,
                 std::optional<int64_t> inter_shard, std::optional<std::string> mode, bool hpz,
                 const std::string& param_dtype, nb::object offload,
                 std::optional<std::string> inter_param_wire,
-                std::optional<std::string> inter_grad_wire,
-                std::optional<std::string> replica_wire, int64_t quant_block,
-                nb::object mem_budget, bool automatic) {
+                std::optional<std::string> inter_grad_wire, std::optional<std::string> replica_wire,
+                int64_t quant_block, nb::object mem_budget, bool automatic) {
   PlanInput in;
+  std::optional<std::string> layers;  // a str or os.PathLike
+  if (!layers_arg.is_none())
+    layers = nb::cast<std::string>(nb::module_::import_("os").attr("fspath")(layers_arg));
   // ---- the model ----
   if (params.is_none() == !layers.has_value())
     check(invalidArgument("give exactly one of params=N and layers=FILE"));
@@ -83,8 +85,8 @@ nb::object plan(nb::object params, std::optional<std::string> layers, std::optio
     in.units = take(splitUnits(countArg(params, "params"), n_units));
   } else {
     if (units)
-      check(invalidArgument("units applies to params only (layers='", *layers,
-                            "' lists the units)"));
+      check(
+          invalidArgument("units applies to params only (layers='", *layers, "' lists the units)"));
     in.units = take(readUnitsFile(*layers));
   }
   // ---- the machine and the policy ----
@@ -118,8 +120,9 @@ nb::object plan(nb::object params, std::optional<std::string> layers, std::optio
   if (automatic) {
     if (budget == 0) check(invalidArgument("auto=True needs mem_budget (e.g. '80G')"));
     if (intra_shard || inter_shard || mode || hpz)
-      check(invalidArgument("auto=True tries every factorization and mode itself: drop "
-                            "intra_shard, inter_shard, mode and hpz"));
+      check(
+          invalidArgument("auto=True tries every factorization and mode itself: drop "
+                          "intra_shard, inter_shard, mode and hpz"));
     check(validatePlanInput(in));
     PyAutoPlan a{enumeratePlans(in), budget};
     rankPlans(&a.ranked);
@@ -181,8 +184,9 @@ void bindPlan(nb::module_& m) {
       .def_prop_ro("total_params", [](const PyPlan& p) { return p.plan.total_params; })
       .def_prop_ro("padded_params", [](const PyPlan& p) { return p.plan.padded_params; })
       .def_prop_ro("shard_params", [](const PyPlan& p) { return p.plan.shard_params; })
-      .def_prop_ro("units", [](const PyPlan& p) { return p.plan.input.units; },
-                   "parameter count of each unit")
+      .def_prop_ro(
+          "units", [](const PyPlan& p) { return p.plan.input.units; },
+          "parameter count of each unit")
       .def_prop_ro(
           "per_gpu_bytes",
           [](const PyPlan& p) { return memoryDict(p.plan.gpu, p.plan.gathered_blocks); },
@@ -202,14 +206,16 @@ void bindPlan(nb::module_& m) {
           },
           "bytes leaving a node per step, all nodes: all_gather, reduce_scatter, all_reduce, "
           "total, per_node")
-      .def_prop_ro("fits",
-                   [](const PyPlan& p) -> std::optional<bool> {
-                     if (p.budget == 0) return std::nullopt;
-                     return p.plan.gpu.total() <= p.budget;
-                   },
-                   "whether the per-GPU total is within mem_budget (None without one)")
-      .def("to_dict", [](const PyPlan& p) { return loadsJson(planJson(p.plan, p.budget)); },
-           "hsdp-plan --json's object")
+      .def_prop_ro(
+          "fits",
+          [](const PyPlan& p) -> std::optional<bool> {
+            if (p.budget == 0) return std::nullopt;
+            return p.plan.gpu.total() <= p.budget;
+          },
+          "whether the per-GPU total is within mem_budget (None without one)")
+      .def(
+          "to_dict", [](const PyPlan& p) { return loadsJson(planJson(p.plan, p.budget)); },
+          "hsdp-plan --json's object")
       .def("__repr__", [](const PyPlan& p) {
         return strCat("<hsdp.Plan ", p.plan.label(), ": ", formatBytes(p.plan.gpu.total()),
                       " per GPU, ", formatBytes(p.plan.cross_node.total()),
@@ -230,9 +236,10 @@ void bindPlan(nb::module_& m) {
             return f.front();
           },
           "the first of `fits` (the least cross-node traffic), None when nothing fits")
-      .def("to_dict",
-           [](const PyAutoPlan& a) { return loadsJson(planAutoJson(a.ranked, a.budget)); },
-           "hsdp-plan --auto --json's object")
+      .def(
+          "to_dict",
+          [](const PyAutoPlan& a) { return loadsJson(planAutoJson(a.ranked, a.budget)); },
+          "hsdp-plan --auto --json's object")
       .def("__repr__", [](const PyAutoPlan& a) {
         return strCat("<hsdp.AutoPlan ", a.fits().size(), " of ", a.ranked.size(),
                       " configurations fit ", formatBytes(a.budget), " per GPU>");
@@ -241,11 +248,19 @@ void bindPlan(nb::module_& m) {
   m.def("plan", &plan, nb::arg("params") = nb::none(), nb::kw_only(),
         nb::arg("layers") = nb::none(), nb::arg("units") = nb::none(), nb::arg("nodes"),
         nb::arg("gpus_per_node"), nb::arg("intra_shard") = nb::none(),
-        nb::arg("inter_shard") = nb::none(), nb::arg("mode") = nb::none(),
-        nb::arg("hpz") = false, nb::arg("param_dtype") = "bf16", nb::arg("offload") = "none",
+        nb::arg("inter_shard") = nb::none(), nb::arg("mode") = nb::none(), nb::arg("hpz") = false,
+        nb::arg("param_dtype") = "bf16", nb::arg("offload") = "none",
         nb::arg("inter_param_wire") = nb::none(), nb::arg("inter_grad_wire") = nb::none(),
         nb::arg("replica_wire") = nb::none(), nb::arg("quant_block") = kDefaultQuantBlock,
         nb::arg("mem_budget") = nb::none(), nb::arg("auto") = false,
+        nb::sig("def plan(params: int | float | str | None = None, *, "
+                "layers: str | os.PathLike[str] | None = None, units: int | None = None, "
+                "nodes: int, gpus_per_node: int, intra_shard: int | None = None, "
+                "inter_shard: int | None = None, mode: str | None = None, hpz: bool = False, "
+                "param_dtype: str = 'bf16', offload: str | bool = 'none', "
+                "inter_param_wire: str | None = None, inter_grad_wire: str | None = None, "
+                "replica_wire: str | None = None, quant_block: int = 2048, "
+                "mem_budget: int | str | None = None, auto: bool = False) -> Plan | AutoPlan"),
         R"doc(Per-GPU memory and cross-node traffic of a sharding configuration, without running it
 (the numbers of ``hsdp-plan --json``; formulas in include/hsdp/plan.h, guide in docs/plan.md).
 

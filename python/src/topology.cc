@@ -1,11 +1,10 @@
 // hsdp.topology: what hsdp-topo prints (hsdp/topology_report.h), as a dict that
 // python/hsdp/topology.py wraps.
-#include "hsdp/topology_report.h"
-
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "common.h"
+#include "hsdp/topology_report.h"
 
 namespace hsdp::py {
 
@@ -16,7 +15,7 @@ void bindTopology(nb::module_& m) {
          std::vector<std::string> nccl, int ranks_per_host, int intra_shard, int inter_shard,
          std::string bind) {
         TopologyQuery q{std::move(hwloc_xml), std::move(nvml), std::move(nccl), ranks_per_host,
-                        intra_shard, inter_shard, std::move(bind)};
+                        intra_shard,          inter_shard,     std::move(bind)};
         StatusOr<std::string> j = [&] {
           nb::gil_scoped_release unlocked;
           return topologyReportJson(q);

@@ -39,6 +39,9 @@ SKIP = {
     "build/examples/train_gpt --preset small": "prose: the program scripts/demo runs (run above)",
 }
 ROOT_ONLY = ("tests/cluster/cluster.sh",)  # network namespaces: root only
+# The Python package's environment: made by scripts/python-env, which scripts/test runs first.
+PYENV = "build/pyenv/"
+repo_dir = "."
 RUNNABLE = re.compile(r"^(scripts|build|tests|bench)/\S+ \S")
 
 
@@ -82,6 +85,8 @@ def skip_reason(cmd):
             return why
     if cmd.startswith(ROOT_ONLY) and os.geteuid() != 0:
         return "needs root (network namespaces)"
+    if cmd.startswith(PYENV) and not os.path.exists(os.path.join(repo_dir, PYENV, "bin/python")):
+        return "no build/pyenv: scripts/python-env makes it (scripts/test runs it first)"
     return None
 
 
@@ -92,7 +97,8 @@ def main():
     ap.add_argument("--only", default="", help="run only commands containing this text")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per command")
     a = ap.parse_args()
-    repo = os.path.realpath(a.repo)
+    global repo_dir
+    repo = repo_dir = os.path.realpath(a.repo)
     with open(os.path.join(repo, "README.md")) as f:
         cmds = commands(f.read())
     if a.list:
