@@ -23,6 +23,7 @@ try:
 finally:
     _sys.setdlopenflags(_flags)
 
+from . import _errors  # noqa: E402
 from ._errors import (  # noqa: E402
     AbortedError,
     Error,
@@ -40,22 +41,5 @@ from .collectives import Collectives, Mesh, Session  # noqa: E402
 
 __version__ = _hsdp.__version__
 
-__all__ = [
-    "plan",
-    "Plan",
-    "AutoPlan",
-    "topology",
-    "checkpoint",
-    "Session",
-    "Mesh",
-    "Collectives",
-    "Error",
-    "InvalidArgumentError",
-    "NotFoundError",
-    "FailedPreconditionError",
-    "OutOfRangeError",
-    "UnimplementedError",
-    "InternalError",
-    "ResourceExhaustedError",
-    "AbortedError",
-]
+__all__ = ["plan", "Plan", "AutoPlan", "topology", "checkpoint", "Session", "Mesh", "Collectives",
+           *_errors.__all__]
