@@ -8,7 +8,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
-#include "common.h"
+#include "src/common.h"
 
 namespace hsdp::py {
 

@@ -16,10 +16,10 @@
 #include <optional>
 #include <vector>
 
-#include "common.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
+#include "src/common.h"
 
 namespace hsdp::py {
 

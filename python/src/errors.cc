@@ -2,7 +2,7 @@
 // message as the text.
 #include <nanobind/stl/string.h>
 
-#include "common.h"
+#include "src/common.h"
 
 namespace hsdp::py {
 

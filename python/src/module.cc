@@ -2,8 +2,8 @@
 // Each part binds one public header of libhsdp: plan.cc hsdp/plan.h, topology.cc
 // hsdp/topology_report.h, checkpoint.cc hsdp/checkpoint.h, collectives.cc hsdp/mpi.h, mesh.h and
 // hier_collectives.h.
-#include "common.h"
 #include "hsdp/version.h"
+#include "src/common.h"
 
 namespace nb = nanobind;
 

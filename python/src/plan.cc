@@ -11,7 +11,7 @@
 #include <optional>
 #include <tuple>
 
-#include "common.h"
+#include "src/common.h"
 
 namespace hsdp::py {
 

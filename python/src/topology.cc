@@ -3,8 +3,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include "common.h"
 #include "hsdp/topology_report.h"
+#include "src/common.h"
 
 namespace hsdp::py {
 
