@@ -75,8 +75,13 @@ if [ "${1:-}" = --inside ]; then
     {
         echo '#!/bin/sh'
         echo "t=$sd/tmp/\$SLURMD_NODENAME s=$sd/spool/\$SLURMD_NODENAME j=\$SLURM_JOB_ID"
-        echo 'left=$(ls -d "$t"/spmix_appdir_*_"$j".* "$s"/stepd.slurm.pmix."$j".* "$s"/pmix."$j".* 2>/dev/null | tr "\n" " ")'
-        echo 'rm -rf -- "$t"/spmix_appdir_*_"$j".* "$s"/stepd.slurm.pmix."$j".* "$s"/pmix."$j".*'
+        # Also what the job's ranks left in the node's private /dev/shm (Open MPI's vader and
+        # UCX's segments, named after the job and step, so a requeued job's ranks met the
+        # killed run's: a CI run's restart crashed in shared-memory set-up, "open(2): No such
+        # file or directory"). One job runs at a time on these nodes.
+        echo 'shm=$(ls -d /dev/shm/vader_segment.* /dev/shm/ucx_* /dev/shm/sm_segment.* 2>/dev/null | tr "\n" " ")'
+        echo 'left=$(ls -d "$t"/spmix_appdir_*_"$j".* "$s"/stepd.slurm.pmix."$j".* "$s"/pmix."$j".* 2>/dev/null | tr "\n" " ")$shm'
+        echo 'rm -rf -- "$t"/spmix_appdir_*_"$j".* "$s"/stepd.slurm.pmix."$j".* "$s"/pmix."$j".* $shm'
         echo "echo \"\$(date +%T.%N) \$SLURMD_NODENAME job \$j: removed \$left\" >>$sd/log/epilog.log"
         # slurmd refuses a batch launch whose credential is not newer, in whole seconds, than the
         # job's revocation at its last end ("Job 1 already killed, do not launch batch job"):
