@@ -4,6 +4,7 @@
 // changed), any other is assembled from its chunks through the storage module's TensorReader.
 #include <sys/mman.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <mutex>
 #include <optional>
@@ -51,8 +52,11 @@ struct CheckpointReader::Impl {
   std::vector<CheckpointTensor> tensors;
   std::vector<int> first_tensor;  // per entry of `tensors`: the manifest index of its master
   std::mutex mu;                  // guards the readers
-  std::optional<TensorReader> checked, unchecked;
+  std::optional<TensorReader> unchecked;
+  std::optional<DataFiles> files;  // the checked reads' files
+  XXH64_state_t* hash = nullptr;
   std::optional<Dir> d;  // opened on the first mapping
+  ~Impl() { XXH64_freeState(hash); }
 };
 
 CheckpointReader::CheckpointReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -71,8 +75,10 @@ StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::st
       impl->first_tensor.push_back(
           m.tensorIndex(static_cast<int>(u), static_cast<int>(p), State::kParam));
     }
-  impl->checked.emplace(impl->m, impl->dir, /*verify=*/true);
   impl->unchecked.emplace(impl->m, impl->dir, /*verify=*/false);
+  impl->files.emplace(impl->m, impl->dir);
+  impl->hash = XXH64_createState();
+  if (!impl->hash) return Status(StatusCode::kResourceExhausted, "XXH64_createState failed");
   return std::unique_ptr<CheckpointReader>(new CheckpointReader(std::move(impl)));
 }
 
@@ -131,14 +137,35 @@ bool isContiguous(const TensorDesc& d) {
   return !d.chunks.empty();
 }
 
-// Manifest tensor i into dst, chunk by chunk from every file that holds one (with verify the
-// reader fetches whole chunks on a second thread while this one hashes the previous).
+// Manifest tensor i into dst from every file that holds a chunk of it. With verify each chunk is
+// read in blocks small enough to stay in cache and each block hashed as soon as it lands, so the
+// checksum reads the cache and not memory again (on this 2-core VM the read and hash of a chunk
+// whole, even overlapped on two threads, ran at half the speed of a plain read).
 Status assemble(CheckpointReader::Impl& im, int i, float* dst, bool verify) {
-  TensorReader& r = verify ? *im.checked : *im.unchecked;
-  std::vector<TensorReader::Request> requests;
-  for (const Chunk& c : im.m.tensors[i].chunks)
-    requests.push_back({i, c.start, c.start + c.count, dst + c.start});
-  return r.readMany(requests);
+  const TensorDesc& d = im.m.tensors[i];
+  if (!verify) {
+    std::vector<TensorReader::Request> requests;
+    for (const Chunk& c : d.chunks)
+      requests.push_back({i, c.start, c.start + c.count, dst + c.start});
+    return im.unchecked->readMany(requests);
+  }
+  constexpr uint64_t kBlock = uint64_t{256} << 10;
+  for (const Chunk& c : d.chunks) {
+    HSDP_ASSIGN_OR_RETURN(std::shared_ptr<const File> f, im.files->get(c.file));
+    char* to = reinterpret_cast<char*>(dst + c.start);
+    const uint64_t bytes = c.count * sizeof(float);
+    XXH64_reset(im.hash, 0);
+    for (uint64_t at = 0; at < bytes; at += kBlock) {
+      const size_t n = static_cast<size_t>(std::min(kBlock, bytes - at));
+      HSDP_RETURN_IF_ERROR(f->preadAll(to + at, n, c.offset + at));
+      XXH64_update(im.hash, to + at, n);
+    }
+    if (XXH64_digest(im.hash) != c.xxh64)
+      return invalidArgument("data file '", files::quote(f->path()), "': bytes [", c.offset, ", ",
+                             c.offset + bytes, ") of tensor ", tensorName(im.m, i),
+                             " fail their xxh64 checksum (corrupt file)");
+  }
+  return okStatus();
 }
 
 }  // namespace
