@@ -449,5 +449,90 @@ TEST_F(Checkpoint, ExportAndLoadWeights) {
   }
 }
 
+// CheckpointReader (what the Python hsdp.checkpoint reads with) gives every parameter whole,
+// equal to gatherFullParameters bit for bit: mapped where a tensor is one run of one data file,
+// assembled otherwise, with and without checks, and into the caller's buffer; on the saved mesh
+// (some tensors inside one rank's piece, most spread) and resharded for one rank (all mapped). A
+// flipped byte is an error naming the file and "checksum", mapped and assembled.
+TEST_F(Checkpoint, ReaderGivesTheFullParameters) {
+  const int rank = world().rank();
+  auto m = mesh(0, 0);
+  ASSERT_TRUE(m);
+  auto a = buildModel(*m, config({"r", ShardMode::kZero3, 0, 0}), 5.0f);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(trainStep(**a, rank, 0, 1).ok());
+  ASSERT_TRUE((*a)->save(dir_ + "/root").ok());
+  const auto want = gatherAll(**a);
+  if (rank == 0) {
+    MeshTarget one;  // world 1: every tensor one run of data-00000.bin
+    ASSERT_TRUE(reshardCheckpoint(dir_ + "/root", dir_ + "/one", one).ok());
+    const auto units = testUnits();
+    for (const std::string path : {dir_ + "/root", dir_ + "/one"}) {
+      SCOPED_TRACE(path);
+      auto r = CheckpointReader::open(path);
+      ASSERT_TRUE(r.ok()) << r.status().toString();
+      size_t mapped = 0, tensors = 0;
+      for (int u = 0; u < (*a)->numUnits(); ++u) {
+        size_t offset = 0;
+        for (const ParamSpec& p : (*a)->layout(u).params()) {
+          const std::string name = units[u].first + "." + p.name;
+          const int t = (*r)->find(name);
+          ASSERT_GE(t, 0) << name;
+          const float* expect = want[u].data() + offset;
+          offset += p.numel();
+          ++tensors;
+          for (bool verify : {true, false})
+            for (bool map : {true, false}) {
+              auto d = (*r)->read(t, TensorState::kParam, verify, map);
+              ASSERT_TRUE(d.ok()) << name << ": " << d.status().toString();
+              ASSERT_EQ(d->size(), p.numel());
+              EXPECT_EQ(std::memcmp(d->data(), expect, p.numel() * 4), 0) << name;
+              EXPECT_EQ(d->mapped(), map && (*r)->contiguous(t, TensorState::kParam)) << name;
+              if (verify && map && d->mapped()) ++mapped;
+              TensorData moved = std::move(*d);  // the owner moves; the mapping stays valid
+              EXPECT_EQ(std::memcmp(moved.data(), expect, p.numel() * 4), 0) << name;
+            }
+          std::vector<float> into(p.numel());
+          ASSERT_TRUE((*r)->readInto(t, TensorState::kParam, into.data()).ok());
+          EXPECT_EQ(std::memcmp(into.data(), expect, p.numel() * 4), 0) << name;
+          auto m1 = (*r)->read(t, TensorState::kExpAvg, true, true);
+          auto m2 = (*r)->read(t, TensorState::kExpAvg, true, false);
+          ASSERT_TRUE(m1.ok() && m2.ok()) << name;
+          EXPECT_EQ(std::memcmp(m1->data(), m2->data(), p.numel() * 4), 0) << name;
+        }
+      }
+      if (path == dir_ + "/one") {
+        EXPECT_EQ(mapped, tensors);
+      } else {
+        EXPECT_GT(mapped, 0u);
+        EXPECT_LT(mapped, tensors);
+      }
+    }
+    // A flipped byte in the first tensor's first chunk (offset 0 of the one rank's file).
+    {
+      std::fstream f(dir_ + "/one/data-00000.bin", std::ios::in | std::ios::out | std::ios::binary);
+      ASSERT_TRUE(f.good());
+      char c = 0;
+      f.seekg(8);
+      f.read(&c, 1);
+      c = static_cast<char>(c ^ 0x5a);
+      f.seekp(8);
+      f.write(&c, 1);
+    }
+    auto r = CheckpointReader::open(dir_ + "/one");
+    ASSERT_TRUE(r.ok());
+    for (bool map : {true, false}) {
+      auto d = (*r)->read(0, TensorState::kParam, true, map);
+      ASSERT_FALSE(d.ok()) << "map " << map;
+      EXPECT_NE(d.status().message().find("checksum"), std::string::npos) << d.status().toString();
+      EXPECT_NE(d.status().message().find("data-00000.bin"), std::string::npos);
+      EXPECT_TRUE((*r)->read(0, TensorState::kParam, false, map).ok());
+    }
+    EXPECT_FALSE((*r)->verify().ok());
+    EXPECT_FALSE(CheckpointReader::open(dir_ + "/nowhere").ok());
+  }
+  (void)world().barrier();
+}
+
 }  // namespace
 }  // namespace hsdp
