@@ -1,7 +1,8 @@
 // CheckpointReader (hsdp/checkpoint.h): a checkpoint's tensors, whole, without a job. What the
 // Python binding's hsdp.checkpoint.open serves: a tensor that lies in one data file as one run
 // is mapped in place (copy on write, so a numpy array over it is writable and the file is never
-// changed), any other is assembled from its chunks through the storage module's TensorReader.
+// changed), any other is assembled from its chunks. Data files come from the storage module's
+// DataFiles (the file rules, the manifest's sizes, at most the open-file budget open at once).
 #include <sys/mman.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -50,12 +51,10 @@ struct CheckpointReader::Impl {
   std::string dir;
   Manifest m;
   std::vector<CheckpointTensor> tensors;
-  std::vector<int> first_tensor;  // per entry of `tensors`: the manifest index of its master
-  std::mutex mu;                  // guards the readers
-  std::optional<TensorReader> unchecked;
-  std::optional<DataFiles> files;  // the checked reads' files
+  std::vector<int> first_tensor;   // per entry of `tensors`: the manifest index of its master
+  std::mutex mu;                   // guards the readers
+  std::optional<DataFiles> files;  // every read's and mapping's data files
   XXH64_state_t* hash = nullptr;
-  std::optional<Dir> d;  // opened on the first mapping
   ~Impl() { XXH64_freeState(hash); }
 };
 
@@ -75,7 +74,6 @@ StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::st
       impl->first_tensor.push_back(
           m.tensorIndex(static_cast<int>(u), static_cast<int>(p), State::kParam));
     }
-  impl->unchecked.emplace(impl->m, impl->dir, /*verify=*/false);
   impl->files.emplace(impl->m, impl->dir);
   impl->hash = XXH64_createState();
   if (!impl->hash) return Status(StatusCode::kResourceExhausted, "XXH64_createState failed");
@@ -143,17 +141,15 @@ bool isContiguous(const TensorDesc& d) {
 // whole, even overlapped on two threads, ran at half the speed of a plain read).
 Status assemble(CheckpointReader::Impl& im, int i, float* dst, bool verify) {
   const TensorDesc& d = im.m.tensors[i];
-  if (!verify) {
-    std::vector<TensorReader::Request> requests;
-    for (const Chunk& c : d.chunks)
-      requests.push_back({i, c.start, c.start + c.count, dst + c.start});
-    return im.unchecked->readMany(requests);
-  }
   constexpr uint64_t kBlock = uint64_t{256} << 10;
   for (const Chunk& c : d.chunks) {
     HSDP_ASSIGN_OR_RETURN(std::shared_ptr<const File> f, im.files->get(c.file));
     char* to = reinterpret_cast<char*>(dst + c.start);
     const uint64_t bytes = c.count * sizeof(float);
+    if (!verify) {
+      HSDP_RETURN_IF_ERROR(f->preadAll(to, bytes, c.offset));
+      continue;
+    }
     XXH64_reset(im.hash, 0);
     for (uint64_t at = 0; at < bytes; at += kBlock) {
       const size_t n = static_cast<size_t>(std::min(kBlock, bytes - at));
@@ -185,20 +181,16 @@ StatusOr<TensorData> CheckpointReader::read(int t, TensorState s, bool verify, b
   if (n == 0) return out;
   std::lock_guard<std::mutex> lock(im.mu);
   if (map && isContiguous(d)) {
-    if (!im.d) {
-      HSDP_ASSIGN_OR_RETURN(Dir dir, Dir::open(im.dir));
-      im.d.emplace(std::move(dir));
-    }
-    HSDP_ASSIGN_OR_RETURN(File f, openDataFile(im.m, *im.d, d.chunks.front().file));
+    HSDP_ASSIGN_OR_RETURN(std::shared_ptr<const File> f, im.files->get(d.chunks.front().file));
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     const uint64_t offset = d.chunks.front().offset, aligned = offset / page * page;
     const size_t bytes = static_cast<size_t>(offset - aligned + n * sizeof(float));
     // Private and writable: numpy and DLPack consumers get a writable array, and a write lands in
     // this process's copy of the page only. (Not MAP_POPULATE: on a private writable mapping it
     // write-faults, copying every page.) With verify every page is read at once, in order.
-    void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, f.fd(),
+    void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd(),
                       static_cast<off_t>(aligned));
-    if (base == MAP_FAILED) return files::errnoStatus("mmap for " + what, f.path(), errno);
+    if (base == MAP_FAILED) return files::errnoStatus("mmap for " + what, f->path(), errno);
     madvise(base, bytes, verify ? MADV_WILLNEED : MADV_NORMAL);
     out.map_base_ = base;
     out.map_bytes_ = bytes;
@@ -207,7 +199,7 @@ StatusOr<TensorData> CheckpointReader::read(int t, TensorState s, bool verify, b
     if (verify)
       for (const Chunk& c : d.chunks)
         if (xxh64(out.data_ + c.start, c.count * sizeof(float)) != c.xxh64)
-          return invalidArgument("data file '", files::quote(f.path()), "': bytes [", c.offset,
+          return invalidArgument("data file '", files::quote(f->path()), "': bytes [", c.offset,
                                  ", ", c.offset + c.count * 4, ") of ", what,
                                  " fail their xxh64 checksum (corrupt file)");
     return out;
@@ -226,6 +218,9 @@ StatusOr<TensorData> CheckpointReader::read(int t, TensorState s, bool verify, b
 Status CheckpointReader::readInto(int t, TensorState s, float* dst, bool verify) {
   Impl& im = *impl_;
   HSDP_ASSIGN_OR_RETURN(int i, manifestIndex(im.m, im.tensors, im.first_tensor, t, s));
+  // As read(): a size only a sparse file can back is refused before a byte lands in dst.
+  HSDP_RETURN_IF_ERROR(checkFitsInMemory(im.tensors[t].numel * sizeof(float),
+                                         strCat("tensor ", tensorName(im.m, i))));
   std::lock_guard<std::mutex> lock(im.mu);
   return assemble(im, i, dst, verify);
 }
