@@ -94,18 +94,35 @@ void ShardedModel::takeOptimizerSeconds(double* total, double* exposed) {
 
 double ShardedModel::takeExposedCommSeconds() { return impl_->coll->takeExposedSeconds(); }
 
+// setLearningRate and setClipNorm: with CPU offload and no clipping a unit steps as soon as its
+// gradient is reduced, so neither setting may change once the step's first unit started.
+static Status checkNotStepping(const std::vector<Unit>& units, int64_t step, const char* what,
+                               const std::string& has) {
+  for (const Unit& u : units)
+    if (u.grads.state == GradState::kStepping || u.grads.state == GradState::kStepped)
+      return failedPrecondition(what, ": unit '", u.name, "' is ", stateName(u.grads.state),
+                                ": it already started step ", step + 1, " with ", has,
+                                " (CPU offload steps units during backward); set it before the "
+                                "step's first reduceGrad");
+  return okStatus();
+}
+
 Status ShardedModel::setLearningRate(float lr) {
   Impl& m = *impl_;
   if (!std::isfinite(lr) || lr <= 0)
     return invalidArgument("setLearningRate: lr=", lr, " must be finite and > 0");
-  for (const Unit& u : m.units)
-    if (u.grads.state == GradState::kStepping || u.grads.state == GradState::kStepped)
-      return failedPrecondition("setLearningRate: unit '", u.name, "' is ",
-                                stateName(u.grads.state), ": it already started step ", m.step + 1,
-                                " with lr ", m.cfg.adam.lr,
-                                " (CPU offload steps units during backward); set the rate "
-                                "before the step's first reduceGrad");
+  HSDP_RETURN_IF_ERROR(
+      checkNotStepping(m.units, m.step, "setLearningRate", strCat("lr ", m.cfg.adam.lr)));
   m.cfg.adam.lr = lr;
+  return okStatus();
+}
+
+Status ShardedModel::setClipNorm(float clip_norm) {
+  Impl& m = *impl_;
+  HSDP_RETURN_IF_ERROR(engine::checkClipNorm(clip_norm).withContext("setClipNorm"));
+  HSDP_RETURN_IF_ERROR(
+      checkNotStepping(m.units, m.step, "setClipNorm", strCat("clip_norm ", m.cfg.clip_norm)));
+  m.cfg.clip_norm = clip_norm;
   return okStatus();
 }
 

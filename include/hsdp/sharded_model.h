@@ -222,6 +222,11 @@ class ShardedModel {
   // rate can no longer change (FailedPrecondition: set it before the step's backward).
   [[nodiscard]] Status setLearningRate(float lr);
   float learningRate() const;
+  // The global gradient norm the next step() clips to (EngineConfig::clip_norm; 0: no clipping).
+  // Errors: not finite or < 0 (InvalidArgument naming it); as setLearningRate, it cannot change
+  // once the step's first unit started stepping (CPU offload without clipping steps during
+  // backward).
+  [[nodiscard]] Status setClipNorm(float clip_norm);
 
   // Seconds spent blocked on communication (waitForUnshard, reshard of an in-flight unit, the
   // reductions step() waits for) since the last call: the communication not hidden by compute.

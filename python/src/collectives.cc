@@ -3,9 +3,7 @@
 // (hsdp/hier_collectives.h) on host arrays (numpy, or anything with DLPack or the buffer
 // protocol). python/hsdp/collectives.py allocates default outputs and closes sessions at exit.
 //
-// Lifetimes: a Mesh keeps its Session alive and a Collectives its Mesh (nb::keep_alive); closing
-// a Session first closes every Mesh made from it (and their Collectives), so no MPI object is
-// freed after MPI_Finalize, whatever order Python collects them in.
+// Lifetimes: src/mesh_handles.h.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -20,67 +18,20 @@
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
 #include "src/common.h"
+#include "src/mesh_handles.h"
 
 namespace hsdp::py {
 
 namespace {
 
-struct PyMesh;
-struct PyCollectives;
-
-struct PySession {
-  std::unique_ptr<mpi::Session> session;
-  std::unique_ptr<Comm> world;
-  std::vector<PyMesh*> meshes;
-  void close();
-  ~PySession() { close(); }
-  Comm& live() {
-    if (!world) check(failedPrecondition("the hsdp Session is closed"));
-    return *world;
-  }
-};
-
-struct PyMesh {
-  PySession* owner = nullptr;
-  std::unique_ptr<Mesh> mesh;
-  std::vector<PyCollectives*> colls;
-  void close();
-  ~PyMesh();
-  Mesh& live() {
-    if (!mesh) check(failedPrecondition("the hsdp Mesh is closed (its Session was closed)"));
-    return *mesh;
-  }
-};
-
-struct PyCollectives {
-  PyMesh* owner = nullptr;
+struct PyCollectives : MeshChild {
   std::unique_ptr<HierarchicalCollectives> h;
-  ~PyCollectives() {
-    if (owner) std::erase(owner->colls, this);
-  }
+  void release() override { h.reset(); }
   HierarchicalCollectives& live() {
     if (!h) check(failedPrecondition("the hsdp Collectives are closed (their Session was closed)"));
     return *h;
   }
 };
-
-void PyMesh::close() {
-  for (PyCollectives* c : colls) c->h.reset(), c->owner = nullptr;
-  colls.clear();
-  mesh.reset();
-}
-
-PyMesh::~PyMesh() {
-  close();
-  if (owner) std::erase(owner->meshes, this);
-}
-
-void PySession::close() {
-  for (PyMesh* m : meshes) m->close(), m->owner = nullptr;
-  meshes.clear();
-  world.reset();
-  session.reset();  // MPI_Finalize after init(); nothing after attach()
-}
 
 std::unique_ptr<PySession> makeSession(bool attach) {
   auto s = std::make_unique<PySession>();
@@ -265,8 +216,7 @@ void bindCollectives(nb::module_& m) {
             } else {
               check(invalidArgument("level '", level, "': expected shard"));
             }
-            pc->owner = &p;
-            p.colls.push_back(pc.get());
+            pc->attach(p);
             return pc;
           },
           nb::arg("level"), nb::arg("chunks"), nb::arg("gather_wire"), nb::arg("reduce_wire"),

@@ -42,5 +42,6 @@ void bindPlan(nb::module_& m);
 void bindTopology(nb::module_& m);
 void bindCheckpoint(nb::module_& m);
 void bindCollectives(nb::module_& m);
+void bindShardedModel(nb::module_& m);
 
 }  // namespace hsdp::py

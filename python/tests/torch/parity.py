@@ -1,0 +1,161 @@
+"""hsdp.torch against plain PyTorch, under mpirun: every rank trains the model sharded by
+hsdp.torch on its slice of each global batch, and beside it one plain PyTorch copy of the same
+model on the whole global batch with torch.optim.AdamW (the independent truth). The mean loss
+over ranks (mpi4py's allreduce) must equal the reference's loss each step within train_gpt's
+tolerance (1e-5 fp32, 1e-2 with bf16), and at the end every parameter (gathered by hsdp) the
+reference's (max |a-b| / max |b| per tensor) within that tolerance or within 10x the distance
+between two plain PyTorch runs of the same step that differ only in rounding (the second sums the
+gradients of one sequence at a time): Adam normalises each gradient element, so
+where a gradient is rounding noise (GPT-2's key bias: softmax ignores it) any two correct
+implementations drift apart by up to lr per step, and that tensor's floor says by how much.
+
+    mpirun -np 8 -x HSDP_RANKS_PER_NODE=4 python parity.py --model gpt2 --mode zero3 \
+        --intra 4 --inter 1 [--offload] [--bf16] [--accum 2] [--checkpointing] [--steps K]
+"""
+
+import argparse
+import contextlib
+import copy
+import sys
+
+from mpi4py import MPI
+
+import torch
+
+import hsdp
+import hsdp.torch
+from models import build, batch_loss, global_batch, no_decay_names
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=["gpt2", "mlp"], default="gpt2")
+    ap.add_argument("--mode", default="zero3")
+    ap.add_argument("--intra", type=int, default=0)
+    ap.add_argument("--inter", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=0, help="global batch (default 2 per rank)")
+    ap.add_argument("--accum", type=int, default=1)
+    ap.add_argument("--offload", action="store_true")
+    ap.add_argument("--bf16", action="store_true", help="param_dtype bf16")
+    ap.add_argument("--checkpointing", action="store_true")
+    ap.add_argument("--frozen", action="store_true", help="freeze the position embedding")
+    ap.add_argument("--clip", type=float, default=1.0)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    comm = MPI.COMM_WORLD
+    rank, world = comm.Get_rank(), comm.Get_size()
+    batch = a.batch or 2 * world * a.accum
+    tol = 1e-2 if a.bf16 else 1e-5
+
+    torch.manual_seed(1234)
+    model = build(a.model, checkpointing=a.checkpointing)
+    if a.frozen:
+        for n, p in model.named_parameters():
+            if "wpe" in n or n == "fc0.bias":
+                p.requires_grad_(False)
+    ref = copy.deepcopy(model)
+    ref2 = copy.deepcopy(model)  # the noise floor: the same steps, another summation order
+    hp = dict(kind="adamw", lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    nd = no_decay_names(model)
+
+    session = hsdp.Session.attach()
+    mesh = session.mesh(intra_shard=a.intra, inter_shard=a.inter)
+    units = list(model.transformer.h) if a.model == "gpt2" else list(model.blocks)
+    dtype = "bf16" if a.bf16 else "float32"
+    sharded = hsdp.torch.shard(model, mesh, units=units, mode=a.mode, param_dtype=dtype, offload="cpu" if a.offload else None,
+                               optimizer=hp, no_decay=nd, clip_norm=a.clip)
+
+    def adamw(m):
+        decay = [p for n, p in m.named_parameters() if n not in nd and p.requires_grad]
+        plain = [p for n, p in m.named_parameters() if n in nd and p.requires_grad]
+        return torch.optim.AdamW([{"params": decay}, {"params": plain, "weight_decay": 0.0}],
+                                 lr=hp["lr"], betas=hp["betas"], eps=hp["eps"],
+                                 weight_decay=hp["weight_decay"])
+
+    opt, opt2 = adamw(ref), adamw(ref2)
+
+    per = batch // world // a.accum
+    worst_loss = 0.0
+    for step in range(a.steps):
+        x = global_batch(a.model, step, batch)
+        loss_sum = 0.0
+        for k in range(a.accum):
+            micro = x[k * (batch // a.accum):(k + 1) * (batch // a.accum)]
+            mine = micro[rank * per:(rank + 1) * per]
+            ctx = sharded.no_sync() if k + 1 < a.accum else _nullcontext()
+            with ctx:
+                loss = batch_loss(model, a.model, mine) / a.accum
+                loss.backward()
+            loss_sum += loss.item()
+        sharded.step()
+        mean = comm.allreduce(loss_sum, op=MPI.SUM) / world
+
+        with bf16_compute(ref, a.bf16):
+            ref_loss = batch_loss(ref, a.model, x)
+            ref_loss.backward()
+        with bf16_compute(ref2, a.bf16):
+            for r in range(batch):  # one sequence at a time: another summation order
+                (batch_loss(ref2, a.model, x[r:r + 1]) / batch).backward()
+        for m, o in ((ref, opt), (ref2, opt2)):
+            if a.clip > 0:
+                torch.nn.utils.clip_grad_norm_(m.parameters(), a.clip)
+            o.step()
+            o.zero_grad(set_to_none=True)
+        err = abs(mean - ref_loss.item()) / max(abs(ref_loss.item()), 1e-12)
+        worst_loss = max(worst_loss, err)
+        if rank == 0:
+            print(f"step {step + 1}/{a.steps} loss {mean:.6f} ref {ref_loss.item():.6f} "
+                  f"grad_norm {sharded.last_grad_norm:.4f}", flush=True)
+
+    def rel(a_, b_):
+        return ((a_ - b_).abs().max() / b_.abs().max().clamp_min(1e-30)).item()
+
+    full = sharded.full_state_dict()
+    want = {n: p.detach() for n, p in ref.named_parameters()}
+    other = {n: p.detach() for n, p in ref2.named_parameters()}
+    worst, where, over = 0.0, "", 0.0  # over: the worst error / the tensor's allowance
+    for n, t in full.items():
+        e = rel(t, want[n])
+        allowed = max(tol, 10 * rel(other[n], want[n]))
+        if not e <= worst:
+            worst, where = e, n
+        over = max(over, e / allowed) if e == e else float("inf")
+    stats = sharded.stats()
+    ok = over <= 1 and worst_loss <= tol and len(full) == len(want)
+    verdict = comm.allreduce(0 if ok else 1, op=MPI.SUM)
+    if rank == 0:
+        print(f"parity vs plain PyTorch: max_rel_err={worst:.3e} ({where}; {over:.2f} of its "
+              "allowance) "
+              f"loss_rel_err={worst_loss:.3e} tol={tol:g} bytes_copied={stats['bytes_copied']} "
+              f"{'PASS' if verdict == 0 else 'FAIL'}", flush=True)
+    sharded.close()
+    session.close()
+    return 0 if verdict == 0 else 1
+
+
+@contextlib.contextmanager
+def bf16_compute(model, on: bool):
+    """hsdp's bf16 parameter policy in plain PyTorch: compute with the fp32 masters rounded to
+    bf16, the masters kept in fp32."""
+    if not on:
+        yield
+        return
+    masters = [(p, p.data.clone()) for p in model.parameters()]
+    for p, m in masters:
+        p.data.copy_(m.bfloat16().float())
+    yield
+    for p, m in masters:
+        p.data.copy_(m)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
