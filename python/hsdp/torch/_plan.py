@@ -171,6 +171,11 @@ def plan(model: nn.Module, units: Sequence[nn.Module], no_decay: NoDecay = None)
              if all(_under(groups[o].prefix, grp.prefix) or groups[o].prefix == grp.prefix
                     for o in owners[pid])),
             key=lambda k: len(groups[k].prefix))
+        if g not in owners[pid]:  # two units, neither inside the other, share it
+            a, b = sorted({groups[o].prefix for o in owners[pid]} - {groups[g].prefix})[:2]
+            raise _bad(f"parameter '{pp.name}' is in two units, '{a}' and '{b}' (also named "
+                       f"'{pp.aliases[0]}'): a shared parameter must belong to one unit, or to "
+                       "the root (leave them out of units, or list a module holding both)")
         pp.decay = bool(decays(pp.name, p))
         groups[g].params.append(pp)
         groups[g].by_param[pid] = pp
