@@ -32,7 +32,7 @@ def _close_all() -> None:
         s.close()
 
 
-def _track(s: "Session") -> None:
+def _track(s: "_hsdp.Session") -> None:
     # Registered when the first Session exists, so that it runs before mpi4py's finalizer
     # (atexit runs last-registered first, and mpi4py registered when it initialised MPI).
     global _atexit_registered
@@ -130,7 +130,9 @@ class Session:
 
     def __init__(self, impl: "_hsdp.Session"):
         self._s = impl
-        _track(self)
+        # The binding's object, not this wrapper: a Mesh or a sharded model keeps it alive after
+        # the wrapper is gone, and it must still be closed (MPI, the watchdog) before exit.
+        _track(impl)
 
     @classmethod
     def init(cls) -> "Session":

@@ -132,7 +132,7 @@ nb::dict coordsDict(const Mesh& m) {
 }  // namespace
 
 void bindCollectives(nb::module_& m) {
-  nb::class_<PySession>(m, "Session",
+  nb::class_<PySession>(m, "Session", nb::is_weak_referenceable(),
                         "hsdp inside an MPI job (run under mpirun). init() starts MPI (and "
                         "finalizes it on close()); attach() joins an MPI the application "
                         "started, e.g. with mpi4py, and never finalizes it.")
