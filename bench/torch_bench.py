@@ -23,9 +23,18 @@ import subprocess
 import sys
 import time
 
-from mpi4py import MPI
+import mpi4py
 
-import torch
+# hsdp starts MPI (Session.init: its Open MPI tuning, e.g. the TCP eager limit, applies only
+# before MPI_Init); mpi4py then uses that MPI for the barriers and the timing reductions.
+mpi4py.rc.initialize = False
+mpi4py.rc.finalize = False
+from mpi4py import MPI  # noqa: E402
+
+import torch  # noqa: E402
+
+import hsdp  # noqa: E402
+import hsdp.torch  # noqa: E402
 
 HP = dict(lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 
@@ -57,15 +66,13 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(1)
+    session = hsdp.Session.init()
     comm = MPI.COMM_WORLD
     rank, world = comm.Get_rank(), comm.Get_size()
     inter = 1 if a.layout == "4x1" else 2
     m = model()
     stats = None
     if a.impl == "hsdp":
-        import hsdp
-        import hsdp.torch
-        session = hsdp.Session.attach()
         mesh = session.mesh(intra_shard=4, inter_shard=inter)
         sharded = hsdp.torch.shard(m, mesh, units=list(m.transformer.h), mode="zero3",
                                    optimizer=dict(kind="adamw", **HP))
