@@ -141,6 +141,14 @@ int train(const gpt::Options& opt, hsdp::Comm& world) {
   examples::RestoreHints hints;
   hints.lr_at = [&](int64_t step) { return setup.train.schedule.at(static_cast<int>(step)); };
   hints.beta2_flag = true;
+  // --init-from also reads what HF's save_pretrained writes for GPT-2: the same parameter names
+  // under "transformer.", the LM head tied (absent, or "lm_head.weight": skipped), and in older
+  // files each layer's attention-mask buffers (not parameters: skipped).
+  hints.weights.prefixes = {"", "transformer."};
+  hints.weights.ignore = {"lm_head.weight"};
+  for (int l = 0; l < setup.model.layers; ++l)
+    for (const char* buffer : {"attn.bias", "attn.masked_bias"})
+      hints.weights.ignore.insert("transformer.h." + std::to_string(l) + "." + buffer);
   auto first = ckpt.restore(steps, hints);
   if (!first.ok()) return fail.agreed(first.status(), examples::kExitUsage);
 

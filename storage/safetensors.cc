@@ -193,16 +193,19 @@ Status SafetensorsSet::read(int t, uint64_t start, uint64_t count, float* dst) {
 }
 
 Status matchTensors(const SafetensorsSet& set, const std::vector<UnitDesc>& units, bool strict,
-                    std::vector<std::vector<int>>* index) {
+                    const TensorNames& names, std::vector<std::vector<int>>* index) {
   const std::string where = set.paths.empty() ? "" : set.paths[0];
   std::vector<char> used(set.tensors.size(), 0);
   index->assign(units.size(), {});
   for (size_t u = 0; u < units.size(); ++u) {
     for (const ParamDesc& p : units[u].params) {
-      const std::string name = units[u].name + "." + p.name;
-      auto it = set.by_name.find(name);
+      const std::string base = units[u].name + "." + p.name;
+      std::string name = names.prefixes.empty() ? base : names.prefixes[0] + base;
+      auto it = set.by_name.end();
+      for (const std::string& prefix : names.prefixes)
+        if (it == set.by_name.end()) it = set.by_name.find(name = prefix + base);
       if (it == set.by_name.end()) {
-        if (strict) return invalidArgument(where, ": no tensor '", name, "' (strict load)");
+        if (strict) return invalidArgument(where, ": no tensor '", base, "' (strict load)");
         (*index)[u].push_back(-1);
         continue;
       }
@@ -222,7 +225,7 @@ Status matchTensors(const SafetensorsSet& set, const std::vector<UnitDesc>& unit
     }
   }
   for (size_t i = 0; strict && i < used.size(); ++i)
-    if (!used[i])
+    if (!used[i] && !names.ignore.count(set.tensors[i].name))
       return invalidArgument(set.paths[set.tensors[i].file], ": tensor '", set.tensors[i].name,
                              "' is not a parameter of the model (strict load)");
   return okStatus();

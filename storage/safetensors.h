@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,10 +57,17 @@ class SafetensorsSet {
 // `path`: a .safetensors file, an index (.json), or "<stem>.safetensors" that does not exist
 // while "<stem>.safetensors.index.json" does.
 StatusOr<SafetensorsSet> openSafetensors(const std::string& path);
-// index[u][p]: the tensor "<unit>.<param>" of the set, or -1 (strict: an error). Shapes must
-// match; strict also refuses tensors that are no parameter of `units`.
+// How the set names parameters: "<prefix><unit>.<param>" for each prefix in order (the first
+// found wins); `ignore`: tensors that are no parameter (skipped, also with strict).
+struct TensorNames {
+  std::vector<std::string> prefixes = {""};
+  std::set<std::string> ignore;
+};
+// index[u][p]: the tensor "<prefix><unit>.<param>" of the set, or -1 (strict: an error). Shapes
+// must match; strict also refuses tensors that are no parameter of `units` and not ignored.
 [[nodiscard]] Status matchTensors(const SafetensorsSet& set, const std::vector<UnitDesc>& units,
-                                  bool strict, std::vector<std::vector<int>>* index);
+                                  bool strict, const TensorNames& names,
+                                  std::vector<std::vector<int>>* index);
 
 // Streams tensors, in the order given, into one file or HF-style shards.
 class SafetensorsWriter {

@@ -60,7 +60,7 @@ void printDifferences(const hsdp::LoadResult& r, const hsdp::AdamConfig& flags,
 
 hsdp::StatusOr<int> Checkpoints::restore(int steps, const RestoreHints& hints) {
   if (!flags_.init_from.empty()) {
-    HSDP_RETURN_IF_ERROR(model_.loadWeights(flags_.init_from));
+    HSDP_RETURN_IF_ERROR(model_.loadWeights(flags_.init_from, hints.weights));
     if (world_.rank() == 0) std::printf("initialised from %s\n", flags_.init_from.c_str());
   }
   if (flags_.resume.empty()) return 0;

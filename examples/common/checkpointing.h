@@ -35,6 +35,8 @@ struct RestoreHints {
   // rate is --lr (the checkpoint's, if --optimizer-from checkpoint, from the resumed step on).
   std::function<float(int64_t step)> lr_at;
   bool beta2_flag = false;  // the program has --beta2
+  // How --init-from's safetensors name the parameters (train_gpt: HF's GPT-2 names too).
+  hsdp::LoadWeightsOptions weights;
 };
 
 // One run's checkpoints: the flags, and the step of the run's last save into --save-dir (a

@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -238,6 +239,12 @@ struct LoadWeightsOptions {
   // Every parameter of the model must be in the file(s) and every tensor of the file(s) in the
   // model; false: parameters not found keep their values and unknown tensors are ignored.
   bool strict = true;
+  // Names a parameter's tensor may have: "<prefix><unit>.<param>" for each prefix, in order (the
+  // first found wins); {""}: "<unit>.<param>" only. HF's GPT-2 files: {"", "transformer."}.
+  std::vector<std::string> prefixes = {""};
+  // Tensors of the file(s) that are not parameters (HF's tied "lm_head.weight", attention-mask
+  // buffers): skipped, also with strict.
+  std::set<std::string> ignore;
 };
 // ShardedModel::loadWeights(path): initialises parameters from full weights: a .safetensors
 // file, or an index (*.safetensors.index.json, or a path "<stem>.safetensors" whose
