@@ -12,6 +12,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "hsdp/checkpoint.h"
 #include "storage/io.h"
 #include "storage/safetensors.h"
@@ -70,12 +71,12 @@ Status verifyDataFile(const std::string& dir_path, const Manifest& m, int f) {
     }
   for (const UserEntry& e : m.user) {
     if (e.file != f) continue;
-    HSDP_RETURN_IF_ERROR(checkFitsInMemory(e.bytes, "user entry '" + e.key + "'"));
+    HSDP_RETURN_IF_ERROR(checkFitsInMemory(e.bytes, "user entry '" + files::quote(e.key) + "'"));
     buf.resize(e.bytes);
     HSDP_RETURN_IF_ERROR(file->preadAll(buf.data(), buf.size(), e.offset));
     if (xxh64(buf.data(), buf.size()) != e.xxh64)
       return invalidArgument("data file '", path, "': bytes [", e.offset, ", ", e.offset + e.bytes,
-                             ") of user entry '", e.key,
+                             ") of user entry '", files::quote(e.key),
                              "' fail their xxh64 checksum (corrupt file)");
   }
   return invalidArgument("data file '", path,
@@ -108,7 +109,8 @@ std::string checkpointSummaryJson(const std::string& dir, const Manifest& m,
   nlohmann::json user = nlohmann::json::array();
   for (const UserEntry& e : m.user) user.push_back({{"key", e.key}, {"bytes", e.bytes}});
   // The mesh and optimizer exactly as the manifest spells them.
-  const nlohmann::json saved = nlohmann::json::parse(serializeManifest(m), nullptr, false);
+  const StatusOr<nlohmann::json> parsed = hsdp::parseJson(serializeManifest(m), dir);
+  const nlohmann::json saved = parsed.ok() ? *parsed : nlohmann::json::object();
   nlohmann::json j = {{"dir", dir},
                       {"format_version", m.version},
                       {"step", m.step},
@@ -122,8 +124,9 @@ std::string checkpointSummaryJson(const std::string& dir, const Manifest& m,
                       {"user", user},
                       {"checksums_ok", nullptr}};
   if (checks) j["checksums_ok"] = all_ok;
-  // Names that are not UTF-8 (a path, a hand-edited manifest) print as U+FFFD, never throw.
-  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  // Names that are not UTF-8 (a path, a hand-edited manifest) print as U+FFFD, never throw;
+  // control bytes and 0x7f as \u001b, \u007f.
+  return hsdp::dumpJsonEscaped(j, 2) + "\n";
 }
 
 }  // namespace engine
@@ -157,18 +160,20 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
   if (as_json) return engine::checkpointSummaryJson(o.dir, m, &checks);
   std::string s =
       strCat("checkpoint ", files::quote(o.dir), "\n  format version ", m.version, ", step ",
-             m.step, ", created ", m.created, "\n  saved under: mode ", d.mode, ", ", d.world_size,
+             m.step, ", created ", files::quote(m.created, 64), "\n  saved under: mode ",
+             files::quote(d.mode, 64), ", ", d.world_size,
              " ranks = ", d.num_nodes, " nodes x ", d.ranks_per_node, ", intra_shard ",
              d.intra_shard, " x inter_shard ", d.inter_shard, " (", d.shards, " shards x ",
              d.replicas, " replicas), hpz ", d.hpz ? "on" : "off", ", offload ",
-             d.offload_cpu ? "cpu" : "none", ", params ", d.param_dtype, ", reduce ",
-             d.reduce_dtype, ", device ", d.device, "\n  optimizer: ", m.optim.kind, " lr ",
+             d.offload_cpu ? "cpu" : "none", ", params ", files::quote(d.param_dtype, 64), ", reduce ",
+             files::quote(d.reduce_dtype, 64), ", device ", files::quote(d.device, 64),
+             "\n  optimizer: ", files::quote(m.optim.kind, 64), " lr ",
              m.optim.lr, " betas (", m.optim.beta1, ", ", m.optim.beta2, ") eps ", m.optim.eps,
              " weight_decay ", m.optim.weight_decay, " clip_norm ", m.optim.clip_norm, "\n");
   if (!d.elastic_job.empty()) {  // an elastic group's save: the membership it was saved under
     std::string present;
     for (int g : d.elastic_present) present += strCat(present.empty() ? "" : ",", g);
-    s += strCat("  elastic: job '", d.elastic_job, "', group ", d.elastic_group,
+    s += strCat("  elastic: job '", files::quote(d.elastic_job, 64), "', group ", d.elastic_group,
                 ", committed step ", d.elastic_step, " by groups ", present, "\n");
   }
   s += "\n";
@@ -198,7 +203,7 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
   s += strCat("\n  ", m.dataBytes(), " bytes in ", m.files.size(),
               " files; checksums: ", all_ok ? "all ok" : "FAILING", "\n");
   for (size_t f = 0; f < checks.size(); ++f)
-    if (!checks[f].ok()) s += "  " + checks[f].message() + "\n";
+    if (!checks[f].ok()) s += "  " + files::printable(checks[f].message()) + "\n";
   for (const UserEntry& e : m.user)
     s += strCat("  user '", files::quote(e.key), "': ", e.bytes, " bytes\n");
   return s;

@@ -293,11 +293,11 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
   // User blobs go after rank 0's data, as a save puts them.
   for (const UserEntry& e : src.user) {
     HSDP_ASSIGN_OR_RETURN(std::shared_ptr<const File> f, reader.file(e.file));
-    HSDP_RETURN_IF_ERROR(checkFitsInMemory(e.bytes, strCat("user entry '", e.key, "'")));
+    HSDP_RETURN_IF_ERROR(checkFitsInMemory(e.bytes, strCat("user entry '", files::quote(e.key), "'")));
     std::string bytes(e.bytes, '\0');
     HSDP_RETURN_IF_ERROR(f->preadAll(bytes.data(), e.bytes, e.offset));
     if (xxh64(bytes.data(), bytes.size()) != e.xxh64)
-      return invalidArgument("data file '", f->path(), "': user entry '", e.key,
+      return invalidArgument("data file '", f->path(), "': user entry '", files::quote(e.key),
                              "' fails its xxh64 checksum");
     HSDP_ASSIGN_OR_RETURN(OutFile * o, files.get(0));
     HSDP_RETURN_IF_ERROR(o->pad(alignUp(o->at)));
