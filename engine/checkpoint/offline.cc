@@ -14,6 +14,7 @@
 
 #include "core/json.h"
 #include "hsdp/checkpoint.h"
+#include "hsdp/stop.h"
 #include "storage/io.h"
 #include "storage/safetensors.h"
 
@@ -34,9 +35,27 @@ StatusOr<Opened> openCheckpoint(const std::string& path) {
   return o;
 }
 
+std::function<void(const OfflineProgress&)>& progressFn() {
+  static std::function<void(const OfflineProgress&)> fn;
+  return fn;
+}
+
 }  // namespace
 
+void setOfflineProgress(std::function<void(const OfflineProgress&)> fn) {
+  progressFn() = std::move(fn);
+}
+
 namespace engine {
+
+Status OfflineTicker::tick(uint64_t done) {
+  done_ = done;
+  if (progressFn()) progressFn()({phase_, unit_, done_, total_});
+  if (!stopRequested()) return okStatus();
+  return Status(StatusCode::kAborted,
+                strCat("stopped by ", signalName(stopSignal()), " while ", phase_, ": ", done_,
+                       " of ", total_, " ", unit_, " done; ", left_));
+}
 
 Status verifyDataFile(const std::string& dir_path, const Manifest& m, int f) {
   const FileDesc& d = m.files[f];
@@ -140,8 +159,12 @@ bool CheckpointDiff::identical() const {
 
 Status verifyCheckpoint(const std::string& path) {
   HSDP_ASSIGN_OR_RETURN(Opened o, openCheckpoint(path));
-  for (size_t f = 0; f < o.m.files.size(); ++f)
+  engine::OfflineTicker ticker("verifying", "bytes", o.m.dataBytes(),
+                               strCat(o.m.files.size(), " data files, the rest not checked"));
+  for (size_t f = 0; f < o.m.files.size(); ++f) {
     HSDP_RETURN_IF_ERROR(engine::verifyDataFile(o.dir, o.m, static_cast<int>(f)));
+    HSDP_RETURN_IF_ERROR(ticker.add(o.m.files[f].bytes));
+  }
   return okStatus();
 }
 
@@ -218,6 +241,8 @@ StatusOr<CheckpointDiff> diffCheckpoints(const std::string& pa, const std::strin
   out.step_b = b.m.step;
   TensorReader ra(a.m, a.dir, true), rb(b.m, b.dir, true);
   std::vector<float> xa, xb;
+  engine::OfflineTicker ticker("comparing", "bytes", a.m.dataBytes(),
+                               "the remaining tensors not compared");
   for (size_t t = 0; t < a.m.tensors.size(); ++t) {
     const TensorDesc& ta = a.m.tensors[t];
     const int tb = b.m.tensorIndex(ta.unit, ta.param, ta.state);
@@ -231,6 +256,7 @@ StatusOr<CheckpointDiff> diffCheckpoints(const std::string& pa, const std::strin
       xb.resize(e - at);
       HSDP_RETURN_IF_ERROR(ra.read(static_cast<int>(t), at, e, xa.data()));
       HSDP_RETURN_IF_ERROR(rb.read(tb, at, e, xb.data()));
+      HSDP_RETURN_IF_ERROR(ticker.add((e - at) * 4));
       for (size_t i = 0; i < xa.size(); ++i) {
         // Bitwise: a NaN equal to itself counts as no difference.
         const double diff =
@@ -258,6 +284,11 @@ StatusOr<std::vector<std::string>> exportCheckpoint(const std::string& path, con
   HSDP_RETURN_IF_ERROR(w.checkTargets({o.dir, path}));
   TensorReader reader(o.m, o.dir, /*verify=*/true);
   std::vector<float> buf;
+  uint64_t total = 0;
+  for (const UnitDesc& u : o.m.units) total += u.numel() * 4;
+  // A stop returns early: the writer's destructor removes its temporaries, `out` is not made.
+  engine::OfflineTicker ticker("exporting", "bytes", total,
+                               strCat("no safetensors file written (", files::quote(out), ")"));
   for (size_t u = 0; u < o.m.units.size(); ++u)
     for (size_t p = 0; p < o.m.units[u].params.size(); ++p) {
       const int t = o.m.tensorIndex(static_cast<int>(u), static_cast<int>(p), State::kParam);
@@ -267,6 +298,7 @@ StatusOr<std::vector<std::string>> exportCheckpoint(const std::string& path, con
         buf.resize(e - at);
         HSDP_RETURN_IF_ERROR(reader.read(t, at, e, buf.data()));
         HSDP_RETURN_IF_ERROR(w.append(buf.data(), buf.size()));
+        HSDP_RETURN_IF_ERROR(ticker.add(buf.size() * 4));
       }
     }
   return w.finish();

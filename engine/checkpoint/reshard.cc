@@ -19,6 +19,7 @@
 #include "hsdp/checkpoint.h"
 #include "hsdp/mesh.h"
 #include "hsdp/topology.h"
+#include "engine/checkpoint/offline.h"
 #include "storage/io.h"
 
 namespace hsdp {
@@ -139,8 +140,9 @@ class OutFiles {
     return &o;
   }
   // Every file synced and closed.
-  Status finish() {
+  Status finish(engine::OfflineTicker& ticker) {
     for (int w = 0; w < static_cast<int>(files_.size()); ++w) {
+      HSDP_RETURN_IF_ERROR(ticker.tick(w));
       HSDP_ASSIGN_OR_RETURN(OutFile * o, get(w));
       HSDP_RETURN_IF_ERROR(o->f.sync());
       HSDP_RETURN_IF_ERROR(o->f.close());
@@ -187,7 +189,12 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
   const int W = shape.world_size;
   std::vector<FilePlan> plans;
   std::vector<std::pair<int, int>> kr;  // per rank: shard, replica
+  // Progress and stops (hsdp-ckpt: a line on a terminal; SIGINT/SIGTERM end the reshard here,
+  // the guard below removing the temporary output).
+  const std::string left = strCat(files::quote(out), " is not created; the temporary output is removed");
+  engine::OfflineTicker planning("planning", "ranks", static_cast<uint64_t>(W), left);
   for (int w = 0; w < W; ++w) {
+    if (w % 1024 == 0) HSDP_RETURN_IF_ERROR(planning.tick(w));
     const MeshCoords c = meshCoords(layout, shape, w);
     const int k = m.mesh.shards == 1 ? 0 : c.shard_rank;
     kr.push_back({k, c.replica_rank});
@@ -230,6 +237,9 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
         }
   }
   StreamingReader reader(src, dir);
+  uint64_t copy_bytes = 0;
+  for (const Copy& c : copies) copy_bytes += c.count * 4;
+  engine::OfflineTicker copying("copying", "bytes", copy_bytes, left);
   {
     // The reader thread fills slot i % kSlots with copy i; this thread writes it out and hands
     // the slot back. `read` counts the copies read, `written` those written (each owned by its
@@ -275,6 +285,7 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
         HSDP_RETURN_IF_ERROR(o->write(data, c.count * 4));
         m.tensors[c.out_t].chunks.push_back(
             {c.w, c.offset, c.start, c.count, xxh64(data, c.count * 4)});
+        HSDP_RETURN_IF_ERROR(copying.add(c.count * 4));
         std::lock_guard<std::mutex> lock(mu);
         ++written;
         cv.notify_all();
@@ -304,7 +315,8 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
     m.user.push_back({e.key, 0, o->at, e.bytes, e.xxh64});
     HSDP_RETURN_IF_ERROR(o->write(bytes.data(), bytes.size()));
   }
-  HSDP_RETURN_IF_ERROR(files.finish());
+  engine::OfflineTicker writing("writing files", "files", static_cast<uint64_t>(W), left);
+  HSDP_RETURN_IF_ERROR(files.finish(writing));
   for (int w = 0; w < W; ++w) {
     m.files[w].bytes = files[w].at;
     m.files[w].xxh64 = XXH64_digest(files[w].h);

@@ -1,7 +1,11 @@
 // libFuzzer target for the checkpoint's readers of untrusted bytes: the manifest parser (JSON,
 // every field checked, chunk lists tiling their tensors) and the safetensors header parser. The
-// first input byte picks the reader; the rest is the document. Every input must give a value or
-// an error, never a crash, a leak or unbounded memory.
+// first input byte picks the reader (bit 0) and whether the document is amplified (bit 1: the
+// rest after the second byte repeated up to 2^20 times, so a few bytes of "[" or {"a": make a
+// document nested a million deep, beyond -max_len). Every input must give a value or an error,
+// never a crash, a leak or memory beyond a constant times the input: the test runs with
+// -rss_limit_mb=512, so a reader whose memory grows with depth (issue 41) fails it.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -11,7 +15,15 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  std::string amplified;
+  if ((data[0] & 2) && size > 2) {
+    const std::string_view unit = text.substr(1);
+    const size_t times = std::min<size_t>((size_t{data[1]} << 12) + 1, (size_t{16} << 20) / unit.size());
+    amplified.reserve(unit.size() * times);
+    for (size_t i = 0; i < times; ++i) amplified.append(unit);
+    text = amplified;
+  }
   if (data[0] & 1) {
     auto m = hsdp::ckpt::parseManifest(text, "fuzz/manifest.json");
     if (m.ok()) {
