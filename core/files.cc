@@ -52,10 +52,14 @@ size_t escapeOne(std::string_view s, size_t i, bool text, std::string* out) {
                    "0123456789abcdef"[s[i + 1] & 0xf]);
     return 2;
   }
-  if (c == '\n') *out += text ? "\n" : "\\n";
-  else if (c == '\t') *out += "\\t";
-  else if (!text && c == '\\') *out += "\\\\";
-  else if (!text && c == '\'') *out += "\\'";
+  if (c == '\n')
+    *out += text ? "\n" : "\\n";
+  else if (c == '\t')
+    *out += "\\t";
+  else if (!text && c == '\\')
+    *out += "\\\\";
+  else if (!text && c == '\'')
+    *out += "\\'";
   else if (c < 0x20 || c == 0x7f || len == 0) {
     char buf[8];
     std::snprintf(buf, sizeof buf, "\\x%02x", c);

@@ -236,10 +236,10 @@ StatusOr<std::string> EtcdClient::post(const std::string& path, const std::strin
     // The gateway's gRPC error ({"error", "code", "message"}): the caller reads the code.
     if (!stream_until_event && !j.is_discarded() && j.is_object() && j.contains("error"))
       return std::move(sink.body);
-    std::string msg = (!j.is_discarded() && j.is_object() && j.contains("message") &&
-                       j["message"].is_string())
-                          ? j["message"].get<std::string>()
-                          : sink.body;
+    std::string msg =
+        (!j.is_discarded() && j.is_object() && j.contains("message") && j["message"].is_string())
+            ? j["message"].get<std::string>()
+            : sink.body;
     msg = files::quote(msg);
     if (stream_until_event) return internalError(where(), ": the watch ended: HTTP ", http);
     return internalError(where(), ": HTTP ", http, ": ", msg);
@@ -387,7 +387,7 @@ Status EtcdClient::leaseRevoke(int64_t lease) {
   HSDP_ASSIGN_OR_RETURN(std::string body, post("/v3/lease/revoke", req.dump(), "lease revoke", id,
                                                timeout_ms_, false));
   StatusOr<json> pj = hsdp::parseJson(body, "etcd lease revoke");
-    json j = pj.ok() ? std::move(*pj) : json(json::value_t::discarded);
+  json j = pj.ok() ? std::move(*pj) : json(json::value_t::discarded);
   // gRPC NOT_FOUND (5): the lease expired already, which is what revoking wants.
   if (!j.is_discarded() && j.is_object() && j.contains("error") && j.value("code", 0) == 5)
     return okStatus();

@@ -3,10 +3,10 @@
 // checked, is manifest_read.cc.
 #include "storage/format.h"
 
-#include "hsdp/files.h"
-
 #include <algorithm>
 #include <nlohmann/json.hpp>
+
+#include "hsdp/files.h"
 
 namespace hsdp::ckpt {
 
@@ -106,7 +106,8 @@ Status Manifest::finish(const std::string& where) {
   for (const UserEntry& e : user)
     if (e.file < 0 || e.file >= static_cast<int>(files.size()) || e.offset > files[e.file].bytes ||
         e.bytes > files[e.file].bytes - e.offset)
-      return invalidArgument(where, ": user entry '", files::quote(e.key), "' lies outside its file");
+      return invalidArgument(where, ": user entry '", files::quote(e.key),
+                             "' lies outside its file");
     else if (e.bytes > kMaxUserEntryBytes)
       return invalidArgument(where, ": user entry '", files::quote(e.key), "' is ", e.bytes,
                              " bytes, over the limit of ", kMaxUserEntryBytes, " bytes");

@@ -141,8 +141,7 @@ StatusOr<SafetensorsSet> openSafetensors(const std::string& path_in) {
     HSDP_ASSIGN_OR_RETURN(std::string text,
                           files::readBounded(path, kMaxIndexBytes, "safetensors index"));
     HSDP_ASSIGN_OR_RETURN(json j, hsdp::parseJson(text, files::quote(path)));
-    if (!j.is_object() || !j.contains("weight_map") ||
-        !j["weight_map"].is_object())
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       return invalidArgument(path, ": not a safetensors index (no weight_map object)");
     // The shards are names beside the index, opened relative to its directory (no links).
     HSDP_ASSIGN_OR_RETURN(files::PathParts parts, files::splitPath(path));
@@ -185,8 +184,7 @@ Status SafetensorsSet::read(int t, uint64_t start, uint64_t count, float* dst) {
   if (x.dtype == "F32") return files[x.file].preadAll(dst, count * 4, base + start * 4);
   if (x.dtype != "BF16")
     return invalidArgument(paths[x.file], ": tensor '", files::quote(x.name), "' is ",
-                           files::quote(x.dtype),
-                           "; hsdp reads F32 and BF16");
+                           files::quote(x.dtype), "; hsdp reads F32 and BF16");
   buf16_.resize(count);
   HSDP_RETURN_IF_ERROR(files[x.file].preadAll(buf16_.data(), count * 2, base + start * 2));
   for (uint64_t i = 0; i < count; ++i) dst[i] = toFloat(bf16{buf16_[i]});
@@ -225,7 +223,8 @@ Status matchTensors(const SafetensorsSet& set, const std::vector<UnitDesc>& unit
   for (size_t i = 0; strict && i < used.size(); ++i)
     if (!used[i])
       return invalidArgument(set.paths[set.tensors[i].file], ": tensor '",
-                             files::quote(set.tensors[i].name), "' is not a parameter of the model (strict load)");
+                             files::quote(set.tensors[i].name),
+                             "' is not a parameter of the model (strict load)");
   return okStatus();
 }
 

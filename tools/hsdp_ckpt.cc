@@ -29,7 +29,9 @@
 namespace {
 
 // Everything printed passes through files::printable: nothing from a file reaches the terminal raw.
-void print(FILE* to, const std::string& text) { std::fputs(hsdp::files::printable(text).c_str(), to); }
+void print(FILE* to, const std::string& text) {
+  std::fputs(hsdp::files::printable(text).c_str(), to);
+}
 
 bool progress_shown = false;  // a progress line is on stderr (ended before other output)
 void endProgress() {
@@ -186,10 +188,10 @@ int run(int argc, char** argv) {
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.3f",
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    print(stdout, hsdp::strCat("resharded ", dir, " -> ", out, " for ", target.world_size,
-                               " ranks (", target.ranks_per_node, " per node, intra_shard ",
-                               target.intra_shard, ", inter_shard ", target.inter_shard, ", ",
-                               mode, ") in ", secs, " s\n"));
+    print(stdout,
+          hsdp::strCat("resharded ", dir, " -> ", out, " for ", target.world_size, " ranks (",
+                       target.ranks_per_node, " per node, intra_shard ", target.intra_shard,
+                       ", inter_shard ", target.inter_shard, ", ", mode, ") in ", secs, " s\n"));
     return 0;
   }
   if (exp->parsed()) {

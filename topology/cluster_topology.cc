@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "core/json.h"
 #include "core/host.h"
+#include "core/json.h"
 #include "hsdp/env.h"
 #include "hsdp/files.h"
 #include "hsdp/log.h"

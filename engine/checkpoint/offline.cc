@@ -181,18 +181,16 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
   for (const UnitDesc& u : m.units) params += u.numel();
   const MeshDesc& d = m.mesh;
   if (as_json) return engine::checkpointSummaryJson(o.dir, m, &checks);
-  std::string s =
-      strCat("checkpoint ", files::quote(o.dir), "\n  format version ", m.version, ", step ",
-             m.step, ", created ", files::quote(m.created, 64), "\n  saved under: mode ",
-             files::quote(d.mode, 64), ", ", d.world_size,
-             " ranks = ", d.num_nodes, " nodes x ", d.ranks_per_node, ", intra_shard ",
-             d.intra_shard, " x inter_shard ", d.inter_shard, " (", d.shards, " shards x ",
-             d.replicas, " replicas), hpz ", d.hpz ? "on" : "off", ", offload ",
-             d.offload_cpu ? "cpu" : "none", ", params ", files::quote(d.param_dtype, 64), ", reduce ",
-             files::quote(d.reduce_dtype, 64), ", device ", files::quote(d.device, 64),
-             "\n  optimizer: ", files::quote(m.optim.kind, 64), " lr ",
-             m.optim.lr, " betas (", m.optim.beta1, ", ", m.optim.beta2, ") eps ", m.optim.eps,
-             " weight_decay ", m.optim.weight_decay, " clip_norm ", m.optim.clip_norm, "\n");
+  std::string s = strCat(
+      "checkpoint ", files::quote(o.dir), "\n  format version ", m.version, ", step ", m.step,
+      ", created ", files::quote(m.created, 64), "\n  saved under: mode ", files::quote(d.mode, 64),
+      ", ", d.world_size, " ranks = ", d.num_nodes, " nodes x ", d.ranks_per_node, ", intra_shard ",
+      d.intra_shard, " x inter_shard ", d.inter_shard, " (", d.shards, " shards x ", d.replicas,
+      " replicas), hpz ", d.hpz ? "on" : "off", ", offload ", d.offload_cpu ? "cpu" : "none",
+      ", params ", files::quote(d.param_dtype, 64), ", reduce ", files::quote(d.reduce_dtype, 64),
+      ", device ", files::quote(d.device, 64), "\n  optimizer: ", files::quote(m.optim.kind, 64),
+      " lr ", m.optim.lr, " betas (", m.optim.beta1, ", ", m.optim.beta2, ") eps ", m.optim.eps,
+      " weight_decay ", m.optim.weight_decay, " clip_norm ", m.optim.clip_norm, "\n");
   if (!d.elastic_job.empty()) {  // an elastic group's save: the membership it was saved under
     std::string present;
     for (int g : d.elastic_present) present += strCat(present.empty() ? "" : ",", g);

@@ -16,10 +16,10 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/checkpoint/offline.h"
 #include "hsdp/checkpoint.h"
 #include "hsdp/mesh.h"
 #include "hsdp/topology.h"
-#include "engine/checkpoint/offline.h"
 #include "storage/io.h"
 
 namespace hsdp {
@@ -191,7 +191,8 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
   std::vector<std::pair<int, int>> kr;  // per rank: shard, replica
   // Progress and stops (hsdp-ckpt: a line on a terminal; SIGINT/SIGTERM end the reshard here,
   // the guard below removing the temporary output).
-  const std::string left = strCat(files::quote(out), " is not created; the temporary output is removed");
+  const std::string left =
+      strCat(files::quote(out), " is not created; the temporary output is removed");
   engine::OfflineTicker planning("planning", "ranks", static_cast<uint64_t>(W), left);
   for (int w = 0; w < W; ++w) {
     if (w % 1024 == 0) HSDP_RETURN_IF_ERROR(planning.tick(w));
@@ -304,7 +305,8 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
   // User blobs go after rank 0's data, as a save puts them.
   for (const UserEntry& e : src.user) {
     HSDP_ASSIGN_OR_RETURN(std::shared_ptr<const File> f, reader.file(e.file));
-    HSDP_RETURN_IF_ERROR(checkFitsInMemory(e.bytes, strCat("user entry '", files::quote(e.key), "'")));
+    HSDP_RETURN_IF_ERROR(
+        checkFitsInMemory(e.bytes, strCat("user entry '", files::quote(e.key), "'")));
     std::string bytes(e.bytes, '\0');
     HSDP_RETURN_IF_ERROR(f->preadAll(bytes.data(), e.bytes, e.offset));
     if (xxh64(bytes.data(), bytes.size()) != e.xxh64)

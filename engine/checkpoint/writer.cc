@@ -16,13 +16,12 @@
 #include <thread>
 
 #include "core/json.h"
+#include "engine/checkpoint/saver.h"
 #include "engine/sharded_model_impl.h"
 #include "hsdp/files.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
 #include "storage/io.h"
-
-#include "engine/checkpoint/saver.h"
 
 namespace hsdp {
 namespace engine {

@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string amplified;
   if ((data[0] & 2) && size > 2) {
     const std::string_view unit = text.substr(1);
-    const size_t times = std::min<size_t>((size_t{data[1]} << 12) + 1, (size_t{16} << 20) / unit.size());
+    const size_t times =
+        std::min<size_t>((size_t{data[1]} << 12) + 1, (size_t{16} << 20) / unit.size());
     amplified.reserve(unit.size() * times);
     for (size_t i = 0; i < times; ++i) amplified.append(unit);
     text = amplified;
