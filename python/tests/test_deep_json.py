@@ -53,26 +53,32 @@ def test_deep_manifest_refused(checkpoints, tmp_path, kind, levels):
     assert int(rss_kib) < 256 * 1024, f"peak RSS {int(rss_kib) // 1024} MiB"
 
 
-def test_control_bytes_escaped(checkpoints, tmp_path):
+def shown_by_open(d):
+    """What repr() and the errors of opening `d` show."""
+    try:
+        ck = hsdp.checkpoint.open(d)
+        return repr(ck) + repr(list(ck.parameters.values()))
+    except hsdp.Error as e:
+        return str(e)
+
+
+@pytest.mark.parametrize("field", ["mode", "created", "param", "file"])
+def test_control_bytes_escaped(checkpoints, tmp_path, field):
     src = checkpoints["np1"][0]
     d = tmp_path / "planted"
     shutil.copytree(src / (src / "latest").read_text().strip(), d)
     m = json.loads((d / "manifest.json").read_text())
-    m["mesh"]["mode"] = PLANT + m["mesh"]["mode"]  # refused: the error echoes it
+    if field == "mode":
+        m["mesh"]["mode"] = PLANT + m["mesh"]["mode"]
+    elif field == "created":
+        m["created"] = PLANT
+    elif field == "file":
+        m["files"][0]["name"] = PLANT + m["files"][0]["name"]
+    else:
+        m["model"]["units"][0]["params"][0]["name"] = PLANT + "w"
+        for t in m["tensors"]:
+            if t["unit"] == 0 and t["param"] == 0:
+                t["name"] = m["model"]["units"][0]["name"] + "." + PLANT + "w"
     (d / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(hsdp.Error) as e:
-        hsdp.checkpoint.open(d)
-    assert not any(ord(c) < 0x20 or ord(c) == 0x7F for c in str(e.value)), repr(str(e.value))
-    m["mesh"]["mode"] = m["mesh"]["mode"][len(PLANT):]
-    m["created"] = PLANT
-    m["model"]["units"][0]["params"][0]["name"] = PLANT + "w"
-    for t in m["tensors"]:
-        if t["unit"] == 0 and t["param"] == 0:
-            t["name"] = m["model"]["units"][0]["name"] + "." + PLANT + "w"
-    (d / "manifest.json").write_text(json.dumps(m))
-    try:
-        ck = hsdp.checkpoint.open(d)
-        shown = repr(ck) + repr(list(ck.parameters.values()))
-    except hsdp.Error as e:
-        shown = str(e)
+    shown = shown_by_open(d)
     assert not any(ord(c) < 0x20 or ord(c) == 0x7F for c in shown), repr(shown)
