@@ -44,5 +44,14 @@ for kind in arrays objects; do
     fi
   done
 done
+# On 3 ranks under mpirun: the bound is 2 s over the same job resuming the good checkpoint (what
+# mpirun and MPI_Init take here), the peak RSS that of the largest process.
+mpirun=${MPIEXEC:-mpirun}
+job=("$mpirun" --oversubscribe --bind-to none -np 3 "$mlp" --mode none --dims 8,16,4 --batch 6 --steps 1)
+t0=$(date +%s.%N); "${job[@]}" --resume "$good" >/dev/null; t1=$(date +%s.%N)
+bound=$(python3 -c "print(2 + $t1 - $t0)")
+python3 "$hj" deep-manifest "$good" "$work/m-mpi" objects 10000000
+echo "manifest, objects nested 10^7 deep, 3 ranks (bound ${bound} s):"
+python3 "$hj" measure 256 "$bound" "$want" -- "${job[@]}" --resume "$work/m-mpi" || fails=$((fails + 1))
 test -e "$work/out.safetensors" && { echo "FAIL: an export of a refused checkpoint was written"; fails=$((fails + 1)); }
 [ "$fails" -eq 0 ] && echo "ok: every deep input refused in time and memory" || { echo "$fails FAILED"; exit 1; }
