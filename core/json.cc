@@ -120,7 +120,7 @@ class CheckSax : public nlohmann::json_sax<json> {
                           path(), ")");
     return false;
   }
-  // The path of the innermost open container: "tensors[3].chunks[0]", "(the top level)".
+  // The path of the innermost open container: "tensors[3].chunks[0]", "the top level".
   // With `inner`, down to the value the innermost container is reading; else the innermost
   // container itself.
   std::string path(bool inner = true) const {
@@ -169,9 +169,11 @@ StatusOr<json> parseJson(std::string_view text, std::string_view where, const Js
     json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) return invalidArgument(where, ": not valid JSON");
     return j;
-  } catch (const std::bad_alloc&) {
-    return invalidArgument(where, ": too little memory to hold its ", c.values,
-                           " JSON values (estimated ", c.tree_bytes, " bytes)");
+  } catch (const std::bad_alloc&) {  // under the limit, but the machine has less
+    return Status(StatusCode::kResourceExhausted,
+                  strCat(where, ": too little memory to hold its ", c.values,
+                         " JSON values (estimated ", c.tree_bytes, " bytes, within the limit of ",
+                         limits.max_memory, ")"));
   }
 }
 
