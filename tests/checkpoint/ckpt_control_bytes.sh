@@ -7,14 +7,8 @@
 #   ckpt_control_bytes.sh BUILD_DIR WORK_DIR SCRIPT_DIR
 set -euo pipefail
 build=$1; work=$2; here=$3
-rm -rf "$work" && mkdir -p "$work"
-trap 'rm -rf "$work"' EXIT
-mlp="$build/examples/train_mlp"
-ckpt="$build/tools/hsdp-ckpt"
-hj="$here/hostile_json.py"
-dims=(--dims 8,16,4 --batch 4)
-"$mlp" --mode none "${dims[@]}" --steps 1 --save-dir "$work/good" >/dev/null
-good="$work/good/step-00000001"
+# shellcheck source=hostile_common.sh
+source "$here/hostile_common.sh"
 py="$build/pyenv/bin/python"
 "$py" -c "import hsdp" 2>/dev/null || py=""
 out="$work/out"

@@ -6,16 +6,9 @@
 #   ckpt_deep_json.sh BUILD_DIR WORK_DIR SCRIPT_DIR
 set -euo pipefail
 build=$1; work=$2; here=$3
-rm -rf "$work" && mkdir -p "$work"
-trap 'rm -rf "$work"' EXIT
-mlp="$build/examples/train_mlp"
-ckpt="$build/tools/hsdp-ckpt"
-hj="$here/hostile_json.py"
+# shellcheck source=hostile_common.sh
+source "$here/hostile_common.sh"
 want="nested deeper than the limit of 64 levels"
-dims=(--dims 8,16,4 --batch 4)
-# One rank, started without mpirun (an MPI singleton): the measured process is train_mlp itself.
-"$mlp" --mode none "${dims[@]}" --steps 1 --save-dir "$work/good" >/dev/null
-good="$work/good/step-00000001"
 fails=0
 measure() { python3 "$hj" measure 256 2 "$want" -- "$@" || fails=$((fails + 1)); }
 for kind in arrays objects; do
