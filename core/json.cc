@@ -129,6 +129,7 @@ class CheckSax : public nlohmann::json_sax<json> {
       const Level& l = stack_[i];
       if (!inner && i + 1 == stack_.size()) break;
       if (l.object) {
+        if (l.key.empty() && l.keys.empty()) continue;  // no key read yet
         if (!p.empty()) p += '.';
         p += l.key;
       } else {
