@@ -34,32 +34,56 @@ size_t utf8Length(std::string_view s, size_t i) {
 }
 }  // namespace
 
+namespace {
+// Appends s[i..] escaped: a valid UTF-8 sequence other than a C1 control (U+0080-U+009F, which
+// some terminals obey) is kept; a control byte, 0x7f, a C1 control or a byte that is not UTF-8
+// is written \xNN (\n, \t by name). `text` keeps newlines and leaves quotes and backslashes
+// alone (a whole message); otherwise they are escaped too (a field inside a message).
+size_t escapeOne(std::string_view s, size_t i, bool text, std::string* out) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  const size_t len = utf8Length(s, i);
+  const bool c1 = len == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0;
+  if (len > 1 && !c1) {
+    out->append(s.substr(i, len));
+    return len;
+  }
+  if (c1) {
+    *out += strCat("\\u00", "0123456789abcdef"[static_cast<unsigned char>(s[i + 1]) >> 4],
+                   "0123456789abcdef"[s[i + 1] & 0xf]);
+    return 2;
+  }
+  if (c == '\n')
+    *out += text ? "\n" : "\\n";
+  else if (c == '\t')
+    *out += "\\t";
+  else if (!text && c == '\\')
+    *out += "\\\\";
+  else if (!text && c == '\'')
+    *out += "\\'";
+  else if (c < 0x20 || c == 0x7f || len == 0) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\x%02x", c);
+    *out += buf;
+  } else {
+    *out += static_cast<char>(c);
+  }
+  return 1;
+}
+}  // namespace
+
 std::string quote(std::string_view s, size_t cap) {
   std::string out;
   const size_t n = std::min(s.size(), cap);
   out.reserve(n + 16);
-  for (size_t i = 0; i < n;) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t len = utf8Length(s, i);
-    if (len > 1) {
-      out.append(s.substr(i, len));
-      i += len;
-      continue;
-    }
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\\') out += "\\\\";
-    else if (c == '\'') out += "\\'";
-    else if (c < 0x20 || c == 0x7f || len == 0) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-    ++i;
-  }
+  for (size_t i = 0; i < n;) i += escapeOne(s.substr(0, n), i, /*text=*/false, &out);
   if (s.size() > cap) out += strCat("...(", s.size(), " bytes)");
+  return out;
+}
+
+std::string printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) i += escapeOne(s, i, /*text=*/true, &out);
   return out;
 }
 

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "hsdp/env.h"
+#include "hsdp/files.h"
 
 namespace hsdp::elastic {
 namespace {
@@ -82,8 +84,9 @@ size_t onData(char* data, size_t size, size_t n, void* user) {
   while ((nl = sink->body.find('\n')) != std::string::npos) {
     std::string line = sink->body.substr(0, nl);
     sink->body.erase(0, nl + 1);
-    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) continue;
+    StatusOr<json> parsed = hsdp::parseJson(line, "etcd watch");
+    if (!parsed.ok()) continue;
+    const json& j = *parsed;
     const json& r = j.contains("result") ? j["result"] : j;
     if (j.contains("error") || (r.contains("events") && !r["events"].empty()) ||
         r.value("canceled", false)) {
@@ -228,12 +231,16 @@ StatusOr<std::string> EtcdClient::post(const std::string& path, const std::strin
   long http = 0;
   HSDP_CURL_CHECK(curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http));
   if (http != 200) {
-    json j = json::parse(sink.body, nullptr, false);
+    StatusOr<json> pj = hsdp::parseJson(sink.body, where());
+    json j = pj.ok() ? std::move(*pj) : json(json::value_t::discarded);
     // The gateway's gRPC error ({"error", "code", "message"}): the caller reads the code.
     if (!stream_until_event && !j.is_discarded() && j.is_object() && j.contains("error"))
       return std::move(sink.body);
     std::string msg =
-        (!j.is_discarded() && j.is_object()) ? j.value("message", sink.body) : sink.body;
+        (!j.is_discarded() && j.is_object() && j.contains("message") && j["message"].is_string())
+            ? j["message"].get<std::string>()
+            : sink.body;
+    msg = files::quote(msg);
     if (stream_until_event) return internalError(where(), ": the watch ended: HTTP ", http);
     return internalError(where(), ": HTTP ", http, ": ", msg);
   }
@@ -244,9 +251,10 @@ StatusOr<std::string> EtcdClient::post(const std::string& path, const std::strin
 namespace {
 // The reply as JSON; an error field (the gateway's gRPC status) is an error naming the request.
 StatusOr<json> parseReply(const std::string& body, const std::string& where) {
-  json j = json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return internalError(where, ": not JSON: '", body.substr(0, 200), "'");
+  StatusOr<json> parsed = hsdp::parseJson(body, where);
+  if (!parsed.ok() || !parsed->is_object())
+    return internalError(where, ": not JSON: '", files::quote(body), "'");
+  json j = std::move(*parsed);
   if (j.contains("error")) {
     const json& e = j["error"];
     std::string msg = e.is_object() ? e.value("message", e.dump()) : e.dump();
@@ -378,7 +386,8 @@ Status EtcdClient::leaseRevoke(int64_t lease) {
   std::string id = std::to_string(lease);
   HSDP_ASSIGN_OR_RETURN(std::string body, post("/v3/lease/revoke", req.dump(), "lease revoke", id,
                                                timeout_ms_, false));
-  json j = json::parse(body, nullptr, false);
+  StatusOr<json> pj = hsdp::parseJson(body, "etcd lease revoke");
+  json j = pj.ok() ? std::move(*pj) : json(json::value_t::discarded);
   // gRPC NOT_FOUND (5): the lease expired already, which is what revoking wants.
   if (!j.is_discarded() && j.is_object() && j.contains("error") && j.value("code", 0) == 5)
     return okStatus();

@@ -6,7 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/json.h"
 #include "elastic/etcd_client.h"
+#include "hsdp/files.h"
 #include "hsdp/status.h"
 
 namespace hsdp::elastic::quorum_detail {
@@ -15,11 +17,12 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 inline StatusOr<json> parseValue(const KeyValue& kv) {
-  json j = json::parse(kv.value, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return internalError("etcd key '", kv.key, "' holds '", kv.value.substr(0, 100),
-                         "', not the JSON object hsdp writes there");
-  return j;
+  StatusOr<json> j = hsdp::parseJson(kv.value, strCat("etcd key '", files::quote(kv.key), "'"));
+  if (!j.ok() || !j->is_object())
+    return internalError("etcd key '", files::quote(kv.key), "' holds '",
+                         files::quote(kv.value, 100), "', not the JSON object hsdp writes there",
+                         j.ok() ? std::string() : " (" + j.status().message() + ")");
+  return std::move(*j);
 }
 
 // A member key's value.

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "hsdp/files.h"
+
 namespace hsdp::ckpt {
 
 using json = nlohmann::json;
@@ -104,9 +106,10 @@ Status Manifest::finish(const std::string& where) {
   for (const UserEntry& e : user)
     if (e.file < 0 || e.file >= static_cast<int>(files.size()) || e.offset > files[e.file].bytes ||
         e.bytes > files[e.file].bytes - e.offset)
-      return invalidArgument(where, ": user entry '", e.key, "' lies outside its file");
+      return invalidArgument(where, ": user entry '", files::quote(e.key),
+                             "' lies outside its file");
     else if (e.bytes > kMaxUserEntryBytes)
-      return invalidArgument(where, ": user entry '", e.key, "' is ", e.bytes,
+      return invalidArgument(where, ": user entry '", files::quote(e.key), "' is ", e.bytes,
                              " bytes, over the limit of ", kMaxUserEntryBytes, " bytes");
   // A data file ends where its last chunk or user entry does (plus alignment at most): a size
   // beyond that (a sparse file of any length matches it) would have readers hash nothing.

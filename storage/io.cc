@@ -259,7 +259,8 @@ void TensorReader::willRead(int t, uint64_t begin, uint64_t end) {
 
 Status TensorReader::readUser(const UserEntry& e, std::string* out) {
   HSDP_ASSIGN_OR_RETURN(std::shared_ptr<const File> f, files_.get(e.file));
-  HSDP_RETURN_IF_ERROR(checkFitsInMemory(e.bytes, strCat("user entry '", e.key, "'")));
+  HSDP_RETURN_IF_ERROR(
+      checkFitsInMemory(e.bytes, strCat("user entry '", files::quote(e.key), "'")));
   out->resize(e.bytes);
   HSDP_RETURN_IF_ERROR(f->preadAll(out->data(), e.bytes, e.offset));
   if (xxh64(out->data(), e.bytes) != e.xxh64)

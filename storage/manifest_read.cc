@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/json.h"
 #include "hsdp/files.h"
 #include "storage/format.h"
 
@@ -261,69 +262,21 @@ void readTensors(Reader& r, const json& tensors, Manifest& m) {
   }
 }
 
-// A SAX pass that stops at the first key an object repeats, keeping the path to it.
-struct DuplicateKeys : nlohmann::json_sax<json> {
-  struct Level {
-    bool object = false;
-    std::string name;  // the path to this container ("optimizer", "tensors[]")
-    std::set<std::string> keys;
-    std::string last;  // the last key read (objects)
-  };
-  std::vector<Level> stack;
-  std::string found;
-
-  std::string childName() const {
-    if (stack.empty()) return "";
-    const Level& l = stack.back();
-    if (!l.object) return l.name + "[]";
-    return l.name.empty() ? l.last : l.name + "." + l.last;
-  }
-  bool open(bool object) {
-    stack.push_back({object, childName(), {}, {}});
-    return true;
-  }
-  bool close() {
-    stack.pop_back();
-    return true;
-  }
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return open(true); }
-  bool end_object() override { return close(); }
-  bool start_array(std::size_t) override { return open(false); }
-  bool end_array() override { return close(); }
-  bool key(string_t& k) override {
-    Level& l = stack.back();
-    l.last = k;
-    if (l.keys.insert(k).second) return true;
-    found = strCat("'", k, "' ", l.name.empty() ? "at the top level" : "in " + l.name);
-    return false;  // stops the parse
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
-    return false;
-  }
-};
-
 }  // namespace
 
 std::string duplicateJsonKey(std::string_view text) {
-  DuplicateKeys sax;
-  json::sax_parse(text.begin(), text.end(), &sax, json::input_format_t::json,
-                  /*strict=*/true);
-  return sax.found;
+  const std::string e = hsdp::checkJson(text).error;
+  const std::string_view head = "key ", tail = " appears twice";
+  if (e.size() < head.size() + tail.size() || e.compare(0, head.size(), head) != 0 ||
+      e.compare(e.size() - tail.size(), tail.size(), tail) != 0)
+    return "";
+  return e.substr(head.size(), e.size() - head.size() - tail.size());
 }
 
 StatusOr<Manifest> parseManifest(std::string_view text, const std::string& where) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return invalidArgument(where, ": not valid JSON (corrupt manifest)");
+  // Depth, repeated keys and memory are checked before the tree is built (core/json.h).
+  HSDP_ASSIGN_OR_RETURN(json j, hsdp::parseJson(text, where, {.hint = "corrupt manifest"}));
   if (!j.is_object()) return invalidArgument(where, ": not a JSON object");
-  if (std::string dup = duplicateJsonKey(text); !dup.empty())
-    return invalidArgument(where, ": key ", dup, " appears twice (a hand-edited manifest?)");
   Reader r{where, okStatus()};
   Manifest m;
   if (r.str(j, "format", "") != kFormatName && r.ok())

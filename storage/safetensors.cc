@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/json.h"
 #include "hsdp/files.h"
 
 namespace hsdp::ckpt {
@@ -34,13 +35,12 @@ std::string stem(const std::string& out) {
 
 StatusOr<SafetensorsHeader> parseSafetensorsHeader(std::string_view text, uint64_t data_bytes,
                                                    const std::string& where) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
+  // Depth, repeated keys (nlohmann-json keeps the last of two; Python's safetensors refuses the
+  // file) and memory are checked before the tree is built (core/json.h).
+  HSDP_ASSIGN_OR_RETURN(
+      json j, hsdp::parseJson(text, where, {.hint = "the safetensors header is not JSON"}));
+  if (!j.is_object())
     return invalidArgument(where, ": the safetensors header is not a JSON object");
-  // nlohmann-json keeps the last of two equal keys; Python's safetensors refuses the file.
-  if (std::string dup = duplicateJsonKey(text); !dup.empty())
-    return invalidArgument(where, ": the safetensors header holds the key ", dup,
-                           " twice (a tensor listed twice?)");
   SafetensorsHeader h;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -50,13 +50,14 @@ StatusOr<SafetensorsHeader> parseSafetensorsHeader(std::string_view text, uint64
       if (!v.is_object()) return invalidArgument(where, ": __metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string())
-          return invalidArgument(where, ": __metadata__ value '", m.key(), "' is not a string");
+          return invalidArgument(where, ": __metadata__ value '", files::quote(m.key()),
+                                 "' is not a string");
         h.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
     auto bad = [&](const char* what) {
-      return invalidArgument(where, ": tensor '", name, "': ", what);
+      return invalidArgument(where, ": tensor '", files::quote(name), "': ", what);
     };
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
         !v.contains("data_offsets"))
@@ -139,11 +140,8 @@ StatusOr<SafetensorsSet> openSafetensors(const std::string& path_in) {
   } else {
     HSDP_ASSIGN_OR_RETURN(std::string text,
                           files::readBounded(path, kMaxIndexBytes, "safetensors index"));
-    json j = json::parse(text, nullptr, false);
-    if (const std::string dup = duplicateJsonKey(text); !dup.empty())
-      return invalidArgument(files::quote(path), ": key ", dup, " appears twice");
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
-        !j["weight_map"].is_object())
+    HSDP_ASSIGN_OR_RETURN(json j, hsdp::parseJson(text, files::quote(path)));
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       return invalidArgument(path, ": not a safetensors index (no weight_map object)");
     // The shards are names beside the index, opened relative to its directory (no links).
     HSDP_ASSIGN_OR_RETURN(files::PathParts parts, files::splitPath(path));
@@ -152,7 +150,8 @@ StatusOr<SafetensorsSet> openSafetensors(const std::string& path_in) {
     std::set<std::string> names;
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
       if (!it.value().is_string() || it.value().get<std::string>().find('/') != std::string::npos)
-        return invalidArgument(path, ": weight_map['", it.key(), "'] is not a file name");
+        return invalidArgument(path, ": weight_map['", files::quote(it.key()),
+                               "'] is not a file name");
       want[it.key()] = it.value().get<std::string>();
       names.insert(it.value().get<std::string>());
     }
@@ -165,7 +164,7 @@ StatusOr<SafetensorsSet> openSafetensors(const std::string& path_in) {
     for (const StTensor& t : tensors) {
       auto w = want.find(t.name);
       if (w == want.end() || file_index[w->second] != t.file)
-        return invalidArgument(path, ": tensor '", t.name, "' of ", set.paths[t.file],
+        return invalidArgument(path, ": tensor '", files::quote(t.name), "' of ", set.paths[t.file],
                                " is not mapped to that file by the index");
     }
     if (want.size() != tensors.size())
@@ -174,7 +173,7 @@ StatusOr<SafetensorsSet> openSafetensors(const std::string& path_in) {
   }
   for (size_t i = 0; i < tensors.size(); ++i)
     if (!set.by_name.emplace(tensors[i].name, static_cast<int>(i)).second)
-      return invalidArgument(path, ": tensor '", tensors[i].name, "' appears twice");
+      return invalidArgument(path, ": tensor '", files::quote(tensors[i].name), "' appears twice");
   set.tensors = std::move(tensors);
   return set;
 }
@@ -184,8 +183,8 @@ Status SafetensorsSet::read(int t, uint64_t start, uint64_t count, float* dst) {
   const uint64_t base = data_start[x.file] + x.begin;
   if (x.dtype == "F32") return files[x.file].preadAll(dst, count * 4, base + start * 4);
   if (x.dtype != "BF16")
-    return invalidArgument(paths[x.file], ": tensor '", x.name, "' is ", x.dtype,
-                           "; hsdp reads F32 and BF16");
+    return invalidArgument(paths[x.file], ": tensor '", files::quote(x.name), "' is ",
+                           files::quote(x.dtype), "; hsdp reads F32 and BF16");
   buf16_.resize(count);
   HSDP_RETURN_IF_ERROR(files[x.file].preadAll(buf16_.data(), count * 2, base + start * 2));
   for (uint64_t i = 0; i < count; ++i) dst[i] = toFloat(bf16{buf16_[i]});
@@ -226,7 +225,8 @@ Status matchTensors(const SafetensorsSet& set, const std::vector<UnitDesc>& unit
   }
   for (size_t i = 0; strict && i < used.size(); ++i)
     if (!used[i] && !names.ignore.count(set.tensors[i].name))
-      return invalidArgument(set.paths[set.tensors[i].file], ": tensor '", set.tensors[i].name,
+      return invalidArgument(set.paths[set.tensors[i].file], ": tensor '",
+                             files::quote(set.tensors[i].name),
                              "' is not a parameter of the model (strict load)");
   return okStatus();
 }

@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "hsdp/files.h"
 #include "hsdp/parse.h"
 
 namespace hsdp::cli {
@@ -171,9 +172,10 @@ inline int reportParseError(const CLI::App& app, const CLI::ParseError& e, const
     return 0;
   }
   if (rank >= 0)
-    std::fprintf(stderr, "%s [rank %d]: error: %s\n", program, rank, e.what());
+    std::fprintf(stderr, "%s [rank %d]: error: %s\n", program, rank,
+                 hsdp::files::printable(e.what()).c_str());
   else
-    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    std::fprintf(stderr, "%s: error: %s\n", program, hsdp::files::printable(e.what()).c_str());
   std::fflush(stderr);
   return kExitBadInput;
 }

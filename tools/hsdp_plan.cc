@@ -39,7 +39,7 @@ struct Options {
 };
 
 int fail(const hsdp::Status& s) {
-  std::fprintf(stderr, "hsdp-plan: error: %s\n", s.message().c_str());
+  std::fprintf(stderr, "hsdp-plan: error: %s\n", hsdp::files::printable(s.message()).c_str());
   return kExitBadInput;
 }
 

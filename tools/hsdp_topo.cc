@@ -99,7 +99,8 @@ int report(const Options& opt, const std::vector<hsdp::NodeTopology>& hosts,
                 v.nic.empty() ? "" : ("rail " + v.nic + "; ").c_str(), v.bind.describe().c_str());
   std::printf("\nnode level: %s\n%s\n", c.level.c_str(), c.describe().c_str());
   if (!shape.ok()) {
-    std::fprintf(stderr, "hsdp-topo: error: %s\n", shape.status().toString().c_str());
+    std::fprintf(stderr, "hsdp-topo: error: %s\n",
+                 hsdp::files::printable(shape.status().toString()).c_str());
     return kExitBadInput;
   }
   const auto& s = *shape;
@@ -113,7 +114,7 @@ int report(const Options& opt, const std::vector<hsdp::NodeTopology>& hosts,
 using hsdp::cli::exitCodeOf;
 
 int fail(const hsdp::Status& s) {
-  std::fprintf(stderr, "hsdp-topo: error: %s\n", s.toString().c_str());
+  std::fprintf(stderr, "hsdp-topo: error: %s\n", hsdp::files::printable(s.toString()).c_str());
   return exitCodeOf(s);
 }
 

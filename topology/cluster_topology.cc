@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/host.h"
+#include "core/json.h"
 #include "hsdp/env.h"
 #include "hsdp/files.h"
 #include "hsdp/log.h"
@@ -113,8 +114,10 @@ std::string serializeRankView(const RankView& v) {
 }
 
 StatusOr<RankView> parseRankView(std::string_view text) {
-  json j = json::parse(text.begin(), text.end(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return invalidArgument("malformed rank view");
+  StatusOr<json> parsed = hsdp::parseJson(text, "rank view");
+  if (!parsed.ok()) return invalidArgument("malformed rank view: ", parsed.status().message());
+  json j = std::move(*parsed);
+  if (!j.is_object()) return invalidArgument("malformed rank view");
   try {
     RankView v;
     v.world_rank = j.at("r");

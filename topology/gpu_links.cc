@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "topology/node_topology.h"
 #include "topology/nvml_abi.h"
 #include "topology/topology_xml.h"
@@ -147,9 +148,9 @@ StatusOr<GpuLinks> gpuLinksFromNvmlSnapshot(const NodeTopology& topo, std::strin
   if (text.size() > topo_xml::kMaxFileBytes)
     return invalidArgument(source_name, " is ", text.size(), " bytes, over the limit of ",
                            topo_xml::kMaxFileBytes, " bytes for an NVML snapshot");
-  json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded())
-    return invalidArgument(source_name, " is not valid JSON (malformed or truncated NVML snapshot)");
+  HSDP_ASSIGN_OR_RETURN(
+      json doc,
+      hsdp::parseJson(text, source_name, {.hint = "malformed or truncated NVML snapshot"}));
   try {
     if (!doc.is_object() || doc.value("format", "") != "hsdp-nvml-snapshot")
       return invalidArgument(source_name,

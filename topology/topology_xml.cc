@@ -325,6 +325,22 @@ Status walk(Walk& w, xmlNode* n, int depth) {
         if (get(a) == nullptr)
           return invalidArgument(w.source, ": line ", n->line, ": ", *type, " object without ", a,
                                  " (malformed hwloc v2 topology)");
+      // hwloc sets bit os_index of a PU's cpuset and a NUMA node's nodeset: a missing os_index
+      // (hwloc's unknown index, 2^32 - 1) or a huge one makes it allocate a bitmap of up to
+      // 512 MiB from a few bytes of XML (found by topology_fuzz under -rss_limit_mb=512).
+      if (*type == "PU" || *type == "NUMANode") {
+        const std::string* os = get("os_index");
+        constexpr unsigned long kMaxIndex = kMaxSetWords * 32 - 1;
+        char* end = nullptr;
+        const unsigned long v =
+            os && !os->empty() && std::isdigit(static_cast<unsigned char>((*os)[0]))
+                ? std::strtoul(os->c_str(), &end, 10)
+                : 0;
+        if (os == nullptr || end == nullptr || *end != '\0' || v > kMaxIndex)
+          return invalidArgument(w.source, ": line ", n->line, ": ", what, " os_index \"",
+                                 os ? shown(*os) : "(missing)", "\" is not an index in [0, ",
+                                 kMaxIndex, "] (the limit of a cpuset or nodeset)");
+      }
       bool empty = true;
       if ((*type == "PU" || *type == "Core") && isBitmap(*get("cpuset"), &empty) && empty)
         return invalidArgument(w.source, ": line ", n->line, ": ", what, " (os_index ",

@@ -12,7 +12,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/json.h"
 #include "hsdp/checkpoint.h"
+#include "hsdp/stop.h"
 #include "storage/io.h"
 #include "storage/safetensors.h"
 
@@ -33,9 +35,27 @@ StatusOr<Opened> openCheckpoint(const std::string& path) {
   return o;
 }
 
+std::function<void(const OfflineProgress&)>& progressFn() {
+  static std::function<void(const OfflineProgress&)> fn;
+  return fn;
+}
+
 }  // namespace
 
+void setOfflineProgress(std::function<void(const OfflineProgress&)> fn) {
+  progressFn() = std::move(fn);
+}
+
 namespace engine {
+
+Status OfflineTicker::tick(uint64_t done) {
+  done_ = done;
+  if (progressFn()) progressFn()({phase_, unit_, done_, total_});
+  if (!stopRequested()) return okStatus();
+  return Status(StatusCode::kAborted,
+                strCat("stopped by ", signalName(stopSignal()), " while ", phase_, ": ", done_,
+                       " of ", total_, " ", unit_, " done; ", left_));
+}
 
 Status verifyDataFile(const std::string& dir_path, const Manifest& m, int f) {
   const FileDesc& d = m.files[f];
@@ -70,12 +90,12 @@ Status verifyDataFile(const std::string& dir_path, const Manifest& m, int f) {
     }
   for (const UserEntry& e : m.user) {
     if (e.file != f) continue;
-    HSDP_RETURN_IF_ERROR(checkFitsInMemory(e.bytes, "user entry '" + e.key + "'"));
+    HSDP_RETURN_IF_ERROR(checkFitsInMemory(e.bytes, "user entry '" + files::quote(e.key) + "'"));
     buf.resize(e.bytes);
     HSDP_RETURN_IF_ERROR(file->preadAll(buf.data(), buf.size(), e.offset));
     if (xxh64(buf.data(), buf.size()) != e.xxh64)
       return invalidArgument("data file '", path, "': bytes [", e.offset, ", ", e.offset + e.bytes,
-                             ") of user entry '", e.key,
+                             ") of user entry '", files::quote(e.key),
                              "' fail their xxh64 checksum (corrupt file)");
   }
   return invalidArgument("data file '", path,
@@ -108,7 +128,8 @@ std::string checkpointSummaryJson(const std::string& dir, const Manifest& m,
   nlohmann::json user = nlohmann::json::array();
   for (const UserEntry& e : m.user) user.push_back({{"key", e.key}, {"bytes", e.bytes}});
   // The mesh and optimizer exactly as the manifest spells them.
-  const nlohmann::json saved = nlohmann::json::parse(serializeManifest(m), nullptr, false);
+  const StatusOr<nlohmann::json> parsed = hsdp::parseJson(serializeManifest(m), dir);
+  const nlohmann::json saved = parsed.ok() ? *parsed : nlohmann::json::object();
   nlohmann::json j = {{"dir", dir},
                       {"format_version", m.version},
                       {"step", m.step},
@@ -122,8 +143,9 @@ std::string checkpointSummaryJson(const std::string& dir, const Manifest& m,
                       {"user", user},
                       {"checksums_ok", nullptr}};
   if (checks) j["checksums_ok"] = all_ok;
-  // Names that are not UTF-8 (a path, a hand-edited manifest) print as U+FFFD, never throw.
-  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  // Names that are not UTF-8 (a path, a hand-edited manifest) print as U+FFFD, never throw;
+  // control bytes and 0x7f as \u001b, \u007f.
+  return hsdp::dumpJsonEscaped(j, 2) + "\n";
 }
 
 }  // namespace engine
@@ -137,8 +159,12 @@ bool CheckpointDiff::identical() const {
 
 Status verifyCheckpoint(const std::string& path) {
   HSDP_ASSIGN_OR_RETURN(Opened o, openCheckpoint(path));
-  for (size_t f = 0; f < o.m.files.size(); ++f)
+  engine::OfflineTicker ticker("verifying", "bytes", o.m.dataBytes(),
+                               strCat(o.m.files.size(), " data files, the rest not checked"));
+  for (size_t f = 0; f < o.m.files.size(); ++f) {
     HSDP_RETURN_IF_ERROR(engine::verifyDataFile(o.dir, o.m, static_cast<int>(f)));
+    HSDP_RETURN_IF_ERROR(ticker.add(o.m.files[f].bytes));
+  }
   return okStatus();
 }
 
@@ -155,20 +181,20 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
   for (const UnitDesc& u : m.units) params += u.numel();
   const MeshDesc& d = m.mesh;
   if (as_json) return engine::checkpointSummaryJson(o.dir, m, &checks);
-  std::string s =
-      strCat("checkpoint ", files::quote(o.dir), "\n  format version ", m.version, ", step ",
-             m.step, ", created ", m.created, "\n  saved under: mode ", d.mode, ", ", d.world_size,
-             " ranks = ", d.num_nodes, " nodes x ", d.ranks_per_node, ", intra_shard ",
-             d.intra_shard, " x inter_shard ", d.inter_shard, " (", d.shards, " shards x ",
-             d.replicas, " replicas), hpz ", d.hpz ? "on" : "off", ", offload ",
-             d.offload_cpu ? "cpu" : "none", ", params ", d.param_dtype, ", reduce ",
-             d.reduce_dtype, ", device ", d.device, "\n  optimizer: ", m.optim.kind, " lr ",
-             m.optim.lr, " betas (", m.optim.beta1, ", ", m.optim.beta2, ") eps ", m.optim.eps,
-             " weight_decay ", m.optim.weight_decay, " clip_norm ", m.optim.clip_norm, "\n");
+  std::string s = strCat(
+      "checkpoint ", files::quote(o.dir), "\n  format version ", m.version, ", step ", m.step,
+      ", created ", files::quote(m.created, 64), "\n  saved under: mode ", files::quote(d.mode, 64),
+      ", ", d.world_size, " ranks = ", d.num_nodes, " nodes x ", d.ranks_per_node, ", intra_shard ",
+      d.intra_shard, " x inter_shard ", d.inter_shard, " (", d.shards, " shards x ", d.replicas,
+      " replicas), hpz ", d.hpz ? "on" : "off", ", offload ", d.offload_cpu ? "cpu" : "none",
+      ", params ", files::quote(d.param_dtype, 64), ", reduce ", files::quote(d.reduce_dtype, 64),
+      ", device ", files::quote(d.device, 64), "\n  optimizer: ", files::quote(m.optim.kind, 64),
+      " lr ", m.optim.lr, " betas (", m.optim.beta1, ", ", m.optim.beta2, ") eps ", m.optim.eps,
+      " weight_decay ", m.optim.weight_decay, " clip_norm ", m.optim.clip_norm, "\n");
   if (!d.elastic_job.empty()) {  // an elastic group's save: the membership it was saved under
     std::string present;
     for (int g : d.elastic_present) present += strCat(present.empty() ? "" : ",", g);
-    s += strCat("  elastic: job '", d.elastic_job, "', group ", d.elastic_group,
+    s += strCat("  elastic: job '", files::quote(d.elastic_job, 64), "', group ", d.elastic_group,
                 ", committed step ", d.elastic_step, " by groups ", present, "\n");
   }
   s += "\n";
@@ -198,7 +224,7 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
   s += strCat("\n  ", m.dataBytes(), " bytes in ", m.files.size(),
               " files; checksums: ", all_ok ? "all ok" : "FAILING", "\n");
   for (size_t f = 0; f < checks.size(); ++f)
-    if (!checks[f].ok()) s += "  " + checks[f].message() + "\n";
+    if (!checks[f].ok()) s += "  " + files::printable(checks[f].message()) + "\n";
   for (const UserEntry& e : m.user)
     s += strCat("  user '", files::quote(e.key), "': ", e.bytes, " bytes\n");
   return s;
@@ -213,6 +239,8 @@ StatusOr<CheckpointDiff> diffCheckpoints(const std::string& pa, const std::strin
   out.step_b = b.m.step;
   TensorReader ra(a.m, a.dir, true), rb(b.m, b.dir, true);
   std::vector<float> xa, xb;
+  engine::OfflineTicker ticker("comparing", "bytes", a.m.dataBytes(),
+                               "the remaining tensors not compared");
   for (size_t t = 0; t < a.m.tensors.size(); ++t) {
     const TensorDesc& ta = a.m.tensors[t];
     const int tb = b.m.tensorIndex(ta.unit, ta.param, ta.state);
@@ -226,6 +254,7 @@ StatusOr<CheckpointDiff> diffCheckpoints(const std::string& pa, const std::strin
       xb.resize(e - at);
       HSDP_RETURN_IF_ERROR(ra.read(static_cast<int>(t), at, e, xa.data()));
       HSDP_RETURN_IF_ERROR(rb.read(tb, at, e, xb.data()));
+      HSDP_RETURN_IF_ERROR(ticker.add((e - at) * 4));
       for (size_t i = 0; i < xa.size(); ++i) {
         // Bitwise: a NaN equal to itself counts as no difference.
         const double diff =
@@ -253,6 +282,11 @@ StatusOr<std::vector<std::string>> exportCheckpoint(const std::string& path, con
   HSDP_RETURN_IF_ERROR(w.checkTargets({o.dir, path}));
   TensorReader reader(o.m, o.dir, /*verify=*/true);
   std::vector<float> buf;
+  uint64_t total = 0;
+  for (const UnitDesc& u : o.m.units) total += u.numel() * 4;
+  // A stop returns early: the writer's destructor removes its temporaries, `out` is not made.
+  engine::OfflineTicker ticker("exporting", "bytes", total,
+                               strCat("no safetensors file written (", files::quote(out), ")"));
   for (size_t u = 0; u < o.m.units.size(); ++u)
     for (size_t p = 0; p < o.m.units[u].params.size(); ++p) {
       const int t = o.m.tensorIndex(static_cast<int>(u), static_cast<int>(p), State::kParam);
@@ -262,6 +296,7 @@ StatusOr<std::vector<std::string>> exportCheckpoint(const std::string& path, con
         buf.resize(e - at);
         HSDP_RETURN_IF_ERROR(reader.read(t, at, e, buf.data()));
         HSDP_RETURN_IF_ERROR(w.append(buf.data(), buf.size()));
+        HSDP_RETURN_IF_ERROR(ticker.add(buf.size() * 4));
       }
     }
   return w.finish();

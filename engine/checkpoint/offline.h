@@ -19,4 +19,23 @@ namespace hsdp::engine {
 std::string checkpointSummaryJson(const std::string& dir, const ckpt::Manifest& m,
                                   const std::vector<Status>* checks);
 
+// A long offline loop's progress (hsdp/checkpoint.h, setOfflineProgress) and its stop point:
+// tick() reports `done` of the total and returns kAborted naming the phase and what is left when
+// a stop was requested (hsdp/stop.h); the caller returns it and its guards remove what it made.
+class OfflineTicker {
+ public:
+  OfflineTicker(const char* phase, const char* unit, uint64_t total, std::string left)
+      : phase_(phase), unit_(unit), total_(total), left_(std::move(left)) {}
+  [[nodiscard]] Status tick(uint64_t done);
+  [[nodiscard]] Status add(uint64_t n) { return tick(done_ + n); }
+  uint64_t done() const { return done_; }
+
+ private:
+  const char* phase_;
+  const char* unit_;
+  uint64_t total_;
+  uint64_t done_ = 0;
+  std::string left_;  // what a stop leaves unfinished ("OUT is not written")
+};
+
 }  // namespace hsdp::engine

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/checkpoint/offline.h"
 #include "hsdp/checkpoint.h"
 #include "hsdp/mesh.h"
 #include "hsdp/topology.h"
@@ -139,8 +140,9 @@ class OutFiles {
     return &o;
   }
   // Every file synced and closed.
-  Status finish() {
+  Status finish(engine::OfflineTicker& ticker) {
     for (int w = 0; w < static_cast<int>(files_.size()); ++w) {
+      HSDP_RETURN_IF_ERROR(ticker.tick(w));
       HSDP_ASSIGN_OR_RETURN(OutFile * o, get(w));
       HSDP_RETURN_IF_ERROR(o->f.sync());
       HSDP_RETURN_IF_ERROR(o->f.close());
@@ -187,7 +189,13 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
   const int W = shape.world_size;
   std::vector<FilePlan> plans;
   std::vector<std::pair<int, int>> kr;  // per rank: shard, replica
+  // Progress and stops (hsdp-ckpt: a line on a terminal; SIGINT/SIGTERM end the reshard here,
+  // the guard below removing the temporary output).
+  const std::string left =
+      strCat(files::quote(out), " is not created; the temporary output is removed");
+  engine::OfflineTicker planning("planning", "ranks", static_cast<uint64_t>(W), left);
   for (int w = 0; w < W; ++w) {
+    if (w % 1024 == 0) HSDP_RETURN_IF_ERROR(planning.tick(w));
     const MeshCoords c = meshCoords(layout, shape, w);
     const int k = m.mesh.shards == 1 ? 0 : c.shard_rank;
     kr.push_back({k, c.replica_rank});
@@ -230,6 +238,9 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
         }
   }
   StreamingReader reader(src, dir);
+  uint64_t copy_bytes = 0;
+  for (const Copy& c : copies) copy_bytes += c.count * 4;
+  engine::OfflineTicker copying("copying", "bytes", copy_bytes, left);
   {
     // The reader thread fills slot i % kSlots with copy i; this thread writes it out and hands
     // the slot back. `read` counts the copies read, `written` those written (each owned by its
@@ -275,6 +286,7 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
         HSDP_RETURN_IF_ERROR(o->write(data, c.count * 4));
         m.tensors[c.out_t].chunks.push_back(
             {c.w, c.offset, c.start, c.count, xxh64(data, c.count * 4)});
+        HSDP_RETURN_IF_ERROR(copying.add(c.count * 4));
         std::lock_guard<std::mutex> lock(mu);
         ++written;
         cv.notify_all();
@@ -293,18 +305,20 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
   // User blobs go after rank 0's data, as a save puts them.
   for (const UserEntry& e : src.user) {
     HSDP_ASSIGN_OR_RETURN(std::shared_ptr<const File> f, reader.file(e.file));
-    HSDP_RETURN_IF_ERROR(checkFitsInMemory(e.bytes, strCat("user entry '", e.key, "'")));
+    HSDP_RETURN_IF_ERROR(
+        checkFitsInMemory(e.bytes, strCat("user entry '", files::quote(e.key), "'")));
     std::string bytes(e.bytes, '\0');
     HSDP_RETURN_IF_ERROR(f->preadAll(bytes.data(), e.bytes, e.offset));
     if (xxh64(bytes.data(), bytes.size()) != e.xxh64)
-      return invalidArgument("data file '", f->path(), "': user entry '", e.key,
+      return invalidArgument("data file '", f->path(), "': user entry '", files::quote(e.key),
                              "' fails its xxh64 checksum");
     HSDP_ASSIGN_OR_RETURN(OutFile * o, files.get(0));
     HSDP_RETURN_IF_ERROR(o->pad(alignUp(o->at)));
     m.user.push_back({e.key, 0, o->at, e.bytes, e.xxh64});
     HSDP_RETURN_IF_ERROR(o->write(bytes.data(), bytes.size()));
   }
-  HSDP_RETURN_IF_ERROR(files.finish());
+  engine::OfflineTicker writing("writing files", "files", static_cast<uint64_t>(W), left);
+  HSDP_RETURN_IF_ERROR(files.finish(writing));
   for (int w = 0; w < W; ++w) {
     m.files[w].bytes = files[w].at;
     m.files[w].xxh64 = XXH64_digest(files[w].h);

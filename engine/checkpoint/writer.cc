@@ -15,13 +15,13 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/json.h"
+#include "engine/checkpoint/saver.h"
 #include "engine/sharded_model_impl.h"
 #include "hsdp/files.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
 #include "storage/io.h"
-
-#include "engine/checkpoint/saver.h"
 
 namespace hsdp {
 namespace engine {
@@ -182,8 +182,11 @@ Status writeDataFile(Saver& s, std::thread& copier, Copied& copied, nlohmann::js
 Status addPart(const SaveJob& job, int r, const std::string& text, const std::string& path,
                ckpt::Manifest* mp) {
   ckpt::Manifest& m = *mp;
-  nlohmann::json p = nlohmann::json::parse(text, nullptr, false);
-  if (p.is_discarded() || !p.is_object()) return internalError("unreadable part file ", path);
+  StatusOr<nlohmann::json> parsed = hsdp::parseJson(text, path);
+  if (!parsed.ok() || !parsed->is_object())
+    return internalError("unreadable part file ", path,
+                         parsed.ok() ? std::string() : ": " + parsed.status().message());
+  nlohmann::json p = std::move(*parsed);
   if (p.contains("error")) return internalError(p["error"].get<std::string>());
   ckpt::FileDesc& f = m.files[r];
   f.bytes = p["bytes"].get<uint64_t>();

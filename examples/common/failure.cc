@@ -4,10 +4,14 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "hsdp/files.h"
+
 namespace examples {
 
 void printError(const char* program, int rank, const std::string& what) {
-  std::fprintf(stderr, "%s [rank %d]: error: %s\n", program, rank, what.c_str());
+  // Escaped: a message that echoes a file never carries a control byte to the terminal.
+  std::fprintf(stderr, "%s [rank %d]: error: %s\n", program, rank,
+               hsdp::files::printable(what).c_str());
   std::fflush(stderr);
 }
 

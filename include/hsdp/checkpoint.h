@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
@@ -107,6 +108,21 @@ struct LoadResult {
 };
 
 // ---- offline (no MPI, no job): what build/tools/hsdp-ckpt runs ----
+
+// Progress of the long offline calls (verifyCheckpoint, reshardCheckpoint, exportCheckpoint,
+// diffCheckpoints): `phase` ("planning", "copying", "writing files", "verifying", "exporting",
+// "comparing"), `done` of `total` in `unit` ("bytes", "files", "ranks"). The callback set by
+// setOfflineProgress (none by default) runs on the calling thread, often (throttle in it).
+// The same calls poll hsdp::stopRequested() (hsdp/stop.h; hsdp-ckpt installs SIGINT and SIGTERM):
+// once a stop is requested they remove what they created (temporaries, a partial output) and
+// return kAborted "stopped by SIGTERM while <phase>: <done> of <total> <unit> done; <what was
+// left>", the input untouched.
+struct OfflineProgress {
+  const char* phase = "";
+  const char* unit = "";
+  uint64_t done = 0, total = 0;
+};
+void setOfflineProgress(std::function<void(const OfflineProgress&)> fn);
 
 // A table (or with `json` the manifest's summary as JSON): step, mode and mesh, units and
 // parameters with shapes, bytes per file, and whether every file's checksum holds.

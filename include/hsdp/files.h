@@ -14,7 +14,8 @@
 //   An output target is checked first (checkOutputTarget): not a device, FIFO, socket or
 //   symbolic link, not an existing directory unless asked for, never equal to or inside an input.
 // - A failed write removes its temporaries (TempGuard).
-// - Messages echo at most kEchoBytes of a path or of file content, escaped (quote()).
+// - Messages echo at most kEchoBytes of a path or of file content, escaped (quote()); whatever
+//   the programs print passes through printable().
 //
 // Errors: what can never work (a missing file, a symbolic link, a FIFO, no permission, a file over
 // its limit) is kInvalidArgument (exit 2 in the programs); a failing disk (ENOSPC, EIO) is
@@ -40,6 +41,12 @@ constexpr size_t kEchoBytes = 200;
 // `s` for a message: control characters, quotes, backslashes and bytes that are not UTF-8 escaped
 // (\n, \x1b, ...), cut after `cap` bytes with "...(N bytes)" appended. Never throws.
 std::string quote(std::string_view s, size_t cap = kEchoBytes);
+// A whole text for a terminal (a message, a table the tools print): every byte a terminal would
+// act on -- control bytes other than newline, 0x7f, C1 controls (U+0080-U+009F), bytes that are
+// not UTF-8 -- escaped as quote() escapes them; quotes, backslashes and newlines kept. What the
+// tools, the examples and the Python package print passes through it (after quote() of each
+// field inside), so nothing from a file reaches a terminal raw. Never throws.
+std::string printable(std::string_view s);
 
 // Status for a failed system call on `path`: "<what> '<path>': <strerror>", kInvalidArgument
 // for errors of the input (ENOENT, EACCES, ELOOP, ENOTDIR, ...), kInternal for the disk's.

@@ -144,8 +144,9 @@ class Checkpoint:
 
     def __repr__(self) -> str:
         m = self._summary["mesh"]
+        mode = repr(str(m["mode"]))[1:-1]  # escaped: a manifest's bytes never reach a terminal raw
         return (f"<hsdp.checkpoint.Checkpoint {self.dir!r} step {self.step}, {len(self)} tensors, "
-                f"{m['mode']} on {m['world_size']} ranks>")
+                f"{mode} on {m['world_size']} ranks>")
 
 
 def open(path: PathLike) -> Checkpoint:  # noqa: A001 (the module's verb, as in hsdp-ckpt)

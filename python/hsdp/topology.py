@@ -66,7 +66,7 @@ class Topology:
         m = self.mesh
         mesh = (f"{m['world']} ranks = {m['nodes']} nodes x {m['ranks_per_node']}, "
                 f"intra_shard {m['intra_shard']} x inter_shard {m['inter_shard']}, "
-                f"replicas {m['replicas']}" if m else f"no mesh: {self.mesh_error}")
+                f"replicas {m['replicas']}" if m else f"no mesh: {repr(str(self.mesh_error))[1:-1]}")
         return f"<hsdp.topology.Topology {self.level}: {mesh}>"
 
 

@@ -8,6 +8,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include "hsdp/files.h"
 #include "src/common.h"
 
 namespace hsdp::py {
@@ -78,7 +79,7 @@ void bindCheckpoint(nb::module_& m) {
       .def("__repr__", [](const CheckpointTensor& t) {
         std::string shape;
         for (int64_t d : t.shape) shape += strCat(shape.empty() ? "" : ", ", d);
-        return strCat("<CheckpointTensor ", t.name, " (", shape, ") float32>");
+        return strCat("<CheckpointTensor ", files::quote(t.name), " (", shape, ") float32>");
       });
 
   nb::class_<CheckpointReader>(m, "CheckpointReader",
@@ -191,7 +192,8 @@ void bindCheckpoint(nb::module_& m) {
       .def_ro("max_abs", &TensorDiff::max_abs)
       .def_ro("max_rel", &TensorDiff::max_rel, "max |a - b| / max |b|")
       .def("__repr__", [](const TensorDiff& d) {
-        return strCat("<TensorDiff ", d.name, " max_abs=", d.max_abs, " max_rel=", d.max_rel, ">");
+        return strCat("<TensorDiff ", files::quote(d.name), " max_abs=", d.max_abs,
+                      " max_rel=", d.max_rel, ">");
       });
   nb::class_<CheckpointDiff>(m, "CheckpointDiff", "diff(a, b): per tensor, parameters and moments")
       .def_ro("step_a", &CheckpointDiff::step_a)

@@ -2,6 +2,7 @@
 // message as the text.
 #include <nanobind/stl/string.h>
 
+#include "hsdp/files.h"
 #include "src/common.h"
 
 namespace hsdp::py {
@@ -51,7 +52,8 @@ void registerErrors(nb::module_& m) {
         type = cls.ptr();
       } catch (const nb::python_error&) {
       }
-      PyErr_SetString(type, e.what());
+      // Escaped: a message echoing a file never carries a control byte to the terminal.
+      PyErr_SetString(type, files::printable(e.what()).c_str());
     }
   });
 }

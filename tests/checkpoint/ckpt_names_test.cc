@@ -306,7 +306,7 @@ TEST_F(Names, SafetensorsDuplicateKeyRefused) {
   ASSERT_FALSE(s.ok()) << "a safetensors file listing 'u.w' twice loaded";
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(has(s, dup)) << s.toString();
-  EXPECT_TRUE(has(s, "'u.w' at the top level twice")) << s.toString();
+  EXPECT_TRUE(has(s, "'u.w' at the top level appears twice")) << s.toString();
   std::vector<float> got;
   ASSERT_TRUE((*m)->gatherFullParameters(0, &got).ok());
   EXPECT_EQ(got, std::vector<float>({0, 0, 0, 0}));  // unchanged

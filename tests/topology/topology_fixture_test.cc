@@ -289,7 +289,8 @@ TEST(BadInput, SnapshotErrors) {
   std::string e = errorOf(s);
   EXPECT_NE(e.find("GPU 00000000:17:00.0 is not a GPU of"), std::string::npos) << e;
   s.nvml_snapshot = tempFile("trunc.json", slurp(kDir + "/dgx_h100.nvml.json").substr(0, 300));
-  EXPECT_NE(errorOf(s).find("is not valid JSON"), std::string::npos);
+  EXPECT_NE(errorOf(s).find("not valid JSON (malformed or truncated NVML snapshot)"),
+            std::string::npos);
   s.nvml_snapshot = tempFile("wrong.json", "{\"gpus\": []}");
   EXPECT_NE(errorOf(s).find("is not an hsdp NVML snapshot"), std::string::npos);
   s.nvml_snapshot = tempFile("badtype.json",
