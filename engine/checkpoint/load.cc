@@ -228,8 +228,8 @@ Status ShardedModel::loadWeights(const std::string& path, const LoadWeightsOptio
   // Every parameter's tensor (strict: all of them, and nothing else in the files).
   std::vector<std::vector<int>> index(units.size());
   if (local.ok())
-    local = ckpt::matchTensors(*set, units, options.strict, {options.prefixes, options.ignore},
-                               &index);
+    local =
+        ckpt::matchTensors(*set, units, options.strict, {options.prefixes, options.ignore}, &index);
   for (Unit& u : m.units)
     if (local.ok()) local = m.waitForStep(u);
   if (local.ok()) local = m.ensureSaver();

@@ -95,11 +95,11 @@ EngineConfig engineConfig(const Settings& s) {
   c.precision.param_dtype = parsed(parseDType(s.param_dtype), "param_dtype", s.param_dtype);
   c.precision.reduce_dtype = parsed(parseDType(s.reduce_dtype), "reduce_dtype", s.reduce_dtype);
   if (s.inter_param_wire)
-    c.wires.inter_param_wire = parsed(parseWire(*s.inter_param_wire), "inter_param_wire",
-                                      *s.inter_param_wire);
+    c.wires.inter_param_wire =
+        parsed(parseWire(*s.inter_param_wire), "inter_param_wire", *s.inter_param_wire);
   if (s.inter_grad_wire)
-    c.wires.inter_grad_wire = parsed(parseWire(*s.inter_grad_wire), "inter_grad_wire",
-                                     *s.inter_grad_wire);
+    c.wires.inter_grad_wire =
+        parsed(parseWire(*s.inter_grad_wire), "inter_grad_wire", *s.inter_grad_wire);
   if (s.replica_wire)
     c.wires.replica_wire = parsed(parseWire(*s.replica_wire), "replica_wire", *s.replica_wire);
   c.wires.quant_block = s.quant_block;
@@ -175,8 +175,7 @@ void bindShardedModel(nb::module_& m) {
   nb::class_<PyModel>(m, "ShardedModel",
                       "hsdp's sharding engine on a Mesh (hsdp/sharded_model.h); "
                       "python/hsdp/torch drives it from nn.Module hooks")
-      .def_static("create", &create, nb::arg("mesh"), nb::arg("settings"),
-                  nb::keep_alive<0, 1>())
+      .def_static("create", &create, nb::arg("mesh"), nb::arg("settings"), nb::keep_alive<0, 1>())
       .def(
           "add_unit",
           [](PyModel& pm, std::string name, const std::vector<ParamTuple>& params, bool frozen) {
@@ -259,7 +258,8 @@ void bindShardedModel(nb::module_& m) {
           [](PyModel& pm, int u) {
             ShardedModel& model = pm.live();
             auto* v = new std::vector<float>();
-            nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+            nb::capsule owner(v,
+                              [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
             unlocked([&] { return model.gatherFullParameters(u, v); });
             return nb::ndarray<nb::numpy, float, nb::ndim<1>>(v->data(), {v->size()}, owner);
           },
