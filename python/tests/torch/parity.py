@@ -10,7 +10,7 @@ where a gradient is rounding noise (GPT-2's key bias: softmax ignores it) any tw
 implementations drift apart by up to lr per step, and that tensor's floor says by how much.
 
     mpirun -np 8 -x HSDP_RANKS_PER_NODE=4 python parity.py --model gpt2 --mode zero3 \
-        --intra 4 --inter 1 [--offload] [--bf16] [--accum 2] [--checkpointing] [--steps K]
+        --intra 4 --inter 1 [--offload] [--bf16] [--accum 2] [--checkpointing] [--hpz] [--steps K]
 """
 
 import argparse
@@ -41,6 +41,7 @@ def main() -> int:
     ap.add_argument("--checkpointing", action="store_true")
     ap.add_argument("--frozen", action="store_true", help="freeze the position embedding")
     ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--hpz", action="store_true", help="ZeRO++'s secondary partition")
     a = ap.parse_args()
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
@@ -64,7 +65,7 @@ def main() -> int:
     units = list(model.transformer.h) if a.model == "gpt2" else list(model.blocks)
     dtype = "bf16" if a.bf16 else "float32"
     sharded = hsdp.torch.shard(model, mesh, units=units, mode=a.mode, param_dtype=dtype, offload="cpu" if a.offload else None,
-                               optimizer=hp, no_decay=nd, clip_norm=a.clip)
+                               optimizer=hp, no_decay=nd, clip_norm=a.clip, hpz=a.hpz)
 
     def adamw(m):
         decay = [p for n, p in m.named_parameters() if n not in nd and p.requires_grad]
