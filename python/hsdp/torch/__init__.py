@@ -19,7 +19,6 @@ import contextlib
 import hashlib
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -274,7 +273,6 @@ def shard(model: nn.Module, mesh: Mesh, *, units: Sequence[nn.Module] = (), mode
 
 
 def _install_hooks(model: nn.Module, groups, params, rt: Runtime) -> None:
-    root = groups[0]
     model.register_forward_pre_hook(rt.root_pre_forward, prepend=True, with_kwargs=True)
     model.register_forward_hook(rt.root_post_forward, with_kwargs=True, always_call=True)
     for g in groups[1:]:
@@ -283,4 +281,3 @@ def _install_hooks(model: nn.Module, groups, params, rt: Runtime) -> None:
     for pp in params:
         if pp.param.requires_grad:
             pp.param.register_post_accumulate_grad_hook(rt.post_accumulate)
-    del root

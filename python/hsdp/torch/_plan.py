@@ -10,7 +10,7 @@ first name, in the innermost group that holds every module using it.
 """
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Sequence, Union
 
 import torch
 from torch import nn

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional
 import torch
 import torch.utils._pytree as pytree
 
-from ._plan import EngineUnit, Group, PlannedParam
+from ._plan import EngineUnit, Group
 
 
 class TrainingState(enum.Enum):
