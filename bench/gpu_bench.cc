@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "cli.h"
-#include "cuda/cuda_check.h"
-#include "cuda/cuda_resources.h"
+#include "collectives/nccl/cuda_check.h"
+#include "collectives/nccl/cuda_resources.h"
 #include "cuda/kernels.h"
 
 namespace hsdp {

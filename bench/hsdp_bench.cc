@@ -43,7 +43,7 @@
 #include "hsdp/mpi.h"
 #include "hsdp/quantize.h"
 #include "hsdp/topology.h"
-#include "watchdog/watchdog.h"
+#include "core/watchdog/watchdog.h"
 
 namespace {
 

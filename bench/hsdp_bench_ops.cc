@@ -5,7 +5,7 @@
 #include <cstring>
 #include <optional>
 
-#include "watchdog/watchdog.h"
+#include "core/watchdog/watchdog.h"
 
 namespace hsdp_bench {
 

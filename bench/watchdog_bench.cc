@@ -16,7 +16,7 @@
 
 #include "cli.h"
 #include "hsdp/mpi.h"
-#include "watchdog/watchdog.h"
+#include "core/watchdog/watchdog.h"
 
 namespace {
 

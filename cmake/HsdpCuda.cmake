@@ -1,8 +1,7 @@
 # The CUDA side of the build. Detects CUDA and NCCL for HSDP_WITH_CUDA=AUTO|ON|OFF and sets
 # HSDP_HAVE_CUDA; when it is ON, enables the CUDA language, defines the imported target hsdp::nccl
-# and the CUDA module (cuda/: kernels, RAII owners, HSDP_CUDA_CHECK) as the object library
-# hsdp_cuda. collectives/nccl/ puts those objects and the NCCL transport into libhsdp, so programs
-# link `hsdp` alone. Nothing here changes the host (MPI) path: HSDP_WITH_CUDA=OFF builds the rest.
+# (collectives/nccl/ and src/cuda/ then add the NCCL transport and the CUDA memory space to
+# libhsdp, so programs link `hsdp` alone). Nothing here changes the host (MPI) path: HSDP_WITH_CUDA=OFF builds the rest.
 #
 # NCCL: /usr/local/cuda (the toolkit's own copy), NCCL_HOME, or given explicitly, e.g. the pip
 # package nvidia-nccl-cu13 (which ships only libnccl.so.2, hence the second name):
@@ -66,7 +65,4 @@ if(HSDP_HAVE_CUDA)
     IMPORTED_LOCATION ${HSDP_NCCL_LIBRARY}
     INTERFACE_INCLUDE_DIRECTORIES ${HSDP_NCCL_INCLUDE_DIR})
 
-  # The kernels and CUDA helpers (an object library; collectives/nccl/ adds it to hsdp, which
-  # does not exist yet at this point of the root CMakeLists.txt).
-  add_subdirectory(${PROJECT_SOURCE_DIR}/cuda ${PROJECT_BINARY_DIR}/cuda)
 endif()

@@ -36,7 +36,7 @@ function(hsdp_fuzz_test)
     add_custom_command(OUTPUT ${_obj}
       COMMAND ${CMAKE_COMMAND} -E make_directory ${_dir}
       COMMAND ${HSDP_CLANGXX} -std=c++20 -O1 -g -fsanitize=fuzzer-no-link,${F_SANITIZE}
-              ${F_FLAGS} -I${PROJECT_SOURCE_DIR} -I${PROJECT_SOURCE_DIR}/include
+              ${F_FLAGS} -I${PROJECT_SOURCE_DIR} -I${PROJECT_SOURCE_DIR}/src -I${PROJECT_SOURCE_DIR}/include
               -MD -MF ${_obj}.d -c ${_src} -o ${_obj}
       DEPENDS ${_src} DEPFILE ${_obj}.d VERBATIM)
     list(APPEND _objs ${_obj})

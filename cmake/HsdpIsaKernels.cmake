@@ -20,7 +20,7 @@ function(hsdp_isa_kernels name define)
     set(target hsdp_${name}_${isa})
     add_library(${target} OBJECT ${name}_${isa}.cc)
     set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
-    target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}
+    target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/src
                                ${PROJECT_SOURCE_DIR}/include)
     target_compile_options(${target} PRIVATE ${ARGN} ${isa_flags_${isa}})
     if(x86)

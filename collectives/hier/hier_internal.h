@@ -15,7 +15,7 @@
 #include "core/scratch_pool.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/quantize.h"
-#include "watchdog/watchdog.h"
+#include "core/watchdog/watchdog.h"
 
 namespace hsdp::hier_detail {
 

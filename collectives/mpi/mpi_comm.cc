@@ -11,7 +11,7 @@
 #include "collectives/mpi/mpi_gather.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
-#include "watchdog/watchdog.h"
+#include "core/watchdog/watchdog.h"
 
 namespace hsdp::mpi {
 namespace {

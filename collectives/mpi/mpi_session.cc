@@ -16,7 +16,7 @@
 #include "hsdp/mpi.h"
 #include "hsdp/parse.h"
 #include "hsdp/transport_registry.h"
-#include "watchdog/watchdog.h"
+#include "core/watchdog/watchdog.h"
 
 namespace hsdp::mpi {
 namespace {

@@ -6,7 +6,7 @@
 #include "collectives/nccl/nccl_internal.h"
 #include "hsdp/env.h"
 #include "hsdp/transport_registry.h"
-#include "watchdog/watchdog.h"
+#include "core/watchdog/watchdog.h"
 
 namespace hsdp::nccl {
 

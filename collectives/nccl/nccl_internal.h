@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "collectives/nccl/nccl_check.h"
-#include "watchdog/watchdog.h"
-#include "cuda/cuda_check.h"
-#include "cuda/cuda_resources.h"
+#include "core/watchdog/watchdog.h"
+#include "collectives/nccl/cuda_check.h"
+#include "collectives/nccl/cuda_resources.h"
 #include "hsdp/log.h"
 #include "hsdp/nccl.h"
 

@@ -9,7 +9,7 @@
 #include "collectives/ucx/ucx_internal.h"
 #include "core/progress.h"
 #include "hsdp/transport_registry.h"
-#include "watchdog/watchdog.h"
+#include "core/watchdog/watchdog.h"
 
 namespace hsdp::ucx {
 

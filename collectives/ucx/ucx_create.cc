@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "collectives/ucx/ucx_internal.h"
-#include "watchdog/watchdog.h"
+#include "core/watchdog/watchdog.h"
 #include "hsdp/env.h"
 
 namespace hsdp::ucx {

@@ -34,7 +34,7 @@
 #include "hsdp/transport_registry.h"
 #include "hsdp/watchdog.h"
 #if HSDP_HAVE_CUDA
-#include "cuda/cuda_resources.h"
+#include "collectives/nccl/cuda_resources.h"
 #endif
 
 namespace {

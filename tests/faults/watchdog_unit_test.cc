@@ -21,9 +21,9 @@
 #include <thread>
 
 #include "hsdp/config.h"
-#include "watchdog/watch_oob.h"
-#include "watchdog/watch_table.h"
-#include "watchdog/watchdog.h"
+#include "core/watchdog/watch_oob.h"
+#include "core/watchdog/watch_table.h"
+#include "core/watchdog/watchdog.h"
 
 namespace hsdp::watchdog {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "cuda/cuda_resources.h"
+#include "collectives/nccl/cuda_resources.h"
 #include "hsdp/transport.h"
 #include "tests/common/status_assert.h"
 

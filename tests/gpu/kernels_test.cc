@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/adam.h"
-#include "cuda/cuda_resources.h"
+#include "collectives/nccl/cuda_resources.h"
 #include "hsdp/dtype.h"
 #include "hsdp/quantize.h"
 #include "tests/gpu/gpu_test.h"

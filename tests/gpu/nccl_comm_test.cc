@@ -14,7 +14,7 @@
 
 #include "collectives/mpi/mpi_comm.h"
 #include "core/host_buffer.h"
-#include "cuda/cuda_resources.h"
+#include "collectives/nccl/cuda_resources.h"
 #include "hsdp/nccl.h"
 #include "hsdp/transport_select.h"
 #include "tests/collectives/conformance/conformance_suite.h"

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "hsdp/nccl.h"
-#include "cuda/cuda_resources.h"
+#include "collectives/nccl/cuda_resources.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/topology.h"
 #include "tests/gpu/gpu_test.h"

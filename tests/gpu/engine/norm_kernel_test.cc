@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/cuda_resources.h"
+#include "collectives/nccl/cuda_resources.h"
 #include "cuda/kernels.h"
 #include "tests/gpu/gpu_test.h"
 

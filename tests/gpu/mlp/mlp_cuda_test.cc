@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "cuda/cuda_resources.h"
+#include "collectives/nccl/cuda_resources.h"
 #include "mlp/mlp.h"
 #include "tests/gpu/gpu_test.h"
 

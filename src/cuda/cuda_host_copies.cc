@@ -1,7 +1,7 @@
 // The CUDA space's host copies (cuda/cuda_space.h): CPU offload's trip of a shard (the gradient
 // down to the CPU Adam, the updated parameters back up) and checkpoint snapshots, each on a copy
 // stream of its own, between device memory and host memory registered (pinned) per slot.
-#include "cuda/cuda_check.h"
+#include "collectives/nccl/cuda_check.h"
 #include "cuda/cuda_space.h"
 #include "hsdp/log.h"
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/memory_space.h"
-#include "cuda/cuda_resources.h"
+#include "collectives/nccl/cuda_resources.h"
 #include "cuda/kernels.h"
 
 namespace hsdp::gpu {

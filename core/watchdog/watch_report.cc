@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "watchdog/watchdog.h"
+#include "core/watchdog/watchdog.h"
 
 namespace hsdp::watchdog {
 namespace {

@@ -1,4 +1,4 @@
-#include "watchdog/watch_oob.h"
+#include "core/watchdog/watch_oob.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -4,7 +4,7 @@
 // global norm that wobbled between runs would make clipping irreproducible).
 #include <algorithm>
 
-#include "cuda/cuda_check.h"
+#include "collectives/nccl/cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/launch.cuh"
 

@@ -2,7 +2,7 @@
 // buffer and per-parameter tensors, one launch for up to kMaxCopyPieces tensors. The table travels
 // by value as a kernel argument (as PyTorch's multi_tensor_apply passes its tensor lists), so
 // nothing is allocated or copied to the device for it.
-#include "cuda/cuda_check.h"
+#include "collectives/nccl/cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/launch.cuh"
 

@@ -1,8 +1,8 @@
-#include "cuda/cuda_resources.h"
+#include "collectives/nccl/cuda_resources.h"
 
 #include <utility>
 
-#include "cuda/cuda_check.h"
+#include "collectives/nccl/cuda_check.h"
 #include "hsdp/log.h"
 
 namespace hsdp::gpu {

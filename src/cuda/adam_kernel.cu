@@ -12,7 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cuda/cuda_check.h"
+#include "collectives/nccl/cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/launch.cuh"
 

@@ -8,7 +8,7 @@
 
 #include "core/progress.h"
 #include "hsdp/log.h"
-#include "watchdog/watchdog_state.h"
+#include "core/watchdog/watchdog_state.h"
 
 namespace hsdp {
 

@@ -10,7 +10,7 @@
 
 #include "hsdp/env.h"
 #include "hsdp/log.h"
-#include "watchdog/watchdog_state.h"
+#include "core/watchdog/watchdog_state.h"
 
 namespace hsdp::watchdog {
 

@@ -21,7 +21,7 @@
 #include "core/comm_observer.h"
 #include "hsdp/transport.h"
 #include "hsdp/watchdog.h"
-#include "watchdog/watch_table.h"
+#include "core/watchdog/watch_table.h"
 
 namespace hsdp {
 

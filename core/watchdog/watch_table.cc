@@ -1,4 +1,4 @@
-#include "watchdog/watch_table.h"
+#include "core/watchdog/watch_table.h"
 
 #include <fcntl.h>
 #include <signal.h>

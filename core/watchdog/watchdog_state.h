@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/comm_observer.h"
-#include "watchdog/watch_oob.h"
-#include "watchdog/watchdog.h"
+#include "core/watchdog/watch_oob.h"
+#include "core/watchdog/watchdog.h"
 
 namespace hsdp::watchdog::detail {
 

@@ -15,7 +15,7 @@
 #include "core/host.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
-#include "watchdog/watchdog_state.h"
+#include "core/watchdog/watchdog_state.h"
 
 namespace hsdp::watchdog {
 

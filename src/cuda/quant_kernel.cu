@@ -6,7 +6,7 @@
 // elements with one rounded multiply and a round to nearest even (__float2int_rn); error
 // feedback adds and subtracts with single roundings (__fadd_rn, __fsub_rn). Decoding is a
 // grid-stride loop over elements. No FMA (the intrinsics, and --fmad=false for the module).
-#include "cuda/cuda_check.h"
+#include "collectives/nccl/cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/launch.cuh"
 

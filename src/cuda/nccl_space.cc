@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "cuda/cuda_check.h"
-#include "cuda/cuda_resources.h"
+#include "collectives/nccl/cuda_check.h"
+#include "collectives/nccl/cuda_resources.h"
 #include "cuda/cuda_space.h"
 #include "hsdp/log.h"
 #include "hsdp/nccl.h"

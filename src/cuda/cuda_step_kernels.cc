@@ -4,7 +4,7 @@
 // collectives), and read back into pinned memory; the host waits for it only in normResult().
 #include <cstring>
 
-#include "cuda/cuda_check.h"
+#include "collectives/nccl/cuda_check.h"
 #include "cuda/cuda_space.h"
 
 namespace hsdp::gpu {

@@ -1,4 +1,4 @@
-#include "cuda/cuda_check.h"
+#include "collectives/nccl/cuda_check.h"
 
 namespace hsdp::gpu {
 

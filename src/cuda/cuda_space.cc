@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "cuda/cuda_check.h"
+#include "collectives/nccl/cuda_check.h"
 #include "hsdp/log.h"
 
 namespace hsdp::gpu {

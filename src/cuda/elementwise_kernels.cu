@@ -2,7 +2,7 @@
 // element independent, so any length and alignment work.
 #include <cmath>
 
-#include "cuda/cuda_check.h"
+#include "collectives/nccl/cuda_check.h"
 #include "cuda/kernels.h"
 #include "cuda/launch.cuh"
 
