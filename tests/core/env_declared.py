@@ -17,29 +17,40 @@ import sys
 
 DECL = re.compile(r'\b(IntParam|BoolParam|StringParam|NumberParam)\s+\w+\s*\{\s*"(HSDP_[A-Z0-9_]+)"')
 RAW_READ = re.compile(r'\b(?:std::)?(?:secure_)?getenv\s*\(\s*"HSDP_')
-SCANNED = ("core", "watchdog", "storage", "checkpoint", "topology", "collectives", "offload",
-           "cuda", "elastic", "engine", "plan", "tools", "bench", "examples", "include")
+SCANNED = ("core", "topology", "collectives", "offload", "src", "tools", "bench", "examples",
+           "include")
+
+
+def tree_files(root):
+    """The tracked tree (plus untracked files git does not ignore) under SCANNED: never a build
+    tree; outside a git work tree, every file under SCANNED."""
+    try:
+        out = subprocess.run(["git", "-C", root, "ls-files", "-z", "--cached", "--others",
+                              "--exclude-standard", "--", *SCANNED],
+                             capture_output=True, check=True).stdout.decode()
+        return sorted(p for p in out.split("\0") if p and os.path.isfile(os.path.join(root, p)))
+    except (OSError, subprocess.CalledProcessError):
+        rels = []
+        for top in SCANNED:
+            for dirpath, _, names in os.walk(os.path.join(root, top)):
+                rels += [os.path.relpath(os.path.join(dirpath, n), root) for n in names]
+        return sorted(rels)
 
 
 def main():
     root, hsdp_env = sys.argv[1], sys.argv[2]
     declared = collections.defaultdict(list)
     problems = []
-    for top in SCANNED:
-        base = os.path.join(root, top)
-        for dirpath, _, names in os.walk(base):
-            for name in names:
-                if not name.endswith((".h", ".cc", ".cu", ".cuh")):
-                    continue
-                path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, root)
-                text = open(path, encoding="utf-8", errors="replace").read()
-                text = re.sub(r"//[^\n]*", "", text)  # comments (examples in docs) do not count
-                for m in DECL.finditer(text):
-                    declared[m.group(2)].append(rel)
-                for m in RAW_READ.finditer(text):
-                    line = text.count("\n", 0, m.start()) + 1
-                    problems.append(f"{rel}:{line}: reads an HSDP_* variable around hsdp/env.h")
+    for rel in tree_files(root):
+        if not rel.endswith((".h", ".cc", ".cu", ".cuh")):
+            continue
+        text = open(os.path.join(root, rel), encoding="utf-8", errors="replace").read()
+        text = re.sub(r"//[^\n]*", "", text)  # comments (examples in docs) do not count
+        for m in DECL.finditer(text):
+            declared[m.group(2)].append(rel)
+        for m in RAW_READ.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            problems.append(f"{rel}:{line}: reads an HSDP_* variable around hsdp/env.h")
     for name, where in sorted(declared.items()):
         if len(where) > 1:
             problems.append(f"{name} is declared {len(where)} times: {', '.join(where)}")

@@ -2,6 +2,7 @@
 # `pip wheel ./python` against this build's libhsdp (build/install, as scripts/python-env uses it;
 # CMake's build tree build/python reused): the wheel holds the extension, its type stubs,
 # py.typed and the package's Python files, and, installed on its own, `import hsdp` plans a job.
+# Then `pip install ./python` with pyproject's own build-dir writes nothing into the source tree.
 # Exit 77 without build/pyenv.
 set -uo pipefail
 build=$1
@@ -33,4 +34,16 @@ PYTHONPATH=$tmp/site "$py" -c "
 import hsdp, os
 assert os.path.dirname(hsdp.__file__) == os.path.join('$tmp/site', 'hsdp'), hsdp.__file__
 print(hsdp.plan(params=7.5e9, nodes=2, gpus_per_node=8, intra_shard=8))" || { echo "FAIL: import"; exit 1; }
+# `pip install ./python` as README shows it (pyproject's own build-dir) leaves nothing in the
+# source tree: its build tree goes under build/ (issue 43: a build tree in python/build/ once
+# broke the layering check).
+stamp=$tmp/stamp
+touch "$stamp"
+sleep 1
+"$py" -m pip --disable-pip-version-check -q install --no-build-isolation --no-deps \
+  --target "$tmp/site2" "$root/python" -Ccmake.define.hsdp_DIR="$build/install/lib/cmake/hsdp" \
+  || { echo "FAIL: pip install ./python"; exit 1; }
+left=$(find "$root/python" -newer "$stamp" -not -path '*/__pycache__*' | head -5)
+[ -z "$left" ] || { echo "FAIL: pip install ./python left in the source tree: $left"; exit 1; }
+[ ! -e "$root/python/build" ] || { echo "FAIL: python/build exists"; exit 1; }
 echo "PASS"
