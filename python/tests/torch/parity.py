@@ -8,6 +8,9 @@ between two plain PyTorch runs of the same step that differ only in rounding (th
 gradients of one sequence at a time): Adam normalises each gradient element, so
 where a gradient is rounding noise (GPT-2's key bias: softmax ignores it) any two correct
 implementations drift apart by up to lr per step, and that tensor's floor says by how much.
+Each step the norm sharded.clip_grad_norm_ returns (a float32 scalar tensor, equal on every
+rank) must equal torch.nn.utils.clip_grad_norm_'s on the reference within the same tolerance (or
+10x the two plain runs' distance).
 
     mpirun -np 8 -x HSDP_RANKS_PER_NODE=4 python parity.py --model gpt2 --mode zero3 \
         --intra 4 --inter 1 [--offload] [--bf16] [--accum 2] [--checkpointing] [--hpz] [--steps K]
@@ -16,6 +19,7 @@ implementations drift apart by up to lr per step, and that tensor's floor says b
 import argparse
 import contextlib
 import copy
+import math
 import sys
 
 from mpi4py import MPI
@@ -64,8 +68,11 @@ def main() -> int:
     mesh = session.mesh(intra_shard=a.intra, inter_shard=a.inter)
     units = list(model.transformer.h) if a.model == "gpt2" else list(model.blocks)
     dtype = "bf16" if a.bf16 else "float32"
-    sharded = hsdp.torch.shard(model, mesh, units=units, mode=a.mode, param_dtype=dtype, offload="cpu" if a.offload else None,
-                               optimizer=hp, no_decay=nd, clip_norm=a.clip, hpz=a.hpz)
+    # Clipping through clip_grad_norm_ each step; with CPU offload also from the start (units
+    # without clipping step during backward, before clip_grad_norm_ could set it).
+    sharded = hsdp.torch.shard(model, mesh, units=units, mode=a.mode, param_dtype=dtype,
+                               offload="cpu" if a.offload else None, optimizer=hp, no_decay=nd,
+                               clip_norm=a.clip if a.offload else 0.0, hpz=a.hpz)
 
     def adamw(m):
         decay = [p for n, p in m.named_parameters() if n not in nd and p.requires_grad]
@@ -77,7 +84,7 @@ def main() -> int:
     opt, opt2 = adamw(ref), adamw(ref2)
 
     per = batch // world // a.accum
-    worst_loss = 0.0
+    worst_loss = worst_norm = 0.0
     for step in range(a.steps):
         x = global_batch(a.model, step, batch)
         loss_sum = 0.0
@@ -89,6 +96,8 @@ def main() -> int:
                 loss = batch_loss(model, a.model, mine) / a.accum
                 loss.backward()
             loss_sum += loss.item()
+        norm = sharded.clip_grad_norm_(a.clip)
+        norms = comm.allgather(norm.item())
         sharded.step()
         mean = comm.allreduce(loss_sum, op=MPI.SUM) / world
 
@@ -98,16 +107,27 @@ def main() -> int:
         with bf16_compute(ref2, a.bf16):
             for r in range(batch):  # one sequence at a time: another summation order
                 (batch_loss(ref2, a.model, x[r:r + 1]) / batch).backward()
+        ref_norms = []
         for m, o in ((ref, opt), (ref2, opt2)):
-            if a.clip > 0:
-                torch.nn.utils.clip_grad_norm_(m.parameters(), a.clip)
+            # max_norm inf: the norm, nothing clipped (torch's clip at 0 would zero the gradient)
+            ref_norms.append(torch.nn.utils.clip_grad_norm_(m.parameters(), a.clip or math.inf))
             o.step()
             o.zero_grad(set_to_none=True)
+        # clip_grad_norm_'s norm: a float32 scalar tensor, the same on every rank, torch's own
+        # within the tolerance or 10x the two plain runs' distance.
+        want_norm, floor = ref_norms[0].item(), abs(ref_norms[1].item() - ref_norms[0].item())
+        norm_err = abs(norm.item() - want_norm) / max(want_norm, 1e-12)
+        if not (norm.dtype == torch.float32 and norm.dim() == 0 and len(set(norms)) == 1
+                and norm_err <= max(tol, 10 * floor / max(want_norm, 1e-12))):
+            worst_norm = math.inf
+            print(f"rank {rank} step {step + 1}: clip_grad_norm_ {norm!r} (ranks {norms}), "
+                  f"torch {want_norm:.6g}", flush=True)
+        worst_norm = max(worst_norm, norm_err)
         err = abs(mean - ref_loss.item()) / max(abs(ref_loss.item()), 1e-12)
         worst_loss = max(worst_loss, err)
         if rank == 0:
             print(f"step {step + 1}/{a.steps} loss {mean:.6f} ref {ref_loss.item():.6f} "
-                  f"grad_norm {sharded.last_grad_norm:.4f}", flush=True)
+                  f"grad_norm {norm.item():.6f} ref {want_norm:.6f}", flush=True)
 
     def rel(a_, b_):
         return ((a_ - b_).abs().max() / b_.abs().max().clamp_min(1e-30)).item()
@@ -123,12 +143,13 @@ def main() -> int:
             worst, where = e, n
         over = max(over, e / allowed) if e == e else float("inf")
     stats = sharded.stats()
-    ok = over <= 1 and worst_loss <= tol and len(full) == len(want)
+    ok = over <= 1 and worst_loss <= tol and worst_norm != math.inf and len(full) == len(want)
     verdict = comm.allreduce(0 if ok else 1, op=MPI.SUM)
     if rank == 0:
         print(f"parity vs plain PyTorch: max_rel_err={worst:.3e} ({where}; {over:.2f} of its "
               "allowance) "
-              f"loss_rel_err={worst_loss:.3e} tol={tol:g} bytes_copied={stats['bytes_copied']} "
+              f"loss_rel_err={worst_loss:.3e} norm_rel_err={worst_norm:.3e} tol={tol:g} "
+              f"bytes_copied={stats['bytes_copied']} "
               f"{'PASS' if verdict == 0 else 'FAIL'}", flush=True)
     sharded.close()
     session.close()
