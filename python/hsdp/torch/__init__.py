@@ -251,7 +251,10 @@ def shard(model: nn.Module, mesh: Mesh, *, units: Sequence[nn.Module] = (), mode
     engine = _hsdp.ShardedModel.create(mesh._m, settings)
     try:
         for eu in units_:
-            engine.add_unit(eu.name, [(pp.rel, list(pp.shape), pp.decay) for pp in eu.params],
+            # A 0-dim parameter (a scalar temperature) is one element of shape [1] to the engine
+            # (its checkpoints and exports); the model keeps viewing it as shape ().
+            engine.add_unit(eu.name, [(pp.rel, list(pp.shape) or [1], pp.decay)
+                                      for pp in eu.params],
                             eu.frozen)
         engine.finalize()
         differ = engine.agree_digests([_digest(pp.param) for pp in params])

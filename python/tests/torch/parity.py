@@ -20,20 +20,26 @@ import argparse
 import contextlib
 import copy
 import math
+import os
+import shutil
 import sys
+import tempfile
 
 from mpi4py import MPI
 
 import torch
 
 import hsdp
+import hsdp.checkpoint
 import hsdp.torch
 from models import build, batch_loss, global_batch, no_decay_names
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["gpt2", "mlp"], default="gpt2")
+    ap.add_argument("--model", choices=["gpt2", "mlp", "mlp_root"], default="gpt2")
+    ap.add_argument("--no-units", action="store_true",
+                    help="units=[]: every parameter in the root group")
     ap.add_argument("--mode", default="zero3")
     ap.add_argument("--intra", type=int, default=0)
     ap.add_argument("--inter", type=int, default=1)
@@ -43,7 +49,8 @@ def main() -> int:
     ap.add_argument("--offload", action="store_true")
     ap.add_argument("--bf16", action="store_true", help="param_dtype bf16")
     ap.add_argument("--checkpointing", action="store_true")
-    ap.add_argument("--frozen", action="store_true", help="freeze the position embedding")
+    ap.add_argument("--frozen", action="store_true",
+                    help="freeze the position embedding (mlp: fc0.bias, the temperature)")
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--hpz", action="store_true", help="ZeRO++'s secondary partition")
     a = ap.parse_args()
@@ -57,7 +64,7 @@ def main() -> int:
     model = build(a.model, checkpointing=a.checkpointing)
     if a.frozen:
         for n, p in model.named_parameters():
-            if "wpe" in n or n == "fc0.bias":
+            if "wpe" in n or n in ("fc0.bias", "temperature"):
                 p.requires_grad_(False)
     ref = copy.deepcopy(model)
     ref2 = copy.deepcopy(model)  # the noise floor: the same steps, another summation order
@@ -67,6 +74,8 @@ def main() -> int:
     session = hsdp.Session.attach()
     mesh = session.mesh(intra_shard=a.intra, inter_shard=a.inter)
     units = list(model.transformer.h) if a.model == "gpt2" else list(model.blocks)
+    if a.no_units:
+        units = []
     dtype = "bf16" if a.bf16 else "float32"
     # Clipping through clip_grad_norm_ each step; with CPU offload also from the start (units
     # without clipping step during backward, before clip_grad_norm_ could set it).
@@ -142,8 +151,9 @@ def main() -> int:
         if not e <= worst:
             worst, where = e, n
         over = max(over, e / allowed) if e == e else float("inf")
+    exported_ok = exported(sharded, full, comm) if a.model == "mlp_root" else True
     stats = sharded.stats()
-    ok = over <= 1 and worst_loss <= tol and worst_norm != math.inf and len(full) == len(want)
+    ok = exported_ok and over <= 1 and worst_loss <= tol and worst_norm != math.inf and len(full) == len(want)
     verdict = comm.allreduce(0 if ok else 1, op=MPI.SUM)
     if rank == 0:
         print(f"parity vs plain PyTorch: max_rel_err={worst:.3e} ({where}; {over:.2f} of its "
@@ -154,6 +164,31 @@ def main() -> int:
     sharded.close()
     session.close()
     return 0 if verdict == 0 else 1
+
+
+def exported(sharded, full, comm) -> bool:
+    """The root unit's parameters under their own names in files read back: the safetensors
+    export (read by the safetensors package) and the checkpoint (read by hsdp.checkpoint,
+    verified, and loaded back) hold 'scale' and 'temperature' (a 0-dim parameter: shape [1])
+    beside 'fc0.weight', each equal to full_state_dict's."""
+    d = comm.bcast(tempfile.mkdtemp(prefix="hsdp-parity-") if comm.Get_rank() == 0 else None)
+    sharded.export_safetensors(os.path.join(d, "model.safetensors"))
+    sharded.save(os.path.join(d, "ckpt"))
+    sharded.load(os.path.join(d, "ckpt"))  # the root unit matched by name on the way back
+    ok = all(torch.equal(t, full[n]) for n, t in sharded.full_state_dict().items())
+    if comm.Get_rank() == 0:
+        from safetensors.torch import load_file
+        got = load_file(os.path.join(d, "model.safetensors"))
+        ckpt = hsdp.checkpoint.open(os.path.join(d, "ckpt"))
+        hsdp.checkpoint.verify(os.path.join(d, "ckpt"))
+        ok = (ok and set(got) == set(full) and got["temperature"].shape == (1,)
+              and all(torch.equal(got[n].view(full[n].shape), full[n]) for n in full)
+              and all(torch.equal(torch.from_numpy(ckpt[n].copy()).view(full[n].shape), full[n])
+                      for n in full))
+        print(f"export: {len(got)} tensors, root unit's {sorted(n for n in got if '.' not in n)}"
+              f" {'equal' if ok else 'DIFFER'}", flush=True)
+        shutil.rmtree(d)
+    return comm.bcast(ok)
 
 
 @contextlib.contextmanager
