@@ -234,6 +234,13 @@ class ShardedModel {
 
   // Global L2 norm of the averaged gradient at the last step() (before clipping).
   float lastGradNorm() const;
+  // Collective over the shard group, after every trainable unit's reduceGrad and before step():
+  // waits for the pending reductions and returns the global L2 norm of the averaged gradient
+  // the next step() applies (before clipping; the same value on every rank), as
+  // torch.nn.utils.clip_grad_norm_ returns it. step() then clips with this norm rather than
+  // computing it again. Errors: a unit without its reduced gradient (FailedPrecondition naming
+  // it); elastic mode (FailedPrecondition: the quorum's average exists only inside step()).
+  StatusOr<float> gradNorm();
 
   // With CPU offload, since the last call: seconds the optimizer worker spent stepping, and
   // seconds step() waited for it (the part backward did not hide). Zero without offload.

@@ -62,9 +62,10 @@ from ._errors import (  # noqa: E402
 )
 from ._hsdp import AutoPlan, Plan, plan  # noqa: E402
 from . import checkpoint, topology  # noqa: E402
-from .collectives import Collectives, Mesh, Session  # noqa: E402
+from .collectives import Collectives, HsdpTuningWarning, Mesh, Session  # noqa: E402
 
 __version__ = _hsdp.__version__
 
 __all__ = ["plan", "Plan", "AutoPlan", "topology", "checkpoint", "Session", "Mesh", "Collectives",
+           "HsdpTuningWarning",
            *_errors.__all__]

@@ -14,6 +14,8 @@ exceptions carrying hsdp's message; nothing aborts the interpreter.
 """
 
 import atexit
+import os
+import warnings
 import weakref
 from typing import Any, Dict, Optional
 
@@ -123,6 +125,13 @@ class Mesh:
         return f"<hsdp.Mesh {self.describe()}>"
 
 
+class HsdpTuningWarning(RuntimeWarning):
+    """Session.attach() under Open MPI: hsdp's MPI tuning (applied before MPI_Init) is off."""
+
+
+_attach_warned = False
+
+
 class Session:
     """hsdp inside an MPI job. Use init() when hsdp starts MPI, attach() when the application
     (mpi4py) did. close() (or the end of a `with` block, or the interpreter's exit) frees hsdp's
@@ -143,8 +152,19 @@ class Session:
     @classmethod
     def attach(cls) -> "Session":
         """Join the application's MPI (e.g. `from mpi4py import MPI` first). hsdp runs on a
-        duplicate of MPI_COMM_WORLD and never finalizes MPI."""
-        return cls(_hsdp.Session.attach())
+        duplicate of MPI_COMM_WORLD and never finalizes MPI. Under Open MPI it warns once, on
+        rank 0 (HsdpTuningWarning), that hsdp's Open MPI tuning applies only to init()."""
+        s = cls(_hsdp.Session.attach())
+        global _attach_warned
+        if s.rank == 0 and not _attach_warned and "OMPI_COMM_WORLD_SIZE" in os.environ:
+            _attach_warned = True
+            warnings.warn(
+                "hsdp.Session.attach(): MPI was initialised by the application, so hsdp's Open "
+                "MPI tuning (the TCP eager limit and links, yield when idle: set before "
+                "MPI_Init) is not in effect; call hsdp.Session.init() instead (with mpi4py, set "
+                "mpi4py.rc.initialize = False first; docs/torch.md)",
+                HsdpTuningWarning, stacklevel=2)
+        return s
 
     @property
     def rank(self) -> int:

@@ -1,7 +1,7 @@
 // hsdp._hsdp: the extension behind the hsdp package (python/hsdp/__init__.py re-exports it).
-// Each part binds one public header of libhsdp: plan.cc hsdp/plan.h, topology.cc
-// hsdp/topology_report.h, checkpoint.cc hsdp/checkpoint.h, collectives.cc hsdp/mpi.h, mesh.h and
-// hier_collectives.h, sharded_binding.cc hsdp/sharded_model.h.
+// Each part binds one public header of libhsdp: plan_binding.cc hsdp/plan.h, topology_binding.cc
+// hsdp/topology_report.h, checkpoint_binding.cc hsdp/checkpoint.h, collectives_binding.cc
+// hsdp/mpi.h, mesh.h and hier_collectives.h, sharded_binding.cc hsdp/sharded_model.h.
 #include "hsdp/version.h"
 #include "src/common.h"
 

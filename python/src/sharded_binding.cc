@@ -241,6 +241,17 @@ void bindShardedModel(nb::module_& m) {
       .def("set_clip_norm",
            [](PyModel& pm, float c) { unlocked([&] { return pm.live().setClipNorm(c); }); })
       .def_prop_ro("last_grad_norm", [](PyModel& pm) { return pm.live().lastGradNorm(); })
+      .def(
+          "grad_norm",
+          [](PyModel& pm) {
+            float norm = 0;
+            unlocked([&]() -> Status {
+              HSDP_ASSIGN_OR_RETURN(norm, pm.live().gradNorm());
+              return okStatus();
+            });
+            return norm;
+          },
+          "Collective: waits for the reductions; the global gradient norm the next step clips")
       .def_prop_ro("step_count", [](PyModel& pm) { return pm.live().stepCount(); })
       .def_prop_ro("shard_count", [](PyModel& pm) { return pm.live().shardCount(); })
       .def_prop_ro("mode", [](PyModel& pm) { return shardModeName(pm.live().mode()); })

@@ -7,6 +7,7 @@ reduced with numpy.
 """
 
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -23,8 +24,18 @@ def ctx():
     how = os.environ.get("HSDP_PY_SESSION", "attach")
     if how == "attach":
         from mpi4py import MPI  # initialises MPI; hsdp joins it
-        s = hsdp.Session.attach()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            s = hsdp.Session.attach()
+            hsdp.Session.attach().close()  # a second attach does not warn again
         assert not s.owns_mpi
+        # Open MPI's tuning applies only to init(): one warning, on rank 0 only.
+        tuning = [w for w in caught if issubclass(w.category, hsdp.HsdpTuningWarning)]
+        want = 1 if MPI.COMM_WORLD.rank == 0 and "OMPI_COMM_WORLD_SIZE" in os.environ else 0
+        assert len(tuning) == want, tuning
+        if tuning:
+            assert "Session.init()" in str(tuning[0].message)
+            assert "mpi4py.rc.initialize = False" in str(tuning[0].message)
     else:
         s = hsdp.Session.init()  # hsdp initialises MPI; mpi4py then finds it running
         from mpi4py import MPI

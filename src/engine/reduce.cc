@@ -121,6 +121,7 @@ Status ShardedModel::reduceGrad(int unit) {
   HSDP_RETURN_IF_ERROR(require(u.name, u.grads.state, "reduceGrad", from,
                                "it has no gradient written since its last reduceGrad; write "
                                "grad() or copyInGrads() first"));
+  m.norm_ready = false;  // the gradient changes: a norm computed before is stale
   engine::PendingReduce p;
   p.unit = unit;
   if (m.shards > 1) {

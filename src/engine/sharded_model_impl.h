@@ -165,6 +165,9 @@ struct ShardedModel::Impl {
 
   // ---- the optimizer step (step.cc) ----
   int64_t step = 0;
+  // gradNorm() computed the norm of the gradients step() is about to apply (reduceGrad and
+  // step() clear it): step() clips with it instead of computing it again.
+  bool norm_ready = false;
 
   // ---- elastic mode (elastic.cc): this rank's part of its replica group; null when off ----
   std::unique_ptr<engine::ElasticGroup> elastic;
@@ -234,6 +237,10 @@ struct ShardedModel::Impl {
   Status refreshEncoded(Unit& u);
   engine::ShardStep shardStep(Unit& u);
   Status launchStep(Unit& u, int64_t t, float scale);
+  // Waits for the reductions, checks every trainable unit has its reduced gradient (`what`
+  // names the caller), and computes the global gradient norm unless norm_ready (step.cc).
+  Status reducedGradients(const char* what);
+  Status computeNorm();
   Status waitForStep(Unit& u);
 
   // elastic.cc

@@ -164,20 +164,57 @@ Status ShardedModel::Impl::gatherReplicated(bool frozen_too) {
   return okStatus();
 }
 
+Status ShardedModel::Impl::reducedGradients(const char* what) {
+  HSDP_RETURN_IF_ERROR(pollReductions(/*block=*/true));
+  for (const Unit& u : units)
+    if (!u.frozen)
+      HSDP_RETURN_IF_ERROR(require(u.name, u.grads.state, what,
+                                   {GradState::kReduced, GradState::kStepping, GradState::kStepped},
+                                   strCat("it has no reduced gradient; call reduceGrad for every "
+                                          "unit before ",
+                                          what)));
+  // On a device: the compute stream (norm, optimizer) comes after every reduction.
+  HSDP_RETURN_IF_ERROR(space->order(Lane::kCompute, Lane::kReduce));
+  return coll->poll();
+}
+
+// Global-norm clipping: the squared norm of every shard, summed over the shard group (the
+// replicas hold identical shards, so they are not added again).
+Status ShardedModel::Impl::computeNorm() {
+  std::vector<std::pair<const float*, size_t>> grads;
+  grads.reserve(units.size());
+  for (Unit& u : units)
+    if (!u.frozen) grads.push_back({u.grad_shard.as<float>(), u.layout.shardNumel()});
+  {
+    watchdog::Label label("gradient norm", "shard group");
+    HSDP_RETURN_IF_ERROR(opt->beginNorm(grads, shards > 1 ? &mesh->shardGroup() : nullptr));
+  }
+  // The host needs the norm now only to clip; otherwise a device reads it back when asked.
+  if (cfg.clip_norm > 0 || !onDevice()) HSDP_RETURN_IF_ERROR(opt->readNorm());
+  return okStatus();
+}
+
+StatusOr<float> ShardedModel::gradNorm() {
+  Impl& m = *impl_;
+  if (!m.finalized) return failedPrecondition("gradNorm: call finalize() first");
+  if (m.elastic)
+    return failedPrecondition(
+        "gradNorm: in elastic mode the gradient is averaged over the step's quorum inside "
+        "step(); read lastGradNorm() after step()");
+  if (!m.norm_ready) {
+    HSDP_RETURN_IF_ERROR(m.reducedGradients("gradNorm"));
+    HSDP_RETURN_IF_ERROR(m.computeNorm());
+    HSDP_RETURN_IF_ERROR(m.opt->readNorm());
+    m.norm_ready = true;
+  }
+  return m.opt->lastNorm();
+}
+
 Status ShardedModel::step() {
   Impl& m = *impl_;
   if (!m.finalized) return failedPrecondition("step: call finalize() first");
   HSDP_RETURN_IF_ERROR(m.waitForSnapshot());  // the step writes what a save may still read
-  HSDP_RETURN_IF_ERROR(m.pollReductions(/*block=*/true));
-  for (const Unit& u : m.units)
-    if (!u.frozen)
-      HSDP_RETURN_IF_ERROR(require(u.name, u.grads.state, "step",
-                                   {GradState::kReduced, GradState::kStepping, GradState::kStepped},
-                                   "it has no reduced gradient; call reduceGrad for every unit "
-                                   "before step"));
-  // On a device: the compute stream (norm, optimizer) comes after every reduction.
-  HSDP_RETURN_IF_ERROR(m.space->order(Lane::kCompute, Lane::kReduce));
-  HSDP_RETURN_IF_ERROR(m.coll->poll());
+  HSDP_RETURN_IF_ERROR(m.reducedGradients("step"));
   if (m.elastic) {
     // The replica average over the groups of the step's quorum, and its decision. Not
     // committed: nothing is applied, the gradients are dropped, the loop repeats the step.
@@ -197,19 +234,9 @@ Status ShardedModel::step() {
   ++m.step;
   for (Unit& u : m.units)  // parameters change: the next gather is full
     HSDP_RETURN_IF_ERROR(forgetNodeBlock(u.name, u.params, "step"));
-  // Global-norm clipping: the squared norm of every shard, summed over the shard group (the
-  // replicas hold identical shards, so they are not added again).
   engine::OptimizerStep& opt = *m.opt;
-  std::vector<std::pair<const float*, size_t>> grads;
-  grads.reserve(m.units.size());
-  for (Unit& u : m.units)
-    if (!u.frozen) grads.push_back({u.grad_shard.as<float>(), u.layout.shardNumel()});
-  {
-    watchdog::Label label("gradient norm", "shard group");
-    HSDP_RETURN_IF_ERROR(opt.beginNorm(grads, m.shards > 1 ? &m.mesh->shardGroup() : nullptr));
-  }
-  // The host needs the norm now only to clip; otherwise a device reads it back when asked.
-  if (m.cfg.clip_norm > 0 || !m.onDevice()) HSDP_RETURN_IF_ERROR(opt.readNorm());
+  if (!m.norm_ready) HSDP_RETURN_IF_ERROR(m.computeNorm());
+  m.norm_ready = false;
   // The scale is fused into the Adam pass.
   const float coef = opt.clipCoefficient(m.cfg.clip_norm);
   for (Unit& u : m.units) {

@@ -170,7 +170,7 @@ std::string serializeManifest(const Manifest& m) {
     json chunks = json::array();
     for (const Chunk& c : t.chunks)
       chunks.push_back(json::array({c.file, c.offset, c.start, c.count, hex64(c.xxh64)}));
-    tensors.push_back({{"name", m.units[t.unit].name + "." + p.name},
+    tensors.push_back({{"name", joinedName(m.units[t.unit].name, p.name)},
                        {"unit", t.unit},
                        {"param", t.param},
                        {"state", stateName(t.state)},

@@ -44,6 +44,11 @@ struct ParamDesc {
   uint64_t numel() const;
 };
 
+// The name a checkpoint and a safetensors file give parameter `param` of unit `unit`:
+// "<unit>.<param>", or `param` alone in the root unit (the unit named "": a model's own
+// parameters, hsdp.torch's root).
+std::string joinedName(std::string_view unit, std::string_view param);
+
 struct UnitDesc {
   std::string name;
   bool frozen = false;

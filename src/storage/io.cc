@@ -66,7 +66,7 @@ StatusOr<std::string> resolveCheckpointDir(const std::string& path) {
 
 std::string tensorName(const Manifest& m, int t) {
   const TensorDesc& d = m.tensors[t];
-  std::string s = m.units[d.unit].name + "." + m.units[d.unit].params[d.param].name;
+  std::string s = joinedName(m.units[d.unit].name, m.units[d.unit].params[d.param].name);
   if (d.state != State::kParam) s += strCat(" (", stateName(d.state), ")");
   return s;
 }

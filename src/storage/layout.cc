@@ -71,6 +71,14 @@ Status compareUnits(const std::vector<UnitDesc>& saved, const std::vector<UnitDe
   return okStatus();
 }
 
+std::string joinedName(std::string_view unit, std::string_view param) {
+  if (unit.empty()) return std::string(param);
+  std::string s;
+  s.reserve(unit.size() + 1 + param.size());
+  s.append(unit).append(".").append(param);
+  return s;
+}
+
 Status checkTensorNames(const std::vector<UnitDesc>& units, const std::string& where) {
   auto fail = [&](auto&&... what) {
     return invalidArgument(where.empty() ? "" : where + ": ", what...);
@@ -88,7 +96,7 @@ Status checkTensorNames(const std::vector<UnitDesc>& units, const std::string& w
         return fail("unit '", d.name, "' has two parameters named '", d.params[p].name,
                     "' (parameters ", it->second, " and ", p, ")");
     for (size_t p = 0; p < d.params.size(); ++p) {
-      const std::string name = d.name + "." + d.params[p].name;
+      const std::string name = joinedName(d.name, d.params[p].name);
       auto [it, fresh] = joined.emplace(name, std::pair{u, p});
       if (fresh) continue;
       const UnitDesc& o = units[it->second.first];

@@ -198,7 +198,7 @@ Status matchTensors(const SafetensorsSet& set, const std::vector<UnitDesc>& unit
   index->assign(units.size(), {});
   for (size_t u = 0; u < units.size(); ++u) {
     for (const ParamDesc& p : units[u].params) {
-      const std::string base = units[u].name + "." + p.name;
+      const std::string base = joinedName(units[u].name, p.name);
       std::string name = names.prefixes.empty() ? base : names.prefixes[0] + base;
       auto it = set.by_name.end();
       for (const std::string& prefix : names.prefixes)

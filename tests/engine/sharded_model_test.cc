@@ -1,11 +1,12 @@
 // The engine under mpirun, for every valid factor pair of the job's layout: parameter round
 // trips, gradient averaging against a closed form, memory accounting, lifecycle errors, and
 // mismatched registrations reported on every rank.
+#include "hsdp/sharded_model.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "hsdp/sharded_model.h"
 #include "tests/common/mpi_test_main.h"
 
 namespace hsdp {
@@ -268,8 +269,7 @@ TEST(ShardedModel, ModeNoneNeedsShardGroupOfOne) {
   forEachMesh([](const Mesh& mesh) {
     auto model = ShardedModel::create(mesh, {ShardMode::kNone, {}});
     EXPECT_EQ(model.ok(), mesh.shape().shardGroupSize() == 1);
-    if (!model.ok())
-      EXPECT_NE(model.status().message().find("mode none"), std::string::npos);
+    if (!model.ok()) EXPECT_NE(model.status().message().find("mode none"), std::string::npos);
   });
 }
 
@@ -304,8 +304,14 @@ TEST(ShardedModel, GlobalNormClippingEveryMode) {
       auto model = ShardedModel::create(mesh, cfg);
       ASSERT_TRUE(model.ok());
       ASSERT_TRUE((*model)->addUnit("a", oddUnit()).ok());
-      ASSERT_TRUE((*model)->addUnit("b", {{"w", {5}}}).ok());
+      ASSERT_TRUE((*model)->addUnit("", {{"w", {5}}}).ok());  // the root unit: named "w" alone
       ASSERT_TRUE((*model)->finalize().ok());
+      // gradNorm() before every unit's reduceGrad names the first unit without one.
+      auto early = (*model)->gradNorm();
+      ASSERT_FALSE(early.ok());
+      EXPECT_EQ(early.status().code(), StatusCode::kFailedPrecondition);
+      EXPECT_NE(early.status().message().find("unit 'a'"), std::string::npos)
+          << early.status().message();
       const double W = world().size();
       double sumsq = 0;
       for (int u = 0; u < 2; ++u) {
@@ -322,14 +328,24 @@ TEST(ShardedModel, GlobalNormClippingEveryMode) {
         }
         ASSERT_TRUE((*model)->reduceGrad(u).ok());
       }
-      ASSERT_TRUE((*model)->step().ok());
       const double norm = std::sqrt(sumsq), coef = 3.0 / (norm + 1e-6);
+      // gradNorm() before the step (zero2 here): the norm step() then clips with, unchanged.
+      float before = 0;
+      if (mode == ShardMode::kZero2) {
+        auto n = (*model)->gradNorm();
+        ASSERT_TRUE(n.ok()) << n.status().message();
+        before = *n;
+        EXPECT_NEAR(before, norm, 1e-4 * norm);
+      }
+      ASSERT_TRUE((*model)->step().ok());
       EXPECT_NEAR((*model)->lastGradNorm(), norm, 1e-4 * norm) << shardModeName(mode);
+      if (mode == ShardMode::kZero2) EXPECT_EQ((*model)->lastGradNorm(), before);
       std::vector<float> full;
       ASSERT_TRUE((*model)->gatherFullParameters(0, &full).ok());
       for (size_t i = 0; i < full.size(); ++i) {
         const double g = (W + 1) / 2 * double(i % 7 + 1) * coef;
-        ASSERT_NEAR(full[i], -g / (g + 1e6), 1e-6 * g / 1e6 + 1e-12) << shardModeName(mode) << " " << i;
+        ASSERT_NEAR(full[i], -g / (g + 1e6), 1e-6 * g / 1e6 + 1e-12)
+            << shardModeName(mode) << " " << i;
       }
     }
   });

@@ -55,27 +55,36 @@ class ShardedModule:
         """hsdp's Adam/AdamW on every shard (with offload, the CPU Adam): waits for the pending
         reductions, clips (clip_grad_norm_), steps. Raises FailedPreconditionError when a unit
         had no backward since the last step."""
-        if self._rt.state != TrainingState.IDLE:
-            raise _errors.FailedPreconditionError(
-                f"step() inside the model's {self._rt.state.value}: call it after backward")
-        missing = [self._units[u].name for u in range(len(self._units))
-                   if not self._units[u].frozen and u not in self._rt.reduced]
-        if missing:
-            raise _errors.FailedPreconditionError(
-                f"step() without a backward: unit '{missing[0]}' has no reduced gradient since "
-                f"the last step ({len(missing)} of {len(self._units)} units; inside no_sync() "
-                "nothing is reduced)")
+        self._check_reduced("step")
         self._e.step()
         self._rt.reduced.clear()
 
-    def clip_grad_norm_(self, max_norm: float) -> None:
-        """Clip the global gradient norm (over every shard and replica) to max_norm at the next
-        step(); 0 turns clipping off. The norm is computed inside step() (the reductions are
-        still in flight now): read it from last_grad_norm afterwards."""
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """Clip the global gradient norm (over every shard and replica) to max_norm; 0 turns
+        clipping off. Returns the total norm before clipping as a float32 scalar tensor, the
+        same on every rank, as torch.nn.utils.clip_grad_norm_ and FSDP2 do. Call it after
+        backward and before step(): it waits for the pending reductions (step() would wait for
+        them anyway) and the norm is computed once, over the reduced shards; step() scales the
+        gradient by max_norm / (norm + 1e-6) when that is below 1, inside its Adam pass. With
+        offload="cpu" give clip_norm= to shard() (units without clipping step during backward)."""
         max_norm = float(max_norm)
+        self._check_reduced("clip_grad_norm_")
         if max_norm != self._clip:
             self._e.set_clip_norm(max_norm)
             self._clip = max_norm
+        return torch.tensor(self._e.grad_norm(), dtype=torch.float32)
+
+    def _check_reduced(self, what: str) -> None:
+        if self._rt.state != TrainingState.IDLE:
+            raise _errors.FailedPreconditionError(
+                f"{what}() inside the model's {self._rt.state.value}: call it after backward")
+        missing = [self._units[u].name or "<root>" for u in range(len(self._units))
+                   if not self._units[u].frozen and u not in self._rt.reduced]
+        if missing:
+            raise _errors.FailedPreconditionError(
+                f"{what}() without a backward: unit '{missing[0]}' has no reduced gradient since "
+                f"the last step ({len(missing)} of {len(self._units)} units; inside no_sync() "
+                "nothing is reduced)")
 
     def set_lr(self, lr: float) -> None:
         """The learning rate of the next step() (with offload="cpu" and no clipping, units step
@@ -90,7 +99,8 @@ class ShardedModule:
 
     @property
     def last_grad_norm(self) -> float:
-        """The global gradient norm of the last step() (before clipping)."""
+        """The global gradient norm of the last step() (before clipping; what clip_grad_norm_
+        returned when it was called)."""
         return self._e.last_grad_norm
 
     @property
@@ -241,7 +251,10 @@ def shard(model: nn.Module, mesh: Mesh, *, units: Sequence[nn.Module] = (), mode
     engine = _hsdp.ShardedModel.create(mesh._m, settings)
     try:
         for eu in units_:
-            engine.add_unit(eu.name, [(pp.rel, list(pp.shape), pp.decay) for pp in eu.params],
+            # A 0-dim parameter (a scalar temperature) is one element of shape [1] to the engine
+            # (its checkpoints and exports); the model keeps viewing it as shape ().
+            engine.add_unit(eu.name, [(pp.rel, list(pp.shape) or [1], pp.decay)
+                                      for pp in eu.params],
                             eu.frozen)
         engine.finalize()
         differ = engine.agree_digests([_digest(pp.param) for pp in params])
@@ -260,6 +273,7 @@ def shard(model: nn.Module, mesh: Mesh, *, units: Sequence[nn.Module] = (), mode
         raise
     rt = Runtime(engine, groups, units_, zero3=(mode == "zero3"), prefetch=int(prefetch))
     sharded = ShardedModule(model, engine, groups, units_, params, rt, mesh)
+    sharded._clip = float(clip_norm)
     for pp in params:
         pp.param.grad = None
     _install_hooks(model, groups, params, rt)

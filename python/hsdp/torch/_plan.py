@@ -2,7 +2,8 @@
 
 Each module of `units` is a group; the parameters no unit holds form the root group. A group is
 one or more engine units (one flat padded buffer each): one for its trainable parameters, one for
-its frozen ones (the engine freezes whole units), and the root group one per top-level child. An
+its frozen ones (the engine freezes whole units), and the root group one per top-level child plus
+the unit named "" for the model's own parameters (a bare nn.Parameter on it). An
 engine unit is named by a module path and its parameters by their path below it, so that
 "<unit>.<param>" -- the name checkpoints and exports carry -- is the parameter's state_dict name.
 A parameter reachable under several names (GPT-2's tied lm_head / wte) is stored once, under its
@@ -185,8 +186,24 @@ def plan(model: nn.Module, units: Sequence[nn.Module], no_decay: NoDecay = None)
     reserved = {grp.prefix for grp in groups if grp.prefix}  # each group's own name
     used: set = set()
     for grp in groups:
+        # The model's own parameters (a bare nn.Parameter on it: no module path to name a unit
+        # by) form the root unit, the engine unit named "" (their names alone in checkpoints and
+        # exports). Frozen ones beside trainable ones ride in it, as below.
+        direct = [pp for pp in grp.params if grp.is_root and "." not in pp.name]
+        direct_ids = {id(pp) for pp in direct}
+        if direct:
+            trainable = any(pp.param.requires_grad for pp in direct)
+            eu = EngineUnit("", not trainable)
+            for pp in direct:
+                if trainable and not pp.param.requires_grad:
+                    pp.decay = False
+                _join(eu, pp, len(engine_units))
+            used.add("")
+            grp.units.append(len(engine_units))
+            engine_units.append(eu)
         for frozen in (False, True):
-            ps = [pp for pp in grp.params if (not pp.param.requires_grad) == frozen]
+            ps = [pp for pp in grp.params
+                  if (not pp.param.requires_grad) == frozen and id(pp) not in direct_ids]
             if not ps:
                 continue
             try:
@@ -206,7 +223,8 @@ def plan(model: nn.Module, units: Sequence[nn.Module], no_decay: NoDecay = None)
                                    f"'{e.args[1] or '<model>'}', whose name another unit has: "
                                    "move it into a submodule")
                     pp.decay = False
-                    _join(engine_units[home[0]], pp, home[0])
+                    best = max(home, key=lambda u: len(engine_units[u].name))
+                    _join(engine_units[best], pp, best)
                 continue
             for name, members in split:
                 used.add(name)

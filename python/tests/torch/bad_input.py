@@ -108,6 +108,12 @@ def main() -> int:
         if "without a backward" not in str(e) or "unit '" not in str(e):
             failures.append(f"step() without backward: {e}")
     try:
+        sharded.clip_grad_norm_(1.0)
+        failures.append("clip_grad_norm_() without backward: no error")
+    except hsdp.FailedPreconditionError as e:
+        if "clip_grad_norm_() without a backward" not in str(e) or "unit '" not in str(e):
+            failures.append(f"clip_grad_norm_() without backward: {e}")
+    try:
         hsdp.torch.shard(m, mesh, units=list(m.blocks))
         failures.append("second shard: no error")
     except hsdp.FailedPreconditionError as e:

@@ -37,6 +37,25 @@ class MLP(nn.Module):
         return self.head(h).squeeze(-1)
 
 
+class RootMLP(MLP):
+    """MLP with parameters of the model's own (hsdp.torch's root unit, named ""): a per-feature
+    scale after fc0 and a 0-dim temperature on the output."""
+
+    def __init__(self, checkpointing=False):
+        super().__init__(checkpointing=checkpointing)
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, 32))
+        self.temperature = nn.Parameter(torch.tensor(0.8))
+
+    def forward(self, x):
+        h = self.fc0(x) * self.scale
+        for b in self.blocks:
+            if self.checkpointing and torch.is_grad_enabled():
+                h = torch.utils.checkpoint.checkpoint(b, h, use_reentrant=False)
+            else:
+                h = b(h)
+        return self.head(h).squeeze(-1) * self.temperature
+
+
 def gpt2_config(layers: int = 2, d: int = 64, heads: int = 4, context: int = 32):
     from transformers import GPT2Config
     return GPT2Config(vocab_size=256, n_positions=context, n_embd=d, n_layer=layers,
@@ -51,6 +70,8 @@ def build(kind: str, checkpointing: bool = False, layers: int = 2):
         if checkpointing:
             m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return m.train()
+    if kind == "mlp_root":
+        return RootMLP(checkpointing=checkpointing)
     return MLP(checkpointing=checkpointing)
 
 

@@ -14,6 +14,7 @@
 
 import copy
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -136,7 +137,7 @@ def main() -> int:
     session.close()
     bad = [f for fs in all_fails for f in fs]
     if rank == 0:
-        subprocess.run(["rm", "-rf", str(tmp)])
+        shutil.rmtree(tmp, ignore_errors=True)
         print(f"{len(checks) - len(fails)} passed, {len(fails)} failed", flush=True)
     return 1 if bad else 0
 

@@ -12,7 +12,8 @@ StatusOr<std::vector<std::string>> ShardedModel::exportSafetensors(const std::st
   Status local = m.checkIdle("exportSafetensors");
   std::vector<ckpt::SafetensorsWriter::Tensor> list;
   for (const engine::Unit& u : m.units)
-    for (const ParamSpec& p : u.layout.params()) list.push_back({u.name + "." + p.name, p.shape});
+    for (const ParamSpec& p : u.layout.params())
+      list.push_back({ckpt::joinedName(u.name, p.name), p.shape});
   StatusOr<ckpt::SafetensorsWriter> w =
       ckpt::SafetensorsWriter::create(out, std::move(list), options.dtype, options.max_shard_bytes);
   if (local.ok()) local = w.status();

@@ -205,8 +205,8 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
   for (const UnitDesc& u : m.units)
     for (const ParamDesc& p : u.params) {
       std::snprintf(line, sizeof line, "  %-28s %-20s %12llu %s\n",
-                    files::quote(u.name + "." + p.name, 64).c_str(), shapeString(p.shape).c_str(),
-                    static_cast<unsigned long long>(p.numel()),
+                    files::quote(joinedName(u.name, p.name), 64).c_str(),
+                    shapeString(p.shape).c_str(), static_cast<unsigned long long>(p.numel()),
                     u.frozen ? "param (frozen)" : "param, exp_avg, exp_avg_sq");
       s += line;
     }
@@ -274,7 +274,7 @@ StatusOr<std::vector<std::string>> exportCheckpoint(const std::string& path, con
   HSDP_ASSIGN_OR_RETURN(Opened o, openCheckpoint(path));
   std::vector<SafetensorsWriter::Tensor> list;
   for (const UnitDesc& u : o.m.units)
-    for (const ParamDesc& p : u.params) list.push_back({u.name + "." + p.name, p.shape});
+    for (const ParamDesc& p : u.params) list.push_back({joinedName(u.name, p.name), p.shape});
   HSDP_ASSIGN_OR_RETURN(
       SafetensorsWriter w,
       SafetensorsWriter::create(out, std::move(list), options.dtype, options.max_shard_bytes));

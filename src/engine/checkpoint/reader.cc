@@ -69,8 +69,8 @@ StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::st
   for (size_t u = 0; u < m.units.size(); ++u)
     for (size_t p = 0; p < m.units[u].params.size(); ++p) {
       const ParamDesc& pd = m.units[u].params[p];
-      impl->tensors.push_back({m.units[u].name + "." + pd.name, m.units[u].name, pd.name, pd.shape,
-                               pd.numel(), !m.units[u].frozen});
+      impl->tensors.push_back({ckpt::joinedName(m.units[u].name, pd.name), m.units[u].name, pd.name,
+                               pd.shape, pd.numel(), !m.units[u].frozen});
       impl->first_tensor.push_back(
           m.tensorIndex(static_cast<int>(u), static_cast<int>(p), State::kParam));
     }
