@@ -7,7 +7,9 @@
   the repository's top-level folders (as `git ls-files` sees them, dot-folders aside), and under
   src/ exactly src/'s folders;
 - every path in the first column of README.md's "## Layout" table exists in the tree, and every
-  top-level folder appears in that table.
+  top-level folder appears in that table;
+- no two source files share a path's last two components (python/src/plan_binding.cc, not a
+  second plan.cc beside src/plan/plan.cc; CMakeLists.txt, which every folder has, aside).
 Fails naming each folder that is missing from a picture or named there but absent.
 """
 import os
@@ -16,11 +18,15 @@ import subprocess
 import sys
 
 
-def tracked_dirs(root):
+def tracked_files(root):
     out = subprocess.run(["git", "-C", root, "ls-files", "-z"], capture_output=True,
                          check=True).stdout.decode()
+    return [p for p in out.split("\0") if p]
+
+
+def tracked_dirs(root):
     dirs = set()
-    for path in out.split("\0"):
+    for path in tracked_files(root):
         parts = path.split("/")[:-1]
         for i in range(1, len(parts) + 1):
             dirs.add("/".join(parts[:i]))
@@ -79,6 +85,15 @@ def main():
     named_tops = {p.rstrip("/").split("/")[0] for p in paths}
     for d in sorted(top_dirs - named_tops):
         problems.append(f"README.md: the layout table misses top-level folder {d}/")
+    tails = {}
+    for path in tracked_files(root):
+        parts = path.split("/")
+        if len(parts) < 2 or parts[-1] == "CMakeLists.txt":
+            continue
+        tails.setdefault("/".join(parts[-2:]), []).append(path)
+    for tail, same in sorted(tails.items()):
+        if len(same) > 1:
+            problems.append(f"{' and '.join(same)} share the last two components {tail}")
     for p in problems:
         print("layout.docs:", p)
     print(f"layout.docs: {len(top_dirs)} top-level folders, {len(src_dirs)} under src/, "
