@@ -19,6 +19,8 @@
 #include <optional>
 #include <thread>
 
+#include "engine/elastic_env.h"
+
 extern char** environ;
 
 namespace hsdp::elastic_launch {
@@ -233,17 +235,20 @@ class Watcher {
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
       bool ours = false;
-      for (const char* name : kEnvNames) {
-        const size_t n = std::strlen(name);
-        ours = ours || (std::strncmp(*e, name, n) == 0 && (*e)[n] == '=');
+      for (const env::Declared* p : elastic_env::kContract) {
+        const size_t n = std::strlen(p->name());
+        ours = ours || (std::strncmp(*e, p->name(), n) == 0 && (*e)[n] == '=');
       }
       if (!ours) env.emplace_back(*e);
     }
-    env.push_back(std::string("HSDP_ELASTIC_ENDPOINT=") + plan_.endpoint);
-    env.push_back(std::string("HSDP_ELASTIC_JOB=") + plan_.job);
-    env.push_back("HSDP_ELASTIC_GROUP_INDEX=" + std::to_string(g.index));
-    env.push_back("HSDP_ELASTIC_GROUPS=" + std::to_string(plan_.groups));
-    env.push_back("HSDP_ELASTIC_RESTARTS=" + std::to_string(g.restarts));
+    const auto set = [&](const env::Declared& p, const std::string& v) {
+      env.push_back(std::string(p.name()) + "=" + v);
+    };
+    set(elastic_env::kEndpoint, plan_.endpoint);
+    set(elastic_env::kJob, plan_.job);
+    set(elastic_env::kGroupIndex, std::to_string(g.index));
+    set(elastic_env::kGroups, std::to_string(plan_.groups));
+    set(elastic_env::kRestarts, std::to_string(g.restarts));
     // Everything the child needs is built before fork(): after it, only async-signal-safe calls.
     std::vector<char*> argv, envp;
     for (std::string& a : args) argv.push_back(a.data());
@@ -342,7 +347,8 @@ std::vector<std::string> groupCommand(const Plan& plan, const std::vector<std::s
   if (mpirun) {
     // The contract's variables and every other HSDP_* setting of this environment go to every
     // rank, also on other hosts (beyond its own host mpirun passes only what -x names).
-    std::vector<std::string> names(std::begin(kEnvNames), std::end(kEnvNames));
+    std::vector<std::string> names;
+    for (const env::Declared* p : elastic_env::kContract) names.emplace_back(p->name());
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string name(*e, std::strcspn(*e, "="));
       if (name.rfind("HSDP_", 0) == 0 && std::find(names.begin(), names.end(), name) == names.end())
