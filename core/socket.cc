@@ -42,8 +42,8 @@ void Fd::reset() {
 }
 
 int msUntil(Deadline deadline) {
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  // Rounded up: a wait never ends before its deadline, and "200 ms allowed" reads as set.
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return ms < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms, 1 << 30));
 }
 

@@ -28,7 +28,7 @@ namespace hsdp::net {
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
-// Milliseconds from now to `deadline`, at least 0 (at most 2^30: a poll() timeout).
+// Milliseconds from now to `deadline`, rounded up, at least 0 (at most 2^30: a poll() timeout).
 int msUntil(Deadline deadline);
 // `ms` milliseconds from now.
 inline Deadline after(int64_t ms) { return Clock::now() + std::chrono::milliseconds(ms); }

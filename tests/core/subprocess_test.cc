@@ -150,12 +150,18 @@ TEST(Subprocess, ChildGetsTheDeathSignalWhenItsParentDies) {
   ::close(fds[0]);
   ::close(fds[1]);
   ASSERT_GT(child, 0);
-  std::this_thread::sleep_for(milliseconds(100));  // the child is past its prctl()
+  // Once the child runs sleep, it is past its prctl().
+  const std::string exe = "/proc/" + std::to_string(child) + "/exe";
+  char target[256] = {};
+  auto t0 = Clock::now();
+  while (msSince(t0) < 5000 && (::readlink(exe.c_str(), target, sizeof(target) - 1) <= 0 ||
+                                std::string(target).find("sleep") == std::string::npos))
+    std::this_thread::sleep_for(milliseconds(5));
   ASSERT_EQ(::kill(parent, SIGKILL), 0);
   ASSERT_EQ(::waitpid(parent, nullptr, 0), parent);
   int status = 0;
   pid_t r = 0;
-  const auto t0 = Clock::now();
+  t0 = Clock::now();
   while ((r = ::waitpid(child, &status, WNOHANG)) == 0 && msSince(t0) < 5000)
     std::this_thread::sleep_for(milliseconds(10));
   if (r == 0) ::kill(child, SIGKILL), ::waitpid(child, nullptr, 0);
