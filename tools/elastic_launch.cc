@@ -15,9 +15,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
 #include <optional>
 #include <thread>
+
+#include "core/subprocess.h"
+#include "engine/elastic_env.h"
 
 extern char** environ;
 
@@ -87,21 +89,6 @@ double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// How a child ended, read without reaping it (WNOWAIT): while it is a zombie its pid, and so
-// the id of the session it leads, cannot be reused, so signalling that session stays safe.
-struct Ended {
-  int code = 0;    // the exit code, or 128 + signal
-  int signal = 0;  // killed by this signal; 0: exited
-};
-std::optional<Ended> ended(pid_t pid) {
-  siginfo_t info{};
-  if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
-      info.si_pid != pid)
-    return std::nullopt;
-  if (info.si_code == CLD_EXITED) return Ended{info.si_status, 0};
-  return Ended{128 + info.si_status, info.si_status};
-}
-
 // Sends `sig` (0: none) to every live process of session `sid`, the group's launcher and all it
 // started locally (Open MPI puts each rank in a process group of its own, so a process group
 // does not reach them; a session does, and the orphans of a dead launcher keep it), and reaps
@@ -145,7 +132,7 @@ struct Group {
   int index = 0;
   std::vector<std::string> hosts;
   int restarts = 0;
-  pid_t pid = -1;  // the launcher (mpirun or srun), leader of its own session; -1: not running
+  proc::Child launcher;  // mpirun or srun, leader of its own session; not started: not running
   Clock::time_point started;
   bool done = false;
 };
@@ -168,14 +155,14 @@ class Watcher {
         note("%s received; stopping the job", signalName(sig));
         return stopAll(128 + sig);
       }
-      if (coordinator_ > 0 && ended(coordinator_)) {
+      if (coordinator_ > 0 && proc::peekExit(coordinator_)) {
         note("the local etcd (pid %d) exited; stopping the job", static_cast<int>(coordinator_));
         return stopAll(3);
       }
       bool all_done = true;
       for (Group& g : groups_) {
-        if (g.pid > 0) {
-          if (std::optional<Ended> e = ended(g.pid)) {
+        if (g.launcher.started()) {
+          if (std::optional<proc::Exit> e = g.launcher.peek()) {
             const int rc = onEnd(g, *e);
             if (rc >= 0) return rc;
           }
@@ -193,7 +180,7 @@ class Watcher {
  private:
   // Group g's launcher ended with e: done, restarted, or given up (returns the exit code after
   // stopping the rest); -1 while the job goes on.
-  int onEnd(Group& g, const Ended& e) {
+  int onEnd(Group& g, const proc::Exit& e) {
     const double secs = secondsSince(g.started);
     finish(g);
     if (e.code == 0) {
@@ -226,52 +213,41 @@ class Watcher {
     return start(g) ? -1 : stopAll(3);
   }
 
-  // Forks group g's launcher in a session of its own, with the job's variables in its
-  // environment. False (and a message) when it could not be started.
+  // Starts group g's launcher in a session of its own (a kill reaches it and what it starts),
+  // with the job's variables in its environment; SIGTERM when hsdp-elastic is killed outright.
+  // False (and a message) when it could not be started.
   bool start(Group& g) {
-    std::vector<std::string> args = groupCommand(plan_, g.hosts);
-    std::vector<std::string> env;
+    proc::Options o;
+    o.argv = groupCommand(plan_, g.hosts);
+    o.env.emplace();
     for (char** e = environ; *e != nullptr; ++e) {
       bool ours = false;
-      for (const char* name : kEnvNames) {
-        const size_t n = std::strlen(name);
-        ours = ours || (std::strncmp(*e, name, n) == 0 && (*e)[n] == '=');
+      for (const env::Declared* p : elastic_env::kContract) {
+        const size_t n = std::strlen(p->name());
+        ours = ours || (std::strncmp(*e, p->name(), n) == 0 && (*e)[n] == '=');
       }
-      if (!ours) env.emplace_back(*e);
+      if (!ours) o.env->emplace_back(*e);
     }
-    env.push_back(std::string("HSDP_ELASTIC_ENDPOINT=") + plan_.endpoint);
-    env.push_back(std::string("HSDP_ELASTIC_JOB=") + plan_.job);
-    env.push_back("HSDP_ELASTIC_GROUP_INDEX=" + std::to_string(g.index));
-    env.push_back("HSDP_ELASTIC_GROUPS=" + std::to_string(plan_.groups));
-    env.push_back("HSDP_ELASTIC_RESTARTS=" + std::to_string(g.restarts));
-    // Everything the child needs is built before fork(): after it, only async-signal-safe calls.
-    std::vector<char*> argv, envp;
-    for (std::string& a : args) argv.push_back(a.data());
-    for (std::string& e : env) envp.push_back(e.data());
-    argv.push_back(nullptr);
-    envp.push_back(nullptr);
-    const std::string failed =
-        "hsdp-elastic: group " + std::to_string(g.index) + ": cannot run " + args[0] + "\n";
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      note("group %d: fork failed: %s; stopping the job", g.index, std::strerror(errno));
+    const auto set = [&](const env::Declared& p, const std::string& v) {
+      o.env->push_back(std::string(p.name()) + "=" + v);
+    };
+    set(elastic_env::kEndpoint, plan_.endpoint);
+    set(elastic_env::kJob, plan_.job);
+    set(elastic_env::kGroupIndex, std::to_string(g.index));
+    set(elastic_env::kGroups, std::to_string(plan_.groups));
+    set(elastic_env::kRestarts, std::to_string(g.restarts));
+    o.death_signal = SIGTERM;
+    o.group = proc::Options::Group::kSession;
+    o.exec_failure_note =
+        "hsdp-elastic: group " + std::to_string(g.index) + ": cannot run " + o.argv[0] + "\n";
+    StatusOr<proc::Child> child = proc::Child::start(o);
+    if (!child.ok()) {
+      note("group %d: %s; stopping the job", g.index, child.status().message().c_str());
       return false;
     }
-    if (pid == 0) {
-      ::setsid();  // its own session and process group: a kill reaches it and what it starts
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // hsdp-elastic killed outright: the groups end too
-      if (::getppid() != parent) ::_exit(127);
-      const int null = ::open("/dev/null", O_RDONLY);  // a background group must not read a tty
-      if (null >= 0) ::dup2(null, 0);
-      ::execve(argv[0], argv.data(), envp.data());
-      if (::write(2, failed.data(), failed.size()) < 0) {
-      }
-      ::_exit(127);
-    }
-    g.pid = pid;
+    g.launcher = std::move(*child);
     g.started = Clock::now();
-    note("group %d started: pid %d%s%s%s", g.index, static_cast<int>(pid),
+    note("group %d started: pid %d%s%s%s", g.index, static_cast<int>(g.launcher.pid()),
          g.restarts ? (", restart " + std::to_string(g.restarts)).c_str() : "",
          g.hosts.empty() ? "" : ", hosts ", join(g.hosts, ",").c_str());
     return true;
@@ -279,31 +255,30 @@ class Watcher {
 
   // g's launcher has ended (not reaped yet): kill what is left of its session, then reap it.
   void finish(Group& g) {
-    for (int i = 0; i < 100 && signalSession(g.pid, SIGKILL) > 0; ++i)  // up to ~2 s
+    for (int i = 0; i < 100 && signalSession(g.launcher.pid(), SIGKILL) > 0; ++i)  // up to ~2 s
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    ::waitpid(g.pid, nullptr, 0);
-    g.pid = -1;
+    (void)g.launcher.wait();
   }
 
   // Stops every running group (SIGTERM, then SIGKILL after the grace, or at once on a second
   // signal) and returns rc.
   int stopAll(int rc) {
     int running = 0;
-    for (Group& g : groups_) running += g.pid > 0;
+    for (Group& g : groups_) running += g.launcher.started();
     if (running == 0) return rc;
     note("stopping %d group%s: SIGTERM, SIGKILL after %.0f s", running, running == 1 ? "" : "s",
          plan_.grace_s);
     for (Group& g : groups_) {
-      if (g.pid <= 0) continue;
-      ::kill(g.pid, SIGTERM);  // also before its setsid(), when the session has no members yet
-      signalSession(g.pid, SIGTERM);
+      if (!g.launcher.started()) continue;
+      g.launcher.signal(SIGTERM);  // also before its setsid(), when the session has no members yet
+      signalSession(g.launcher.pid(), SIGTERM);
     }
     const Clock::time_point deadline =
         Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(plan_.grace_s * 1000));
     const int signals = g_signals;
     while (running > 0 && Clock::now() < deadline && g_signals == signals) {
       for (Group& g : groups_) {
-        if (g.pid > 0 && ended(g.pid)) {
+        if (g.launcher.started() && g.launcher.peek()) {
           finish(g);
           --running;
         }
@@ -314,12 +289,12 @@ class Watcher {
     }
     if (g_signals != signals) note("another signal: SIGKILL now");
     for (Group& g : groups_) {
-      if (g.pid <= 0) continue;
+      if (!g.launcher.started()) continue;
       if (g_signals == signals) note("group %d did not stop within the grace; SIGKILL", g.index);
-      ::kill(g.pid, SIGKILL);
-      signalSession(g.pid, SIGKILL);
+      g.launcher.signal(SIGKILL);
+      signalSession(g.launcher.pid(), SIGKILL);
       siginfo_t info{};
-      ::waitid(P_PID, static_cast<id_t>(g.pid), &info, WEXITED | WNOWAIT);  // dies now
+      ::waitid(P_PID, static_cast<id_t>(g.launcher.pid()), &info, WEXITED | WNOWAIT);  // dies now
       finish(g);
     }
     return rc;
@@ -342,7 +317,8 @@ std::vector<std::string> groupCommand(const Plan& plan, const std::vector<std::s
   if (mpirun) {
     // The contract's variables and every other HSDP_* setting of this environment go to every
     // rank, also on other hosts (beyond its own host mpirun passes only what -x names).
-    std::vector<std::string> names(std::begin(kEnvNames), std::end(kEnvNames));
+    std::vector<std::string> names;
+    for (const env::Declared* p : elastic_env::kContract) names.emplace_back(p->name());
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string name(*e, std::strcspn(*e, "="));
       if (name.rfind("HSDP_", 0) == 0 && std::find(names.begin(), names.end(), name) == names.end())

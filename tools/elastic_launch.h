@@ -1,6 +1,7 @@
 // hsdp-elastic's process side: start the replica groups of one elastic job, each its own MPI job
 // (one mpirun or srun per group), watch them, restart a failed one, and stop them all (docs/
-// elastic_launcher.md). The command line and the local etcd are hsdp_elastic.cc's.
+// elastic_launcher.md). The command line and the local etcd are hsdp_elastic.cc's; the
+// environment contract with the engine is engine/elastic_env.h's.
 #pragma once
 
 #include <sys/types.h>
@@ -26,11 +27,6 @@ struct Plan {
   double grace_s = 10;                                // SIGTERM, then SIGKILL after this
   std::vector<std::string> program;                   // program and its arguments
 };
-
-// The environment contract with the engine (docs/elastic_launcher.md); fixed names.
-inline constexpr const char* kEnvNames[] = {"HSDP_ELASTIC_ENDPOINT", "HSDP_ELASTIC_JOB",
-                                            "HSDP_ELASTIC_GROUP_INDEX", "HSDP_ELASTIC_GROUPS",
-                                            "HSDP_ELASTIC_RESTARTS"};
 
 // The launcher's command line for a group on `hosts` (empty: the launcher's default). mpirun
 // gets "-x NAME" for the contract's variables and every HSDP_* variable of this environment.

@@ -5,7 +5,8 @@
 //   request  = type (1 byte) | body length (uint32) | body
 //   reply    = body length (uint32) | body
 // Everything is bounded by timeouts: an unreachable node (link cut) or a stopped rank (its
-// kernel accepts the connection, nobody answers) costs the caller at most the deadline.
+// kernel accepts the connection, nobody answers) costs the caller at most the deadline. The
+// sockets are core's (core/socket.h).
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core/socket.h"
 
 namespace hsdp::watchdog::oob {
 
@@ -26,7 +29,6 @@ struct Address {
 // This host's IPv4 addresses other nodes can reach (interfaces up, not loopback), at most
 // `max`; 127.0.0.1 when there is none.
 std::vector<uint32_t> localAddresses(int max);
-std::string addressText(uint32_t ip);
 
 class Server {
  public:
@@ -45,7 +47,7 @@ class Server {
   void run();
   void serve(int fd);
 
-  int listen_fd_ = -1;
+  net::Fd listen_fd_;
   uint16_t port_ = 0;
   Handler handler_;
   std::atomic<bool> stop_{false};

@@ -1,11 +1,6 @@
 #include "elastic/local_etcd.h"
 
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,10 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/socket.h"
 #include "elastic/etcd_client.h"
 #include "hsdp/files.h"
-
-extern char** environ;
 
 namespace hsdp::elastic {
 namespace {
@@ -27,19 +21,9 @@ namespace {
 // A port the kernel has free now (bound to 0, read back, closed). Another process may take it
 // before etcd binds it: start() then fails and tries again with new ports.
 StatusOr<int> freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return internalError("socket: ", std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  if (rc == 0) rc = ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return internalError("binding a free port on 127.0.0.1: ", std::strerror(err));
-  return static_cast<int>(ntohs(addr.sin_port));
+  StatusOr<net::Listening> l = net::listenOn(net::ipv4(htonl(INADDR_LOOPBACK), 0), 1);
+  if (!l.ok()) return l.status().withContext("a free port on 127.0.0.1");
+  return l->port;
 }
 
 // The end of etcd's log (for an error message), read through the file layer.
@@ -93,29 +77,15 @@ StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::start(Options options) {
                                      "--initial-advertise-peer-urls=" + peer,
                                      "--initial-cluster=hsdp=" + peer,
                                      "--log-outputs=stderr"};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    // fork + exec rather than posix_spawn: the child asks for SIGKILL when its parent dies
-    // (PR_SET_PDEATHSIG), so an etcd is never left running by a launcher or test that was
-    // itself killed with SIGKILL. Between fork and exec only async-signal-safe calls.
-    const pid_t parent = ::getpid();
-    const char* log_path = log.c_str();
-    const char* bin = binary.c_str();
-    pid_t pid = ::fork();
-    if (pid < 0) return internalError("starting '", binary, "': fork: ", std::strerror(errno));
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
-      // A new file in the directory mkdtemp just made (0700, ours): never an existing one.
-      int out = ::open(log_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
-      int in = ::open("/dev/null", O_RDONLY);
-      if (out < 0 || in < 0 || ::dup2(out, 1) < 0 || ::dup2(out, 2) < 0 || ::dup2(in, 0) < 0)
-        ::_exit(127);
-      ::execv(bin, argv.data());
-      ::_exit(127);
-    }
-    etcd->pid_ = pid;
+    // etcd gets SIGKILL when its parent dies, so it is never left running by a launcher or test
+    // that was itself killed with SIGKILL. It stays in this process's group: a terminal's
+    // signals reach it as they reach its parent.
+    proc::Options popt;
+    popt.argv = std::move(args);
+    popt.death_signal = SIGKILL;
+    popt.group = proc::Options::Group::kInherit;
+    popt.output = log;  // a new file in the directory mkdtemp just made (0700, ours)
+    HSDP_ASSIGN_OR_RETURN(etcd->child_, proc::Child::start(popt));
 
     EtcdClient::Options copt;
     copt.timeout_ms = 1000;
@@ -124,9 +94,7 @@ StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::start(Options options) {
         std::chrono::steady_clock::now() + std::chrono::milliseconds(options.start_timeout_ms);
     bool exited = false;
     while (std::chrono::steady_clock::now() < deadline) {
-      int wstatus = 0;
-      if (::waitpid(pid, &wstatus, WNOHANG) == pid) {
-        etcd->pid_ = -1;
+      if (etcd->child_.poll()) {
         exited = true;
         break;
       }
@@ -145,20 +113,7 @@ StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::start(Options options) {
   return last;
 }
 
-void LocalEtcd::stop() {
-  if (pid_ <= 0) return;
-  ::kill(pid_, SIGTERM);
-  for (int i = 0; i < 100; ++i) {  // 5 s of grace
-    if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
-      pid_ = -1;
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ::kill(pid_, SIGKILL);
-  ::waitpid(pid_, nullptr, 0);
-  pid_ = -1;
-}
+void LocalEtcd::stop() { (void)child_.stop(std::chrono::seconds(5)); }
 
 LocalEtcd::~LocalEtcd() {
   stop();

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "core/subprocess.h"
 #include "hsdp/status.h"
 
 namespace hsdp::elastic {
@@ -34,7 +35,7 @@ class LocalEtcd {
   // "http://127.0.0.1:<client port>".
   const std::string& endpoint() const { return endpoint_; }
   const std::string& dataDir() const { return dir_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
   // Stops etcd now (the coordinator lost); the directory stays until destruction.
   void stop();
 
@@ -42,7 +43,7 @@ class LocalEtcd {
   LocalEtcd() = default;
   std::string endpoint_;
   std::string dir_;
-  pid_t pid_ = -1;
+  proc::Child child_;  // etcd (core/subprocess.h)
 };
 
 }  // namespace hsdp::elastic

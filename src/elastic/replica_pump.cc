@@ -23,16 +23,16 @@ struct Abort {
 };
 
 // Reads one abort report from a control connection; a peer's EOF or reset is an error.
-StatusOr<Abort> readAbort(int fd, int size, ReplicaClock::time_point deadline,
+StatusOr<Abort> readAbort(int fd, int size, net::Clock::time_point deadline,
                           const std::string& who) {
   char h[wire::kAbortHeaderBytes];
-  HSDP_RETURN_IF_ERROR(readAll(fd, h, sizeof(h), deadline, who));
+  HSDP_RETURN_IF_ERROR(net::readAll(fd, h, sizeof(h), deadline, who));
   if (wire::get32(h) != wire::kAbortMagic)
     return failedPrecondition(who, ": not an abort report on the control connection");
   const uint32_t n = std::min<uint32_t>(wire::get32(h + 8), 4096);
   const uint32_t len = std::min<uint32_t>(wire::get32(h + 12), 1 << 16);
   std::string body(4 * static_cast<size_t>(n) + len, '\0');
-  HSDP_RETURN_IF_ERROR(readAll(fd, body.data(), body.size(), deadline, who));
+  HSDP_RETURN_IF_ERROR(net::readAll(fd, body.data(), body.size(), deadline, who));
   Abort a;
   for (uint32_t i = 0; i < n; ++i) {
     const int s = static_cast<int>(wire::get32(body.data() + 4 * i));
@@ -41,8 +41,6 @@ StatusOr<Abort> readAbort(int fd, int size, ReplicaClock::time_point deadline,
   a.text = body.substr(4 * static_cast<size_t>(n));
   return a;
 }
-
-bool wouldBlock(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == EINTR; }
 
 }  // namespace
 
@@ -68,8 +66,8 @@ Status ReplicaRing::fail(const std::string& what, std::set<int> suspects, std::s
   std::map<int, std::string> reports;
   if (reported_by >= 0) heard.insert(reported_by);
   const int64_t grace_ms = std::clamp<int64_t>(timeout_ms_ / 10, 50, 1000);
-  const auto grace_end = ReplicaClock::now() + Ms(grace_ms);
-  while (ReplicaClock::now() < grace_end) {
+  const auto grace_end = net::Clock::now() + Ms(grace_ms);
+  while (net::Clock::now() < grace_end) {
     std::vector<pollfd> fds;
     std::vector<int> who;
     for (int j = 0; j < size(); ++j)
@@ -78,7 +76,7 @@ Status ReplicaRing::fail(const std::string& what, std::set<int> suspects, std::s
         fds.push_back({peers_[j].ctl.get(), POLLIN, 0});
         who.push_back(j);
       }
-    if (fds.empty() || ::poll(fds.data(), fds.size(), msUntil(grace_end)) <= 0) break;
+    if (fds.empty() || ::poll(fds.data(), fds.size(), net::msUntil(grace_end)) <= 0) break;
     for (size_t i = 0; i < fds.size(); ++i) {
       if (!fds[i].revents) continue;
       StatusOr<Abort> a = readAbort(fds[i].fd, size(), grace_end + Ms(grace_ms), describe(who[i]));
@@ -137,10 +135,10 @@ Status ReplicaRing::pump(int to, const char* send_buf, size_t send_bytes, int fr
   size_t r_off = 0, r_start = 0, r_end = 0, r_hdr_got = 0;
   bool r_payload = false;
   char r_hdr[wire::kDataHeaderBytes];
-  auto s_last = ReplicaClock::now(), r_last = s_last;
+  auto s_last = net::Clock::now(), r_last = s_last;
   const auto legs = [&](Ms older_than) {  // the active legs without progress for that long
     std::set<int> out;
-    const auto now = ReplicaClock::now();
+    const auto now = net::Clock::now();
     if (s_active && now - s_last >= older_than) out.insert(to);
     if (r_active && now - r_last >= older_than) out.insert(from);
     return out;
@@ -161,13 +159,13 @@ Status ReplicaRing::pump(int to, const char* send_buf, size_t send_bytes, int fr
     const size_t si = fds.size();
     fds.push_back({s_active ? peers_[to].data.get() : -1, POLLOUT, 0});
     fds.push_back({r_active ? peers_[from].data.get() : -1, POLLIN, 0});
-    auto deadline = ReplicaClock::time_point::max();
+    auto deadline = net::Clock::time_point::max();
     if (s_active) deadline = std::min(deadline, s_last + timeout);
     if (r_active) deadline = std::min(deadline, r_last + timeout);
-    const int rc = ::poll(fds.data(), fds.size(), msUntil(deadline));
+    const int rc = ::poll(fds.data(), fds.size(), net::msUntil(deadline));
     if (rc < 0 && errno != EINTR) return internalError(prefix_, ": poll: ", std::strerror(errno));
     if (rc <= 0) {
-      if (ReplicaClock::now() < deadline) continue;
+      if (net::Clock::now() < deadline) continue;
       const std::set<int> stalled = legs(timeout);
       std::string d = "waiting on";
       for (int s : stalled) d += " " + describe(s);
@@ -177,7 +175,7 @@ Status ReplicaRing::pump(int to, const char* send_buf, size_t send_bytes, int fr
     for (size_t i = 0; i < si; ++i) {
       if (!fds[i].revents) continue;
       const int j = ctl_of[i];
-      StatusOr<Abort> a = readAbort(fds[i].fd, size(), ReplicaClock::now() + timeout, describe(j));
+      StatusOr<Abort> a = readAbort(fds[i].fd, size(), net::Clock::now() + timeout, describe(j));
       if (!a.ok()) {
         // Closed without a report: the peer finished and destroyed its ring, or died. Only a
         // leg that then lacks its bytes is an error (data already sent is read before the EOF).
@@ -194,7 +192,7 @@ Status ReplicaRing::pump(int to, const char* send_buf, size_t send_bytes, int fr
       m.msg_iov = s_hdr_off < s_hdr.size() ? iov : iov + 1;
       m.msg_iovlen = s_hdr_off < s_hdr.size() ? 2 : 1;
       const ssize_t w = ::sendmsg(fds[si].fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w < 0 && !wouldBlock(errno))
+      if (w < 0 && !net::wouldBlock(errno))
         return fail(what, {}, {to}, strCat("send to ", describe(to), ": ", std::strerror(errno)),
                     -1, {});
       if (w > 0) {
@@ -202,7 +200,7 @@ Status ReplicaRing::pump(int to, const char* send_buf, size_t send_bytes, int fr
         const size_t h = std::min(n, s_hdr.size() - s_hdr_off);
         s_hdr_off += h;
         s_off += n - h;
-        s_last = ReplicaClock::now();
+        s_last = net::Clock::now();
         if (s_off == s_end && s_hdr_off == s_hdr.size()) {
           if (s_off == send_bytes)
             s_active = false;
@@ -219,11 +217,11 @@ Status ReplicaRing::pump(int to, const char* send_buf, size_t send_bytes, int fr
         return fail(what, {}, {from}, strCat(describe(from), " closed the connection (EOF)"), -1,
                     {});
       if (n < 0) {
-        if (wouldBlock(errno)) break;
+        if (net::wouldBlock(errno)) break;
         return fail(what, {}, {from},
                     strCat("receive from ", describe(from), ": ", std::strerror(errno)), -1, {});
       }
-      r_last = ReplicaClock::now();
+      r_last = net::Clock::now();
       if (!r_payload) {
         r_hdr_got += static_cast<size_t>(n);
         if (r_hdr_got < sizeof(r_hdr)) continue;

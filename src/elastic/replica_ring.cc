@@ -127,7 +127,7 @@ StatusOr<std::unique_ptr<ReplicaRing>> ReplicaRing::create(int self,
   r->streams_received_.assign(size, 0);
   r->prefix_ = strCat("replica ring (job '", r->options_.job, "' step ", r->options_.step,
                       " attempt ", r->options_.attempt, ", member ", self, " of ", size, ")");
-  const auto deadline = ReplicaClock::now() + std::chrono::milliseconds(r->timeout_ms_);
+  const auto deadline = net::Clock::now() + std::chrono::milliseconds(r->timeout_ms_);
   const Options& o = r->options_;
   auto failWith = [&](Status st, std::vector<int> who) -> Status {
     if (culprits != nullptr) *culprits = std::move(who);
@@ -142,26 +142,26 @@ StatusOr<std::unique_ptr<ReplicaRing>> ReplicaRing::create(int self,
     for (uint32_t ch = 0; ch < 2; ++ch) {
       const std::string who = strCat(r->prefix_, ": the answer of ", r->describe(j));
       while (true) {
-        StatusOr<Fd> fd = connectTo(r->addresses_[j], deadline, !o.refused_is_dead);
+        StatusOr<net::Fd> fd = net::connectTo(r->addresses_[j], deadline, !o.refused_is_dead);
         if (!fd.ok())
           return failWith(
               fd.status().withContext(strCat(r->prefix_, ": connecting to ", r->describe(j))), {j});
         const std::string hello = encodeHello(wire::kHello, ch, self, j, size, o, "");
-        Status st = writeAll(fd->get(), hello.data(), hello.size(), deadline,
-                             strCat(r->prefix_, ": hello to ", r->describe(j)));
+        Status st = net::writeAll(fd->get(), hello.data(), hello.size(), deadline,
+                                  strCat(r->prefix_, ": hello to ", r->describe(j)));
         if (!st.ok()) return failWith(st, {j});
         char buf[wire::kHelloBytes];
-        if (st = readAll(fd->get(), buf, sizeof(buf), deadline, who); !st.ok())
+        if (st = net::readAll(fd->get(), buf, sizeof(buf), deadline, who); !st.ok())
           return failWith(st, {j});
         const Hello h = decodeHello(buf);
         std::string reason(std::min<uint32_t>(h.reason_len, 4096), '\0');
-        if (st = readAll(fd->get(), reason.data(), reason.size(), deadline, who); !st.ok())
+        if (st = net::readAll(fd->get(), reason.data(), reason.size(), deadline, who); !st.ok())
           return failWith(st, {j});
         const bool refused = h.magic != wire::kHelloMagic || h.kind == wire::kRefuse;
         const int order = h.magic == wire::kHelloMagic ? ringOrder(h, o) : 0;
         if (refused && order > 0) return failWith(superseded(r->prefix_, r->describe(j), h), {});
         if (refused && order < 0) {  // it has not reached our ring yet
-          if (ReplicaClock::now() >= deadline)
+          if (net::Clock::now() >= deadline)
             return failWith(failedPrecondition(r->prefix_, ": ", r->describe(j),
                                                " did not reach this ring within ", r->timeout_ms_,
                                                " ms (HSDP_REPLICA_TIMEOUT_MS)"),
@@ -188,7 +188,8 @@ StatusOr<std::unique_ptr<ReplicaRing>> ReplicaRing::create(int self,
   std::vector<std::string> refused;
   int missing = 2 * (size - 1 - self);
   while (missing > 0) {
-    StatusOr<Fd> fd = acceptBefore(listener.fd(), deadline);
+    StatusOr<net::Fd> fd =
+        net::acceptBefore(listener.fd(), deadline, strCat("listener ", listener.address()));
     if (!fd.ok()) {
       std::string who;
       std::vector<int> silent;
@@ -204,7 +205,7 @@ StatusOr<std::unique_ptr<ReplicaRing>> ReplicaRing::create(int self,
                       silent);
     }
     char buf[wire::kHelloBytes];
-    Status st = readAll(fd->get(), buf, sizeof(buf), deadline, "an incoming connection");
+    Status st = net::readAll(fd->get(), buf, sizeof(buf), deadline, "an incoming connection");
     if (!st.ok()) {
       refused.push_back(st.message());
       continue;
@@ -215,14 +216,14 @@ StatusOr<std::unique_ptr<ReplicaRing>> ReplicaRing::create(int self,
                           ? strCat("connection from ", h.str(), " refused: member ", self,
                                    " is in job '", o.job, "' step ", o.step, " attempt ", o.attempt)
                           : refusal(h, self, size, o);
-    Fd* slot = nullptr;
+    net::Fd* slot = nullptr;
     if (why.empty()) {
       slot = h.channel == 0 ? &r->peers_[h.from].data : &r->peers_[h.from].ctl;
       if (slot->valid()) why = strCat("a second connection from ", h.str(), " refused");
     }
     const std::string reply = encodeHello(why.empty() ? wire::kAccept : wire::kRefuse, h.channel,
                                           self, h.from, size, o, why);
-    (void)writeAll(fd->get(), reply.data(), reply.size(), deadline, "refused peer");
+    (void)net::writeAll(fd->get(), reply.data(), reply.size(), deadline, "refused peer");
     if (order > 0) return failWith(superseded(r->prefix_, h.str(), h), {});
     if (!why.empty()) {
       refused.push_back(why);
@@ -302,12 +303,12 @@ StatusOr<ReplicaRing::Transfer> ReplicaRing::send(int to, const void* data, size
   // the ring's all-reduce numbering stays the same on every member, streams or not.
   const uint32_t n = ++streams_sent_[to];
   const uint32_t collective_seq = std::exchange(op_seq_, kStreamTag | n);
-  const auto t0 = ReplicaClock::now();
+  const auto t0 = net::Clock::now();
   Status st = pump(to, static_cast<const char*>(data), bytes, -1, nullptr, 0, nullptr,
                    strCat("send #", n, " of ", bytes, " bytes to ", describe(to)));
   op_seq_ = collective_seq;
   HSDP_RETURN_IF_ERROR(st);
-  return Transfer{bytes, std::chrono::duration<double>(ReplicaClock::now() - t0).count()};
+  return Transfer{bytes, std::chrono::duration<double>(net::Clock::now() - t0).count()};
 }
 
 StatusOr<ReplicaRing::Transfer> ReplicaRing::recv(int from, void* data, size_t bytes) {
@@ -316,12 +317,12 @@ StatusOr<ReplicaRing::Transfer> ReplicaRing::recv(int from, void* data, size_t b
     return invalidArgument(prefix_, ": recv from member ", from);
   const uint32_t n = ++streams_received_[from];
   const uint32_t collective_seq = std::exchange(op_seq_, kStreamTag | n);
-  const auto t0 = ReplicaClock::now();
+  const auto t0 = net::Clock::now();
   Status st = pump(-1, nullptr, 0, from, static_cast<char*>(data), bytes, nullptr,
                    strCat("recv #", n, " of ", bytes, " bytes from ", describe(from)));
   op_seq_ = collective_seq;
   HSDP_RETURN_IF_ERROR(st);
-  return Transfer{bytes, std::chrono::duration<double>(ReplicaClock::now() - t0).count()};
+  return Transfer{bytes, std::chrono::duration<double>(net::Clock::now() - t0).count()};
 }
 
 }  // namespace hsdp::elastic

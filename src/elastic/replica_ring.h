@@ -72,8 +72,8 @@ class ReplicaRing {
 
  private:
   struct Peer {
-    Fd data;  // the frames of all-reduce and send/recv
-    Fd ctl;   // abort reports only, so they never interleave with a data frame
+    net::Fd data;  // the frames of all-reduce and send/recv
+    net::Fd ctl;   // abort reports only, so they never interleave with a data frame
   };
   // One duplex transfer: `send_bytes` to `to` and `recv_bytes` from `from` (either may be -1),
   // in frames of chunk_bytes_; on_chunk(offset, length) after each received frame.

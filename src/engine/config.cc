@@ -1,5 +1,6 @@
 #include "hsdp/config.h"
 
+#include "engine/elastic_env.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
@@ -84,24 +85,6 @@ Status wireFromEnv(std::optional<Wire>* field, const StringParam& var, Wire fall
 }  // namespace
 
 namespace {
-const StringParam kElasticEndpoint{
-    "HSDP_ELASTIC_ENDPOINT", StringParam::Kind::kString, "",
-    "etcd client URL (http://host:port) of an elastic job (docs/elastic.md): set, this process's "
-    "group is one replica group of the job; unset, elastic mode is off. hsdp-elastic sets it."};
-const StringParam kElasticJob{"HSDP_ELASTIC_JOB", StringParam::Kind::kString, "hsdp",
-                              "Name of the elastic job in etcd ([A-Za-z0-9_.-]+)."};
-const IntParam kElasticGroupIndex{
-    "HSDP_ELASTIC_GROUP_INDEX", env::Unset{"none"}, 0, 1 << 20,
-    "This replica group's index in [0, HSDP_ELASTIC_GROUPS) (its name is g<index>; with "
-    "HSDP_ELASTIC_DATA=keep its data slot). hsdp-elastic sets it."};
-const IntParam kElasticGroups{
-    "HSDP_ELASTIC_GROUPS", env::Unset{"none"}, 1, 1 << 20,
-    "Replica groups an elastic job starts with (its first step waits for all of them). "
-    "hsdp-elastic sets it."};
-const IntParam kElasticRestarts{
-    "HSDP_ELASTIC_RESTARTS", 0, 0, 1 << 20,
-    "Times the launcher restarted this elastic group (hsdp-elastic sets it); > 0: the group "
-    "replaces the member key its dead predecessor left in etcd instead of waiting out its lease."};
 const StringParam kElasticHost{
     "HSDP_ELASTIC_HOST", StringParam::Kind::kString, "",
     "Address of this rank's replica listener (the TCP transport between elastic groups). "
@@ -112,8 +95,8 @@ const StringParam kElasticData{
     "global batch shrinks) or redistribute (the groups present share the whole batch)."};
 
 Status resolveElastic(ElasticPolicy* e) {
-  if (!e->endpoint) e->endpoint = kElasticEndpoint.get();
-  if (!e->job) e->job = kElasticJob.get();
+  if (!e->endpoint) e->endpoint = elastic_env::kEndpoint.get();
+  if (!e->job) e->job = elastic_env::kJob.get();
   if (!e->host) e->host = kElasticHost.get();
   if (!e->data) {
     StatusOr<ElasticData> d = parseElasticData(kElasticData.get());
@@ -123,15 +106,15 @@ Status resolveElastic(ElasticPolicy* e) {
     e->data = *d;
   }
   if (!e->group_index) {
-    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> v, kElasticGroupIndex.get());
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> v, elastic_env::kGroupIndex.get());
     if (v) e->group_index = static_cast<int>(*v);
   }
   if (!e->restarts) {
-    HSDP_ASSIGN_OR_RETURN(int64_t v, kElasticRestarts.value());
+    HSDP_ASSIGN_OR_RETURN(int64_t v, elastic_env::kRestarts.value());
     e->restarts = static_cast<int>(v);
   }
   if (!e->groups) {
-    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> v, kElasticGroups.get());
+    HSDP_ASSIGN_OR_RETURN(std::optional<int64_t> v, elastic_env::kGroups.get());
     if (v) e->groups = static_cast<int>(*v);
   }
   if (e->endpoint->empty()) return okStatus();
