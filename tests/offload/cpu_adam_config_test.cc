@@ -14,6 +14,7 @@
 #include "hsdp/dtype.h"
 #include "offload/cpu_adam.h"
 #include "offload/cpu_adam_internal.h"
+#include "offload/cpu_adam_kernels.h"
 #include "offload/worker_pool.h"
 #include "tests/common/scoped_env.h"
 #include "tests/offload/cpu_adam_test_util.h"
