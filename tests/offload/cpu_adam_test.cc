@@ -13,6 +13,9 @@
 // distance, which tells a reordering (a few ULP) from a wrong formula or element (far more).
 // A future kernel that fuses (FMA) would change the bound to a few ULP of the intermediate terms
 // and must say so here.
+//
+// Configuration, errors, the worker pool and the chunking: cpu_adam_config_test.cc (the same
+// binary); the helpers both use: cpu_adam_test_util.h.
 #include "offload/cpu_adam.h"
 
 #include <gtest/gtest.h>
@@ -34,7 +37,7 @@
 #include "offload/cpu_adam_internal.h"
 #include "offload/cpu_adam_kernels.h"
 #include "offload/worker_pool.h"
-#include "tests/common/scoped_env.h"
+#include "tests/offload/cpu_adam_test_util.h"
 
 namespace hsdp {
 namespace {
@@ -57,119 +60,13 @@ class IsaReport : public ::testing::Environment {
 };
 const auto* const kIsaReport = ::testing::AddGlobalTestEnvironment(new IsaReport);
 
-using testing::ScopedEnv;
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-// Distance in units in the last place (0 for equal values; +0 and -0 are 0 apart).
-int64_t ulpDistance(float a, float b) {
-  auto ordered = [](float f) -> int64_t {
-    const int32_t i = static_cast<int32_t>(bits(f));
-    return i < 0 ? -static_cast<int64_t>(i & 0x7fffffff) : i;
-  };
-  const int64_t d = ordered(a) - ordered(b);
-  return d < 0 ? -d : d;
-}
-
-// Expects got == want bit for bit; reports the first mismatches with their ULP distance.
-::testing::AssertionResult sameBits(const char* what, const float* got, const float* want,
-                                    size_t n) {
-  size_t bad = 0;
-  int64_t worst = 0;
-  std::string first;
-  for (size_t i = 0; i < n; ++i) {
-    if (bits(got[i]) == bits(want[i])) continue;
-    worst = std::max(worst, ulpDistance(got[i], want[i]));
-    if (bad++ < 5)
-      first += strCat("\n  ", what, "[", i, "]: got ", got[i], " want ", want[i], " (",
-                      ulpDistance(got[i], want[i]), " ulp)");
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << bad << " of " << n << " elements of " << what << " differ, worst " << worst
-         << " ulp:" << first;
-}
-
-::testing::AssertionResult sameBf16(const bf16* got, const bf16* want, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if (got[i].bits != want[i].bits)
-      return ::testing::AssertionFailure() << "bf16[" << i << "]: got 0x" << std::hex
-                                           << got[i].bits << " want 0x" << want[i].bits;
-  return ::testing::AssertionSuccess();
-}
-
-// One shard's arrays in page-aligned memory, each starting `offset` floats past a 64-byte
-// boundary, so tests choose the (mis)alignment of every pointer.
-struct Offsets {
-  size_t param = 0, grad = 0, m = 0, v = 0, bf16 = 0;
-};
-
-class Shard {
- public:
-  Shard(size_t n, Offsets off) : n_(n), off_(off) {
-    const size_t floats = n + 64;
-    param_buf_ = std::move(HostBuffer::allocate(floats * 4).value());
-    grad_buf_ = std::move(HostBuffer::allocate(floats * 4).value());
-    m_buf_ = std::move(HostBuffer::allocate(floats * 4).value());
-    v_buf_ = std::move(HostBuffer::allocate(floats * 4).value());
-    bf16_buf_ = std::move(HostBuffer::allocate(floats * 2).value());
-  }
-  // Random state of a run in progress: parameters of mixed magnitude, gradients from tiny to
-  // large (so that eps matters for some elements and not for others), non-negative v.
-  void fillRandom(uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::uniform_int_distribution<int> mag(-8, 2);
-    for (size_t i = 0; i < n_; ++i) {
-      const float g = u(rng) * std::ldexp(1.0f, 2 * mag(rng));
-      param()[i] = u(rng) * std::ldexp(1.0f, mag(rng));
-      grad()[i] = g;
-      m()[i] = 0.5f * g + 1e-3f * u(rng);
-      v()[i] = g * g * (0.5f + 0.5f * std::fabs(u(rng)));
-      bf16out()[i].bits = 0xdead;
-    }
-  }
-  void copyFrom(const Shard& o) {
-    std::memcpy(param(), o.param(), n_ * 4);
-    std::memcpy(grad(), o.grad(), n_ * 4);
-    std::memcpy(m(), o.m(), n_ * 4);
-    std::memcpy(v(), o.v(), n_ * 4);
-    std::memcpy(bf16out(), o.bf16out(), n_ * 2);
-  }
-  float* param() const { return param_buf_.as<float>() + off_.param; }
-  float* grad() const { return grad_buf_.as<float>() + off_.grad; }
-  float* m() const { return m_buf_.as<float>() + off_.m; }
-  float* v() const { return v_buf_.as<float>() + off_.v; }
-  bf16* bf16out() const { return bf16_buf_.as<bf16>() + off_.bf16; }
-  AdamShard view(bool with_bf16) const {
-    return AdamShard{param(), grad(), m(), v(), n_, with_bf16 ? bf16out() : nullptr};
-  }
-  size_t n() const { return n_; }
-
- private:
-  size_t n_;
-  Offsets off_;
-  HostBuffer param_buf_, grad_buf_, m_buf_, v_buf_, bf16_buf_;
-};
-
-std::unique_ptr<CpuAdam> makeAdam(CpuIsa isa, int threads) {
-  auto a = CpuAdam::create({.isa = isa, .threads = threads});
-  EXPECT_TRUE(a.ok()) << a.status().toString();
-  return std::move(a).value();
-}
-
-AdamConfig config(OptimizerKind kind) {
-  AdamConfig c;
-  c.kind = kind;
-  c.lr = 3e-3f;
-  c.weight_decay = 0.05f;
-  c.eps = 1e-8f;
-  return c;
-}
+using cpu_adam_testing::bits;
+using cpu_adam_testing::config;
+using cpu_adam_testing::makeAdam;
+using cpu_adam_testing::Offsets;
+using cpu_adam_testing::sameBf16;
+using cpu_adam_testing::sameBits;
+using cpu_adam_testing::Shard;
 
 // ---- the scalar path is hsdp::adamStep -------------------------------------------------------
 
@@ -209,11 +106,13 @@ TEST(CpuAdam, EveryIsaMatchesScalarElementByElement) {
   const size_t stream_n = cpu_adam_detail::bf16StreamThresholdBytes() / 30 + 1001;
   const Offsets skew{1, 3, 0, 2, 5};
   std::vector<Case> cases = {
-      {1, skew, 1},   {7, skew, 1},   {15, skew, 1},       {17, skew, 1},
-      {33, {}, 1},    {100, skew, 2}, {1000003, skew, 3},  {1000003, {}, 2},
+      {1, skew, 1}, {7, skew, 1},   {15, skew, 1},      {17, skew, 1},
+      {33, {}, 1},  {100, skew, 2}, {1000003, skew, 3}, {1000003, {}, 2},
   };
-  if (stream_n <= 4'000'000) cases.push_back({stream_n | 1, {}, 2});
-  else std::printf("[ cpu_adam ] streaming bf16 stores not exercised: LLC too large\n");
+  if (stream_n <= 4'000'000)
+    cases.push_back({stream_n | 1, {}, 2});
+  else
+    std::printf("[ cpu_adam ] streaming bf16 stores not exercised: LLC too large\n");
   for (const Case& cs : cases) {
     // The random state is generated once per case; every combination starts from a copy.
     Shard base(cs.n, {});
@@ -414,163 +313,6 @@ TEST(CpuAdam, DecoupledDecayClosedFormEveryIsa) {
       EXPECT_NEAR(s.param()[i], (static_cast<double>(i) - 9.0) * std::pow(0.95, 10),
                   1e-5 * (1.0 + std::fabs(static_cast<double>(i) - 9.0)))
           << i;
-  }
-}
-
-// ---- configuration and errors ----------------------------------------------------------------
-
-TEST(CpuAdam, IsaFromEnvironment) {
-  {
-    ScopedEnv e("HSDP_CPU_ADAM_ISA", nullptr);
-    auto a = CpuAdam::create({.threads = 1});
-    ASSERT_TRUE(a.ok()) << a.status().toString();
-    EXPECT_EQ((*a)->isa(), supportedCpuIsas().front());
-  }
-  {
-    ScopedEnv e("HSDP_CPU_ADAM_ISA", "auto");
-    EXPECT_EQ(*cpuAdamIsaFromEnv(), supportedCpuIsas().front());
-  }
-  for (CpuIsa isa : supportedCpuIsas()) {
-    ScopedEnv e("HSDP_CPU_ADAM_ISA", cpuIsaName(isa));
-    auto a = CpuAdam::create({.threads = 1});
-    ASSERT_TRUE(a.ok()) << a.status().toString();
-    EXPECT_EQ((*a)->isa(), isa);
-  }
-  {
-    ScopedEnv e("HSDP_CPU_ADAM_ISA", "sse9");
-    auto a = CpuAdam::create({.threads = 1});
-    ASSERT_FALSE(a.ok());
-    EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(a.status().message().find("HSDP_CPU_ADAM_ISA='sse9'"), std::string::npos)
-        << a.status().message();
-  }
-  // A named ISA the CPU lacks: an error naming it and what is supported, never a silent
-  // fallback. Driven through the resolver, since this CPU may support everything.
-  auto r = cpu_adam_detail::resolveCpuIsa("avx512", {CpuIsa::kAvx2, CpuIsa::kScalar});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(r.status().message().find("HSDP_CPU_ADAM_ISA=avx512"), std::string::npos);
-  EXPECT_NE(r.status().message().find("supported: avx2, scalar"), std::string::npos)
-      << r.status().message();
-  EXPECT_EQ(*cpu_adam_detail::resolveCpuIsa("", {CpuIsa::kAvx2, CpuIsa::kScalar}),
-            CpuIsa::kAvx2);
-  EXPECT_FALSE(parseCpuIsa("auto").ok());  // "auto" is the env rule's, not an ISA
-}
-
-TEST(CpuAdam, ThreadsFromOptionsAndEnvironment) {
-  {
-    ScopedEnv e("HSDP_CPU_ADAM_THREADS", "3");
-    auto a = CpuAdam::create({.isa = CpuIsa::kScalar});
-    ASSERT_TRUE(a.ok());
-    EXPECT_EQ((*a)->threads(), 3);
-    auto b = CpuAdam::create({.isa = CpuIsa::kScalar, .threads = 2});  // options win
-    EXPECT_EQ((*b)->threads(), 2);
-  }
-  for (const char* bad : {"0", "two", "-1"}) {
-    ScopedEnv e("HSDP_CPU_ADAM_THREADS", bad);
-    auto a = CpuAdam::create({.isa = CpuIsa::kScalar});
-    ASSERT_FALSE(a.ok()) << bad;
-    EXPECT_NE(a.status().message().find("HSDP_CPU_ADAM_THREADS"), std::string::npos)
-        << a.status().message();
-  }
-  {
-    ScopedEnv e("HSDP_CPU_ADAM_THREADS", nullptr);
-    auto a = CpuAdam::create({.isa = CpuIsa::kScalar});
-    ASSERT_TRUE(a.ok());
-    EXPECT_GE((*a)->threads(), 1);
-  }
-  auto neg = CpuAdam::create({.isa = CpuIsa::kScalar, .threads = -2});
-  ASSERT_FALSE(neg.ok());
-  EXPECT_NE(neg.status().message().find("threads=-2"), std::string::npos);
-}
-
-TEST(CpuAdam, BadArgumentsNameTheValueAndWriteNothing) {
-  auto adam = makeAdam(supportedCpuIsas().front(), 2);
-  Shard s(40, {});
-  s.fillRandom(1);
-  const std::vector<float> before(s.param(), s.param() + 40);
-  const AdamConfig ok = config(OptimizerKind::kAdamW);
-  AdamConfig bad_lr = ok;
-  bad_lr.lr = -1.0f;
-  struct Bad {
-    Status status;
-    const char* needle;
-  };
-  AdamShard no_grad = s.view(false);
-  no_grad.grad = nullptr;
-  const Bad bad[] = {
-      {adam->step(ok, 0, s.view(false)), "t=0"},
-      {adam->step(ok, 1, s.view(false), -0.5f), "scale -0.5"},
-      {adam->step(ok, 1, s.view(false), NAN), "scale nan"},
-      {adam->step(ok, 1, s.view(false), INFINITY), "scale inf"},
-      {adam->step(ok, 1, no_grad), "null grad"},
-      {adam->step(bad_lr, 1, s.view(false)), "learning rate -1"},
-  };
-  for (const Bad& b : bad) {
-    EXPECT_EQ(b.status.code(), StatusCode::kInvalidArgument) << b.needle;
-    EXPECT_NE(b.status.message().find(b.needle), std::string::npos) << b.status.message();
-  }
-  EXPECT_TRUE(sameBits("param", s.param(), before.data(), 40));
-  // An empty shard is fine, with or without arrays.
-  EXPECT_TRUE(adam->step(ok, 1, AdamShard{}).ok());
-}
-
-// ---- the pieces: thread pool and chunking ----------------------------------------------------
-
-// Threads are created once: across many calls, part k (k >= 1) always runs on the same thread,
-// never the caller's, and part 0 always on the caller's.
-TEST(WorkerPool, ThreadsArePersistentAndPart0IsTheCaller) {
-  auto pool = offload_detail::WorkerPool::create(4);
-  ASSERT_TRUE(pool.ok());
-  std::vector<std::set<std::thread::id>> seen(4);
-  std::vector<int> count(4, 0);
-  for (int call = 0; call < 200; ++call) {
-    const int parts = 1 + call % 4;
-    std::vector<std::thread::id> ids(4);
-    (*pool)->run(parts, [&](int k) {
-      ids[k] = std::this_thread::get_id();
-      ++count[k];
-    });
-    for (int k = 0; k < parts; ++k) seen[k].insert(ids[k]);
-  }
-  EXPECT_EQ(seen[0], std::set<std::thread::id>{std::this_thread::get_id()});
-  std::set<std::thread::id> all;
-  for (int k = 1; k < 4; ++k) {
-    EXPECT_EQ(seen[k].size(), 1u) << "part " << k << " ran on several threads";
-    all.insert(seen[k].begin(), seen[k].end());
-  }
-  EXPECT_EQ(all.size(), 3u);
-  EXPECT_EQ(all.count(std::this_thread::get_id()), 0u);
-  EXPECT_EQ(count[0], 200);
-  EXPECT_EQ(count[3], 50);
-  // Asking for more parts than threads runs threads() parts.
-  int ran = 0;
-  (*pool)->run(9, [&](int) { __atomic_add_fetch(&ran, 1, __ATOMIC_RELAXED); });
-  EXPECT_EQ(ran, 4);
-  EXPECT_FALSE(offload_detail::WorkerPool::create(0).ok());
-}
-
-TEST(CpuAdam, ChunkBoundariesCoverAlignAndBalance) {
-  alignas(64) static float base[64];
-  for (size_t skew = 0; skew < 16; ++skew) {
-    const float* p = base + skew;
-    for (size_t n : {size_t{0}, size_t{1}, size_t{17}, size_t{1000}, size_t{1000003}}) {
-      for (int parts = 1; parts <= 8; ++parts) {
-        SCOPED_TRACE(strCat("skew=", skew, " n=", n, " parts=", parts));
-        std::vector<size_t> b(parts + 1);
-        cpu_adam_detail::chunkBoundaries(p, n, parts, b.data());
-        ASSERT_EQ(b.front(), 0u);
-        ASSERT_EQ(b.back(), n);
-        for (int k = 0; k < parts; ++k) ASSERT_LE(b[k], b[k + 1]);
-        for (int k = 1; k < parts; ++k)
-          if (b[k] < n) ASSERT_EQ(reinterpret_cast<uintptr_t>(p + b[k]) % 64, 0u) << b[k];
-        // Balanced to within a granule plus the unaligned head.
-        const double ideal = static_cast<double>(n) / parts;
-        for (int k = 0; k < parts; ++k)
-          ASSERT_LE(std::fabs(static_cast<double>(b[k + 1] - b[k]) - ideal),
-                    2.0 * cpu_adam_detail::kChunkGranule + 16);
-      }
-    }
   }
 }
 
