@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli.h"
+#include "hsdp/cli.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
 #include "hsdp/schedule.h"

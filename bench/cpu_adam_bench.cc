@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "cli.h"
 #include "core/adam.h"
 #include "core/host_buffer.h"
+#include "hsdp/cli.h"
 #include "offload/cpu_adam.h"
 #include "offload/cpu_adam_kernels.h"
 #include "offload/worker_pool.h"

@@ -22,11 +22,12 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
 #include "gpt/data.h"
 #include "gpt/model.h"
 #include "gpt/reference.h"
 #include "gpt/trainer.h"
+#include "hsdp/cli.h"
+#include "hsdp/flags.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
 #include "hsdp/schedule.h"
@@ -301,8 +302,8 @@ int main(int argc, char** argv) {
   hsdp::cli::addInt(app, "--batch", a.batch, "Sequences per rank per step", 1, 1 << 16);
   hsdp::cli::addInt(app, "--repeats", a.repeats, "Measured rounds (medians)", 1, 10000);
   hsdp::cli::addInt(app, "--gemm", a.gemm, "Size of the square GEMM (compute)", 1, 1 << 15);
-  hsdp::cli::addInt(app, "--intra-shard", a.intra, "overlap: intra_shard", 1, 1 << 16);
-  hsdp::cli::addInt(app, "--inter-shard", a.inter, "overlap: inter_shard", 1, 1 << 16);
+  hsdp::cli::addShardFactorFlags(app, a.intra, a.inter,
+                                 {"overlap: intra_shard", "overlap: inter_shard"}, 1 << 16);
   hsdp::cli::addInt(app, "--prefetch", a.prefetch, "overlap: prefetch depth of the measured step",
                     0, 1 << 10);
   app.add_option("--data", a.data, "Corpus");

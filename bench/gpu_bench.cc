@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
 #include "collectives/nccl/cuda_check.h"
 #include "collectives/nccl/cuda_resources.h"
 #include "cuda/kernels.h"
+#include "hsdp/cli.h"
 
 namespace hsdp {
 namespace {

@@ -35,15 +35,15 @@
 #include <sstream>
 
 #include "bench/hsdp_bench_ops.h"
-#include "cli.h"
 #include "collectives/mpi/mpi_comm.h"
 #include "core/host_buffer.h"
+#include "core/watchdog/watchdog.h"
+#include "hsdp/cli.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
 #include "hsdp/quantize.h"
 #include "hsdp/topology.h"
-#include "core/watchdog/watchdog.h"
 
 namespace {
 

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "cli.h"
 #include "core/host_buffer.h"
+#include "hsdp/cli.h"
 #include "hsdp/parse.h"
 #include "hsdp/quantize.h"
 

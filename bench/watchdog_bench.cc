@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
-#include "hsdp/mpi.h"
 #include "core/watchdog/watchdog.h"
+#include "hsdp/cli.h"
+#include "hsdp/mpi.h"
 
 namespace {
 

@@ -4,13 +4,15 @@
 #   # a user's CMakeLists.txt:
 #   find_package(hsdp 0.2 REQUIRED)                 # or: REQUIRED COMPONENTS CUDA
 #   target_link_libraries(my_trainer PRIVATE hsdp::hsdp)
+#   find_package(hsdp 0.2 REQUIRED COMPONENTS CLI)  # the programs' flags: hsdp::cli (CLI11)
 #
 # What is installed: libhsdp (static by default, shared with -DBUILD_SHARED_LIBS=ON), every
 # public header (include/hsdp/, the generated hsdp/version.h; a module's private headers, such as
 # core/host_buffer.h, stay in the tree), the tools that were built
 # (hsdp-env, hsdp-topo, hsdp-plan, ...), lib/cmake/hsdp/{hsdpConfig,hsdpConfigVersion,
-# hsdpTargets}.cmake and lib/pkgconfig/hsdp.pc. The package's components are the optional
-# modules (CUDA, UCX): asking for one this build lacks fails find_package with the reason.
+# hsdpTargets,hsdpCliTargets}.cmake and lib/pkgconfig/hsdp.pc. The package's components are the
+# optional modules (CUDA, UCX) and CLI (hsdp::cli: hsdp/cli.h and hsdp/flags.h, the flags hsdp's
+# programs share, on CLI11): asking for one this build lacks fails find_package with the reason.
 include(CMakePackageConfigHelpers)
 
 install(TARGETS hsdp EXPORT hsdpTargets
@@ -30,6 +32,16 @@ endforeach()
 
 set(HSDP_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/hsdp)
 install(EXPORT hsdpTargets NAMESPACE hsdp:: DESTINATION ${HSDP_CMAKE_DIR})
+# The CLI component: header-only (its headers are installed with the others), on CLI11. An export
+# set of its own, which hsdpConfig.cmake includes only when asked for (COMPONENTS CLI), after
+# finding CLI11: a program that does not ask needs no CLI11.
+if(TARGET hsdp_cli)
+  install(TARGETS hsdp_cli EXPORT hsdpCliTargets)
+  install(EXPORT hsdpCliTargets NAMESPACE hsdp:: DESTINATION ${HSDP_CMAKE_DIR})
+  set(HSDP_PKG_WITH_CLI ON)
+else()
+  set(HSDP_PKG_WITH_CLI OFF)
+endif()
 
 # What hsdpConfig.cmake needs to know about this build (cmake/hsdpConfig.cmake.in).
 get_target_property(_hsdp_type hsdp TYPE)

@@ -21,9 +21,10 @@
 #include <csignal>
 #include <cstdio>
 
-#include "cli.h"
 #include "hsdp/checkpoint.h"
+#include "hsdp/cli.h"
 #include "hsdp/files.h"
+#include "hsdp/flags.h"
 #include "hsdp/stop.h"
 
 namespace {
@@ -126,19 +127,17 @@ int run(int argc, char** argv) {
   reshard->add_option("DIR", dir, "Checkpoint directory")->required();
   reshard->add_option("OUT", out, "New checkpoint directory (must not exist)")->required();
   reshard->add_flag("--quiet", quiet, "No progress line");
-  constexpr int kMax = 1 << 20;  // ranks, ranks per node, factors
+  constexpr int kMax = 1 << 20;  // ranks, ranks per node
   hsdp::cli::addInt(*reshard, "--world", target.world_size, "Ranks of the target job", 1, kMax)
       ->required();
   hsdp::cli::addInt(*reshard, "--ranks-per-node", target.ranks_per_node, "Ranks per node", 1, kMax)
       ->required();
-  hsdp::cli::addInt(*reshard, "--intra-shard", target.intra_shard,
-                    "Ranks per node that shard a unit", 1, kMax)
-      ->required();
-  hsdp::cli::addInt(*reshard, "--inter-shard", target.inter_shard, "Nodes that shard a unit", 1,
-                    kMax)
-      ->required();
-  reshard->add_option("--mode", mode, "none | zero1 | zero2 | zero3")
-      ->check(CLI::IsMember({"none", "zero1", "zero2", "zero3"}));
+  const hsdp::cli::ShardFactorOptions factors = hsdp::cli::addShardFactorFlags(
+      *reshard, target.intra_shard, target.inter_shard,
+      {"Ranks per node that shard a unit", "Nodes that shard a unit"});
+  factors.intra->required();
+  factors.inter->required();
+  hsdp::cli::addModeFlag(*reshard, mode, "none | zero1 | zero2 | zero3");
   CLI::App* exp = app.add_subcommand("export", "Full weights as safetensors");
   exp->add_option("DIR", dir, "Checkpoint directory")->required();
   exp->add_option("OUT", out, "Output .safetensors")->required();

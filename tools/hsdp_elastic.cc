@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
 #include "elastic/etcd_client.h"
 #include "elastic/local_etcd.h"
 #include "elastic/quorum.h"
 #include "elastic_launch.h"
+#include "hsdp/cli.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
+#include "hsdp/cli.h"
 #include "hsdp/env.h"
 
 namespace {

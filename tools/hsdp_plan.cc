@@ -18,8 +18,9 @@
 #include <tuple>
 #include <vector>
 
-#include "cli.h"
+#include "hsdp/cli.h"
 #include "hsdp/files.h"
+#include "hsdp/flags.h"
 #include "hsdp/plan.h"
 
 namespace {
@@ -33,7 +34,8 @@ struct Options {
   std::string param_wire, grad_wire, replica_wire;  // "": the policy's element type
   uint32_t quant_block = hsdp::kDefaultQuantBlock;
   int64_t units = kDefaultUnits;
-  int64_t nodes = 0, gpus = 0, intra = 0, inter = 0;
+  int64_t nodes = 0, gpus = 0;
+  int intra = 0, inter = 0;  // 0: the default (G, 1 in mode none; 1)
   bool hpz = false, json = false, automatic = false;
   bool units_given = false;
 };
@@ -269,16 +271,9 @@ int run(const Options& opt, bool intra_given, bool inter_given, bool mode_given)
     }
     chart = std::move(all);
   } else {
-    if (intra_given) {
-      auto v = toInt(opt.intra, "--intra-shard");
-      if (!v.ok()) return fail(v.status());
-      in.intra_shard = *v;
-    }
-    if (inter_given) {
-      auto v = toInt(opt.inter, "--inter-shard");
-      if (!v.ok()) return fail(v.status());
-      in.inter_shard = *v;
-    }
+    // In [1, 2^20] when given (hsdp/flags.h).
+    if (intra_given) in.intra_shard = opt.intra;
+    if (inter_given) in.inter_shard = opt.inter;
     auto mode = hsdp::parseShardMode(opt.mode);
     if (!mode.ok()) return fail(hsdp::invalidArgument("--mode: ", mode.status().message()));
     in.mode = *mode;
@@ -333,21 +328,21 @@ int main(int argc, char** argv) {
                                   "with --params: split into this many equal units (default 32)",
                                   int64_t{1}, int64_t{1} << 24);
   app.add_option("--layers", opt.layers, "file: one unit per line, 'COUNT' or 'NAME COUNT'");
-  constexpr int64_t kMax = 1 << 20;  // nodes, GPUs per node, factors
+  constexpr int64_t kMax = 1 << 20;  // nodes, GPUs per node
   hsdp::cli::addInt(app, "--nodes", opt.nodes, "nodes N", int64_t{1}, kMax)->required();
   hsdp::cli::addInt(app, "--gpus-per-node", opt.gpus, "GPUs (ranks) per node G", int64_t{1}, kMax)
       ->required();
-  auto* intra = hsdp::cli::addInt(app, "--intra-shard", opt.intra,
-                                  "shard factor inside a node, divides G (default G; 1 in mode "
-                                  "none)",
-                                  int64_t{1}, kMax);
-  auto* inter =
-      hsdp::cli::addInt(app, "--inter-shard", opt.inter,
-                        "shard factor across nodes, divides N (default 1)", int64_t{1}, kMax);
-  auto* mode = app.add_option("--mode", opt.mode, "none | zero1 | zero2 | zero3 (default zero3)");
-  app.add_flag("--hpz", opt.hpz, "zero3: keep an intra-node secondary partition for backward");
-  app.add_option("--param-dtype", opt.dtype, "bf16 (mixed precision, default) | fp32");
-  app.add_option("--offload", opt.offload, "cpu: optimizer state in pinned host memory");
+  // The shared flags in the planner's words; run() checks their names (the planner's messages:
+  // "--mode: ...", "--offload 'x': expected cpu (or none)").
+  const hsdp::cli::ShardFactorOptions factors = hsdp::cli::addShardFactorFlags(
+      app, opt.intra, opt.inter,
+      {"shard factor inside a node, divides G (default G; 1 in mode none)",
+       "shard factor across nodes, divides N (default 1)"});
+  auto* mode =
+      hsdp::cli::addModeFlag(app, opt.mode, "none | zero1 | zero2 | zero3 (default zero3)", false);
+  hsdp::cli::addHpzFlag(app, opt.hpz, "zero3: keep an intra-node secondary partition for backward");
+  hsdp::cli::addParamDtypeFlag(app, opt.dtype, "bf16 (mixed precision, default) | fp32", false);
+  hsdp::cli::addOffloadFlag(app, opt.offload, "cpu: optimizer state in pinned host memory", false);
   app.add_option("--inter-param-wire", opt.param_wire,
                  "wire of parameter all-gathers across nodes: fp32 | bf16 | int8 | int4 "
                  "(default: the --param-dtype's)");
@@ -369,5 +364,5 @@ int main(int argc, char** argv) {
     return hsdp::cli::reportParseError(app, e, "hsdp-plan");
   }
   opt.units_given = units->count() > 0;
-  return run(opt, intra->count() > 0, inter->count() > 0, mode->count() > 0);
+  return run(opt, factors.intra->count() > 0, factors.inter->count() > 0, mode->count() > 0);
 }

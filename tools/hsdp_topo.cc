@@ -15,9 +15,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "cli.h"
 #include "engine/topology_report.h"
+#include "hsdp/cli.h"
 #include "hsdp/files.h"
+#include "hsdp/flags.h"
 #include "hsdp/mesh.h"
 #include "hsdp/mpi.h"
 #include "topology/cluster_topology.h"
@@ -165,10 +166,9 @@ int main(int argc, char** argv) {
   hsdp::cli::addInt(app, "--ranks-per-host", opt.ranks_per_host,
                     "simulated ranks per host (default: one per GPU, 1 on CPU-only hosts)", 1,
                     4096);
-  hsdp::cli::addInt(app, "--intra-shard", opt.intra_shard,
-                    "shard factor inside a node (default: all)", 1, 1 << 20);
-  hsdp::cli::addInt(app, "--inter-shard", opt.inter_shard, "shard factor across nodes (default: 1)",
-                    1, 1 << 20);
+  hsdp::cli::addShardFactorFlags(
+      app, opt.intra_shard, opt.inter_shard,
+      {"shard factor inside a node (default: all)", "shard factor across nodes (default: 1)"});
   app.add_option("--bind", opt.bind, "auto|none|numa|core (default: HSDP_BIND, else auto)");
   app.add_option("--dump-nvml", opt.dump_nvml, "write this host's NVML view to FILE and exit");
   app.add_flag("--json", opt.json, "print one JSON object");

@@ -10,24 +10,15 @@
 #include <functional>
 #include <string>
 
+#include "hsdp/flags.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/status.h"
 #include "hsdp/transport.h"
 
 namespace examples {
 
-struct CheckpointFlags {
-  std::string save_dir;
-  int save_every = 0;  // 0: save after the last step only
-  bool async_save = false;
-  int keep = 0;        // keep_last; 0 keeps all
-  std::string resume;  // a checkpoint directory, a root with `latest`, or "latest" (--save-dir)
-  std::string export_path;
-  std::string init_from;
-  // --optimizer-from checkpoint|flags: whose optimizer settings a resumed run uses
-  // (hsdp::LoadOptions::optimizer_from).
-  std::string optimizer_from = "checkpoint";
-};
+// The flags (hsdp/flags.h declares them, once, for every program).
+using CheckpointFlags = hsdp::cli::CheckpointFlags;
 
 // What restore() needs to know of a program's optimizer flags to compare them with a checkpoint.
 struct RestoreHints {

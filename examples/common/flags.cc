@@ -2,14 +2,9 @@
 
 #include <algorithm>
 
-#include "cli.h"
+#include "hsdp/cli.h"
 
 namespace examples {
-
-void addShardFlags(CLI::App& app, Options& opt, const char* intra_help, const char* inter_help) {
-  hsdp::cli::addInt(app, "--intra-shard", opt.intra_shard, intra_help, 1, kMaxRanks);
-  hsdp::cli::addInt(app, "--inter-shard", opt.inter_shard, inter_help, 1, kMaxRanks);
-}
 
 void addStepFlags(CLI::App& app, Options& opt, const char* batch_help, const char* accum_help) {
   hsdp::cli::addInt(app, "--steps", opt.steps, "Training steps", 0);
@@ -19,9 +14,6 @@ void addStepFlags(CLI::App& app, Options& opt, const char* batch_help, const cha
                      hsdp::RealRange::atLeast(0));
   hsdp::cli::addInt(app, "--max-gathered", opt.max_gathered,
                     "Rate limiter: at most N units gathered at once, 0 = no limit (zero3)", 0);
-  app.add_flag("--allow-nonfinite", opt.allow_nonfinite,
-               "Train on when the loss or the gradient norm is not finite (default: stop with an "
-               "error naming the step)");
 }
 
 void addOptimizerFlags(CLI::App& app, Options& opt, const char* lr_help, const char* wd_help) {
@@ -42,25 +34,15 @@ void applyBf16Tolerance(const CLI::App& app, Options& opt) {
     opt.tolerance = std::max(opt.tolerance, kBf16Tolerance);
 }
 
-void addCheckpointFlags(CLI::App& app, CheckpointFlags& flags) {
-  app.add_option("--save-dir", flags.save_dir,
-                 "Checkpoint root: <dir>/step-NNNNNNNN per save, <dir>/latest names the newest");
-  hsdp::cli::addInt(app, "--save-every", flags.save_every,
-                    "Save every K steps (and after the last); 0: after the last step only", 0);
-  app.add_flag("--async-save", flags.async_save,
-               "Snapshot into host memory and write in the background while training goes on");
-  hsdp::cli::addInt(app, "--keep", flags.keep, "Keep only the newest K checkpoints (0: all)", 0);
-  app.add_option("--resume", flags.resume,
-                 "Load a checkpoint (directory, root with `latest`, or 'latest' of --save-dir) "
-                 "and train on to --steps; any mesh and mode");
-  app.add_option("--export", flags.export_path,
-                 "After training, write the full parameters as safetensors");
-  app.add_option("--init-from", flags.init_from,
-                 "Initialise the parameters from a safetensors file or index");
-  app.add_option("--optimizer-from", flags.optimizer_from,
-                 "checkpoint | flags: with --resume, the optimizer settings (kind, lr, betas, eps, "
-                 "weight decay) of the checkpoint or of the flags; a difference is printed")
-      ->check(CLI::IsMember({"checkpoint", "flags"}));
+std::optional<int> parse(CLI::App& app, int argc, char** argv, const char* program, int rank,
+                         Options& opt) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return hsdp::cli::reportParseError(app, e, program, rank, rank == 0);
+  }
+  applyBf16Tolerance(app, opt);
+  return std::nullopt;
 }
 
 }  // namespace examples

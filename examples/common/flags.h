@@ -1,23 +1,23 @@
 // Flag groups the examples' command lines share (CLI11). train_mlp's and train_gpt's parsers add
-// them, so a flag has one spelling, one help text and one check in every program.
+// them, so a flag has one spelling, one help text and one check in every program. The mesh,
+// precision, offload, checkpoint and failure flags are hsdp's (hsdp/flags.h: every program's);
+// these are the training loop's.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 
 #include "common/options.h"
 
 namespace examples {
 
-// Largest --batch and --accum (a batch sizes every rank's activations; accum x ranks divides it),
-// and largest shard factor: documented maxima, so no value can size memory or a loop unbounded.
+// Largest --batch and --accum (a batch sizes every rank's activations; accum x ranks divides it):
+// documented maxima, so no value can size memory or a loop unbounded.
 constexpr int kMaxBatch = 1 << 20;
-constexpr int kMaxRanks = 1 << 20;
 
-// Numeric flags both examples share, parsed by tools/cli.h (range-checked, named as written):
-// --intra-shard --inter-shard (>= 1 when given), --steps (>= 0), --batch --accum (1..kMaxBatch),
-// --clip-norm (>= 0), --max-gathered (>= 0), --allow-nonfinite; --lr --weight-decay (>= 0,
-// finite), --eps (> 0); --tolerance (>= 0, finite).
-void addShardFlags(CLI::App& app, Options& opt, const char* intra_help, const char* inter_help);
+// Numeric flags both examples share, parsed by hsdp/cli.h (range-checked, named as written):
+// --steps (>= 0), --batch --accum (1..kMaxBatch), --clip-norm (>= 0), --max-gathered (>= 0);
+// --lr --weight-decay (>= 0, finite), --eps (> 0); --tolerance (>= 0, finite).
 void addStepFlags(CLI::App& app, Options& opt, const char* batch_help, const char* accum_help);
 void addOptimizerFlags(CLI::App& app, Options& opt, const char* lr_help, const char* wd_help);
 void addToleranceFlag(CLI::App& app, Options& opt);
@@ -26,9 +26,10 @@ void addToleranceFlag(CLI::App& app, Options& opt);
 constexpr double kBf16Tolerance = 1e-2;
 void applyBf16Tolerance(const CLI::App& app, Options& opt);
 
-// --save-dir, --save-every, --async-save, --keep, --resume, --export, --init-from,
-// --optimizer-from (common/checkpointing.h carries them out; configure() checks how they
-// combine).
-void addCheckpointFlags(CLI::App& app, CheckpointFlags& flags);
+// Parses argv into `app`'s flags, then applyBf16Tolerance. Returns an exit code when the program
+// should end now: 0 after --help (printed by rank 0), kExitUsage after a parse error (printed by
+// every rank); nullopt to go on.
+std::optional<int> parse(CLI::App& app, int argc, char** argv, const char* program, int rank,
+                         Options& opt);
 
 }  // namespace examples

@@ -22,7 +22,6 @@ hsdp::Status checkModelFits(uint64_t largest_unit, uint64_t total_params, uint64
 
 hsdp::Status configure(const Options& opt, int world_size, hsdp::EngineConfig* cfg,
                        hsdp::MeshSpec* mesh_spec) {
-  HSDP_ASSIGN_OR_RETURN(cfg->mode, hsdp::parseShardMode(opt.mode));
   HSDP_ASSIGN_OR_RETURN(cfg->adam.kind, hsdp::parseOptimizerKind(opt.optimizer));
   cfg->adam.lr = opt.lr;
   cfg->adam.weight_decay = opt.weight_decay;
@@ -39,35 +38,14 @@ hsdp::Status configure(const Options& opt, int world_size, hsdp::EngineConfig* c
   if (!(opt.clip_norm >= 0))
     return hsdp::invalidArgument("--clip-norm ", opt.clip_norm, " must be >= 0");
   cfg->clip_norm = opt.clip_norm;
-  cfg->offload.cpu = opt.offload == "cpu";
-  cfg->hpz = opt.hpz;
   if (opt.max_gathered < 0)
     return hsdp::invalidArgument("--max-gathered ", opt.max_gathered, " must be >= 0");
   cfg->pipeline.max_gathered_units = opt.max_gathered;
-  HSDP_ASSIGN_OR_RETURN(cfg->precision.param_dtype, hsdp::parseDType(opt.param_dtype));
-  HSDP_ASSIGN_OR_RETURN(cfg->precision.reduce_dtype, hsdp::parseDType(opt.reduce_dtype));
-  if (opt.intra_shard_given && opt.intra_shard <= 0)
-    return hsdp::invalidArgument("--intra-shard ", opt.intra_shard, " must be positive");
-  if (opt.inter_shard_given && opt.inter_shard <= 0)
-    return hsdp::invalidArgument("--inter-shard ", opt.inter_shard, " must be positive");
-  if (opt.ckpt.save_every < 0)
-    return hsdp::invalidArgument("--save-every ", opt.ckpt.save_every, " must be >= 0");
-  if (opt.ckpt.keep < 0) return hsdp::invalidArgument("--keep ", opt.ckpt.keep, " must be >= 0");
-  if (opt.ckpt.save_dir.empty() &&
-      (opt.ckpt.save_every > 0 || opt.ckpt.async_save || opt.ckpt.keep > 0))
-    return hsdp::invalidArgument("--save-every, --async-save and --keep need --save-dir");
-  if (opt.ckpt.resume == "latest" && opt.ckpt.save_dir.empty())
-    return hsdp::invalidArgument("--resume latest needs --save-dir (the root it names)");
+  HSDP_RETURN_IF_ERROR(hsdp::cli::engineConfig(opt, cfg, mesh_spec));
   if (opt.check && !opt.ckpt.init_from.empty())
     return hsdp::invalidArgument(
         "--check trains the reference from the built-in "
         "initialisation; it cannot follow --init-from");
-  mesh_spec->intra_shard = opt.intra_shard;
-  mesh_spec->inter_shard = opt.inter_shard;
-  if (cfg->mode == hsdp::ShardMode::kNone) {  // plain data parallel: nothing is sharded
-    if (mesh_spec->intra_shard == 0) mesh_spec->intra_shard = 1;
-    if (mesh_spec->inter_shard == 0) mesh_spec->inter_shard = 1;
-  }
   return hsdp::okStatus();
 }
 

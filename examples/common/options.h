@@ -1,35 +1,27 @@
 // The flags train_mlp (and train_mlp_gpu) and train_gpt share, and their check: one spelling, one
-// check and one error message per flag in every program. Each program keeps its own flags beside
-// these (mlp::Options, gpt::Options) and its own --help wording (common/flags.h adds the groups).
+// check and one error message per flag in every program. The mesh, precision, offload,
+// checkpoint and failure flags are hsdp's own (hsdp/flags.h: hsdp::cli::EngineFlags, declared
+// once for every program); the training loop's are the examples' (common/flags.h). Each program
+// keeps its own flags beside these (mlp::Options, gpt::Options).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "common/checkpointing.h"
 #include "hsdp/config.h"
+#include "hsdp/flags.h"
 #include "hsdp/mesh.h"
 #include "hsdp/status.h"
 
 namespace examples {
 
-struct Options {
-  std::string mode = "zero3";
-  int intra_shard = 0;  // 0: mode's default
-  int inter_shard = 0;
-  bool intra_shard_given = false;
-  bool inter_shard_given = false;
+struct Options : hsdp::cli::EngineFlags {
   int steps = 10;
   int batch = 48;
   int accum = 1;
-  std::string offload = "none";
-  std::string param_dtype = "fp32";
-  bool hpz = false;
   int max_gathered = 0;
-  std::string reduce_dtype = "fp32";
   float clip_norm = 0.0f;
   bool check = false;
-  bool allow_nonfinite = false;  // --allow-nonfinite: train on through a nan/inf loss or norm
   float lr = 1e-3f;
   float weight_decay = 0.01f;
   // 1e-5, not PyTorch's 1e-8: see docs/design.md, "Parity and Adam's eps".
@@ -37,13 +29,13 @@ struct Options {
   std::string optimizer = "adamw";
   uint64_t seed = 1234;
   double tolerance = 1e-5;
-  // --steps is the total: a resumed run trains from the checkpoint's step up to it.
-  CheckpointFlags ckpt;
+  // --steps is the total: a resumed run trains from the checkpoint's step up to it (ckpt, the
+  // checkpoint flags, is EngineFlags').
 };
 
-// The shared options checked and turned into the engine configuration and the mesh factors. A
-// non-OK Status is bad input that every rank sees alike. cfg->device is left as it is (the
-// caller's choice).
+// The shared options checked and turned into the engine configuration and the mesh factors
+// (hsdp::cli::engineConfig, then the optimizer, clipping and the rate limiter). A non-OK Status
+// is bad input that every rank sees alike. cfg->device is left as it is (the caller's choice).
 [[nodiscard]] hsdp::Status configure(const Options& opt, int world_size, hsdp::EngineConfig* cfg,
                                      hsdp::MeshSpec* mesh_spec);
 

@@ -3,8 +3,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 
-#include "cli.h"
 #include "common/flags.h"
+#include "hsdp/cli.h"
+#include "hsdp/flags.h"
 #include "hsdp/parse.h"
 
 namespace gpt {
@@ -24,25 +25,15 @@ std::optional<int> parseCommandLine(const char* program, int argc, char** argv, 
       "hsdp example: GPT-2 training on real text, hybrid-sharded, checked against a "
       "single-process reference",
       program};
-  app.add_option("--mode", c.mode, "Sharding mode: none | zero1 | zero2 | zero3")
-      ->check(CLI::IsMember({"none", "zero1", "zero2", "zero3"}));
-  examples::addShardFlags(
-      app, c,
-      "Ranks per node that shard each unit (divides ranks per node; default: all, "
-      "or 1 in mode none)",
-      "Nodes that shard each unit (default 1)");
+  hsdp::cli::addMeshFlags(app, c);
   examples::addStepFlags(
       app, c,
       "Sequences per global batch (a multiple of accum x ranks; each rank reads its "
       "own slice)",
       "Micro-steps per optimizer step (gradient accumulation)");
-  app.add_flag("--hpz", c.hpz, "hpZ: backward re-gathers inside the node (zero3, I > 1, J > 1)");
-  app.add_option("--param-dtype", c.param_dtype, "fp32 | bf16: parameters gathered as bf16")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  app.add_option("--reduce-dtype", c.reduce_dtype, "fp32 | bf16: gradient reduce-scatter dtype")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  app.add_option("--offload", c.offload, "none | cpu: optimizer state on the CPU Adam")
-      ->check(CLI::IsMember({"none", "cpu"}));
+  hsdp::cli::addFailureFlags(app, c);
+  hsdp::cli::addPrecisionFlags(app, c);
+  hsdp::cli::addOffloadFlags(app, c);
   app.add_flag("--check", c.check, "Train the single-process reference and compare parameters");
   examples::addToleranceFlag(app, c);
   examples::addOptimizerFlags(app, c, "Peak learning rate (after warm-up)",
@@ -81,19 +72,11 @@ std::optional<int> parseCommandLine(const char* program, int argc, char** argv, 
                      hsdp::RealRange::above(0));
   hsdp::cli::addInt(app, "--sample-seed", opt.sample_seed, "Seed of the sampler");
   app.add_option("--prompt", opt.prompt, "The text generation starts from");
-  examples::addCheckpointFlags(app, c.ckpt);
+  hsdp::cli::addCheckpointFlags(app, c.ckpt);
   hsdp::cli::addInt(app, "--prefetch", opt.prefetch,
                     "Units whose gathers are issued ahead of the one computing (0: no prefetch)", 0,
                     1024);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return hsdp::cli::reportParseError(app, e, program, rank, rank == 0);
-  }
-  c.intra_shard_given = app.count("--intra-shard") > 0;
-  c.inter_shard_given = app.count("--inter-shard") > 0;
-  examples::applyBf16Tolerance(app, c);
-  return std::nullopt;
+  return examples::parse(app, argc, argv, program, rank, c);
 }
 
 hsdp::Status configure(const Options& opt, int world_size, Setup* out) {

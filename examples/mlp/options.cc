@@ -4,8 +4,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cli.h"
 #include "common/flags.h"
+#include "hsdp/cli.h"
+#include "hsdp/flags.h"
 #include "hsdp/parse.h"
 
 namespace mlp {
@@ -27,28 +28,13 @@ std::optional<int> parseCommandLine(const char* program, const char* description
   Options& opt = *opt_out;
   examples::Options& c = opt.common;
   CLI::App app{description, program};
-  app.add_option("--mode", c.mode, "Sharding mode: none | zero1 | zero2 | zero3")
-      ->check(CLI::IsMember({"none", "zero1", "zero2", "zero3"}));
-  examples::addShardFlags(
-      app, c,
-      "Ranks per node that shard each unit (divides ranks per node; default: all, "
-      "or 1 in mode none)",
-      "Nodes that shard each unit (divides the node count; default 1)");
+  hsdp::cli::addMeshFlags(app, c);
   examples::addStepFlags(
       app, c, "Global batch size (a multiple of the world size)",
       "Micro-steps per optimizer step (gradient accumulation; batch / accum per step)");
-  app.add_flag("--hpz", c.hpz,
-               "hpZ: keep each unit's intra-node partition after forward so backward re-gathers "
-               "stay inside the node (zero3, intra_shard > 1, inter_shard > 1)");
-  app.add_option("--param-dtype", c.param_dtype,
-                 "fp32 | bf16: parameters all-gathered (and computed on) as bf16 roundings")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  app.add_option("--reduce-dtype", c.reduce_dtype, "fp32 | bf16: gradient reduce-scatter dtype")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
-  app.add_option("--offload", c.offload,
-                 "none | cpu: optimizer state in host memory, stepped by the CPU Adam while "
-                 "backward runs (zero1/zero2/zero3)")
-      ->check(CLI::IsMember({"none", "cpu"}));
+  hsdp::cli::addFailureFlags(app, c);
+  hsdp::cli::addPrecisionFlags(app, c);
+  hsdp::cli::addOffloadFlags(app, c);
   app.add_flag("--check", c.check, "Train the Eigen reference and compare parameters");
   examples::addOptimizerFlags(app, c, "Learning rate", "Weight decay");
   app.add_option("--optimizer", c.optimizer, "adam | adamw")
@@ -56,20 +42,12 @@ std::optional<int> parseCommandLine(const char* program, const char* description
   hsdp::cli::addList(app, "--dims", opt.dims, "Layer sizes, input to classes, comma separated");
   hsdp::cli::addInt(app, "--seed", c.seed, "Seed of data and initialisation");
   examples::addToleranceFlag(app, c);
-  examples::addCheckpointFlags(app, c.ckpt);
+  hsdp::cli::addCheckpointFlags(app, c.ckpt);
   hsdp::cli::addInt(app, "--val-samples", opt.val_samples,
                     "After training, print the mean loss over this many held-out samples "
                     "(a multiple of the ranks; 0: none)",
                     0, examples::kMaxBatch);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return hsdp::cli::reportParseError(app, e, program, rank, rank == 0);
-  }
-  c.intra_shard_given = app.count("--intra-shard") > 0;
-  c.inter_shard_given = app.count("--inter-shard") > 0;
-  examples::applyBf16Tolerance(app, c);
-  return std::nullopt;
+  return examples::parse(app, argc, argv, program, rank, c);
 }
 
 hsdp::Status configure(const Options& opt, int world_size, Spec* spec, hsdp::EngineConfig* cfg,

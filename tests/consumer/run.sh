@@ -8,10 +8,12 @@
 #      an MPI the application initialised (with and without the progress thread), and
 #      docs/api.md's first program as written there, its output checked against the data it
 #      learns from (the first loss in closed form, the learned parameters the teacher's);
-#      with CUDA, train_mlp_gpu built from examples/ on the installed package (public headers
-#      and the CUDA runtime only) and run on one rank (exit 77, skipped, without a device);
+#      train_mlp built from examples/ on the installed package (public headers, hsdp::hsdp and
+#      hsdp::cli: COMPONENTS CLI) and run with --check on 2 ranks; with CUDA, train_mlp_gpu
+#      the same way (and the CUDA runtime) on one rank (exit 77, skipped, without a device);
 #   docs/api.md names every installed public header;
-#   3. find_package's version and components: CUDA found exactly when hsdp was built with it,
+#   3. find_package's version and components: CUDA found exactly when hsdp was built with it, CLI
+#      found (hsdp's programs build on it, so this build has it),
 #      an unknown component and a newer version refused with a message that names them;
 #   4. pkg-config: a program compiled and linked with `pkg-config --cflags --libs hsdp`.
 #
@@ -32,8 +34,10 @@ step() { echo "consumer: $*"; }
 step "installing into $prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
 for f in include/hsdp/sharded_model.h include/hsdp/version.h include/hsdp/nccl.h \
+         include/hsdp/cli.h include/hsdp/flags.h \
          lib/cmake/hsdp/hsdpConfig.cmake lib/cmake/hsdp/hsdpConfigVersion.cmake \
-         lib/cmake/hsdp/hsdpTargets.cmake lib/pkgconfig/hsdp.pc bin/hsdp-env bin/hsdp-plan; do
+         lib/cmake/hsdp/hsdpTargets.cmake lib/cmake/hsdp/hsdpCliTargets.cmake \
+         lib/pkgconfig/hsdp.pc bin/hsdp-env bin/hsdp-plan; do
   [ -e "$prefix/$f" ] || fail "the install lacks $f"
 done
 ls "$prefix"/lib/libhsdp.* >/dev/null 2>&1 || fail "the install lacks libhsdp"
@@ -63,7 +67,6 @@ step "configuring and building tests/consumer against the install"
 cmake -S "$src/tests/consumer" -B "$work/app" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
       -DHSDP_API_EXAMPLE="$work/api_example.cc" -DHSDP_EXAMPLES_DIR="$src/examples" \
-      -DHSDP_TOOLS_DIR="$src/tools" \
       >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; fail "configure"; }
 grep -q "consumer: hsdp .* from $prefix/lib/cmake/hsdp" "$work/configure.log" ||
   { cat "$work/configure.log"; fail "find_package did not find the installed package"; }
@@ -111,6 +114,9 @@ echo "$api_out" | awk '$1 == "param" { n++; want = $2 < 16 ? 0.1 * ($2 + 1) : 0.
                        END {exit !(n == 17 && bad == 0)}' ||
   fail "api_example: the learned parameters are not the teacher's to 1e-3"
 
+# hsdp's MLP example on the installed package, checked against its reference.
+run 2 0 "$work/app/train_mlp" --steps 3 --check
+
 if [ "$built_with_cuda" = 1 ]; then
   [ -x "$work/app/train_mlp_gpu" ] || fail "train_mlp_gpu was not built against the CUDA install"
   # One rank: the parity run where a device is visible, exit 77 (skip) where none is.
@@ -133,6 +139,7 @@ else
   if components 0.2 CUDA; then fail "COMPONENTS CUDA accepted by a build without CUDA"; fi
   grep -q "built without CUDA" "$work/comp.log" || { cat "$work/comp.log"; fail "no reason given"; }
 fi
+components 0.2 CLI || { cat "$work/comp.log"; fail "COMPONENTS CLI refused by a build with CLI11"; }
 if components 0.2 NoSuchPart; then fail "an unknown component was accepted"; fi
 grep -q "no component 'NoSuchPart'" "$work/comp.log" || { cat "$work/comp.log"; fail "unknown component not named"; }
 if components 9.0 ""; then fail "version 9.0 was accepted"; fi

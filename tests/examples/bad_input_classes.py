@@ -5,7 +5,7 @@
     bad_input_classes.py BUILD_DIR MPIRUN [MPIRUN FLAGS...]
 
 The table is not written by hand: the numeric flags are read from each program's --help (the
-type hints tools/cli.h gives them: INT, UINT, REAL, BYTES) and the numeric variables from
+type hints hsdp/cli.h gives them: INT, UINT, REAL, BYTES) and the numeric variables from
 hsdp-env, so a new flag or variable is covered the day it is added. Each gets the bad values of
 its class:
     INT, UINT   '12x' (junk), '18446744073709551616' (2^64: wraps every integer type)

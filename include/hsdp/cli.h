@@ -1,10 +1,13 @@
-// The programs' command lines (CLI11) on hsdp's number parsing (hsdp/parse.h), and CLI11's own
-// errors in the project's style. Every program (tools/, bench/, examples/) adds its numeric flags
+// Command lines (CLI11) on hsdp's number parsing (hsdp/parse.h), and CLI11's own errors in the
+// project's style. Every program (tools/, bench/, examples/, and yours) adds its numeric flags
 // through these, so a number is refused the same way everywhere: in the type it is used as,
 // inside its range, finite, named as the user wrote it:
 //   hsdp-topo: error: --ranks-per-host 100000000 is too large (at most 4096)
 //   train_mlp [rank 3]: error: --lr 'inf' is not a finite number
-// and every parse error exits 2 (reportParseError; --help exits 0).
+// and every parse error exits 2 (reportParseError; --help exits 0). The flags hsdp's programs
+// share (mesh, precision, offload, checkpoint, failure) are declared once, in hsdp/flags.h.
+// Header-only, installed with the package's CLI component: find_package(hsdp COMPONENTS CLI),
+// link hsdp::cli (it brings CLI11::CLI11).
 #pragma once
 
 #include <CLI/CLI.hpp>
