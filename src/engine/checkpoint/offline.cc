@@ -179,13 +179,13 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
   }
   uint64_t params = 0;
   for (const UnitDesc& u : m.units) params += u.numel();
-  const MeshDesc& d = m.mesh;
+  const SavedUnder& d = m.saved;
   if (as_json) return engine::checkpointSummaryJson(o.dir, m, &checks);
   std::string s = strCat(
       "checkpoint ", files::quote(o.dir), "\n  format version ", m.version, ", step ", m.step,
       ", created ", files::quote(m.created, 64), "\n  saved under: mode ", files::quote(d.mode, 64),
-      ", ", d.world_size, " ranks = ", d.num_nodes, " nodes x ", d.ranks_per_node, ", intra_shard ",
-      d.intra_shard, " x inter_shard ", d.inter_shard, " (", d.shards, " shards x ", d.replicas,
+      ", ", d.mesh.world_size, " ranks = ", d.mesh.num_nodes, " nodes x ", d.mesh.ranks_per_node,
+      ", intra_shard ", d.mesh.intra_shard, " x inter_shard ", d.mesh.inter_shard, " (", d.shards, " shards x ", d.replicas,
       " replicas), hpz ", d.hpz ? "on" : "off", ", offload ", d.offload_cpu ? "cpu" : "none",
       ", params ", files::quote(d.param_dtype, 64), ", reduce ", files::quote(d.reduce_dtype, 64),
       ", device ", files::quote(d.device, 64), "\n  optimizer: ", files::quote(m.optim.kind, 64),

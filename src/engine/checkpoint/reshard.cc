@@ -175,14 +175,10 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
                            .withContext("reshard"));
   HSDP_ASSIGN_OR_RETURN(files::PathParts out_parts, files::splitPath(out));
   Manifest m = src;
-  m.mesh.world_size = shape.world_size;
-  m.mesh.num_nodes = shape.num_nodes;
-  m.mesh.ranks_per_node = shape.ranks_per_node;
-  m.mesh.intra_shard = shape.intra_shard;
-  m.mesh.inter_shard = shape.inter_shard;
-  m.mesh.shards = t.mode == ShardMode::kNone ? 1 : shape.shardGroupSize();
-  m.mesh.replicas = shape.world_size / m.mesh.shards;
-  m.mesh.mode = shardModeName(t.mode);
+  m.saved.mesh = shape;
+  m.saved.shards = t.mode == ShardMode::kNone ? 1 : shape.shardGroupSize();
+  m.saved.replicas = shape.world_size / m.saved.shards;
+  m.saved.mode = shardModeName(t.mode);
   m.files.clear();
   m.user.clear();
   for (TensorDesc& td : m.tensors) td.chunks.clear();
@@ -197,9 +193,9 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
   for (int w = 0; w < W; ++w) {
     if (w % 1024 == 0) HSDP_RETURN_IF_ERROR(planning.tick(w));
     const MeshCoords c = meshCoords(layout, shape, w);
-    const int k = m.mesh.shards == 1 ? 0 : c.shard_rank;
+    const int k = m.saved.shards == 1 ? 0 : c.shard_rank;
     kr.push_back({k, c.replica_rank});
-    plans.push_back(planFile(m.units, m.mesh.shards, m.mesh.replicas, k, c.replica_rank));
+    plans.push_back(planFile(m.units, m.saved.shards, m.saved.replicas, k, c.replica_rank));
     m.files.push_back({dataFileName(w), w, k, c.replica_rank, 0, 0});
   }
   // Written beside the target under this job's temporary name, renamed into place at the end;
@@ -224,8 +220,8 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
     for (int w = 0; w < W; ++w) order[w] = w;
     const uint64_t numel = m.units[u].numel();
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      return pieceOf(numel, m.mesh.shards, m.mesh.replicas, kr[a].first, kr[a].second).begin <
-             pieceOf(numel, m.mesh.shards, m.mesh.replicas, kr[b].first, kr[b].second).begin;
+      return pieceOf(numel, m.saved.shards, m.saved.replicas, kr[a].first, kr[a].second).begin <
+             pieceOf(numel, m.saved.shards, m.saved.replicas, kr[b].first, kr[b].second).begin;
     });
     for (int s = 0; s < m.units[u].states(); ++s)
       for (int w : order)
