@@ -16,10 +16,9 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/checkpoint/offline.h"
-#include "hsdp/checkpoint.h"
-#include "hsdp/mesh.h"
-#include "hsdp/topology.h"
+#include "storage/offline.h"
+#include "hsdp/checkpoint_offline.h"
+#include "hsdp/mesh_shape.h"
 #include "storage/io.h"
 
 namespace hsdp {
@@ -140,7 +139,7 @@ class OutFiles {
     return &o;
   }
   // Every file synced and closed.
-  Status finish(engine::OfflineTicker& ticker) {
+  Status finish(OfflineTicker& ticker) {
     for (int w = 0; w < static_cast<int>(files_.size()); ++w) {
       HSDP_RETURN_IF_ERROR(ticker.tick(w));
       HSDP_ASSIGN_OR_RETURN(OutFile * o, get(w));
@@ -163,8 +162,11 @@ class OutFiles {
 Status reshardCheckpoint(const std::string& in, const std::string& out, const MeshTarget& t) {
   HSDP_ASSIGN_OR_RETURN(std::string dir, resolveCheckpointDir(in));
   HSDP_ASSIGN_OR_RETURN(Manifest src, readManifest(dir));
-  HSDP_ASSIGN_OR_RETURN(NodeLayout layout, virtualNodeLayout(t.world_size, t.ranks_per_node));
-  HSDP_ASSIGN_OR_RETURN(MeshShape shape, resolveMeshShape(layout, {t.intra_shard, t.inter_shard}));
+  // The ranks as consecutive nodes of ranks_per_node, as a job under HSDP_RANKS_PER_NODE.
+  HSDP_RETURN_IF_ERROR(checkConsecutiveNodes(t.world_size, t.ranks_per_node));
+  const int rpn = t.ranks_per_node;
+  HSDP_ASSIGN_OR_RETURN(MeshShape shape, meshShapeOf(t.world_size, t.world_size / rpn, rpn,
+                                                     t.intra_shard, t.inter_shard));
   if (t.mode == ShardMode::kNone && shape.shardGroupSize() != 1)
     return invalidArgument(
         "mode none replicates everything and needs intra_shard=1 and "
@@ -189,10 +191,10 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
   // the guard below removing the temporary output).
   const std::string left =
       strCat(files::quote(out), " is not created; the temporary output is removed");
-  engine::OfflineTicker planning("planning", "ranks", static_cast<uint64_t>(W), left);
+  OfflineTicker planning("planning", "ranks", static_cast<uint64_t>(W), left);
   for (int w = 0; w < W; ++w) {
     if (w % 1024 == 0) HSDP_RETURN_IF_ERROR(planning.tick(w));
-    const MeshCoords c = meshCoords(layout, shape, w);
+    const MeshCoords c = meshCoords(shape, w, w / rpn, w % rpn);
     const int k = m.saved.shards == 1 ? 0 : c.shard_rank;
     kr.push_back({k, c.replica_rank});
     plans.push_back(planFile(m.units, m.saved.shards, m.saved.replicas, k, c.replica_rank));
@@ -236,7 +238,7 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
   StreamingReader reader(src, dir);
   uint64_t copy_bytes = 0;
   for (const Copy& c : copies) copy_bytes += c.count * 4;
-  engine::OfflineTicker copying("copying", "bytes", copy_bytes, left);
+  OfflineTicker copying("copying", "bytes", copy_bytes, left);
   {
     // The reader thread fills slot i % kSlots with copy i; this thread writes it out and hands
     // the slot back. `read` counts the copies read, `written` those written (each owned by its
@@ -313,7 +315,7 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
     m.user.push_back({e.key, 0, o->at, e.bytes, e.xxh64});
     HSDP_RETURN_IF_ERROR(o->write(bytes.data(), bytes.size()));
   }
-  engine::OfflineTicker writing("writing files", "files", static_cast<uint64_t>(W), left);
+  OfflineTicker writing("writing files", "files", static_cast<uint64_t>(W), left);
   HSDP_RETURN_IF_ERROR(files.finish(writing));
   for (int w = 0; w < W; ++w) {
     m.files[w].bytes = files[w].at;

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <optional>
 
-#include "engine/checkpoint/offline.h"
-#include "hsdp/checkpoint.h"
+#include "storage/offline.h"
+#include "hsdp/checkpoint_offline.h"
 #include "storage/io.h"
 
 namespace hsdp {
@@ -91,20 +91,20 @@ int CheckpointReader::find(const std::string& name) const {
 }
 
 StatusOr<std::string> CheckpointReader::summaryJson(bool checksums) const {
-  if (!checksums) return engine::checkpointSummaryJson(impl_->dir, impl_->m, nullptr);
+  if (!checksums) return checkpointSummaryJson(impl_->dir, impl_->m, nullptr);
   std::vector<Status> checks;
   for (size_t f = 0; f < impl_->m.files.size(); ++f)
-    checks.push_back(engine::verifyDataFile(impl_->dir, impl_->m, static_cast<int>(f)));
+    checks.push_back(verifyDataFile(impl_->dir, impl_->m, static_cast<int>(f)));
   // A machine's failure (an I/O error, the open-file limit) is the answer, not a checksum result.
   for (const Status& s : checks)
     if (!s.ok() && s.code() != StatusCode::kInvalidArgument && s.code() != StatusCode::kNotFound)
       return s;
-  return engine::checkpointSummaryJson(impl_->dir, impl_->m, &checks);
+  return checkpointSummaryJson(impl_->dir, impl_->m, &checks);
 }
 
 Status CheckpointReader::verify() const {
   for (size_t f = 0; f < impl_->m.files.size(); ++f)
-    HSDP_RETURN_IF_ERROR(engine::verifyDataFile(impl_->dir, impl_->m, static_cast<int>(f)));
+    HSDP_RETURN_IF_ERROR(verifyDataFile(impl_->dir, impl_->m, static_cast<int>(f)));
   return okStatus();
 }
 
