@@ -24,18 +24,16 @@ const char* shardModeName(ShardMode mode) {
   return "?";
 }
 
-StatusOr<MeshShape> meshShapeOf(int world_size, int num_nodes, int ranks_per_node,
-                                int intra_shard, int inter_shard) {
+StatusOr<MeshShape> meshShapeOf(int world_size, int num_nodes, int ranks_per_node, int intra_shard,
+                                int inter_shard) {
   MeshShape s;
   s.world_size = world_size;
   s.num_nodes = num_nodes;
   s.ranks_per_node = ranks_per_node;
   s.intra_shard = intra_shard == 0 ? ranks_per_node : intra_shard;
   s.inter_shard = inter_shard == 0 ? 1 : inter_shard;
-  if (s.intra_shard < 0)
-    return invalidArgument("intra_shard=", s.intra_shard, " must be positive");
-  if (s.inter_shard < 0)
-    return invalidArgument("inter_shard=", s.inter_shard, " must be positive");
+  if (s.intra_shard < 0) return invalidArgument("intra_shard=", s.intra_shard, " must be positive");
+  if (s.inter_shard < 0) return invalidArgument("inter_shard=", s.inter_shard, " must be positive");
   if (ranks_per_node % s.intra_shard != 0)
     return invalidArgument("intra_shard=", s.intra_shard, " does not divide the ", ranks_per_node,
                            " ranks per node (world ", world_size, " = ", num_nodes, " nodes x ",

@@ -53,8 +53,8 @@ struct MeshCoords {
 // The shape of world_size = num_nodes x ranks_per_node ranks with the factors intra_shard (0: all
 // ranks of a node) and inter_shard (0: 1), checked: a factor must be positive and divide the
 // ranks per node (intra) or the node count (inter). Errors name the values.
-StatusOr<MeshShape> meshShapeOf(int world_size, int num_nodes, int ranks_per_node,
-                                int intra_shard, int inter_shard);
+StatusOr<MeshShape> meshShapeOf(int world_size, int num_nodes, int ranks_per_node, int intra_shard,
+                                int inter_shard);
 
 // Pure arithmetic: where `world_rank`, the `local_rank`-th rank of node `node`, sits in the mesh.
 MeshCoords meshCoords(const MeshShape& shape, int world_rank, int node, int local_rank);

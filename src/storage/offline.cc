@@ -159,7 +159,7 @@ bool CheckpointDiff::identical() const {
 Status verifyCheckpoint(const std::string& path) {
   HSDP_ASSIGN_OR_RETURN(Opened o, openCheckpoint(path));
   OfflineTicker ticker("verifying", "bytes", o.m.dataBytes(),
-                               strCat(o.m.files.size(), " data files, the rest not checked"));
+                       strCat(o.m.files.size(), " data files, the rest not checked"));
   for (size_t f = 0; f < o.m.files.size(); ++f) {
     HSDP_RETURN_IF_ERROR(verifyDataFile(o.dir, o.m, static_cast<int>(f)));
     HSDP_RETURN_IF_ERROR(ticker.add(o.m.files[f].bytes));
@@ -184,12 +184,13 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
       "checkpoint ", files::quote(o.dir), "\n  format version ", m.version, ", step ", m.step,
       ", created ", files::quote(m.created, 64), "\n  saved under: mode ", files::quote(d.mode, 64),
       ", ", d.mesh.world_size, " ranks = ", d.mesh.num_nodes, " nodes x ", d.mesh.ranks_per_node,
-      ", intra_shard ", d.mesh.intra_shard, " x inter_shard ", d.mesh.inter_shard, " (", d.shards, " shards x ", d.replicas,
-      " replicas), hpz ", d.hpz ? "on" : "off", ", offload ", d.offload_cpu ? "cpu" : "none",
-      ", params ", files::quote(d.param_dtype, 64), ", reduce ", files::quote(d.reduce_dtype, 64),
-      ", device ", files::quote(d.device, 64), "\n  optimizer: ", files::quote(m.optim.kind, 64),
-      " lr ", m.optim.lr, " betas (", m.optim.beta1, ", ", m.optim.beta2, ") eps ", m.optim.eps,
-      " weight_decay ", m.optim.weight_decay, " clip_norm ", m.optim.clip_norm, "\n");
+      ", intra_shard ", d.mesh.intra_shard, " x inter_shard ", d.mesh.inter_shard, " (", d.shards,
+      " shards x ", d.replicas, " replicas), hpz ", d.hpz ? "on" : "off", ", offload ",
+      d.offload_cpu ? "cpu" : "none", ", params ", files::quote(d.param_dtype, 64), ", reduce ",
+      files::quote(d.reduce_dtype, 64), ", device ", files::quote(d.device, 64),
+      "\n  optimizer: ", files::quote(m.optim.kind, 64), " lr ", m.optim.lr, " betas (",
+      m.optim.beta1, ", ", m.optim.beta2, ") eps ", m.optim.eps, " weight_decay ",
+      m.optim.weight_decay, " clip_norm ", m.optim.clip_norm, "\n");
   if (!d.elastic_job.empty()) {  // an elastic group's save: the membership it was saved under
     std::string present;
     for (int g : d.elastic_present) present += strCat(present.empty() ? "" : ",", g);
@@ -238,8 +239,7 @@ StatusOr<CheckpointDiff> diffCheckpoints(const std::string& pa, const std::strin
   out.step_b = b.m.step;
   TensorReader ra(a.m, a.dir, true), rb(b.m, b.dir, true);
   std::vector<float> xa, xb;
-  OfflineTicker ticker("comparing", "bytes", a.m.dataBytes(),
-                               "the remaining tensors not compared");
+  OfflineTicker ticker("comparing", "bytes", a.m.dataBytes(), "the remaining tensors not compared");
   for (size_t t = 0; t < a.m.tensors.size(); ++t) {
     const TensorDesc& ta = a.m.tensors[t];
     const int tb = b.m.tensorIndex(ta.unit, ta.param, ta.state);
@@ -285,7 +285,7 @@ StatusOr<std::vector<std::string>> exportCheckpoint(const std::string& path, con
   for (const UnitDesc& u : o.m.units) total += u.numel() * 4;
   // A stop returns early: the writer's destructor removes its temporaries, `out` is not made.
   OfflineTicker ticker("exporting", "bytes", total,
-                               strCat("no safetensors file written (", files::quote(out), ")"));
+                       strCat("no safetensors file written (", files::quote(out), ")"));
   for (size_t u = 0; u < o.m.units.size(); ++u)
     for (size_t p = 0; p < o.m.units[u].params.size(); ++p) {
       const int t = o.m.tensorIndex(static_cast<int>(u), static_cast<int>(p), State::kParam);

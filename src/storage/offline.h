@@ -20,9 +20,10 @@ namespace hsdp::ckpt {
 std::string checkpointSummaryJson(const std::string& dir, const Manifest& m,
                                   const std::vector<Status>* checks);
 
-// A long offline loop's progress (hsdp/checkpoint_offline.h, setOfflineProgress) and its stop point:
-// tick() reports `done` of the total and returns kAborted naming the phase and what is left when
-// a stop was requested (hsdp/stop.h); the caller returns it and its guards remove what it made.
+// A long offline loop's progress (hsdp/checkpoint_offline.h, setOfflineProgress) and its stop
+// point: tick() reports `done` of the total and returns kAborted naming the phase and what is left
+// when a stop was requested (hsdp/stop.h); the caller returns it and its guards remove what it
+// made.
 class OfflineTicker {
  public:
   OfflineTicker(const char* phase, const char* unit, uint64_t total, std::string left)
