@@ -16,10 +16,10 @@
 #include <mutex>
 #include <thread>
 
-#include "storage/offline.h"
 #include "hsdp/checkpoint_offline.h"
 #include "hsdp/mesh_shape.h"
 #include "storage/io.h"
+#include "storage/offline.h"
 
 namespace hsdp {
 
@@ -31,7 +31,9 @@ namespace {
 class StreamingReader {
  public:
   StreamingReader(const Manifest& m, const std::string& dir)
-      : m_(m), files_(m, dir, /*direct=*/false, /*sequential=*/true), state_(m.tensors.size()) {}
+      : m_(m),
+        files_(dataFiles(m, dir, /*direct=*/false, /*sequential=*/true)),
+        state_(m.tensors.size()) {}
   ~StreamingReader() {
     for (Cursor& c : state_)
       if (c.h) XXH64_freeState(c.h);
@@ -74,7 +76,7 @@ class StreamingReader {
     XXH64_state_t* h = nullptr;
   };
   const Manifest& m_;
-  DataFiles files_;  // read front to back: the kernel reads ahead while the pipeline works
+  files::FileCache files_;  // read front to back: the kernel reads ahead while the pipeline works
   std::vector<Cursor> state_;
 };
 
@@ -101,7 +103,7 @@ struct OutFile {
     XXH64_update(h, p, n);
     at += n;
     if (at - flushed >= kWriteback) {
-      f.startWriteback(flushed, at - flushed);
+      files::startWriteback(f, flushed, at - flushed);
       flushed = at;
     }
     return okStatus();
