@@ -53,7 +53,7 @@ struct CheckpointReader::Impl {
   std::vector<CheckpointTensor> tensors;
   std::vector<int> first_tensor;  // per entry of `tensors`: the manifest index of its master
   std::mutex mu;                  // guards the readers
-  std::optional<files::FileCache> files;  // every read's and mapping's data files
+  std::optional<hsdp::files::FileCache> files;  // every read's and mapping's data files
   XXH64_state_t* hash = nullptr;
   ~Impl() { XXH64_freeState(hash); }
 };
