@@ -94,8 +94,9 @@ files::FileCache dataFiles(const Manifest& m, std::string dir, bool direct, bool
         if (f < 0 || static_cast<size_t>(f) >= m.files.size())
           return invalidArgument("data file index ", f, " out of range");
         if (!*opened) *opened = Dir::open(dir);
-        if (!(*opened)->ok()) return (*opened)->status();
-        HSDP_ASSIGN_OR_RETURN(File file, openDataFile(m, ***opened, f, direct));
+        const StatusOr<Dir>& d = **opened;
+        if (!d.ok()) return d.status();
+        HSDP_ASSIGN_OR_RETURN(File file, openDataFile(m, *d, f, direct));
         if (sequential) {
           // Read front to back, all of it: the kernel reads ahead while the reader works.
           files::adviseSequential(file);
