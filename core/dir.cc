@@ -293,7 +293,7 @@ StatusOr<std::shared_ptr<const File>> FileCache::get(int index) {
     --it;
     if (it->file.use_count() == 1) it = lru_.erase(it);
   }
-  HSDP_ASSIGN_OR_RETURN(File f, open_(ctx_, index));
+  HSDP_ASSIGN_OR_RETURN(File f, open_(index));
   lru_.push_front({index, std::make_shared<const File>(std::move(f))});
   return lru_.front().file;
 }

@@ -187,36 +187,49 @@ constexpr int kReadFlags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
 constexpr int kCreateFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY;
 }  // namespace
 
-// The descriptor `fd` (just opened) must be a regular file; O_NONBLOCK, which kept a FIFO's open
-// from blocking, is cleared. With `direct`, a second descriptor of the same inode is opened
-// through /proc/self/fd (never by the name again, which may have changed meanwhile).
-StatusOr<File> File::adopt(int fd, std::string path, bool direct, int direct_flags) {
-  File f(fd, std::move(path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return errnoStatus("fstat of", f.path_, errno);
-  if (!S_ISREG(st.st_mode)) return notRegular(f.path_, kindOfMode(st.st_mode));
-  const int fl = ::fcntl(fd, F_GETFL);
-  if (fl >= 0 && (fl & O_NONBLOCK)) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-  if (direct) {
-    const std::string self = strCat("/proc/self/fd/", fd);
-    // A filesystem without O_DIRECT (tmpfs: EINVAL) leaves dfd_ at -1: everything is buffered.
-    f.dfd_ = ::open(self.c_str(), direct_flags | O_DIRECT | O_CLOEXEC);
+// What the file layer's functions (core/files_internal.h) reach inside a File.
+struct detail::FileAccess {
+  // The descriptor `fd` (just opened) must be a regular file; O_NONBLOCK, which kept a FIFO's
+  // open from blocking, is cleared. With `direct`, a second descriptor of the same inode is
+  // opened through /proc/self/fd (never by the name again, which may have changed meanwhile).
+  static StatusOr<File> adopt(int fd, std::string path, bool direct, int direct_flags) {
+    File f(fd, std::move(path));
+    struct stat st;
+    if (::fstat(fd, &st) != 0) return errnoStatus("fstat of", f.path_, errno);
+    if (!S_ISREG(st.st_mode)) return notRegular(f.path_, kindOfMode(st.st_mode));
+    const int fl = ::fcntl(fd, F_GETFL);
+    if (fl >= 0 && (fl & O_NONBLOCK)) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (direct) {
+      const std::string self = strCat("/proc/self/fd/", fd);
+      // A filesystem without O_DIRECT (tmpfs: EINVAL) leaves dfd_ at -1: everything is buffered.
+      f.dfd_ = ::open(self.c_str(), direct_flags | O_DIRECT | O_CLOEXEC);
+    }
+    return f;
   }
-  return f;
-}
+  static void setPos(File& f, uint64_t pos) { f.pos_ = pos; }
+  static bool direct(const File& f) { return f.dfd_ >= 0; }
+};
 
-StatusOr<File> File::openRead(const std::string& path, ReadOptions o) {
+namespace {
+using detail::FileAccess;
+
+StatusOr<File> openReadFollow(const std::string& path, bool follow, bool direct) {
   if (path.empty()) return invalidArgument("empty file name");
-  const int fd = ::open(path.c_str(), kReadFlags | (o.follow ? 0 : O_NOFOLLOW));
+  const int fd = ::open(path.c_str(), kReadFlags | (follow ? 0 : O_NOFOLLOW));
   if (fd < 0) {
     const int e = errno;
     if (e == ENOENT) return notFound("cannot open '", quote(path), "': ", std::strerror(e));
     return errnoStatus("cannot open", path, e);
   }
-  return adopt(fd, path, o.direct, O_RDONLY);
+  return FileAccess::adopt(fd, path, direct, O_RDONLY);
+}
+}  // namespace
+
+StatusOr<File> openRead(const std::string& path, bool direct) {
+  return openReadFollow(path, /*follow=*/true, direct);
 }
 
-StatusOr<File> File::openReadAt(const Dir& dir, const std::string& name, bool direct) {
+StatusOr<File> openReadAt(const Dir& dir, const std::string& name, bool direct) {
   HSDP_RETURN_IF_ERROR(checkComponent(dir.path(), name));
   const std::string path = dir.join(name);
   const int fd = ::openat(dir.fd(), name.c_str(), kReadFlags | O_NOFOLLOW);
@@ -225,21 +238,36 @@ StatusOr<File> File::openReadAt(const Dir& dir, const std::string& name, bool di
     if (e == ENOENT) return notFound("cannot open '", quote(path), "': ", std::strerror(e));
     return errnoStatus("cannot open", path, e);
   }
-  return adopt(fd, path, direct, O_RDONLY);
+  return FileAccess::adopt(fd, path, direct, O_RDONLY);
 }
 
-StatusOr<File> File::createNew(const std::string& path, bool direct) {
+StatusOr<File> createNew(const std::string& path, bool direct) {
   const int fd = ::open(path.c_str(), kCreateFlags, 0644);
   if (fd < 0) return errnoStatus("cannot create", path, errno);
-  return adopt(fd, path, direct, O_WRONLY);
+  return FileAccess::adopt(fd, path, direct, O_WRONLY);
 }
 
-StatusOr<File> File::createNewAt(const Dir& dir, const std::string& name, bool direct) {
+StatusOr<File> createNewAt(const Dir& dir, const std::string& name, bool direct) {
   HSDP_RETURN_IF_ERROR(checkComponent(dir.path(), name));
   const std::string path = dir.join(name);
   const int fd = ::openat(dir.fd(), name.c_str(), kCreateFlags, 0644);
   if (fd < 0) return errnoStatus("cannot create", path, errno);
-  return adopt(fd, path, direct, O_WRONLY);
+  return FileAccess::adopt(fd, path, direct, O_WRONLY);
+}
+
+bool isDirect(const File& f) { return FileAccess::direct(f); }
+
+StatusOr<File> File::openRead(const std::string& path, ReadOptions o) {
+  return openReadFollow(path, o.follow, /*direct=*/false);
+}
+StatusOr<File> File::openReadAt(const Dir& dir, const std::string& name) {
+  return files::openReadAt(dir, name, /*direct=*/false);
+}
+StatusOr<File> File::createNew(const std::string& path) {
+  return files::createNew(path, /*direct=*/false);
+}
+StatusOr<File> File::createNewAt(const Dir& dir, const std::string& name) {
+  return files::createNewAt(dir, name, /*direct=*/false);
 }
 
 StatusOr<File> File::openWriteAt(const Dir& dir, const std::string& name, uint64_t pos) {
@@ -247,8 +275,8 @@ StatusOr<File> File::openWriteAt(const Dir& dir, const std::string& name, uint64
   const std::string path = dir.join(name);
   const int fd = ::openat(dir.fd(), name.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return errnoStatus("cannot reopen", path, errno);
-  HSDP_ASSIGN_OR_RETURN(File f, adopt(fd, path, false, 0));
-  f.pos_ = pos;
+  HSDP_ASSIGN_OR_RETURN(File f, FileAccess::adopt(fd, path, false, 0));
+  FileAccess::setPos(f, pos);
   return f;
 }
 
@@ -273,17 +301,16 @@ File& File::operator=(File&& o) noexcept {
 }
 
 namespace {
-// Direct I/O: the part of a read or write whose memory and file offset agree modulo kAlign, at
-// least kMin bytes, goes around the page cache; the unaligned head and tail through it.
-constexpr uint64_t kAlign = 4096;
-constexpr size_t kMin = size_t{64} << 10;
+// Direct I/O (core/files_internal.h): the aligned middle on the O_DIRECT descriptor.
 struct DirectSplit {
   size_t head, mid;
 };
 DirectSplit splitDirect(const void* p, size_t bytes, uint64_t offset) {
-  if (bytes < kMin || (reinterpret_cast<uintptr_t>(p) - offset) % kAlign != 0) return {bytes, 0};
-  const size_t head = std::min<size_t>(bytes, (kAlign - offset % kAlign) % kAlign);
-  return {head, (bytes - head) / kAlign * kAlign};
+  if (bytes < kDirectMin || (reinterpret_cast<uintptr_t>(p) - offset) % kDirectAlign != 0)
+    return {bytes, 0};
+  const size_t head =
+      std::min<size_t>(bytes, (kDirectAlign - offset % kDirectAlign) % kDirectAlign);
+  return {head, (bytes - head) / kDirectAlign * kDirectAlign};
 }
 }  // namespace
 
@@ -300,7 +327,7 @@ Status File::pwriteAll(int fd, const char* p, size_t bytes) {
     bytes -= static_cast<size_t>(n);
     // A short direct write (a file size limit) leaves the rest unaligned: the buffered
     // descriptor writes it, or reports why it cannot.
-    if (fd == dfd_ && bytes % kAlign != 0) return pwriteAll(fd_, p, bytes);
+    if (fd == dfd_ && bytes % kDirectAlign != 0) return pwriteAll(fd_, p, bytes);
   }
   return okStatus();
 }
@@ -321,14 +348,14 @@ Status File::preadLoop(int fd, char* p, size_t bytes, uint64_t offset) const {
       return errnoStatus("reading", path_, errno);
     }
     if (n == 0)
-      return invalidArgument("reading '", quote(path_), "': unexpected end of file at byte ", offset,
-                             " (truncated)");
+      return invalidArgument("reading '", quote(path_), "': unexpected end of file at byte ",
+                             offset, " (truncated)");
     p += n;
     bytes -= static_cast<size_t>(n);
     offset += static_cast<uint64_t>(n);
     // A short direct read (the file ends early) leaves the rest to the buffered descriptor,
     // which reports where the file ends.
-    if (fd == dfd_ && bytes % kAlign != 0) return preadLoop(fd_, p, bytes, offset);
+    if (fd == dfd_ && bytes % kDirectAlign != 0) return preadLoop(fd_, p, bytes, offset);
   }
   return okStatus();
 }
@@ -361,17 +388,17 @@ StatusOr<uint64_t> File::size() const {
   return static_cast<uint64_t>(st.st_size);
 }
 
-void File::dropCache() const { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED); }
+void dropCache(const File& f) { (void)::posix_fadvise(f.fd(), 0, 0, POSIX_FADV_DONTNEED); }
 
-void File::adviseSequential() const { (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL); }
+void adviseSequential(const File& f) { (void)::posix_fadvise(f.fd(), 0, 0, POSIX_FADV_SEQUENTIAL); }
 
-void File::willNeed(uint64_t offset, uint64_t bytes) const {
-  (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(bytes),
+void willNeed(const File& f, uint64_t offset, uint64_t bytes) {
+  (void)::posix_fadvise(f.fd(), static_cast<off_t>(offset), static_cast<off_t>(bytes),
                         POSIX_FADV_WILLNEED);
 }
 
-void File::startWriteback(uint64_t offset, uint64_t bytes) const {
-  (void)::sync_file_range(fd_, static_cast<off64_t>(offset), static_cast<off64_t>(bytes),
+void startWriteback(const File& f, uint64_t offset, uint64_t bytes) {
+  (void)::sync_file_range(f.fd(), static_cast<off64_t>(offset), static_cast<off64_t>(bytes),
                           SYNC_FILE_RANGE_WRITE);
 }
 

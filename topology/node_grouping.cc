@@ -7,6 +7,7 @@
 #include "core/host.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
+#include "hsdp/mesh_shape.h"
 #include "hsdp/topology.h"
 #include "topology/cluster_topology.h"
 
@@ -17,14 +18,7 @@ namespace {
 
 StatusOr<NodeLayout> virtualNodeLayout(int world_size, int ranks_per_node,
                                        const std::string& host) {
-  if (ranks_per_node <= 0)
-    return invalidArgument("HSDP_RANKS_PER_NODE=", ranks_per_node, " must be positive");
-  if (ranks_per_node > world_size)
-    return invalidArgument("HSDP_RANKS_PER_NODE=", ranks_per_node, " exceeds the world size ",
-                           world_size);
-  if (world_size % ranks_per_node != 0)
-    return invalidArgument("HSDP_RANKS_PER_NODE=", ranks_per_node,
-                           " does not divide the world size ", world_size);
+  HSDP_RETURN_IF_ERROR(checkConsecutiveNodes(world_size, ranks_per_node));
   NodeLayout l;
   l.world_size = world_size;
   l.ranks_per_node = ranks_per_node;

@@ -11,21 +11,14 @@
 
 #include "hsdp/cpu_isa.h"
 #include "hsdp/dtype.h"
+#include "hsdp/mesh_shape.h"
 #include "hsdp/optimizer.h"
 #include "hsdp/status.h"
 #include "hsdp/wire.h"
 
 namespace hsdp {
 
-enum class ShardMode {
-  kNone,   // plain data parallel: parameters, gradients, optimizer state replicated
-  kZero1,  // optimizer state sharded; parameters and full gradients replicated
-  kZero2,  // optimizer state and gradients sharded; parameters replicated
-  kZero3,  // parameters, gradients, optimizer state sharded over the shard group
-};
-
-StatusOr<ShardMode> parseShardMode(std::string_view name);  // "none", "zero1", "zero2", "zero3"
-const char* shardModeName(ShardMode mode);
+// ShardMode (none, zero1, zero2, zero3), parseShardMode and shardModeName: hsdp/mesh_shape.h.
 
 // Where the engine keeps model state (ShardedModel, sharded_model.h).
 enum class Device {

@@ -25,8 +25,6 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <list>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,23 +67,24 @@ Kind kindAt(int dirfd, const std::string& name);
 const char* kindName(Kind k);  // "a FIFO", "a device node", ...
 
 class Dir;
+namespace detail {
+struct FileAccess;  // the file layer's internals (core/files_internal.h)
+}
 
-// An open regular file, closed on destruction; with `direct`, a second descriptor of the same
-// inode opened with O_DIRECT (none where the filesystem refuses it).
+// An open regular file, closed on destruction.
 class File {
  public:
   struct ReadOptions {
-    bool direct = false;
     bool follow = true;  // follow a final symbolic link (a path the user typed)
   };
   // A regular file for reading (see the rules above).
   static StatusOr<File> openRead(const std::string& path, ReadOptions o);
   static StatusOr<File> openRead(const std::string& path) { return openRead(path, ReadOptions{}); }
   // `name` (one path component) inside `dir`, never following a symbolic link.
-  static StatusOr<File> openReadAt(const Dir& dir, const std::string& name, bool direct = false);
+  static StatusOr<File> openReadAt(const Dir& dir, const std::string& name);
   // A new file: O_CREAT|O_EXCL|O_NOFOLLOW; an existing name (even a dangling link) is an error.
-  static StatusOr<File> createNew(const std::string& path, bool direct = false);
-  static StatusOr<File> createNewAt(const Dir& dir, const std::string& name, bool direct = false);
+  static StatusOr<File> createNew(const std::string& path);
+  static StatusOr<File> createNewAt(const Dir& dir, const std::string& name);
   // An existing regular file `name` in `dir` (one this job created), reopened for writing at
   // `pos` (writeAll appends from there); never follows a symbolic link, never truncates.
   static StatusOr<File> openWriteAt(const Dir& dir, const std::string& name, uint64_t pos);
@@ -100,25 +99,20 @@ class File {
   // Appends at the end of what this File wrote.
   [[nodiscard]] Status writeAll(const void* data, size_t bytes);
   [[nodiscard]] Status preadAll(void* data, size_t bytes, uint64_t offset) const;
-  bool direct() const { return dfd_ >= 0; }
   bool isOpen() const { return fd_ >= 0; }
   [[nodiscard]] Status sync();   // fsync
   [[nodiscard]] Status close();  // reports close()'s error (NFS reports write errors there)
   StatusOr<uint64_t> size() const;
-  void dropCache() const;         // drop the file's pages (benchmarks: cold reads)
-  void adviseSequential() const;  // read front to back; best effort
-  void willNeed(uint64_t offset, uint64_t bytes) const;        // read-ahead; best effort
-  void startWriteback(uint64_t offset, uint64_t bytes) const;  // sync_file_range, no wait
   const std::string& path() const { return path_; }
   int fd() const { return fd_; }
 
  private:
+  friend struct detail::FileAccess;
   File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  static StatusOr<File> adopt(int fd, std::string path, bool direct, int direct_flags);
   [[nodiscard]] Status pwriteAll(int fd, const char* p, size_t bytes);
   [[nodiscard]] Status preadLoop(int fd, char* p, size_t bytes, uint64_t offset) const;
   int fd_ = -1;
-  int dfd_ = -1;      // O_DIRECT descriptor of the same inode, or -1
+  int dfd_ = -1;      // a second descriptor of the file (core/files_internal.h), or -1
   uint64_t pos_ = 0;  // where writeAll appends
   std::string path_;
 };
@@ -222,31 +216,5 @@ class TempGuard {
   const Dir* dir_;
   std::string name_;
 };
-
-// At most `capacity` open files, least recently used closed first: readers of checkpoints with
-// many data files (one per saved rank) stay under the open-file limit. get() opens through
-// `open` on a miss; a file in use elsewhere (a shared_ptr held) is never closed under its user.
-class FileCache {
- public:
-  using Opener = StatusOr<File> (*)(void* ctx, int index);
-  FileCache(size_t capacity, Opener open, void* ctx) : capacity_(capacity), open_(open), ctx_(ctx) {}
-  StatusOr<std::shared_ptr<const File>> get(int index);
-  size_t capacity() const { return capacity_; }
-  size_t openCount() const { return lru_.size(); }
-
- private:
-  struct Slot {
-    int index;
-    std::shared_ptr<const File> file;
-  };
-  size_t capacity_;
-  Opener open_;
-  void* ctx_;
-  std::list<Slot> lru_;  // most recent first
-};
-
-// How many files a reader may keep open: a quarter of RLIMIT_NOFILE's soft limit, between 4 and
-// 256.
-size_t openFileBudget();
 
 }  // namespace hsdp::files

@@ -2,18 +2,14 @@
 // ranks_per_node) and inter_shard (divides the node count); a shard group is intra_shard ranks on
 // each of inter_shard nodes, and what is not sharded is replicated:
 //   replicas = world / (intra_shard * inter_shard).
-//
-// Coordinates of a rank (R ranks per node, N nodes, I = intra_shard, J = inter_shard):
-//   intra_group = local_rank / I, intra_idx = local_rank % I   (contiguous ranks of a node)
-//   inter_group = node / J,       inter_idx = node % J         (contiguous nodes)
-//   shard index k = intra_idx * J + inter_idx
-// so that a hierarchical all-gather (inter phase, then intra phase) lands shard k at offset k
-// with no reshuffle: the result equals a flat all-gather over the shard group in rank order.
+// The shape and a rank's coordinates are plain numbers (hsdp/mesh_shape.h: MeshShape, MeshCoords
+// and the arithmetic); this header adds the layout they come from and the communicators.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "hsdp/mesh_shape.h"
 #include "hsdp/topology.h"
 #include "hsdp/transport.h"
 
@@ -26,28 +22,6 @@ struct MeshSpec {
   // registered. "": HSDP_TRANSPORT_INTRA / HSDP_TRANSPORT_INTER, else mpi (the bootstrap).
   std::string intra_transport;
   std::string inter_transport;
-};
-
-struct MeshShape {
-  int world_size = 0;
-  int num_nodes = 0;
-  int ranks_per_node = 0;
-  int intra_shard = 0;
-  int inter_shard = 0;
-  int shardGroupSize() const { return intra_shard * inter_shard; }
-  int replicas() const { return world_size / shardGroupSize(); }
-};
-
-struct MeshCoords {
-  int world_rank = 0;
-  int node = 0;
-  int local_rank = 0;
-  int intra_group = 0;
-  int intra_idx = 0;
-  int inter_group = 0;
-  int inter_idx = 0;
-  int shard_rank = 0;    // k: which shard of every unit this rank owns
-  int replica_rank = 0;  // which replica (shard group) this rank belongs to
 };
 
 // Validates the factors against the layout and fills the defaults. Errors name the values.

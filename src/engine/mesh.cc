@@ -6,40 +6,13 @@
 namespace hsdp {
 
 StatusOr<MeshShape> resolveMeshShape(const NodeLayout& layout, const MeshSpec& spec) {
-  MeshShape s;
-  s.world_size = layout.world_size;
-  s.num_nodes = layout.num_nodes;
-  s.ranks_per_node = layout.ranks_per_node;
-  s.intra_shard = spec.intra_shard == 0 ? layout.ranks_per_node : spec.intra_shard;
-  s.inter_shard = spec.inter_shard == 0 ? 1 : spec.inter_shard;
-  if (s.intra_shard < 0)
-    return invalidArgument("intra_shard=", s.intra_shard, " must be positive");
-  if (s.inter_shard < 0)
-    return invalidArgument("inter_shard=", s.inter_shard, " must be positive");
-  if (layout.ranks_per_node % s.intra_shard != 0)
-    return invalidArgument("intra_shard=", s.intra_shard, " does not divide the ",
-                           layout.ranks_per_node, " ranks per node (world ", layout.world_size,
-                           " = ", layout.num_nodes, " nodes x ", layout.ranks_per_node, ")");
-  if (layout.num_nodes % s.inter_shard != 0)
-    return invalidArgument("inter_shard=", s.inter_shard, " does not divide the ",
-                           layout.num_nodes, " nodes (world ", layout.world_size, " = ",
-                           layout.num_nodes, " nodes x ", layout.ranks_per_node, ")");
-  return s;
+  return meshShapeOf(layout.world_size, layout.num_nodes, layout.ranks_per_node, spec.intra_shard,
+                     spec.inter_shard);
 }
 
 MeshCoords meshCoords(const NodeLayout& layout, const MeshShape& shape, int world_rank) {
-  MeshCoords c;
-  c.world_rank = world_rank;
-  c.node = layout.node_of_rank[world_rank];
-  c.local_rank = layout.local_rank_of_rank[world_rank];
-  c.intra_group = c.local_rank / shape.intra_shard;
-  c.intra_idx = c.local_rank % shape.intra_shard;
-  c.inter_group = c.node / shape.inter_shard;
-  c.inter_idx = c.node % shape.inter_shard;
-  c.shard_rank = c.intra_idx * shape.inter_shard + c.inter_idx;
-  const int intra_groups_per_node = shape.ranks_per_node / shape.intra_shard;
-  c.replica_rank = c.inter_group * intra_groups_per_node + c.intra_group;
-  return c;
+  return meshCoords(shape, world_rank, layout.node_of_rank[world_rank],
+                    layout.local_rank_of_rank[world_rank]);
 }
 
 StatusOr<std::unique_ptr<Mesh>> Mesh::create(Comm& world, const NodeLayout& layout,

@@ -38,7 +38,7 @@
 // by the checkpoint's files only: the model's state does not depend on the format).
 namespace hsdp::ckpt {
 struct UnitDesc;
-struct MeshDesc;
+struct SavedUnder;
 struct FilePlan;
 }  // namespace hsdp::ckpt
 
@@ -261,7 +261,7 @@ struct ShardedModel::Impl {
   // Sets every rank's files::jobMarker() to rank 0's (a world collective).
   Status agreeJobMarker();
   std::vector<ckpt::UnitDesc> unitDescs() const;
-  ckpt::MeshDesc meshDesc() const;
+  ckpt::SavedUnder savedUnder() const;
   int pieceReplicas() const { return mesh->shape().replicas(); }
   ckpt::FilePlan myPlan() const;
   // The snapshot/staging buffer, sized for myPlan() (allocated on first use, then reused).

@@ -133,12 +133,12 @@ std::string serializeManifest(const Manifest& m) {
       params.push_back({{"name", p.name}, {"shape", p.shape}, {"weight_decay", p.weight_decay}});
     units.push_back({{"name", u.name}, {"frozen", u.frozen}, {"params", params}});
   }
-  const MeshDesc& d = m.mesh;
-  json mesh = {{"world_size", d.world_size},
-               {"num_nodes", d.num_nodes},
-               {"ranks_per_node", d.ranks_per_node},
-               {"intra_shard", d.intra_shard},
-               {"inter_shard", d.inter_shard},
+  const SavedUnder& d = m.saved;
+  json mesh = {{"world_size", d.mesh.world_size},
+               {"num_nodes", d.mesh.num_nodes},
+               {"ranks_per_node", d.mesh.ranks_per_node},
+               {"intra_shard", d.mesh.intra_shard},
+               {"inter_shard", d.mesh.inter_shard},
                {"shards", d.shards},
                {"replicas", d.replicas},
                {"mode", d.mode},

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hsdp/mesh_shape.h"
 #include "hsdp/status.h"
 
 namespace hsdp::ckpt {
@@ -58,14 +59,11 @@ struct UnitDesc {
   int states() const { return frozen ? 1 : kStates; }
 };
 
-// The mesh and mode a checkpoint was laid out for. shards (the engine's shard count: 1 in mode
-// none) and replicas decide the layout; the rest is informational.
-struct MeshDesc {
-  int world_size = 1;
-  int num_nodes = 1;
-  int ranks_per_node = 1;
-  int intra_shard = 1;
-  int inter_shard = 1;
+// What a checkpoint was laid out and saved under (the manifest's "mesh" object): the mesh it was
+// saved on (hsdp/mesh_shape.h's MeshShape), the shard and replica counts that decide the layout
+// (shards is the engine's shard count: 1 in mode none), and the rest, informational.
+struct SavedUnder {
+  MeshShape mesh{1, 1, 1, 1, 1};  // world_size, num_nodes, ranks_per_node, intra and inter shard
   int shards = 1;
   int replicas = 1;
   std::string mode = "none";
@@ -127,7 +125,7 @@ struct Manifest {
   int64_t step = 0;
   std::string created;  // UTC, ISO 8601
   std::vector<UnitDesc> units;
-  MeshDesc mesh;
+  SavedUnder saved;
   OptimDesc optim;
   std::vector<FileDesc> files;
   std::vector<TensorDesc> tensors;  // unit order, then parameter order, then state order

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <thread>
 
 namespace hsdp::ckpt {
@@ -72,7 +74,7 @@ std::string tensorName(const Manifest& m, int t) {
 }
 
 StatusOr<File> openDataFile(const Manifest& m, const Dir& dir, int f, bool direct) {
-  StatusOr<File> opened = File::openReadAt(dir, m.files[f].name, direct);
+  StatusOr<File> opened = files::openReadAt(dir, m.files[f].name, direct);
   if (!opened.ok())
     return Status(opened.status().code(),
                   strCat("data file missing or unreadable: ", opened.status().message()));
@@ -84,30 +86,24 @@ StatusOr<File> openDataFile(const Manifest& m, const Dir& dir, int f, bool direc
   return opened;
 }
 
-DataFiles::DataFiles(const Manifest& m, std::string dir, bool direct, bool sequential)
-    : m_(m),
-      dir_(std::move(dir)),
-      direct_(direct),
-      sequential_(sequential),
-      cache_(files::openFileBudget(), &DataFiles::open, this) {}
-
-StatusOr<File> DataFiles::open(void* self, int f) {
-  DataFiles& d = *static_cast<DataFiles*>(self);
-  if (!d.d_) d.d_ = Dir::open(d.dir_);
-  if (!d.d_->ok()) return d.d_->status();
-  HSDP_ASSIGN_OR_RETURN(File file, openDataFile(d.m_, **d.d_, f, d.direct_));
-  if (d.sequential_) {
-    // Read front to back, all of it: the kernel reads ahead while the reader works.
-    file.adviseSequential();
-    file.willNeed(0, 0);
-  }
-  return file;
-}
-
-StatusOr<std::shared_ptr<const File>> DataFiles::get(int f) {
-  if (f < 0 || static_cast<size_t>(f) >= m_.files.size())
-    return invalidArgument("data file index ", f, " out of range");
-  return cache_.get(f);
+files::FileCache dataFiles(const Manifest& m, std::string dir, bool direct, bool sequential) {
+  auto opened = std::make_shared<std::optional<StatusOr<Dir>>>();  // on first use
+  return files::FileCache(
+      files::openFileBudget(),
+      [&m, dir = std::move(dir), direct, sequential, opened](int f) -> StatusOr<File> {
+        if (f < 0 || static_cast<size_t>(f) >= m.files.size())
+          return invalidArgument("data file index ", f, " out of range");
+        if (!*opened) *opened = Dir::open(dir);
+        const StatusOr<Dir>& d = **opened;
+        if (!d.ok()) return d.status();
+        HSDP_ASSIGN_OR_RETURN(File file, openDataFile(m, *d, f, direct));
+        if (sequential) {
+          // Read front to back, all of it: the kernel reads ahead while the reader works.
+          files::adviseSequential(file);
+          files::willNeed(file, 0, 0);
+        }
+        return file;
+      });
 }
 
 namespace {
@@ -192,8 +188,8 @@ Status TensorReader::readMany(const std::vector<Request>& requests) {
       const uint64_t b = std::max(r.begin, it->start), e = std::min(r.end, it->start + it->count);
       const bool w = verify_ && b == it->start && e == it->start + it->count;
       if (w) whole.push_back(pieces.size());
-      if (!f->direct())
-        f->willNeed(it->offset + (b - it->start) * sizeof(float), (e - b) * sizeof(float));
+      if (!files::isDirect(*f))
+        files::willNeed(*f, it->offset + (b - it->start) * sizeof(float), (e - b) * sizeof(float));
       pieces.push_back({r.t, &*it, std::move(f), b, e, r.dst + (b - r.begin), w});
     }
   }
@@ -250,10 +246,10 @@ void TensorReader::willRead(int t, uint64_t begin, uint64_t end) {
     if (!f.ok()) return;
     // Read-ahead fills the page cache, which a direct read would then read around: twice the
     // disk's work. (A read that cannot go direct then waits for the disk, chunk by chunk.)
-    if ((*f)->direct()) continue;
+    if (files::isDirect(**f)) continue;
     const uint64_t b = verify_ ? c.start : std::max(begin, c.start);
     const uint64_t e = verify_ ? c.start + c.count : std::min(end, c.start + c.count);
-    (*f)->willNeed(c.offset + (b - c.start) * sizeof(float), (e - b) * sizeof(float));
+    files::willNeed(**f, c.offset + (b - c.start) * sizeof(float), (e - b) * sizeof(float));
   }
 }
 

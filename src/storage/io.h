@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/files_internal.h"
 #include "hsdp/files.h"
 #include "hsdp/status.h"
 #include "storage/format.h"
@@ -20,14 +21,10 @@ namespace hsdp::ckpt {
 
 // Files go through the file layer (hsdp/files.h): data files, manifest and `latest` are opened
 // relative to the checkpoint directory, never through a symbolic link, and only when they are
-// regular files; every whole-file read is bounded.
+// regular files; every whole-file read is bounded. Its internals (core/files_internal.h: direct
+// I/O, the page-cache hints, the cache of open files) are used as they are.
 using files::Dir;
 using files::File;
-
-// Direct I/O (O_DIRECT, files::File): the part of a read or write whose memory and file offset
-// agree modulo kDirectAlign, at least kDirectMin bytes, goes around the page cache.
-constexpr uint64_t kDirectAlign = 4096;
-constexpr size_t kDirectMin = size_t{64} << 10;
 
 // Whether `name` is one hsdp gives a checkpoint by default ("step-" and digits): pruning removes
 // only such directories, and only when their manifest carries hsdp's format id.
@@ -48,23 +45,13 @@ StatusOr<std::string> resolveCheckpointDir(const std::string& path);
 // name the file: missing, unreadable, not a regular file, truncated or replaced).
 StatusOr<File> openDataFile(const Manifest& m, const Dir& dir, int f, bool direct = false);
 
-// The data files of a checkpoint, at most files::openFileBudget() open at once (least recently
-// used closed first), so that a checkpoint of any number of ranks reads under `ulimit -n`.
-class DataFiles {
- public:
-  DataFiles(const Manifest& m, std::string dir, bool direct = false, bool sequential = false);
-  StatusOr<std::shared_ptr<const File>> get(int f);
-  size_t capacity() const { return cache_.capacity(); }
-  const std::string& dir() const { return dir_; }
-
- private:
-  static StatusOr<File> open(void* self, int f);
-  const Manifest& m_;
-  std::string dir_;
-  bool direct_, sequential_;
-  std::optional<StatusOr<Dir>> d_;  // opened on first use
-  files::FileCache cache_;
-};
+// The data files of a checkpoint in `dir` as a files::FileCache of files::openFileBudget() (least
+// recently used closed first), so that a checkpoint of any number of ranks reads under `ulimit
+// -n`: index f is data file f, opened by openDataFile on first use (the directory once); an index
+// outside the manifest's files is an error. With `sequential` each is read front to back, all of
+// it (the kernel reads ahead). `m` must outlive the cache.
+files::FileCache dataFiles(const Manifest& m, std::string dir, bool direct = false,
+                           bool sequential = false);
 
 // Reads element ranges of a checkpoint's tensors. Each data file is opened on first use and its
 // size checked against the manifest. With `verify` every chunk a read touches is read whole and
@@ -74,7 +61,7 @@ class DataFiles {
 class TensorReader {
  public:
   TensorReader(const Manifest& m, std::string dir, bool verify, bool direct = false)
-      : m_(m), dir_(dir), verify_(verify), files_(m, std::move(dir), direct) {}
+      : m_(m), dir_(dir), verify_(verify), files_(dataFiles(m, std::move(dir), direct)) {}
   // Elements [begin, end) of tensor `t` into dst.
   [[nodiscard]] Status read(int t, uint64_t begin, uint64_t end, float* dst);
   // Every request, as read() would, in order; with `verify`, a whole chunk read in place is
@@ -101,7 +88,7 @@ class TensorReader {
   const Manifest& m_;
   std::string dir_;
   bool verify_;
-  DataFiles files_;
+  files::FileCache files_;
   std::vector<float> buf_;
   uint64_t bytes_read_ = 0;
 };

@@ -151,13 +151,13 @@ void readUnits(Reader& r, const json& model, Manifest& m) {
   }
 }
 
-void readMesh(Reader& r, const json& j, MeshDesc& d) {
+void readMesh(Reader& r, const json& j, SavedUnder& d) {
   const std::string c = "mesh";
-  d.world_size = r.i32(j, "world_size", c, 1 << 24);
-  d.num_nodes = r.i32(j, "num_nodes", c, 1 << 24);
-  d.ranks_per_node = r.i32(j, "ranks_per_node", c, 1 << 24);
-  d.intra_shard = r.i32(j, "intra_shard", c, 1 << 24);
-  d.inter_shard = r.i32(j, "inter_shard", c, 1 << 24);
+  d.mesh.world_size = r.i32(j, "world_size", c, 1 << 24);
+  d.mesh.num_nodes = r.i32(j, "num_nodes", c, 1 << 24);
+  d.mesh.ranks_per_node = r.i32(j, "ranks_per_node", c, 1 << 24);
+  d.mesh.intra_shard = r.i32(j, "intra_shard", c, 1 << 24);
+  d.mesh.inter_shard = r.i32(j, "inter_shard", c, 1 << 24);
   d.shards = r.i32(j, "shards", c, 1 << 24);
   d.replicas = r.i32(j, "replicas", c, 1 << 24);
   d.mode = r.str(j, "mode", c);
@@ -194,9 +194,9 @@ void readMesh(Reader& r, const json& j, MeshDesc& d) {
     }
   }
   if (r.ok() && (d.shards < 1 || d.replicas < 1 ||
-                 static_cast<int64_t>(d.shards) * d.replicas != d.world_size))
+                 static_cast<int64_t>(d.shards) * d.replicas != d.mesh.world_size))
     r.fail("mesh", strCat("shards ", d.shards, " x replicas ", d.replicas, " is not world_size ",
-                          d.world_size));
+                          d.mesh.world_size));
 }
 
 void readOptim(Reader& r, const json& j, OptimDesc& o) {
@@ -293,7 +293,7 @@ StatusOr<Manifest> parseManifest(std::string_view text, const std::string& where
   if (const json* c = r.get(j, "created", ""); c && c->is_string())
     m.created = c->get<std::string>();
   if (const json* model = r.get(j, "model", ""); model && r.ok()) readUnits(r, *model, m);
-  if (const json* mesh = r.get(j, "mesh", ""); mesh && r.ok()) readMesh(r, *mesh, m.mesh);
+  if (const json* mesh = r.get(j, "mesh", ""); mesh && r.ok()) readMesh(r, *mesh, m.saved);
   if (const json* o = r.get(j, "optimizer", ""); o && r.ok()) readOptim(r, *o, m.optim);
   if (const json* f = r.array(j, "files", ""); f && r.ok()) readFiles(r, *f, m);
   if (const json* t = r.array(j, "tensors", ""); t && r.ok()) readTensors(r, *t, m);

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <string>
 
+#include "core/files_internal.h"
+
 namespace hsdp::files {
 namespace {
 
@@ -181,7 +183,7 @@ StatusOr<File> openForCache(void* ctx, int i) {
 
 TEST_F(FilesTest, FileCacheKeepsAtMostItsCapacityOpen) {
   for (int i = 0; i < 20; ++i) write("f" + std::to_string(i), std::to_string(i));
-  FileCache cache(4, &openForCache, &dir_);
+  FileCache cache(4, [this](int i) { return openForCache(&dir_, i); });
   for (int round = 0; round < 3; ++round)
     for (int i = 0; i < 20; ++i) {
       auto f = cache.get(i);

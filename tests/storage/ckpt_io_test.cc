@@ -1,4 +1,4 @@
-// ckpt::File's direct I/O (storage/io.h): what goes around the page cache and what
+// The file layer's direct I/O (core/files_internal.h): what goes around the page cache and what
 // through it gives the same bytes as a plain buffered write, read back with std::ifstream (an
 // independent reader), on the build tree's filesystem (ext4 or xfs: O_DIRECT) and on tmpfs
 // (/dev/shm: O_DIRECT since Linux 6.6, before that everything buffered); reads at every
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/files_internal.h"
 #include "storage/io.h"
 
 namespace hsdp::ckpt {
@@ -68,9 +69,9 @@ class DirectIo : public ::testing::TestWithParam<std::string> {
 TEST_P(DirectIo, WritesGiveTheBytesOfABufferedWrite) {
   const std::string path = dir_ + "/w.bin";
   Aligned mem(kBytes + 8192);
-  auto f = File::createNew(path, /*direct=*/true);
+  auto f = files::createNew(path, /*direct=*/true);
   ASSERT_TRUE(f.ok()) << f.status().toString();
-  if (expectDirect()) EXPECT_TRUE(f->direct()) << base_;
+  if (expectDirect()) EXPECT_TRUE(files::isDirect(*f)) << base_;
   const size_t a = 5000, b = a + (size_t{2} << 20) + 77, c = b + 100 * 1024 + 3;
   // [0, a) small; [a, b) with memory at a's offset within a block; [b, c) one byte off; the rest.
   std::memcpy(mem.p, data_.data(), a);
@@ -97,9 +98,9 @@ TEST_P(DirectIo, ReadsAtEveryAlignment) {
     std::ofstream out(path, std::ios::binary);
     out.write(data_.data(), static_cast<std::streamsize>(kBytes));
   }
-  auto f = File::openRead(path, {.direct = true});
+  auto f = files::openRead(path, /*direct=*/true);
   ASSERT_TRUE(f.ok()) << f.status().toString();
-  if (expectDirect()) EXPECT_TRUE(f->direct()) << base_;
+  if (expectDirect()) EXPECT_TRUE(files::isDirect(*f)) << base_;
   Aligned mem(kBytes + 8192);
   struct Case {
     uint64_t offset;

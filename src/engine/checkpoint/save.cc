@@ -102,14 +102,9 @@ std::vector<ckpt::UnitDesc> ShardedModel::Impl::unitDescs() const {
   return d;
 }
 
-ckpt::MeshDesc ShardedModel::Impl::meshDesc() const {
-  const MeshShape& s = mesh->shape();
-  ckpt::MeshDesc d;
-  d.world_size = s.world_size;
-  d.num_nodes = s.num_nodes;
-  d.ranks_per_node = s.ranks_per_node;
-  d.intra_shard = s.intra_shard;
-  d.inter_shard = s.inter_shard;
+ckpt::SavedUnder ShardedModel::Impl::savedUnder() const {
+  ckpt::SavedUnder d;
+  d.mesh = mesh->shape();
   d.shards = shards;
   d.replicas = pieceReplicas();
   d.mode = shardModeName(cfg.mode);
@@ -247,7 +242,7 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
     man.step = m.step;
     man.created = engine::utcNow();
     man.units = m.unitDescs();
-    man.mesh = m.meshDesc();
+    man.saved = m.savedUnder();
     const AdamConfig& a = m.cfg.adam;
     man.optim = {optimizerName(a.kind), a.lr,           a.beta1, a.beta2, a.eps,
                  a.weight_decay,        m.cfg.clip_norm};

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/files_internal.h"
 #include "core/json.h"
 #include "engine/checkpoint/saver.h"
 #include "engine/sharded_model_impl.h"
@@ -129,7 +130,7 @@ Status writeDataFile(Saver& s, std::thread& copier, Copied& copied, nlohmann::js
   const SaveJob& job = s.job;
   HSDP_ASSIGN_OR_RETURN(ckpt::Dir tmp, openTmp(job));
   HSDP_ASSIGN_OR_RETURN(ckpt::File f,
-                        ckpt::File::createNewAt(tmp, ckpt::dataFileName(job.rank), s.direct_io));
+                        files::createNewAt(tmp, ckpt::dataFileName(job.rank), s.direct_io));
   const char* snap = s.snapshot.as<char>();
   // The snapshot in slices of whole 4 KiB blocks as the copier finishes them (a direct write
   // needs them whole; it waits for the disk without using the CPU, so it overlaps the copy).
@@ -145,7 +146,7 @@ Status writeDataFile(Saver& s, std::thread& copier, Copied& copied, nlohmann::js
       ready = s.ready;
     }
     const uint64_t end =
-        ready == s.plan.bytes ? ready : ready / ckpt::kDirectAlign * ckpt::kDirectAlign;
+        ready == s.plan.bytes ? ready : ready / files::kDirectAlign * files::kDirectAlign;
     written = f.writeAll(snap + done, end - done);
     done = end;
   }

@@ -16,11 +16,10 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/checkpoint/offline.h"
-#include "hsdp/checkpoint.h"
-#include "hsdp/mesh.h"
-#include "hsdp/topology.h"
+#include "hsdp/checkpoint_offline.h"
+#include "hsdp/mesh_shape.h"
 #include "storage/io.h"
+#include "storage/offline.h"
 
 namespace hsdp {
 
@@ -32,7 +31,9 @@ namespace {
 class StreamingReader {
  public:
   StreamingReader(const Manifest& m, const std::string& dir)
-      : m_(m), files_(m, dir, /*direct=*/false, /*sequential=*/true), state_(m.tensors.size()) {}
+      : m_(m),
+        files_(dataFiles(m, dir, /*direct=*/false, /*sequential=*/true)),
+        state_(m.tensors.size()) {}
   ~StreamingReader() {
     for (Cursor& c : state_)
       if (c.h) XXH64_freeState(c.h);
@@ -75,7 +76,7 @@ class StreamingReader {
     XXH64_state_t* h = nullptr;
   };
   const Manifest& m_;
-  DataFiles files_;  // read front to back: the kernel reads ahead while the pipeline works
+  files::FileCache files_;  // read front to back: the kernel reads ahead while the pipeline works
   std::vector<Cursor> state_;
 };
 
@@ -102,7 +103,7 @@ struct OutFile {
     XXH64_update(h, p, n);
     at += n;
     if (at - flushed >= kWriteback) {
-      f.startWriteback(flushed, at - flushed);
+      files::startWriteback(f, flushed, at - flushed);
       flushed = at;
     }
     return okStatus();
@@ -140,7 +141,7 @@ class OutFiles {
     return &o;
   }
   // Every file synced and closed.
-  Status finish(engine::OfflineTicker& ticker) {
+  Status finish(OfflineTicker& ticker) {
     for (int w = 0; w < static_cast<int>(files_.size()); ++w) {
       HSDP_RETURN_IF_ERROR(ticker.tick(w));
       HSDP_ASSIGN_OR_RETURN(OutFile * o, get(w));
@@ -163,8 +164,11 @@ class OutFiles {
 Status reshardCheckpoint(const std::string& in, const std::string& out, const MeshTarget& t) {
   HSDP_ASSIGN_OR_RETURN(std::string dir, resolveCheckpointDir(in));
   HSDP_ASSIGN_OR_RETURN(Manifest src, readManifest(dir));
-  HSDP_ASSIGN_OR_RETURN(NodeLayout layout, virtualNodeLayout(t.world_size, t.ranks_per_node));
-  HSDP_ASSIGN_OR_RETURN(MeshShape shape, resolveMeshShape(layout, {t.intra_shard, t.inter_shard}));
+  // The ranks as consecutive nodes of ranks_per_node, as a job under HSDP_RANKS_PER_NODE.
+  HSDP_RETURN_IF_ERROR(checkConsecutiveNodes(t.world_size, t.ranks_per_node));
+  const int rpn = t.ranks_per_node;
+  HSDP_ASSIGN_OR_RETURN(MeshShape shape, meshShapeOf(t.world_size, t.world_size / rpn, rpn,
+                                                     t.intra_shard, t.inter_shard));
   if (t.mode == ShardMode::kNone && shape.shardGroupSize() != 1)
     return invalidArgument(
         "mode none replicates everything and needs intra_shard=1 and "
@@ -175,14 +179,10 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
                            .withContext("reshard"));
   HSDP_ASSIGN_OR_RETURN(files::PathParts out_parts, files::splitPath(out));
   Manifest m = src;
-  m.mesh.world_size = shape.world_size;
-  m.mesh.num_nodes = shape.num_nodes;
-  m.mesh.ranks_per_node = shape.ranks_per_node;
-  m.mesh.intra_shard = shape.intra_shard;
-  m.mesh.inter_shard = shape.inter_shard;
-  m.mesh.shards = t.mode == ShardMode::kNone ? 1 : shape.shardGroupSize();
-  m.mesh.replicas = shape.world_size / m.mesh.shards;
-  m.mesh.mode = shardModeName(t.mode);
+  m.saved.mesh = shape;
+  m.saved.shards = t.mode == ShardMode::kNone ? 1 : shape.shardGroupSize();
+  m.saved.replicas = shape.world_size / m.saved.shards;
+  m.saved.mode = shardModeName(t.mode);
   m.files.clear();
   m.user.clear();
   for (TensorDesc& td : m.tensors) td.chunks.clear();
@@ -193,13 +193,13 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
   // the guard below removing the temporary output).
   const std::string left =
       strCat(files::quote(out), " is not created; the temporary output is removed");
-  engine::OfflineTicker planning("planning", "ranks", static_cast<uint64_t>(W), left);
+  OfflineTicker planning("planning", "ranks", static_cast<uint64_t>(W), left);
   for (int w = 0; w < W; ++w) {
     if (w % 1024 == 0) HSDP_RETURN_IF_ERROR(planning.tick(w));
-    const MeshCoords c = meshCoords(layout, shape, w);
-    const int k = m.mesh.shards == 1 ? 0 : c.shard_rank;
+    const MeshCoords c = meshCoords(shape, w, w / rpn, w % rpn);
+    const int k = m.saved.shards == 1 ? 0 : c.shard_rank;
     kr.push_back({k, c.replica_rank});
-    plans.push_back(planFile(m.units, m.mesh.shards, m.mesh.replicas, k, c.replica_rank));
+    plans.push_back(planFile(m.units, m.saved.shards, m.saved.replicas, k, c.replica_rank));
     m.files.push_back({dataFileName(w), w, k, c.replica_rank, 0, 0});
   }
   // Written beside the target under this job's temporary name, renamed into place at the end;
@@ -224,8 +224,8 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
     for (int w = 0; w < W; ++w) order[w] = w;
     const uint64_t numel = m.units[u].numel();
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      return pieceOf(numel, m.mesh.shards, m.mesh.replicas, kr[a].first, kr[a].second).begin <
-             pieceOf(numel, m.mesh.shards, m.mesh.replicas, kr[b].first, kr[b].second).begin;
+      return pieceOf(numel, m.saved.shards, m.saved.replicas, kr[a].first, kr[a].second).begin <
+             pieceOf(numel, m.saved.shards, m.saved.replicas, kr[b].first, kr[b].second).begin;
     });
     for (int s = 0; s < m.units[u].states(); ++s)
       for (int w : order)
@@ -240,7 +240,7 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
   StreamingReader reader(src, dir);
   uint64_t copy_bytes = 0;
   for (const Copy& c : copies) copy_bytes += c.count * 4;
-  engine::OfflineTicker copying("copying", "bytes", copy_bytes, left);
+  OfflineTicker copying("copying", "bytes", copy_bytes, left);
   {
     // The reader thread fills slot i % kSlots with copy i; this thread writes it out and hands
     // the slot back. `read` counts the copies read, `written` those written (each owned by its
@@ -317,7 +317,7 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
     m.user.push_back({e.key, 0, o->at, e.bytes, e.xxh64});
     HSDP_RETURN_IF_ERROR(o->write(bytes.data(), bytes.size()));
   }
-  engine::OfflineTicker writing("writing files", "files", static_cast<uint64_t>(W), left);
+  OfflineTicker writing("writing files", "files", static_cast<uint64_t>(W), left);
   HSDP_RETURN_IF_ERROR(files.finish(writing));
   for (int w = 0; w < W; ++w) {
     m.files[w].bytes = files[w].at;

@@ -1,8 +1,8 @@
-// CheckpointReader (hsdp/checkpoint.h): a checkpoint's tensors, whole, without a job. What the
-// Python binding's hsdp.checkpoint.open serves: a tensor that lies in one data file as one run
-// is mapped in place (copy on write, so a numpy array over it is writable and the file is never
-// changed), any other is assembled from its chunks. Data files come from the storage module's
-// DataFiles (the file rules, the manifest's sizes, at most the open-file budget open at once).
+// CheckpointReader (hsdp/checkpoint_offline.h): a checkpoint's tensors, whole, without a job.
+// What the Python binding's hsdp.checkpoint.open serves: a tensor that lies in one data file as
+// one run is mapped in place (copy on write, so a numpy array over it is writable and the file is
+// never changed), any other is assembled from its chunks. Data files come from dataFiles()
+// (io.h: the file rules, the manifest's sizes, at most the open-file budget open at once).
 #include <sys/mman.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -10,9 +10,9 @@
 #include <mutex>
 #include <optional>
 
-#include "engine/checkpoint/offline.h"
-#include "hsdp/checkpoint.h"
+#include "hsdp/checkpoint_offline.h"
 #include "storage/io.h"
+#include "storage/offline.h"
 
 namespace hsdp {
 
@@ -51,9 +51,9 @@ struct CheckpointReader::Impl {
   std::string dir;
   Manifest m;
   std::vector<CheckpointTensor> tensors;
-  std::vector<int> first_tensor;   // per entry of `tensors`: the manifest index of its master
-  std::mutex mu;                   // guards the readers
-  std::optional<DataFiles> files;  // every read's and mapping's data files
+  std::vector<int> first_tensor;  // per entry of `tensors`: the manifest index of its master
+  std::mutex mu;                  // guards the readers
+  std::optional<hsdp::files::FileCache> files;  // every read's and mapping's data files
   XXH64_state_t* hash = nullptr;
   ~Impl() { XXH64_freeState(hash); }
 };
@@ -74,7 +74,7 @@ StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::st
       impl->first_tensor.push_back(
           m.tensorIndex(static_cast<int>(u), static_cast<int>(p), State::kParam));
     }
-  impl->files.emplace(impl->m, impl->dir);
+  impl->files.emplace(dataFiles(impl->m, impl->dir));
   impl->hash = XXH64_createState();
   if (!impl->hash) return Status(StatusCode::kResourceExhausted, "XXH64_createState failed");
   return std::unique_ptr<CheckpointReader>(new CheckpointReader(std::move(impl)));
@@ -91,20 +91,20 @@ int CheckpointReader::find(const std::string& name) const {
 }
 
 StatusOr<std::string> CheckpointReader::summaryJson(bool checksums) const {
-  if (!checksums) return engine::checkpointSummaryJson(impl_->dir, impl_->m, nullptr);
+  if (!checksums) return checkpointSummaryJson(impl_->dir, impl_->m, nullptr);
   std::vector<Status> checks;
   for (size_t f = 0; f < impl_->m.files.size(); ++f)
-    checks.push_back(engine::verifyDataFile(impl_->dir, impl_->m, static_cast<int>(f)));
+    checks.push_back(verifyDataFile(impl_->dir, impl_->m, static_cast<int>(f)));
   // A machine's failure (an I/O error, the open-file limit) is the answer, not a checksum result.
   for (const Status& s : checks)
     if (!s.ok() && s.code() != StatusCode::kInvalidArgument && s.code() != StatusCode::kNotFound)
       return s;
-  return engine::checkpointSummaryJson(impl_->dir, impl_->m, &checks);
+  return checkpointSummaryJson(impl_->dir, impl_->m, &checks);
 }
 
 Status CheckpointReader::verify() const {
   for (size_t f = 0; f < impl_->m.files.size(); ++f)
-    HSDP_RETURN_IF_ERROR(engine::verifyDataFile(impl_->dir, impl_->m, static_cast<int>(f)));
+    HSDP_RETURN_IF_ERROR(verifyDataFile(impl_->dir, impl_->m, static_cast<int>(f)));
   return okStatus();
 }
 

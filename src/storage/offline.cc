@@ -1,8 +1,7 @@
-// What hsdp-ckpt runs, without MPI or a model: inspect, verify, diff, and the streaming reshard
-// (one chunk buffer of memory, whatever the model size), plus exportCheckpoint. Only storage/ and
-// hsdp/checkpoint.h; it stays in the engine because that public header is the engine's (it
-// names ShardMode from hsdp/config.h).
-#include "engine/checkpoint/offline.h"
+// What hsdp-ckpt runs, without MPI or a model: inspect, verify, diff and exportCheckpoint (the
+// streaming reshard is reshard.cc, the tensor reader reader.cc), declared in
+// hsdp/checkpoint_offline.h.
+#include "storage/offline.h"
 
 #include <unistd.h>
 #include <xxhash.h>
@@ -13,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json.h"
-#include "hsdp/checkpoint.h"
+#include "hsdp/checkpoint_offline.h"
 #include "hsdp/stop.h"
 #include "storage/io.h"
 #include "storage/safetensors.h"
@@ -46,7 +45,7 @@ void setOfflineProgress(std::function<void(const OfflineProgress&)> fn) {
   progressFn() = std::move(fn);
 }
 
-namespace engine {
+namespace ckpt {
 
 Status OfflineTicker::tick(uint64_t done) {
   done_ = done;
@@ -148,7 +147,7 @@ std::string checkpointSummaryJson(const std::string& dir, const Manifest& m,
   return hsdp::dumpJsonEscaped(j, 2) + "\n";
 }
 
-}  // namespace engine
+}  // namespace ckpt
 
 bool CheckpointDiff::identical() const {
   if (step_a != step_b) return false;
@@ -159,10 +158,10 @@ bool CheckpointDiff::identical() const {
 
 Status verifyCheckpoint(const std::string& path) {
   HSDP_ASSIGN_OR_RETURN(Opened o, openCheckpoint(path));
-  engine::OfflineTicker ticker("verifying", "bytes", o.m.dataBytes(),
-                               strCat(o.m.files.size(), " data files, the rest not checked"));
+  OfflineTicker ticker("verifying", "bytes", o.m.dataBytes(),
+                       strCat(o.m.files.size(), " data files, the rest not checked"));
   for (size_t f = 0; f < o.m.files.size(); ++f) {
-    HSDP_RETURN_IF_ERROR(engine::verifyDataFile(o.dir, o.m, static_cast<int>(f)));
+    HSDP_RETURN_IF_ERROR(verifyDataFile(o.dir, o.m, static_cast<int>(f)));
     HSDP_RETURN_IF_ERROR(ticker.add(o.m.files[f].bytes));
   }
   return okStatus();
@@ -174,23 +173,24 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
   std::vector<Status> checks;
   bool all_ok = true;
   for (size_t f = 0; f < m.files.size(); ++f) {
-    checks.push_back(engine::verifyDataFile(o.dir, o.m, static_cast<int>(f)));
+    checks.push_back(verifyDataFile(o.dir, o.m, static_cast<int>(f)));
     all_ok = all_ok && checks.back().ok();
   }
   uint64_t params = 0;
   for (const UnitDesc& u : m.units) params += u.numel();
-  const MeshDesc& d = m.mesh;
-  if (as_json) return engine::checkpointSummaryJson(o.dir, m, &checks);
+  const SavedUnder& d = m.saved;
+  if (as_json) return checkpointSummaryJson(o.dir, m, &checks);
   std::string s = strCat(
       "checkpoint ", files::quote(o.dir), "\n  format version ", m.version, ", step ", m.step,
       ", created ", files::quote(m.created, 64), "\n  saved under: mode ", files::quote(d.mode, 64),
-      ", ", d.world_size, " ranks = ", d.num_nodes, " nodes x ", d.ranks_per_node, ", intra_shard ",
-      d.intra_shard, " x inter_shard ", d.inter_shard, " (", d.shards, " shards x ", d.replicas,
-      " replicas), hpz ", d.hpz ? "on" : "off", ", offload ", d.offload_cpu ? "cpu" : "none",
-      ", params ", files::quote(d.param_dtype, 64), ", reduce ", files::quote(d.reduce_dtype, 64),
-      ", device ", files::quote(d.device, 64), "\n  optimizer: ", files::quote(m.optim.kind, 64),
-      " lr ", m.optim.lr, " betas (", m.optim.beta1, ", ", m.optim.beta2, ") eps ", m.optim.eps,
-      " weight_decay ", m.optim.weight_decay, " clip_norm ", m.optim.clip_norm, "\n");
+      ", ", d.mesh.world_size, " ranks = ", d.mesh.num_nodes, " nodes x ", d.mesh.ranks_per_node,
+      ", intra_shard ", d.mesh.intra_shard, " x inter_shard ", d.mesh.inter_shard, " (", d.shards,
+      " shards x ", d.replicas, " replicas), hpz ", d.hpz ? "on" : "off", ", offload ",
+      d.offload_cpu ? "cpu" : "none", ", params ", files::quote(d.param_dtype, 64), ", reduce ",
+      files::quote(d.reduce_dtype, 64), ", device ", files::quote(d.device, 64),
+      "\n  optimizer: ", files::quote(m.optim.kind, 64), " lr ", m.optim.lr, " betas (",
+      m.optim.beta1, ", ", m.optim.beta2, ") eps ", m.optim.eps, " weight_decay ",
+      m.optim.weight_decay, " clip_norm ", m.optim.clip_norm, "\n");
   if (!d.elastic_job.empty()) {  // an elastic group's save: the membership it was saved under
     std::string present;
     for (int g : d.elastic_present) present += strCat(present.empty() ? "" : ",", g);
@@ -239,8 +239,7 @@ StatusOr<CheckpointDiff> diffCheckpoints(const std::string& pa, const std::strin
   out.step_b = b.m.step;
   TensorReader ra(a.m, a.dir, true), rb(b.m, b.dir, true);
   std::vector<float> xa, xb;
-  engine::OfflineTicker ticker("comparing", "bytes", a.m.dataBytes(),
-                               "the remaining tensors not compared");
+  OfflineTicker ticker("comparing", "bytes", a.m.dataBytes(), "the remaining tensors not compared");
   for (size_t t = 0; t < a.m.tensors.size(); ++t) {
     const TensorDesc& ta = a.m.tensors[t];
     const int tb = b.m.tensorIndex(ta.unit, ta.param, ta.state);
@@ -285,8 +284,8 @@ StatusOr<std::vector<std::string>> exportCheckpoint(const std::string& path, con
   uint64_t total = 0;
   for (const UnitDesc& u : o.m.units) total += u.numel() * 4;
   // A stop returns early: the writer's destructor removes its temporaries, `out` is not made.
-  engine::OfflineTicker ticker("exporting", "bytes", total,
-                               strCat("no safetensors file written (", files::quote(out), ")"));
+  OfflineTicker ticker("exporting", "bytes", total,
+                       strCat("no safetensors file written (", files::quote(out), ")"));
   for (size_t u = 0; u < o.m.units.size(); ++u)
     for (size_t p = 0; p < o.m.units[u].params.size(); ++p) {
       const int t = o.m.tensorIndex(static_cast<int>(u), static_cast<int>(p), State::kParam);
