@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/agree.h"
+#include "engine/transition.h"
 #include "hsdp/log.h"
 #include "hsdp/parse.h"
 
@@ -66,7 +67,34 @@ double secondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+using G = GroupState;
+// Every move of the group's lifecycle (elastic_group.h draws it), as (from, to).
+constexpr std::pair<G, G> kGroupMoves[] = {
+    {G::kJoined, G::kInQuorum},
+    {G::kInQuorum, G::kInStep},
+    {G::kInStep, G::kDecided},
+    {G::kDecided, G::kInQuorum},
+};
+
 }  // namespace
+
+const char* stateName(GroupState s) {
+  switch (s) {
+    case G::kJoined:
+      return "Joined";
+    case G::kInQuorum:
+      return "InQuorum";
+    case G::kInStep:
+      return "InStep";
+    case G::kDecided:
+      return "Decided";
+  }
+  return "?";
+}
+
+Status ElasticGroup::transition(GroupState to, std::string_view verb, std::string_view hint) {
+  return moveAlong(kGroupMoves, strCat("elastic group ", name_), state_, to, verb, hint);
+}
 
 ElasticGroup::~ElasticGroup() {
   {
@@ -100,8 +128,8 @@ void ElasticGroup::workLoop() {
 }
 
 Status ElasticGroup::startAverage(std::span<float> grad) {
-  if (!begun_)
-    return failedPrecondition("elastic: gradient average outside a step (beginStep first)");
+  HSDP_RETURN_IF_ERROR(requireState(strCat("elastic group ", name_), state_, G::kInStep,
+                                    "elastic gradient average", "beginStep first"));
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(grad);
@@ -125,9 +153,9 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
     }
     auto listener = elastic::ReplicaListener::open(host, 0);
     if (!listener.ok())
-      return listener.status().withContext(
-          policy.host->empty() ? "the replica listener"
-                               : "EngineConfig::elastic.host (HSDP_ELASTIC_HOST)");
+      return listener.status().withContext(policy.host->empty()
+                                               ? "the replica listener"
+                                               : "EngineConfig::elastic.host (HSDP_ELASTIC_HOST)");
     g->listener_ = std::move(*listener);
     if (g->listener_->address().size() >= kAddressLen)
       return invalidArgument("replica address '", g->listener_->address(), "' is too long");
@@ -217,7 +245,8 @@ StatusOr<bool> ElasticGroup::voteAndDecide(const Status& local) {
 }
 
 StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& state) {
-  begun_ = false;
+  // A step begun and not committed is given up.
+  if (state_ == G::kInStep) HSDP_RETURN_IF_ERROR(transition(G::kDecided, "beginStep"));
   local_step_ = local_step;
   // The ring of the step this group just committed, kept while the next quorum has the same
   // members at the same addresses and nobody heals (every member then decides alike: the
@@ -239,7 +268,8 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
           HSDP_ASSIGN_OR_RETURN(next, quorum_->nextStep());
         }
         const int64_t s = std::max(local_step, next);
-        const size_t min_core = (!started_ && s == 0) ? static_cast<size_t>(*policy_.groups) : 1;
+        const size_t min_core =
+            (state_ == G::kJoined && s == 0) ? static_cast<size_t>(*policy_.groups) : 1;
         HSDP_ASSIGN_OR_RETURN(q_, quorum_->stepQuorum(s, min_core));
         if (q_.includes_self) {
           text = encode(q_);
@@ -263,7 +293,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       continue;
     }
     HSDP_ASSIGN_OR_RETURN(q_, decode(text, name_));
-    started_ = true;
+    if (state_ != G::kInQuorum) HSDP_RETURN_IF_ERROR(transition(G::kInQuorum, "beginStep"));
     self_ = memberIndex(q_, name_);
     const elastic::Member& me = q_.members[self_];
     StepStart out;
@@ -349,7 +379,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       if (out.healed && control_.rank() == 0)
         HSDP_INFO(kShard, "elastic: ", name_, " healed to step ", q_.step, " from ", me.heal_from,
                   ": ", out.heal_bytes, " bytes on rank 0 in ", out.heal_seconds, " s");
-      begun_ = true;
+      HSDP_RETURN_IF_ERROR(transition(G::kInStep, "beginStep"));
       return out;
     }
     // The ring or a heal failed on some rank: vote fail (naming who is gone), then the next
@@ -363,8 +393,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
 }
 
 StatusOr<bool> ElasticGroup::commit() {
-  if (!begun_) return failedPrecondition("elastic step: call beginStep() before step()");
-  begun_ = false;
+  HSDP_RETURN_IF_ERROR(transition(G::kDecided, "elastic step", "call beginStep() before step()"));
   Status local;
   {
     std::unique_lock<std::mutex> lock(mu_);

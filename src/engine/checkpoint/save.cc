@@ -27,6 +27,7 @@
 #include "engine/agree.h"
 #include "engine/checkpoint/saver.h"
 #include "engine/sharded_model_impl.h"
+#include "engine/transition.h"
 #include "hsdp/files.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
@@ -38,6 +39,33 @@ namespace engine {
 void SaverDeleter::operator()(Saver* s) const {
   if (s->writer.joinable()) s->writer.join();
   delete s;
+}
+
+namespace {
+using S = SaveState;
+// Every move of the saver's lifecycle (saver.h draws it), as (from, to).
+constexpr std::pair<S, S> kSaveMoves[] = {
+    {S::kIdle, S::kCopying},
+    {S::kIdle, S::kWriting},
+    {S::kCopying, S::kWriting},
+    {S::kWriting, S::kIdle},
+};
+}  // namespace
+
+const char* stateName(SaveState s) {
+  switch (s) {
+    case S::kIdle:
+      return "Idle";
+    case S::kCopying:
+      return "Copying";
+    case S::kWriting:
+      return "Writing";
+  }
+  return "?";
+}
+
+Status transition(SaveState& state, SaveState to, std::string_view verb, std::string_view hint) {
+  return moveAlong(kSaveMoves, "the checkpoint saver", state, to, verb, hint);
 }
 
 }  // namespace engine
@@ -150,7 +178,7 @@ void* ShardedModel::Impl::stagingData() const { return saver->snapshot.data(); }
 Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& options) {
   Impl& m = *impl_;
   const auto t0 = engine::Clock::now();
-  if (m.saver && m.saver->in_flight) HSDP_RETURN_IF_ERROR(waitForSave().status());
+  if (saveInFlight()) HSDP_RETURN_IF_ERROR(waitForSave().status());
   Status local = m.checkIdle("save");
   if (local.ok() && root.empty()) local = invalidArgument("save: empty checkpoint root");
   if (local.ok() && options.keep_last < 0)
@@ -266,37 +294,37 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
   s.result.step = m.step;
   s.result.snapshot_seconds = std::chrono::duration<double>(engine::Clock::now() - t0).count();
   s.status = okStatus();
-  s.in_flight = true;
   {
     std::lock_guard<std::mutex> lock(s.mu);
     s.ready = 0;
-    s.copied = !any_host;
+    HSDP_RETURN_IF_ERROR(engine::transition(
+        s.state, any_host ? engine::SaveState::kCopying : engine::SaveState::kWriting, "save"));
   }
   s.writer = std::thread(engine::runWriter, &s);
   return okStatus();
 }
 
 Status ShardedModel::Impl::waitForSnapshot() {
-  if (!saver || !saver->in_flight) return okStatus();
+  if (!saver) return okStatus();
   engine::Saver& s = *saver;
   std::unique_lock<std::mutex> lock(s.mu);
-  if (s.copied) return okStatus();
+  if (s.state != engine::SaveState::kCopying) return okStatus();
   // The copier reads the state for the save in flight: it must not change before.
   watchdog::WaitScope wait("checkpoint snapshot", s.result.dir);
-  s.cv.wait(lock, [&] { return s.copied; });
+  s.cv.wait(lock, [&] { return s.state != engine::SaveState::kCopying; });
   return okStatus();
 }
 
 StatusOr<SaveResult> ShardedModel::waitForSave() {
   Impl& m = *impl_;
-  if (!m.saver || !m.saver->in_flight) return failedPrecondition("waitForSave: no save in flight");
+  if (!saveInFlight()) return failedPrecondition("waitForSave: no save in flight");
   engine::Saver& s = *m.saver;
   // The join waits for this rank's write (and on rank 0 the commit, bounded by
   // SaveOptions::commit_timeout_s); the agreement below is a world collective. Both are a wait
   // the watchdog times, so a rank stopped during a save is named like in any other wait.
   watchdog::WaitScope wait("save", s.result.dir);
   s.writer.join();
-  s.in_flight = false;
+  HSDP_RETURN_IF_ERROR(s.moveTo(engine::SaveState::kIdle, "waitForSave"));
   Status agreed = m.agree(s.status, s.status_secondary);
   if (!agreed.ok() && m.mesh->world().rank() == 0) {
     // Every writer is done (the agreement followed their joins): nothing of the failed save is
@@ -315,7 +343,9 @@ StatusOr<SaveResult> ShardedModel::waitForSave() {
   return s.result;
 }
 
-bool ShardedModel::saveInFlight() const { return impl_->saver && impl_->saver->in_flight; }
+bool ShardedModel::saveInFlight() const {
+  return impl_->saver && impl_->saver->current() != engine::SaveState::kIdle;
+}
 
 StatusOr<SaveResult> ShardedModel::save(const std::string& root, const SaveOptions& options) {
   HSDP_RETURN_IF_ERROR(saveAsync(root, options));
