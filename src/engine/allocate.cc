@@ -90,10 +90,9 @@ Status ShardedModel::finalize() {
   if (m.finalized) return failedPrecondition("finalize() called twice");
   int64_t mine[2] = {static_cast<int64_t>(m.units.size()),
                      static_cast<int64_t>(registrationSignature(m.units))};
-  Comm& world = m.mesh->control();
-  std::vector<int64_t> all(2 * world.size());
-  HSDP_RETURN_IF_ERROR(world.allGather(mine, all.data(), 2, DType::kInt64));
-  for (int r = 1; r < world.size(); ++r) {
+  std::vector<int64_t> all(2 * m.coll->controlSize());
+  HSDP_RETURN_IF_ERROR(m.coll->controlAllGather(mine, all.data(), 2, DType::kInt64));
+  for (int r = 1; r < m.coll->controlSize(); ++r) {
     if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
       return invalidArgument("unit registrations differ across ranks: rank 0 registered ", all[0],
                              " units (signature ", std::hex, static_cast<uint64_t>(all[1]),

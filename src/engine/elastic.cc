@@ -24,8 +24,8 @@ Status ShardedModel::Impl::startElastic(uint64_t signature) {
              ";param=", dtypeName(cfg.precision.param_dtype),
              ";reduce=", dtypeName(cfg.precision.reduce_dtype),
              ";optimizer=", optimizerName(cfg.adam.kind));
-  HSDP_ASSIGN_OR_RETURN(elastic,
-                        engine::ElasticGroup::create(cfg.elastic, mesh->control(), fingerprint));
+  HSDP_ASSIGN_OR_RETURN(elastic, engine::ElasticGroup::create(cfg.elastic, *coll, fingerprint));
+  coll->attachGroups(elastic.get());
   return okStatus();
 }
 

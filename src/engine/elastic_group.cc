@@ -5,7 +5,6 @@
 #include <cstring>
 #include <sstream>
 
-#include "engine/agree.h"
 #include "engine/transition.h"
 #include "hsdp/log.h"
 #include "hsdp/parse.h"
@@ -139,7 +138,7 @@ Status ElasticGroup::startAverage(std::span<float> grad) {
 }
 
 StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy& policy,
-                                                             Comm& control,
+                                                             UnitCollectives& control,
                                                              const std::string& fingerprint) {
   std::unique_ptr<ElasticGroup> g(new ElasticGroup(control));
   g->policy_ = policy;
@@ -161,18 +160,19 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
       return invalidArgument("replica address '", g->listener_->address(), "' is too long");
     return okStatus();
   }();
-  HSDP_RETURN_IF_ERROR(agreeOver(control, local));
-  std::vector<char> mine(kAddressLen, 0), all(kAddressLen * control.size());
+  HSDP_RETURN_IF_ERROR(control.agree(local));
+  std::vector<char> mine(kAddressLen, 0), all(kAddressLen * control.controlSize());
   std::memcpy(mine.data(), g->listener_->address().data(), g->listener_->address().size());
-  HSDP_RETURN_IF_ERROR(control.allGather(mine.data(), all.data(), kAddressLen, DType::kUInt8));
+  HSDP_RETURN_IF_ERROR(
+      control.controlAllGather(mine.data(), all.data(), kAddressLen, DType::kUInt8));
   std::string addresses;  // the group's member address: every rank's, in rank order
-  for (int r = 0; r < control.size(); ++r) {
+  for (int r = 0; r < control.controlSize(); ++r) {
     if (r > 0) addresses += ',';
     addresses += std::string(&all[r * kAddressLen]);
   }
   // Rank 0 speaks for the group in etcd.
   Status joined = okStatus();
-  if (control.rank() == 0) {
+  if (control.controlRank() == 0) {
     joined = [&]() -> Status {
       elastic::Quorum::Options o;
       o.endpoint = *policy.endpoint;
@@ -184,7 +184,7 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
       return g->quorum_->join(fingerprint, 0);
     }();
   }
-  HSDP_RETURN_IF_ERROR(agreeOver(control, joined));
+  HSDP_RETURN_IF_ERROR(control.agree(joined));
   g->worker_ = std::thread([p = g.get()] { p->workLoop(); });
   HSDP_INFO(kShard, "elastic: group ", g->name_, " joined job '", *policy.job, "' at ",
             *policy.endpoint, " (replica address ", g->listener_->address(), ")");
@@ -194,15 +194,16 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
 Status ElasticGroup::fromRoot(const Status& root_status, std::string* text) {
   int64_t head[2] = {0, 0};
   std::string payload;
-  if (control_.rank() == 0) {
+  if (control_.controlRank() == 0) {
     head[0] = static_cast<int64_t>(root_status.code());
     payload = root_status.ok() ? *text : root_status.message();
     head[1] = static_cast<int64_t>(payload.size());
   }
-  HSDP_RETURN_IF_ERROR(control_.broadcast(head, 2, DType::kInt64, 0));
+  HSDP_RETURN_IF_ERROR(control_.controlBroadcast(head, 2, DType::kInt64, 0));
   payload.resize(static_cast<size_t>(head[1]));
   if (head[1] > 0)
-    HSDP_RETURN_IF_ERROR(control_.broadcast(payload.data(), payload.size(), DType::kUInt8, 0));
+    HSDP_RETURN_IF_ERROR(
+        control_.controlBroadcast(payload.data(), payload.size(), DType::kUInt8, 0));
   if (head[0] != 0) return Status(static_cast<StatusCode>(head[0]), payload);
   *text = std::move(payload);
   return okStatus();
@@ -215,10 +216,10 @@ StatusOr<bool> ElasticGroup::voteAndDecide(const Status& local) {
     flags[0] = 1;
     for (int c : culprits_) flags[1 + c] = 1;
   }
-  HSDP_RETURN_IF_ERROR(control_.allReduce(flags.data(), flags.size(), DType::kInt64, RedOp::kSum));
+  HSDP_RETURN_IF_ERROR(control_.controlSum(flags.data(), flags.size()));
   std::string text;
   Status root = okStatus();
-  if (control_.rank() == 0) {
+  if (control_.controlRank() == 0) {
     root = [&]() -> Status {
       std::vector<std::string> suspects;
       for (size_t i = 0; i < q_.members.size(); ++i)
@@ -259,7 +260,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
     // without it, the next round finds where the job went).
     std::string text;
     Status root = okStatus();
-    if (control_.rank() == 0) {
+    if (control_.controlRank() == 0) {
       root = [&]() -> Status {
         // A group that committed the last step knows where the job is; one that (re)starts or
         // was left out asks.
@@ -317,10 +318,10 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
         // From etcd: checked as any list (an empty element is an error naming the group).
         HSDP_ASSIGN_OR_RETURN(std::vector<std::string> ranks,
                               parseList(m.address, strCat("address of elastic group ", m.group)));
-        if (static_cast<int>(ranks.size()) != control_.size())
+        if (static_cast<int>(ranks.size()) != control_.controlSize())
           return invalidArgument("elastic group ", m.group, " has ", ranks.size(),
-                                 " ranks; this group has ", control_.size());
-        addrs.push_back(ranks[control_.rank()]);
+                                 " ranks; this group has ", control_.controlSize());
+        addrs.push_back(ranks[control_.controlRank()]);
       }
       if (same()) {
         ring_ = std::move(kept);
@@ -366,7 +367,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
     }();
     if (!local.ok() && ring_) culprits_ = ring_->culprits();
     int64_t failed = local.ok() ? 0 : 1;
-    HSDP_RETURN_IF_ERROR(control_.allReduce(&failed, 1, DType::kInt64, RedOp::kSum));
+    HSDP_RETURN_IF_ERROR(control_.controlSum(&failed, 1));
     if (failed == 0) {
       out.heal_seconds = out.heal_bytes ? secondsSince(t0) : 0.0;
       out.step = q_.step;
@@ -376,7 +377,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       const bool keep = *policy_.data == ElasticData::kKeepSlice;
       out.slot = keep ? out.group : self_;
       out.slots = keep ? *policy_.groups : static_cast<int>(q_.members.size());
-      if (out.healed && control_.rank() == 0)
+      if (out.healed && control_.controlRank() == 0)
         HSDP_INFO(kShard, "elastic: ", name_, " healed to step ", q_.step, " from ", me.heal_from,
                   ": ", out.heal_bytes, " bytes on rank 0 in ", out.heal_seconds, " s");
       HSDP_RETURN_IF_ERROR(transition(G::kInStep, "beginStep"));
@@ -417,7 +418,7 @@ StatusOr<bool> ElasticGroup::commit() {
 StatusOr<std::vector<std::vector<int>>> ElasticGroup::membership(int64_t steps) {
   std::string text;
   Status root = okStatus();
-  if (control_.rank() == 0) {
+  if (control_.controlRank() == 0) {
     root = [&]() -> Status {
       for (int64_t s = 0; s < steps; ++s) {
         HSDP_ASSIGN_OR_RETURN(elastic::StepQuorum q, quorum_->committedQuorum(s));

@@ -1,8 +1,8 @@
 // Internal to the engine: this process's part of an elastic replica group (docs/elastic.md). One
 // group is one MPI job; its rank 0 speaks for it in etcd (elastic/quorum.h: membership, each
-// step's quorum, the commit vote) and tells the other ranks over the group's control
-// communicator; every rank i runs the replica level with rank i of the other groups on a TCP ring
-// (elastic/replica_ring.h) built from each step's quorum.
+// step's quorum, the commit vote) and tells the other ranks over the group's control plane
+// (UnitCollectives' control collectives); every rank i runs the replica level with rank i of the
+// other groups on a TCP ring (elastic/replica_ring.h) built from each step's quorum.
 //
 //   begin(step)      the step's quorum (waiting out attempts this group is not in), the ring,
 //                    and the heal: a member that does not hold the step's state receives it from
@@ -38,6 +38,7 @@
 
 #include "elastic/quorum.h"
 #include "elastic/replica_ring.h"
+#include "engine/unit_collectives.h"
 #include "hsdp/config.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/transport.h"
@@ -59,7 +60,8 @@ class ElasticGroup {
  public:
   // Opens this rank's replica listener, publishes the group (rank 0 joins the job with
   // `fingerprint`), all ranks agreeing on the outcome.
-  static StatusOr<std::unique_ptr<ElasticGroup>> create(const ElasticPolicy& policy, Comm& control,
+  static StatusOr<std::unique_ptr<ElasticGroup>> create(const ElasticPolicy& policy,
+                                                        UnitCollectives& control,
                                                         const std::string& fingerprint);
   ~ElasticGroup();
 
@@ -83,7 +85,7 @@ class ElasticGroup {
   StatusOr<std::vector<std::vector<int>>> membership(int64_t steps);
 
  private:
-  explicit ElasticGroup(Comm& control) : control_(control) {}
+  explicit ElasticGroup(UnitCollectives& control) : control_(control) {}
   void workLoop();
   // Rank 0's status (and the string it filled) on every rank.
   Status fromRoot(const Status& root_status, std::string* text);
@@ -93,7 +95,7 @@ class ElasticGroup {
   // FailedPrecondition naming the group and both states ("; <hint>" after it when given).
   [[nodiscard]] Status transition(GroupState to, std::string_view verb, std::string_view hint = {});
 
-  Comm& control_;
+  UnitCollectives& control_;  // the control plane: agreement, broadcast, sums
   ElasticPolicy policy_;
   std::string name_;  // "g<index>"
   std::unique_ptr<elastic::ReplicaListener> listener_;

@@ -79,6 +79,11 @@ class HostCollectives final : public SpaceCollectives {
   StatusOr<WorkHandle> igroup(Comm& comm, std::span<const CollectiveOp> ops) override {
     return comm.igroup(ops);
   }
+  // The step kernels' blocking sum (the gradient norm): the kernels' one collective comes this
+  // way, as a device's kernels use their space's collectives.
+  Status allReduceNow(Comm& comm, void* buf, size_t count, DType dtype, RedOp op) {
+    return comm.allReduce(buf, count, dtype, op);
+  }
 
   StatusOr<bool> reached(WorkHandle& w, Lane, bool block, bool exposed) override {
     if (w == nullptr) return true;
@@ -99,10 +104,10 @@ class HostCollectives final : public SpaceCollectives {
   Status poll() override { return okStatus(); }
 };
 
-// The CPU Adam and a double sum of squares.
+// The CPU Adam and a double sum of squares, summed over the group through the collectives.
 class HostKernels final : public StepKernels {
  public:
-  explicit HostKernels(CpuAdam* adam) : adam_(adam) {}
+  HostKernels(CpuAdam* adam, HostCollectives& collectives) : adam_(adam), coll_(collectives) {}
 
   Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard,
                   float grad_scale) override {
@@ -120,7 +125,7 @@ class HostKernels final : public StepKernels {
   Status normReduce(Comm* group) override {
     if (group == nullptr) return okStatus();
     float partial = static_cast<float>(sumsq_);
-    HSDP_RETURN_IF_ERROR(group->allReduce(&partial, 1, DType::kFloat32, RedOp::kSum));
+    HSDP_RETURN_IF_ERROR(coll_.allReduceNow(*group, &partial, 1, DType::kFloat32, RedOp::kSum));
     sumsq_ = partial;
     return okStatus();
   }
@@ -128,6 +133,7 @@ class HostKernels final : public StepKernels {
 
  private:
   CpuAdam* adam_;
+  HostCollectives& coll_;
   double sumsq_ = 0;
 };
 
@@ -161,8 +167,9 @@ class HostHostCopies final : public HostCopies {
 SpaceBundle hostMemorySpace(CpuAdam* adam) {
   SpaceBundle b;
   b.memory = std::make_unique<HostMemory>();
-  b.collectives = std::make_unique<HostCollectives>();
-  b.kernels = std::make_unique<HostKernels>(adam);
+  auto collectives = std::make_unique<HostCollectives>();
+  b.kernels = std::make_unique<HostKernels>(adam, *collectives);
+  b.collectives = std::move(collectives);
   b.host_copies = std::make_unique<HostHostCopies>();
   return b;
 }

@@ -61,10 +61,9 @@ Status ShardedModel::Impl::pollReductions(bool block) {
       }
       u.grads.full = nullptr;
       p.scatter_done = true;
-      if (elastic) {  // the average over the replica groups, on the group's replica worker
-        HSDP_RETURN_IF_ERROR(
-            elastic->startAverage({u.grad_shard.as<float>(), u.layout.shardNumel()}));
-      }
+      // Elastic mode: the average over the replica groups, on the group's replica worker.
+      HSDP_RETURN_IF_ERROR(
+          coll->startGroupAverage(u.grad_shard.as<float>(), u.layout.shardNumel()));
       if (coll->hasReplicas()) {
         watchdog::Label label(u.name, "replica group");
         HSDP_ASSIGN_OR_RETURN(p.replicate,

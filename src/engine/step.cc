@@ -206,7 +206,7 @@ Status ShardedModel::step() {
     if (!u.frozen) grads.push_back({u.grad_shard.as<float>(), u.layout.shardNumel()});
   {
     watchdog::Label label("gradient norm", "shard group");
-    HSDP_RETURN_IF_ERROR(opt.beginNorm(grads, m.shards > 1 ? &m.mesh->shardGroup() : nullptr));
+    HSDP_RETURN_IF_ERROR(opt.beginNorm(grads, m.coll->normGroup()));
   }
   // The host needs the norm now only to clip; otherwise a device reads it back when asked.
   if (m.cfg.clip_norm > 0 || !m.onDevice()) HSDP_RETURN_IF_ERROR(opt.readNorm());

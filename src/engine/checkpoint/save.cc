@@ -24,7 +24,6 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/agree.h"
 #include "engine/checkpoint/saver.h"
 #include "engine/sharded_model_impl.h"
 #include "engine/transition.h"
@@ -90,33 +89,15 @@ Status ShardedModel::Impl::checkIdle(const char* verb) const {
 
 Status ShardedModel::Impl::agreeJobMarker() {
   constexpr size_t kLen = 128;
-  Comm& world = mesh->control();
-  std::vector<char> mine(kLen, 0), all(kLen * world.size());
+  std::vector<char> mine(kLen, 0), all(kLen * coll->controlSize());
   std::strncpy(mine.data(), files::jobMarker().c_str(), kLen - 1);
-  HSDP_RETURN_IF_ERROR(world.allGather(mine.data(), all.data(), kLen, DType::kUInt8));
+  HSDP_RETURN_IF_ERROR(coll->controlAllGather(mine.data(), all.data(), kLen, DType::kUInt8));
   files::setJobMarker(std::string(all.data()));
   return okStatus();
 }
 
-Status engine::agreeOver(Comm& world, const Status& local, bool secondary) {
-  constexpr size_t kMsg = 1024;  // [code, secondary, message..., 0]
-  std::vector<char> mine(kMsg, 0), all(kMsg * world.size());
-  if (!local.ok()) {
-    mine[0] = static_cast<char>(static_cast<int>(local.code()));
-    mine[1] = secondary ? 1 : 0;
-    std::strncpy(mine.data() + 2, local.message().c_str(), kMsg - 3);
-  }
-  HSDP_RETURN_IF_ERROR(world.allGather(mine.data(), all.data(), kMsg, DType::kUInt8));
-  int first = -1;
-  for (int r = world.size() - 1; r >= 0; --r)
-    if (all[r * kMsg] != 0 && (first < 0 || all[r * kMsg + 1] == 0 || all[first * kMsg + 1] != 0))
-      first = r;
-  if (first < 0) return okStatus();
-  return Status(static_cast<StatusCode>(all[first * kMsg]), std::string(&all[first * kMsg + 2]));
-}
-
 Status ShardedModel::Impl::agree(const Status& local, bool secondary) {
-  return engine::agreeOver(mesh->control(), local, secondary);
+  return coll->agree(local, secondary);
 }
 
 std::vector<ckpt::UnitDesc> ShardedModel::Impl::unitDescs() const {
@@ -335,7 +316,7 @@ StatusOr<SaveResult> ShardedModel::waitForSave() {
   HSDP_RETURN_IF_ERROR(agreed);
   uint64_t mine = s.result.rank_bytes;
   std::vector<uint64_t> all(m.mesh->world().size());
-  HSDP_RETURN_IF_ERROR(m.mesh->control().allGather(&mine, all.data(), 1, DType::kInt64));
+  HSDP_RETURN_IF_ERROR(m.coll->controlAllGather(&mine, all.data(), 1, DType::kInt64));
   s.result.bytes = 0;
   for (uint64_t b : all) s.result.bytes += b;
   HSDP_INFO(kShard, "checkpoint ", s.result.dir, " committed: ", s.result.bytes, " bytes in ",
