@@ -151,7 +151,9 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
   HSDP_ASSIGN_OR_RETURN(impl->opt, engine::OptimizerStep::create(cfg));
   SpaceBundle space;
   if (cfg.device == Device::kHost) {  // host shards are stepped by the SIMD CPU Adam
-    space = hostMemorySpace(impl->opt->cpuAdam());
+    space = hostMemorySpace(
+        [adam = impl->opt->cpuAdam()](const AdamConfig& c, int64_t t, const AdamShard& s,
+                                      float scale) { return adam->step(c, t, s, scale); });
   } else {
     HSDP_ASSIGN_OR_RETURN(space, createMemorySpace(cfg.device, /*compute_stream=*/nullptr));
   }

@@ -1,12 +1,13 @@
-// The host memory space (engine/memory_space.h): the engine's operations as plain host code
-// (memcpy, loops, the CPU Adam), exactly what the engine did before the memory-space seam, so
-// host results are bit for bit unchanged. Collectives are waited for on the calling thread.
-// Four objects, as core/memory_space.h splits a space: the memory, its collectives, the step's
-// kernels and the host copies (nothing to copy: the shards are host memory already).
+// The host memory space (core/memory_space.h: hostMemorySpace), beside the seam it implements:
+// the engine's operations as plain host code (memcpy, loops, the CPU Adam the engine hands in),
+// exactly what the engine did before the memory-space seam, so host results are bit for bit
+// unchanged. Collectives are the transports' own, waited for on the calling thread. Four
+// objects, as the seam splits a space: the memory, its collectives, the step's kernels and the
+// host copies (nothing to copy: the shards are host memory already).
 #include <chrono>
 #include <cstring>
 
-#include "engine/memory_space.h"
+#include "core/memory_space.h"
 
 namespace hsdp {
 namespace {
@@ -107,11 +108,12 @@ class HostCollectives final : public SpaceCollectives {
 // The CPU Adam and a double sum of squares, summed over the group through the collectives.
 class HostKernels final : public StepKernels {
  public:
-  HostKernels(CpuAdam* adam, HostCollectives& collectives) : adam_(adam), coll_(collectives) {}
+  HostKernels(HostAdamStep adam, HostCollectives& collectives)
+      : adam_(std::move(adam)), coll_(collectives) {}
 
   Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard,
                   float grad_scale) override {
-    return adam_->step(cfg, t, shard, grad_scale);
+    return adam_(cfg, t, shard, grad_scale);
   }
 
   Status normBegin() override {
@@ -132,7 +134,7 @@ class HostKernels final : public StepKernels {
   StatusOr<double> normResult() override { return sumsq_; }
 
  private:
-  CpuAdam* adam_;
+  HostAdamStep adam_;
   HostCollectives& coll_;
   double sumsq_ = 0;
 };
@@ -164,11 +166,11 @@ class HostHostCopies final : public HostCopies {
 
 }  // namespace
 
-SpaceBundle hostMemorySpace(CpuAdam* adam) {
+SpaceBundle hostMemorySpace(HostAdamStep adam) {
   SpaceBundle b;
   b.memory = std::make_unique<HostMemory>();
   auto collectives = std::make_unique<HostCollectives>();
-  b.kernels = std::make_unique<HostKernels>(adam, *collectives);
+  b.kernels = std::make_unique<HostKernels>(std::move(adam), *collectives);
   b.collectives = std::move(collectives);
   b.host_copies = std::make_unique<HostHostCopies>();
   return b;
