@@ -78,17 +78,8 @@ constexpr std::pair<G, G> kGroupMoves[] = {
 }  // namespace
 
 const char* stateName(GroupState s) {
-  switch (s) {
-    case G::kJoined:
-      return "Joined";
-    case G::kInQuorum:
-      return "InQuorum";
-    case G::kInStep:
-      return "InStep";
-    case G::kDecided:
-      return "Decided";
-  }
-  return "?";
+  constexpr const char* kNames[] = {"Joined", "InQuorum", "InStep", "Decided"};  // GroupState's
+  return kNames[static_cast<int>(s)];
 }
 
 Status ElasticGroup::transition(GroupState to, std::string_view verb, std::string_view hint) {

@@ -31,6 +31,7 @@
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
 #include "storage/io.h"
+#include "storage/safetensors.h"
 
 namespace hsdp {
 namespace engine {
@@ -52,15 +53,8 @@ constexpr std::pair<S, S> kSaveMoves[] = {
 }  // namespace
 
 const char* stateName(SaveState s) {
-  switch (s) {
-    case S::kIdle:
-      return "Idle";
-    case S::kCopying:
-      return "Copying";
-    case S::kWriting:
-      return "Writing";
-  }
-  return "?";
+  constexpr const char* kNames[] = {"Idle", "Copying", "Writing"};  // SaveState's order
+  return kNames[static_cast<int>(s)];
 }
 
 Status transition(SaveState& state, SaveState to, std::string_view verb, std::string_view hint) {
@@ -75,11 +69,11 @@ Status ShardedModel::Impl::checkIdle(const char* verb) const {
   if (!finalized) return failedPrecondition(verb, ": call finalize() first");
   for (const Unit& u : units) {
     HSDP_RETURN_IF_ERROR(
-        engine::require(u.name, u.params.state, verb,
+        engine::require(u.name, paramsOf(u).life.state, verb,
                         {engine::ParamState::kSharded, engine::ParamState::kNodeBlockKept},
                         "it is unsharded; call it between step() and the next forward"));
     HSDP_RETURN_IF_ERROR(engine::require(
-        u.name, u.grads.state, verb,
+        u.name, gradOf(u).life.state, verb,
         {engine::GradState::kEmpty, engine::GradState::kReduced, engine::GradState::kStepping,
          engine::GradState::kStepped},
         "it has a gradient in progress; call it between step() and the next forward"));
@@ -331,6 +325,35 @@ bool ShardedModel::saveInFlight() const {
 StatusOr<SaveResult> ShardedModel::save(const std::string& root, const SaveOptions& options) {
   HSDP_RETURN_IF_ERROR(saveAsync(root, options));
   return waitForSave();
+}
+
+// ShardedModel::exportSafetensors: the full parameters, one unit at a time (gatherFullParameters,
+// collective), written by rank 0 with the writer exportCheckpoint uses, so a model and a
+// checkpoint of it export to the same bytes.
+StatusOr<std::vector<std::string>> ShardedModel::exportSafetensors(const std::string& out,
+                                                                   const ExportOptions& options) {
+  Impl& m = *impl_;
+  Status local = m.checkIdle("exportSafetensors");
+  std::vector<ckpt::SafetensorsWriter::Tensor> list;
+  for (const engine::Unit& u : m.units)
+    for (const ParamSpec& p : u.layout.params()) list.push_back({u.name + "." + p.name, p.shape});
+  StatusOr<ckpt::SafetensorsWriter> w =
+      ckpt::SafetensorsWriter::create(out, std::move(list), options.dtype, options.max_shard_bytes);
+  if (local.ok()) local = w.status();
+  // Rank 0 writes: its view of the target decides (not a link, device, FIFO or directory).
+  if (local.ok() && m.mesh->world().rank() == 0) local = w->checkTargets({});
+  HSDP_RETURN_IF_ERROR(m.agree(local));
+  const bool writer = m.mesh->world().rank() == 0;
+  std::vector<float> full;
+  for (int u = 0; u < numUnits(); ++u) {
+    // Every rank takes part in every gather, whatever rank 0's file does.
+    HSDP_RETURN_IF_ERROR(gatherFullParameters(u, &full));
+    if (writer && local.ok()) local = w->append(full.data(), full.size());
+  }
+  std::vector<std::string> files = w->plannedFiles();
+  if (writer && local.ok()) local = w->finish().status();
+  HSDP_RETURN_IF_ERROR(m.agree(local));
+  return files;
 }
 
 }  // namespace hsdp

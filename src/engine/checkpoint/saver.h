@@ -13,7 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/sharded_model_impl.h"
+#include "core/host_buffer.h"
+#include "core/memory_space.h"
+#include "hsdp/checkpoint.h"
 #include "storage/io.h"
 
 namespace hsdp::engine {

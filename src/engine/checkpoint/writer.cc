@@ -17,7 +17,6 @@
 
 #include "core/json.h"
 #include "engine/checkpoint/saver.h"
-#include "engine/sharded_model_impl.h"
 #include "hsdp/files.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
