@@ -218,6 +218,14 @@ struct SpaceBundle {
   std::unique_ptr<HostCopies> host_copies;
 };
 
+// The host space (core/memory_space_host.cc): HostBuffer, memcpy and loops; collectives on the
+// transports as they are, waited for on the calling thread; nothing to copy to host memory. It
+// is not registered: the engine builds it for Device::kHost. Its kernels step a shard with
+// `adam` (the engine's CPU Adam, which outlives the bundle).
+using HostAdamStep = std::function<Status(const AdamConfig& cfg, int64_t t, const AdamShard& shard,
+                                          float grad_scale)>;
+SpaceBundle hostMemorySpace(HostAdamStep adam);
+
 // Device memory spaces register themselves by device name ("cuda": collectives/nccl/, in CUDA
 // builds) so that the engine finds them and never names a backend. A factory builds the bundle
 // on the device current now; `compute_stream` is the device's stream handle (cudaStream_t;

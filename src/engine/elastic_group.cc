@@ -5,7 +5,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "engine/agree.h"
+#include "engine/transition.h"
 #include "hsdp/log.h"
 #include "hsdp/parse.h"
 
@@ -66,7 +66,25 @@ double secondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+using G = GroupState;
+// Every move of the group's lifecycle (elastic_group.h draws it), as (from, to).
+constexpr std::pair<G, G> kGroupMoves[] = {
+    {G::kJoined, G::kInQuorum},
+    {G::kInQuorum, G::kInStep},
+    {G::kInStep, G::kDecided},
+    {G::kDecided, G::kInQuorum},
+};
+
 }  // namespace
+
+const char* stateName(GroupState s) {
+  constexpr const char* kNames[] = {"Joined", "InQuorum", "InStep", "Decided"};  // GroupState's
+  return kNames[static_cast<int>(s)];
+}
+
+Status ElasticGroup::transition(GroupState to, std::string_view verb, std::string_view hint) {
+  return moveAlong(kGroupMoves, strCat("elastic group ", name_), state_, to, verb, hint);
+}
 
 ElasticGroup::~ElasticGroup() {
   {
@@ -100,8 +118,8 @@ void ElasticGroup::workLoop() {
 }
 
 Status ElasticGroup::startAverage(std::span<float> grad) {
-  if (!begun_)
-    return failedPrecondition("elastic: gradient average outside a step (beginStep first)");
+  HSDP_RETURN_IF_ERROR(requireState(strCat("elastic group ", name_), state_, G::kInStep,
+                                    "elastic gradient average", "beginStep first"));
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(grad);
@@ -111,7 +129,7 @@ Status ElasticGroup::startAverage(std::span<float> grad) {
 }
 
 StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy& policy,
-                                                             Comm& control,
+                                                             UnitCollectives& control,
                                                              const std::string& fingerprint) {
   std::unique_ptr<ElasticGroup> g(new ElasticGroup(control));
   g->policy_ = policy;
@@ -125,26 +143,27 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
     }
     auto listener = elastic::ReplicaListener::open(host, 0);
     if (!listener.ok())
-      return listener.status().withContext(
-          policy.host->empty() ? "the replica listener"
-                               : "EngineConfig::elastic.host (HSDP_ELASTIC_HOST)");
+      return listener.status().withContext(policy.host->empty()
+                                               ? "the replica listener"
+                                               : "EngineConfig::elastic.host (HSDP_ELASTIC_HOST)");
     g->listener_ = std::move(*listener);
     if (g->listener_->address().size() >= kAddressLen)
       return invalidArgument("replica address '", g->listener_->address(), "' is too long");
     return okStatus();
   }();
-  HSDP_RETURN_IF_ERROR(agreeOver(control, local));
-  std::vector<char> mine(kAddressLen, 0), all(kAddressLen * control.size());
+  HSDP_RETURN_IF_ERROR(control.agree(local));
+  std::vector<char> mine(kAddressLen, 0), all(kAddressLen * control.controlSize());
   std::memcpy(mine.data(), g->listener_->address().data(), g->listener_->address().size());
-  HSDP_RETURN_IF_ERROR(control.allGather(mine.data(), all.data(), kAddressLen, DType::kUInt8));
+  HSDP_RETURN_IF_ERROR(
+      control.controlAllGather(mine.data(), all.data(), kAddressLen, DType::kUInt8));
   std::string addresses;  // the group's member address: every rank's, in rank order
-  for (int r = 0; r < control.size(); ++r) {
+  for (int r = 0; r < control.controlSize(); ++r) {
     if (r > 0) addresses += ',';
     addresses += std::string(&all[r * kAddressLen]);
   }
   // Rank 0 speaks for the group in etcd.
   Status joined = okStatus();
-  if (control.rank() == 0) {
+  if (control.controlRank() == 0) {
     joined = [&]() -> Status {
       elastic::Quorum::Options o;
       o.endpoint = *policy.endpoint;
@@ -156,7 +175,7 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
       return g->quorum_->join(fingerprint, 0);
     }();
   }
-  HSDP_RETURN_IF_ERROR(agreeOver(control, joined));
+  HSDP_RETURN_IF_ERROR(control.agree(joined));
   g->worker_ = std::thread([p = g.get()] { p->workLoop(); });
   HSDP_INFO(kShard, "elastic: group ", g->name_, " joined job '", *policy.job, "' at ",
             *policy.endpoint, " (replica address ", g->listener_->address(), ")");
@@ -166,15 +185,16 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
 Status ElasticGroup::fromRoot(const Status& root_status, std::string* text) {
   int64_t head[2] = {0, 0};
   std::string payload;
-  if (control_.rank() == 0) {
+  if (control_.controlRank() == 0) {
     head[0] = static_cast<int64_t>(root_status.code());
     payload = root_status.ok() ? *text : root_status.message();
     head[1] = static_cast<int64_t>(payload.size());
   }
-  HSDP_RETURN_IF_ERROR(control_.broadcast(head, 2, DType::kInt64, 0));
+  HSDP_RETURN_IF_ERROR(control_.controlBroadcast(head, 2, DType::kInt64, 0));
   payload.resize(static_cast<size_t>(head[1]));
   if (head[1] > 0)
-    HSDP_RETURN_IF_ERROR(control_.broadcast(payload.data(), payload.size(), DType::kUInt8, 0));
+    HSDP_RETURN_IF_ERROR(
+        control_.controlBroadcast(payload.data(), payload.size(), DType::kUInt8, 0));
   if (head[0] != 0) return Status(static_cast<StatusCode>(head[0]), payload);
   *text = std::move(payload);
   return okStatus();
@@ -187,10 +207,10 @@ StatusOr<bool> ElasticGroup::voteAndDecide(const Status& local) {
     flags[0] = 1;
     for (int c : culprits_) flags[1 + c] = 1;
   }
-  HSDP_RETURN_IF_ERROR(control_.allReduce(flags.data(), flags.size(), DType::kInt64, RedOp::kSum));
+  HSDP_RETURN_IF_ERROR(control_.controlSum(flags.data(), flags.size()));
   std::string text;
   Status root = okStatus();
-  if (control_.rank() == 0) {
+  if (control_.controlRank() == 0) {
     root = [&]() -> Status {
       std::vector<std::string> suspects;
       for (size_t i = 0; i < q_.members.size(); ++i)
@@ -217,7 +237,8 @@ StatusOr<bool> ElasticGroup::voteAndDecide(const Status& local) {
 }
 
 StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& state) {
-  begun_ = false;
+  // A step begun and not committed is given up.
+  if (state_ == G::kInStep) HSDP_RETURN_IF_ERROR(transition(G::kDecided, "beginStep"));
   local_step_ = local_step;
   // The ring of the step this group just committed, kept while the next quorum has the same
   // members at the same addresses and nobody heals (every member then decides alike: the
@@ -230,7 +251,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
     // without it, the next round finds where the job went).
     std::string text;
     Status root = okStatus();
-    if (control_.rank() == 0) {
+    if (control_.controlRank() == 0) {
       root = [&]() -> Status {
         // A group that committed the last step knows where the job is; one that (re)starts or
         // was left out asks.
@@ -239,7 +260,8 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
           HSDP_ASSIGN_OR_RETURN(next, quorum_->nextStep());
         }
         const int64_t s = std::max(local_step, next);
-        const size_t min_core = (!started_ && s == 0) ? static_cast<size_t>(*policy_.groups) : 1;
+        const size_t min_core =
+            (state_ == G::kJoined && s == 0) ? static_cast<size_t>(*policy_.groups) : 1;
         HSDP_ASSIGN_OR_RETURN(q_, quorum_->stepQuorum(s, min_core));
         if (q_.includes_self) {
           text = encode(q_);
@@ -263,7 +285,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       continue;
     }
     HSDP_ASSIGN_OR_RETURN(q_, decode(text, name_));
-    started_ = true;
+    if (state_ != G::kInQuorum) HSDP_RETURN_IF_ERROR(transition(G::kInQuorum, "beginStep"));
     self_ = memberIndex(q_, name_);
     const elastic::Member& me = q_.members[self_];
     StepStart out;
@@ -287,10 +309,10 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
         // From etcd: checked as any list (an empty element is an error naming the group).
         HSDP_ASSIGN_OR_RETURN(std::vector<std::string> ranks,
                               parseList(m.address, strCat("address of elastic group ", m.group)));
-        if (static_cast<int>(ranks.size()) != control_.size())
+        if (static_cast<int>(ranks.size()) != control_.controlSize())
           return invalidArgument("elastic group ", m.group, " has ", ranks.size(),
-                                 " ranks; this group has ", control_.size());
-        addrs.push_back(ranks[control_.rank()]);
+                                 " ranks; this group has ", control_.controlSize());
+        addrs.push_back(ranks[control_.controlRank()]);
       }
       if (same()) {
         ring_ = std::move(kept);
@@ -336,7 +358,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
     }();
     if (!local.ok() && ring_) culprits_ = ring_->culprits();
     int64_t failed = local.ok() ? 0 : 1;
-    HSDP_RETURN_IF_ERROR(control_.allReduce(&failed, 1, DType::kInt64, RedOp::kSum));
+    HSDP_RETURN_IF_ERROR(control_.controlSum(&failed, 1));
     if (failed == 0) {
       out.heal_seconds = out.heal_bytes ? secondsSince(t0) : 0.0;
       out.step = q_.step;
@@ -346,10 +368,10 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       const bool keep = *policy_.data == ElasticData::kKeepSlice;
       out.slot = keep ? out.group : self_;
       out.slots = keep ? *policy_.groups : static_cast<int>(q_.members.size());
-      if (out.healed && control_.rank() == 0)
+      if (out.healed && control_.controlRank() == 0)
         HSDP_INFO(kShard, "elastic: ", name_, " healed to step ", q_.step, " from ", me.heal_from,
                   ": ", out.heal_bytes, " bytes on rank 0 in ", out.heal_seconds, " s");
-      begun_ = true;
+      HSDP_RETURN_IF_ERROR(transition(G::kInStep, "beginStep"));
       return out;
     }
     // The ring or a heal failed on some rank: vote fail (naming who is gone), then the next
@@ -363,8 +385,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
 }
 
 StatusOr<bool> ElasticGroup::commit() {
-  if (!begun_) return failedPrecondition("elastic step: call beginStep() before step()");
-  begun_ = false;
+  HSDP_RETURN_IF_ERROR(transition(G::kDecided, "elastic step", "call beginStep() before step()"));
   Status local;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -388,7 +409,7 @@ StatusOr<bool> ElasticGroup::commit() {
 StatusOr<std::vector<std::vector<int>>> ElasticGroup::membership(int64_t steps) {
   std::string text;
   Status root = okStatus();
-  if (control_.rank() == 0) {
+  if (control_.controlRank() == 0) {
     root = [&]() -> Status {
       for (int64_t s = 0; s < steps; ++s) {
         HSDP_ASSIGN_OR_RETURN(elastic::StepQuorum q, quorum_->committedQuorum(s));

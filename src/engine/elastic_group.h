@@ -1,8 +1,8 @@
 // Internal to the engine: this process's part of an elastic replica group (docs/elastic.md). One
 // group is one MPI job; its rank 0 speaks for it in etcd (elastic/quorum.h: membership, each
-// step's quorum, the commit vote) and tells the other ranks over the group's control
-// communicator; every rank i runs the replica level with rank i of the other groups on a TCP ring
-// (elastic/replica_ring.h) built from each step's quorum.
+// step's quorum, the commit vote) and tells the other ranks over the group's control plane
+// (UnitCollectives' control collectives); every rank i runs the replica level with rank i of the
+// other groups on a TCP ring (elastic/replica_ring.h) built from each step's quorum.
 //
 //   begin(step)      the step's quorum (waiting out attempts this group is not in), the ring,
 //                    and the heal: a member that does not hold the step's state receives it from
@@ -12,6 +12,16 @@
 //
 // Every call is collective over the group and returns the same outcome on every rank (errors of
 // rank 0's etcd requests included).
+//
+// The group's lifecycle (one table in elastic_group.cc; every change goes through transition()):
+//   Joined --begin: a quorum with this group--> InQuorum   (the job's first step no longer waits
+//                                                          for every group)
+//   InQuorum --begin: the ring is up, the heal done--> InStep
+//   InStep --commit: the quorum decided (commit or abort)--> Decided
+//   InStep --begin again, without commit: the step is given up--> Decided
+//   Decided --begin: the next step's quorum--> InQuorum
+// A begin whose ring or heal fails stays InQuorum for its next attempt; one that fails outright
+// leaves the state where it was.
 #pragma once
 
 #include <condition_variable>
@@ -22,16 +32,21 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "elastic/quorum.h"
 #include "elastic/replica_ring.h"
+#include "engine/unit_collectives.h"
 #include "hsdp/config.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/transport.h"
 
 namespace hsdp::engine {
+
+enum class GroupState : uint8_t { kJoined, kInQuorum, kInStep, kDecided };
+const char* stateName(GroupState s);
 
 // The state a heal moves: every buffer of this rank (same order and sizes on every group's
 // same-position rank), and what to do once they are written.
@@ -45,7 +60,8 @@ class ElasticGroup {
  public:
   // Opens this rank's replica listener, publishes the group (rank 0 joins the job with
   // `fingerprint`), all ranks agreeing on the outcome.
-  static StatusOr<std::unique_ptr<ElasticGroup>> create(const ElasticPolicy& policy, Comm& control,
+  static StatusOr<std::unique_ptr<ElasticGroup>> create(const ElasticPolicy& policy,
+                                                        UnitCollectives& control,
                                                         const std::string& fingerprint);
   ~ElasticGroup();
 
@@ -56,7 +72,7 @@ class ElasticGroup {
   [[nodiscard]] Status startAverage(std::span<float> grad);
   // Waits for every average started, then the vote and the quorum's decision (true: apply).
   StatusOr<bool> commit();
-  bool begun() const { return begun_; }
+  bool begun() const { return state_ == GroupState::kInStep; }
   // The last step this group committed and the groups of its quorum (what a save names).
   struct Committed {
     int64_t step = -1;
@@ -69,14 +85,17 @@ class ElasticGroup {
   StatusOr<std::vector<std::vector<int>>> membership(int64_t steps);
 
  private:
-  explicit ElasticGroup(Comm& control) : control_(control) {}
+  explicit ElasticGroup(UnitCollectives& control) : control_(control) {}
   void workLoop();
   // Rank 0's status (and the string it filled) on every rank.
   Status fromRoot(const Status& root_status, std::string* text);
   // Every rank's ok flag and suspects summed; rank 0 votes. Returns the quorum's decision.
   StatusOr<bool> voteAndDecide(const Status& local);
+  // The one place the group changes state: a move the table does not list is a
+  // FailedPrecondition naming the group and both states ("; <hint>" after it when given).
+  [[nodiscard]] Status transition(GroupState to, std::string_view verb, std::string_view hint = {});
 
-  Comm& control_;
+  UnitCollectives& control_;  // the control plane: agreement, broadcast, sums
   ElasticPolicy policy_;
   std::string name_;  // "g<index>"
   std::unique_ptr<elastic::ReplicaListener> listener_;
@@ -85,7 +104,7 @@ class ElasticGroup {
   elastic::StepQuorum q_;      // the step's quorum, as rank 0 read it
   int self_ = -1;              // this group's index in q_.members
   std::vector<int> culprits_;  // members this rank found gone in its last failed call
-  bool begun_ = false;
+  GroupState state_ = GroupState::kJoined;
   int64_t local_step_ = 0;
   Committed committed_;
 
@@ -97,9 +116,7 @@ class ElasticGroup {
   bool busy_ = false, stop_ = false;
   Status work_status_;              // the first failure of the step's averages
   std::vector<int> work_culprits_;  // and the members it named
-  std::thread
-      worker_;  // declared last: joined first  // the steps this group had committed at begin()
-  bool started_ = false;  // begin() ran once (the job's first step waits for every group)
+  std::thread worker_;              // declared last: joined first
 };
 
 }  // namespace hsdp::engine

@@ -3,9 +3,9 @@
 // themselves to, are core's (core/memory_space.h), so that a backend below the engine can
 // implement them. One engine (engine/sharded_model.cc) runs on either space:
 //
-//  - host (hostMemorySpace below, engine/memory_space_host.cc): HostBuffer, memcpy, loops and the
-//    CPU Adam; collectives are waited for on the host. This is the engine as it was before the
-//    seam, operation for operation, so host results are bit for bit unchanged.
+//  - host (core/memory_space.h: hostMemorySpace, core/memory_space_host.cc): HostBuffer, memcpy,
+//    loops and the CPU Adam; collectives are waited for on the host. This is the engine as it
+//    was before the seam, operation for operation, so host results are bit for bit unchanged.
 //  - CUDA (cuda/cuda_space.h: device buffers, kernels from cuda/kernels.h, the offload and
 //    snapshot copies; collectives/nccl/nccl_space.cc: NCCL collectives on them and the
 //    registration as "cuda", in CUDA builds only): "waiting" for a collective is a stream waiting
@@ -15,12 +15,8 @@
 
 #include "core/memory_space.h"
 #include "hsdp/config.h"
-#include "offload/cpu_adam.h"
 
 namespace hsdp {
-
-// The host space; its kernels step shards with `adam` (not owned, outlives the bundle).
-SpaceBundle hostMemorySpace(CpuAdam* adam);
 
 // The space registered for `device` (kHost: not registered, use hostMemorySpace). A device this
 // build has no space for is a FailedPrecondition saying how to get it.

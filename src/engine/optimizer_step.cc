@@ -25,6 +25,30 @@ AdamShard spanOf(const ShardStep& s, const DecaySpan& d) {
 }
 }  // namespace
 
+std::vector<DecaySpan> decaySpans(const FlatLayout& l, int k) {
+  std::vector<DecaySpan> spans;
+  const size_t sb = static_cast<size_t>(k) * l.shardNumel(), se = sb + l.shardNumel();
+  for (size_t i = 0; i < l.params().size(); ++i) {
+    const size_t pb = l.offset(i), pe = pb + l.params()[i].numel();
+    const size_t b = std::max(sb, pb), e = std::min(se, pe);
+    if (b >= e) continue;
+    const bool decay = l.params()[i].weight_decay;
+    if (!spans.empty() && spans.back().decay == decay &&
+        spans.back().begin + spans.back().n == b - sb)
+      spans.back().n += e - b;
+    else
+      spans.push_back({b - sb, e - b, decay});
+  }
+  // Padding (past the last parameter) steps with the last run; a shard of padding alone decays
+  // (its values are zero and stay zero either way).
+  const size_t covered = spans.empty() ? 0 : spans.back().begin + spans.back().n;
+  if (spans.empty())
+    spans.push_back({0, l.shardNumel(), true});
+  else if (covered < l.shardNumel())
+    spans.back().n += l.shardNumel() - covered;
+  return spans;
+}
+
 StatusOr<std::unique_ptr<OptimizerStep>> OptimizerStep::create(const EngineConfig& cfg) {
   auto o = std::make_unique<OptimizerStep>();
   if (cfg.device == Device::kHost || cfg.offload.cpu) {  // the CPU Adam steps host shards

@@ -15,6 +15,7 @@
 #include "core/host_buffer.h"
 #include "core/memory_space.h"
 #include "hsdp/config.h"
+#include "hsdp/flat_layout.h"
 #include "hsdp/quantize.h"
 #include "offload/cpu_adam.h"
 #include "offload/step_queue.h"
@@ -29,6 +30,11 @@ struct DecaySpan {
   size_t n = 0;
   bool decay = true;
 };
+
+// The runs of shard `k` of `layout` whose parameters share a weight-decay setting (padding joins
+// the run before it), merged, in shard-relative offsets. One span when every parameter decays
+// alike.
+std::vector<DecaySpan> decaySpans(const FlatLayout& layout, int k);
 
 // One unit's shard as the optimizer steps it: n elements per array, in the memory the stepper
 // reads (host for the CPU Adam), span by span.

@@ -1,10 +1,15 @@
-// ShardedModel: creation (the configuration checks), unit registration, the small accessors,
-// setParameter and gatherFullParameters. The lifecycle lives beside it, one file per concept
-// (engine/sharded_model_impl.h lists them).
+// ShardedModel, the facade: creation (engine/config_check.h refuses what cannot run), unit
+// registration, the small accessors, setParameter and gatherFullParameters, the lifecycle's
+// verbs (unshard ... reshard and the copies: the ParamGroup's, engine/param_group.h; grad,
+// copyInGrads, reduceGrad: the GradReducer's, engine/grad_reducer.h), and finalize() with the
+// memory report beside it. The step and the checkpoints live beside it (sharded_model_impl.h).
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cmath>
 #include <tuple>
 
+#include "engine/config_check.h"
 #include "engine/sharded_model_impl.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
@@ -13,123 +18,6 @@
 namespace hsdp {
 
 using engine::Unit;
-
-namespace {
-
-// The inter wires (config.h): int8/int4 run in the hierarchical host schedules, gather fp32
-// masters (zero3 only: zero1/zero2 gather into the replicated parameters that hold the master)
-// and reduce fp32 gradients; the encoded replica wire is host only. Nothing is quantized where
-// nothing crosses nodes (inter_shard 1), so those settings are accepted there.
-Status checkWires(const MeshShape& s, const EngineConfig& cfg) {
-  const Wire pw = *cfg.wires.inter_param_wire, gw = *cfg.wires.inter_grad_wire,
-             rw = *cfg.wires.replica_wire;
-  if (cfg.device == Device::kCuda && (wireQuantized(pw) || wireQuantized(gw) || rw != Wire::kFp32))
-    return invalidArgument("the ",
-                           wireQuantized(pw)   ? "parameter"
-                           : wireQuantized(gw) ? "gradient"
-                                               : "replica",
-                           " wire ",
-                           wireName(wireQuantized(pw)   ? pw
-                                    : wireQuantized(gw) ? gw
-                                                        : rw),
-                           " runs in the hierarchical host schedules; on a device parameters and "
-                           "gradients move with NCCL (use fp32 or bf16 wires)");
-  if (s.inter_shard < 2) return okStatus();
-  for (auto [w, what, var] : {std::tuple{pw, "parameter", "HSDP_INTER_PARAM_WIRE"},
-                              std::tuple{gw, "gradient", "HSDP_INTER_GRAD_WIRE"}}) {
-    if (!wireQuantized(w)) continue;
-    if (!*cfg.pipeline.hierarchical)
-      return invalidArgument("the ", wireName(w), " inter ", what, " wire (", var,
-                             ") needs the hierarchical schedules (HSDP_HIER=1)");
-  }
-  if (wireQuantized(pw) && cfg.mode != ShardMode::kZero3)
-    return invalidArgument("the ", wireName(pw), " inter parameter wire needs mode zero3 (got ",
-                           shardModeName(cfg.mode),
-                           "): zero1/zero2 gather into the replicated "
-                           "parameters that hold the fp32 master");
-  if (wireQuantized(pw) && cfg.precision.param_dtype != DType::kFloat32)
-    return invalidArgument("the ", wireName(pw),
-                           " inter parameter wire encodes the fp32 master; "
-                           "precision.param_dtype ",
-                           dtypeName(cfg.precision.param_dtype), " would gather bf16: pick one");
-  if (wireQuantized(gw) && cfg.precision.reduce_dtype != DType::kFloat32)
-    return invalidArgument("the ", wireName(gw),
-                           " inter gradient wire encodes fp32 gradients; "
-                           "precision.reduce_dtype ",
-                           dtypeName(cfg.precision.reduce_dtype), ": pick one");
-  return okStatus();
-}
-
-// Every combination the engine cannot run is named here, before anything is allocated, so every
-// rank reaches the same verdict with no collective.
-Status checkConfig(const Mesh& mesh, const EngineConfig& cfg) {
-  HSDP_RETURN_IF_ERROR(validate(cfg.adam));
-  const MeshShape& s = mesh.shape();
-  if (!cfg.elastic.endpoint->empty()) {
-    // The groups are the replicas: each group is one shard group on host memory, and the
-    // replica level runs between groups (docs/elastic.md).
-    if (cfg.device != Device::kHost)
-      return unimplemented(
-          "elastic mode (HSDP_ELASTIC_ENDPOINT) runs on host memory only; "
-          "EngineConfig::device is ",
-          deviceName(cfg.device));
-    if (cfg.mode == ShardMode::kNone)
-      return invalidArgument("elastic mode needs a sharded mode (zero1, zero2, zero3), not none");
-    if (s.replicas() != 1)
-      return invalidArgument("elastic mode: the mesh has ", s.replicas(),
-                             " replicas; in an elastic job each group is one shard group (the "
-                             "groups are the replicas): set intra_shard x inter_shard = ",
-                             s.world_size);
-  }
-  if (cfg.device == Device::kCuda) {
-    HSDP_RETURN_IF_ERROR(memorySpaceAvailable(Device::kCuda));  // e.g. built without CUDA
-    // Device buffers move only over NCCL: the communicators the engine uses must be NCCL.
-    std::vector<std::pair<const char*, Comm*>> comms = {
-        {"shard-group", &mesh.shardGroup()},
-        {"shard-group-reduce", &mesh.shardGroupReduce()},
-        {"replica", &mesh.replica()}};
-    if (cfg.hpz) comms.push_back({"intra-shard", &mesh.intraShard()});
-    for (auto [role, comm] : comms)
-      if (std::string_view(comm->transportName()) != "nccl")
-        return invalidArgument("Device::kCuda needs NCCL communicators, but the mesh's ", role,
-                               " communicator runs on '", comm->transportName(),
-                               "'; build the mesh over an NCCL world "
-                               "(hsdp::nccl::createNcclComm, hsdp/nccl.h)");
-  }
-  if (cfg.mode == ShardMode::kNone && s.shardGroupSize() != 1)
-    return invalidArgument(
-        "mode none replicates everything and needs intra_shard=1 and "
-        "inter_shard=1 (got intra_shard=",
-        s.intra_shard, ", inter_shard=", s.inter_shard, "); use mode zero3 to shard");
-  if (cfg.offload.cpu && cfg.mode == ShardMode::kNone)
-    return invalidArgument(
-        "CPU offload needs a sharded optimizer: mode none keeps the optimizer "
-        "state with every replica; use zero1, zero2 or zero3");
-  if (cfg.hpz && cfg.mode != ShardMode::kZero3)
-    return invalidArgument("hpZ needs mode zero3 (got ", shardModeName(cfg.mode),
-                           "): only zero3 re-gathers parameters in backward");
-  if (cfg.hpz && (s.intra_shard < 2 || s.inter_shard < 2))
-    return invalidArgument("hpZ needs intra_shard > 1 and inter_shard > 1 (got intra_shard=",
-                           s.intra_shard, ", inter_shard=", s.inter_shard,
-                           "): the secondary partition is over the node's shard ranks and only "
-                           "saves traffic when the shard group spans nodes");
-  for (DType t : {cfg.precision.param_dtype, cfg.precision.reduce_dtype})
-    if (t != DType::kFloat32 && t != DType::kBFloat16)
-      return invalidArgument("mixed precision dtype ", dtypeName(t), " is not float or bf16");
-  HSDP_RETURN_IF_ERROR(engine::checkClipNorm(cfg.clip_norm));
-  if (cfg.pipeline.max_gathered_units < 0)
-    return invalidArgument("EngineConfig::pipeline.max_gathered_units=",
-                           cfg.pipeline.max_gathered_units, " must be >= 0");
-  return checkWires(s, cfg);
-}
-
-}  // namespace
-
-Status engine::checkClipNorm(float clip_norm) {
-  if (!std::isfinite(clip_norm) || clip_norm < 0)
-    return invalidArgument("clip_norm=", clip_norm, " must be finite and >= 0");
-  return okStatus();
-}
 
 Status ShardedModel::Impl::checkUnit(int u, const char* verb) const {
   if (!finalized) return failedPrecondition(verb, ": call finalize() first");
@@ -144,14 +32,16 @@ ShardedModel::~ShardedModel() = default;
 StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
                                                              EngineConfig config) {
   HSDP_ASSIGN_OR_RETURN(EngineConfig cfg, resolveEngineConfig(std::move(config)));
-  HSDP_RETURN_IF_ERROR(checkConfig(mesh, cfg));
+  HSDP_RETURN_IF_ERROR(engine::checkConfig(mesh, cfg));
   HSDP_RETURN_IF_ERROR(watchdog::setTimeout(*cfg.failure.timeout_s));
   auto impl = std::make_unique<Impl>();
   impl->mesh = &mesh;
   HSDP_ASSIGN_OR_RETURN(impl->opt, engine::OptimizerStep::create(cfg));
   SpaceBundle space;
   if (cfg.device == Device::kHost) {  // host shards are stepped by the SIMD CPU Adam
-    space = hostMemorySpace(impl->opt->cpuAdam());
+    space = hostMemorySpace(
+        [adam = impl->opt->cpuAdam()](const AdamConfig& c, int64_t t, const AdamShard& s,
+                                      float scale) { return adam->step(c, t, s, scale); });
   } else {
     HSDP_ASSIGN_OR_RETURN(space, createMemorySpace(cfg.device, /*compute_stream=*/nullptr));
   }
@@ -177,6 +67,24 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
   copt.replica_wire = {*cfg.wires.replica_wire, *cfg.wires.quant_block};
   HSDP_ASSIGN_OR_RETURN(impl->coll,
                         engine::UnitCollectives::create(mesh, std::move(space.collectives), copt));
+  engine::ParamGroup::Options popt;
+  popt.shards = impl->shards;
+  popt.replicated = impl->replicatedParams();
+  popt.bf16 = impl->bf16Params();
+  popt.encoded = impl->encodedParams();
+  popt.hpz = cfg.hpz;
+  popt.max_gathered = cfg.pipeline.max_gathered_units;
+  popt.inter_shard = mesh.shape().inter_shard;
+  popt.intra_idx = mesh.coords().intra_idx;
+  impl->params = std::make_unique<engine::ParamGroup>(impl->units, *impl->space, *impl->coll, popt);
+  engine::GradReducer::Options ropt;
+  ropt.shards = impl->shards;
+  ropt.pooled = impl->pooledGrads();
+  ropt.bf16 = impl->bf16Reduce();
+  Impl* m = impl.get();
+  impl->reducer = std::make_unique<engine::GradReducer>(
+      impl->units, *impl->space, *impl->coll, impl->params->pool(), impl->params->pool16(), ropt,
+      [m](int unit) { return m->onReduced(unit); });
   return std::unique_ptr<ShardedModel>(new ShardedModel(std::move(impl)));
 }
 
@@ -202,6 +110,8 @@ StatusOr<int> ShardedModel::addUnit(std::string name, std::vector<ParamSpec> par
   u.layout = std::move(layout);
   u.frozen = options.frozen;
   m.units.push_back(std::move(u));
+  m.params->addUnit();
+  m.reducer->addUnit();
   return static_cast<int>(m.units.size()) - 1;
 }
 
@@ -238,11 +148,11 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
     const size_t pb = u.layout.offset(i), pe = pb + p.numel();
     const size_t b = std::max(sb, pb), e = std::min(se, pe);
     if (b >= e) return okStatus();
-    return sp.copyFromHost(u.param_shard.as<float>() + (b - sb), full + (b - pb),
+    return sp.copyFromHost(m.paramsOf(u).shard.as<float>() + (b - sb), full + (b - pb),
                            (e - b) * sizeof(float));
   };
   if (m.replicatedParams()) {  // every rank holds the whole parameter
-    float* dst = u.full_params.as<float>() + u.layout.offset(i);
+    float* dst = m.paramsOf(u).whole.as<float>() + u.layout.offset(i);
     if (m.bf16Params()) {
       // Keep our slice exact in the fp32 master, and the compute copy as the bf16 rounding.
       HSDP_RETURN_IF_ERROR(copySlice());
@@ -270,10 +180,11 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
   out->resize(u.layout.numel());
   // `out` is host memory: on a device the host waits here for the data (copyToHost).
   if (m.shards == 1 || (m.replicatedParams() && !m.bf16Params())) {
-    const void* src = m.shards == 1 ? u.param_shard.data() : u.full_params.data();
+    const engine::UnitParams& p = m.paramsOf(u);
+    const void* src = m.shards == 1 ? p.shard.data() : p.whole.data();
     return m.space->copyToHost(out->data(), src, u.layout.numel() * sizeof(float));
   }
-  HSDP_ASSIGN_OR_RETURN(void* block, m.blocks.pool.acquire(/*zero=*/false));
+  HSDP_ASSIGN_OR_RETURN(void* block, m.params->pool().acquire(/*zero=*/false));
   // The fp32 masters (with bf16 parameters the gathered compute copies are roundings; an
   // int8/int4 parameter wire is bypassed: this gather is exact).
   watchdog::Label label(u.name, "shard group");
@@ -283,8 +194,254 @@ Status ShardedModel::gatherFullParameters(int unit, std::vector<float>* out) {
                  ? m.coll->reached(*w, Lane::kCompute, /*block=*/true, /*exposed=*/false).status()
                  : w.status();
   if (s.ok()) s = m.space->copyToHost(out->data(), block, u.layout.numel() * sizeof(float));
-  HSDP_RETURN_IF_ERROR(m.blocks.pool.release(block));
+  HSDP_RETURN_IF_ERROR(m.params->pool().release(block));
   return s;
+}
+
+// ---- the parameters' verbs (engine/param_group.h) ----
+
+Status ShardedModel::unshard(int unit) {
+  Impl& m = *impl_;
+  HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "unshard"));
+  HSDP_RETURN_IF_ERROR(m.params->checkUnshard(unit));
+  HSDP_RETURN_IF_ERROR(m.reducer->poll(/*block=*/false));
+  HSDP_RETURN_IF_ERROR(m.waitForStep(m.units[unit]));  // never gather before the step lands
+  return m.params->unshard(unit);
+}
+
+Status ShardedModel::waitForUnshard(int unit) {
+  Impl& m = *impl_;
+  HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "waitForUnshard"));
+  HSDP_RETURN_IF_ERROR(m.params->waitForUnshard(unit));
+  return m.reducer->poll(/*block=*/false);
+}
+
+Status ShardedModel::reshard(int unit) {
+  HSDP_RETURN_IF_ERROR(impl_->checkUnit(unit, "reshard"));
+  return impl_->params->reshard(unit);
+}
+
+StatusOr<ParamView> ShardedModel::param(int unit, std::string_view name) {
+  HSDP_RETURN_IF_ERROR(impl_->checkUnit(unit, "param"));
+  return impl_->params->param(unit, name);
+}
+
+Status ShardedModel::copyOutParams(int unit, std::span<const TensorRef> tensors) {
+  HSDP_RETURN_IF_ERROR(impl_->checkUnit(unit, "copyOutParams"));
+  return impl_->params->copyOut(unit, tensors);
+}
+
+// ---- the gradient's verbs (engine/grad_reducer.h) ----
+
+StatusOr<ParamView> ShardedModel::grad(int unit, std::string_view name) {
+  Impl& m = *impl_;
+  HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "grad"));
+  Unit& u = m.units[unit];
+  HSDP_ASSIGN_OR_RETURN(size_t i, u.layout.indexOf(name));
+  HSDP_RETURN_IF_ERROR(m.reducer->ensure(unit, "grad", name));
+  const ParamSpec& p = u.layout.params()[i];
+  return ParamView{m.gradOf(u).life.full + u.layout.offset(i), p.shape, p.numel()};
+}
+
+Status ShardedModel::copyInGrads(int unit, std::span<const TensorRef> tensors) {
+  Impl& m = *impl_;
+  HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "copyInGrads"));
+  Unit& u = m.units[unit];
+  // Checked before the gradient buffer is taken (and zeroed), so a bad call changes nothing.
+  HSDP_RETURN_IF_ERROR(m.params->checkTensors(unit, tensors, "copyInGrads", /*into_flat=*/true));
+  HSDP_RETURN_IF_ERROR(m.reducer->ensure(unit, "copyInGrads", {}));
+  return m.params->runCopies(unit, tensors, "copyInGrads", m.gradOf(u).life.full,
+                             /*into_flat=*/true);
+}
+
+Status ShardedModel::reduceGrad(int unit) {
+  HSDP_RETURN_IF_ERROR(impl_->checkUnit(unit, "reduceGrad"));
+  impl_->norm_ready = false;  // the gradient changes: a norm computed before is stale
+  return impl_->reducer->reduce(unit);
+}
+
+// ---- finalize(): every buffer the engine will use, allocated once (and pre-faulted by the
+// memory space), and the memory report that counts exactly those buffers, side by side so that
+// the two cannot drift apart ----
+namespace {
+
+// Every rank must hold the same units, or the collectives would pair different buffers and hang
+// or corrupt: a signature of all names, shapes and per-unit settings, compared across the world.
+uint64_t registrationSignature(const std::vector<Unit>& units) {
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  for (const Unit& u : units) {
+    XXH64_update(st, u.name.data(), u.name.size() + 1);
+    const char frozen = u.frozen ? 1 : 0;
+    XXH64_update(st, &frozen, 1);
+    for (const ParamSpec& p : u.layout.params()) {
+      XXH64_update(st, p.name.data(), p.name.size() + 1);
+      XXH64_update(st, p.shape.data(), p.shape.size() * sizeof(int64_t));
+      const char decay = p.weight_decay ? 1 : 0;
+      XXH64_update(st, &decay, 1);
+      int64_t sep = -1;
+      XXH64_update(st, &sep, sizeof(sep));
+    }
+  }
+  const uint64_t sig = XXH64_digest(st);
+  XXH64_freeState(st);
+  return sig;
+}
+
+}  // namespace
+
+// Error feedback buffers of the unit's encoded gradient wires, zeroed once.
+Status ShardedModel::Impl::allocateResiduals(Unit& u) {
+  if (!*cfg.wires.grad_error_feedback || u.frozen) return okStatus();
+  const size_t n = u.layout.shardNumel();
+  const size_t inter = coll->gradResidualCount(n);
+  const size_t replica = coll->replicaResidualCount(n);
+  engine::UnitGrad& g = gradOf(u);
+  if (inter > 0) {
+    HSDP_ASSIGN_OR_RETURN(g.residual, space->allocate(inter * sizeof(float)));
+    HSDP_RETURN_IF_ERROR(space->zero(g.residual.data(), inter * sizeof(float), Lane::kCompute));
+  }
+  if (replica > 0) {
+    HSDP_ASSIGN_OR_RETURN(g.replica_residual, space->allocate(replica * sizeof(float)));
+    HSDP_RETURN_IF_ERROR(
+        space->zero(g.replica_residual.data(), replica * sizeof(float), Lane::kCompute));
+  }
+  return okStatus();
+}
+
+Status ShardedModel::finalize() {
+  Impl& m = *impl_;
+  if (m.finalized) return failedPrecondition("finalize() called twice");
+  int64_t mine[2] = {static_cast<int64_t>(m.units.size()),
+                     static_cast<int64_t>(registrationSignature(m.units))};
+  std::vector<int64_t> all(2 * m.coll->controlSize());
+  HSDP_RETURN_IF_ERROR(m.coll->controlAllGather(mine, all.data(), 2, DType::kInt64));
+  for (int r = 1; r < m.coll->controlSize(); ++r) {
+    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
+      return invalidArgument("unit registrations differ across ranks: rank 0 registered ", all[0],
+                             " units (signature ", std::hex, static_cast<uint64_t>(all[1]),
+                             std::dec, "), rank ", r, " registered ", all[2 * r],
+                             " units (signature ", std::hex, static_cast<uint64_t>(all[2 * r + 1]),
+                             std::dec, "); every rank must add the same units and parameters");
+  }
+  if (m.units.empty()) return failedPrecondition("finalize(): no units registered");
+  HSDP_RETURN_IF_ERROR(m.coll->connectReplicas());
+
+  size_t max_shard = 0, max_padded = 0;
+  MemorySpace& sp = *m.space;
+  // What the CPU Adam steps in place (offload on host memory: the master and the gradient
+  // shard) is NUMA-placed host memory, as the moments; everything else comes from the space.
+  auto allocateStepped = [&](bool stepped, size_t bytes) -> StatusOr<SpaceBuffer> {
+    if (!stepped || !m.opt->offloaded() || m.onDevice()) return sp.allocate(bytes);
+    HSDP_ASSIGN_OR_RETURN(HostBuffer b, HostBuffer::allocateNuma(bytes, m.opt->numa()));
+    return SpaceBuffer::wrap(std::move(b));
+  };
+  for (Unit& u : m.units) {
+    const size_t n = u.layout.shardNumel();
+    const size_t bytes = n * sizeof(float);
+    const size_t full_bytes = u.layout.paddedNumel() * sizeof(float);
+    u.decay_spans = engine::decaySpans(u.layout, m.shardIndex());
+    engine::UnitParams& p = m.paramsOf(u);
+    const bool bf16_whole = m.cfg.precision.param_dtype == DType::kBFloat16;
+    if (m.replicatedParams()) {  // the master is a slice of the whole, or apart with bf16
+      HSDP_ASSIGN_OR_RETURN(p.whole, allocateStepped(!u.frozen && !bf16_whole, full_bytes));
+      if (bf16_whole) {
+        HSDP_ASSIGN_OR_RETURN(p.shard, allocateStepped(!u.frozen, bytes));
+      }
+      if (m.cfg.mode == ShardMode::kZero1 && !u.frozen) {
+        HSDP_ASSIGN_OR_RETURN(m.gradOf(u).whole, sp.allocate(full_bytes));
+      }
+    } else {
+      HSDP_ASSIGN_OR_RETURN(p.shard, allocateStepped(!u.frozen, bytes));
+    }
+    if (m.bf16Params()) {
+      HSDP_ASSIGN_OR_RETURN(p.shard16, sp.allocate(n * sizeof(bf16)));
+    }
+    if (m.cfg.hpz) {
+      HSDP_ASSIGN_OR_RETURN(p.node_block, sp.allocate(m.mesh->shape().inter_shard * bytes));
+    }
+    if (m.encodedParams()) {
+      HSDP_ASSIGN_OR_RETURN(p.encoded, sp.allocate(encodedBytes(m.paramWire(), n)));
+    }
+    max_shard = std::max(max_shard, n);
+    max_padded = std::max(max_padded, u.layout.paddedNumel());
+    if (u.frozen) continue;  // no gradient, no optimizer state
+    HSDP_ASSIGN_OR_RETURN(m.gradOf(u).shard, allocateStepped(true, bytes));
+    if (m.opt->offloaded()) {  // offload: optimizer state in NUMA-local host memory
+      HSDP_ASSIGN_OR_RETURN(HostBuffer ea, HostBuffer::allocateNuma(bytes, m.opt->numa()));
+      HSDP_ASSIGN_OR_RETURN(HostBuffer eas, HostBuffer::allocateNuma(bytes, m.opt->numa()));
+      u.exp_avg = SpaceBuffer::wrap(std::move(ea));
+      u.exp_avg_sq = SpaceBuffer::wrap(std::move(eas));
+      if (m.stagedOffload()) {  // on a device: the host copies the CPU Adam steps
+        HSDP_ASSIGN_OR_RETURN(u.host_master, HostBuffer::allocateNuma(bytes, m.opt->numa()));
+        HSDP_ASSIGN_OR_RETURN(u.host_grad, HostBuffer::allocateNuma(bytes, m.opt->numa()));
+      }
+      if (m.bf16Params() && m.stagedOffload()) {
+        HSDP_ASSIGN_OR_RETURN(u.host16, HostBuffer::allocateNuma(n * sizeof(bf16), m.opt->numa()));
+      }
+      HSDP_ASSIGN_OR_RETURN(
+          u.offload, m.opt->hostCopies().offloadSlot({{u.host_grad.data(), u.host_grad.size()},
+                                                      {u.host_master.data(), u.host_master.size()},
+                                                      {u.host16.data(), u.host16.size()}}));
+    } else {
+      HSDP_ASSIGN_OR_RETURN(u.exp_avg, sp.allocate(bytes));
+      HSDP_ASSIGN_OR_RETURN(u.exp_avg_sq, sp.allocate(bytes));
+    }
+    if (m.bf16Reduce()) {
+      HSDP_ASSIGN_OR_RETURN(m.gradOf(u).shard16, sp.allocate(n * sizeof(bf16)));
+    }
+    HSDP_RETURN_IF_ERROR(m.allocateResiduals(u));
+  }
+  // The encoded master starts current (zeros, or what setParameter/load write next).
+  for (Unit& u : m.units) HSDP_RETURN_IF_ERROR(m.refreshEncoded(u));
+  if (m.bf16Params() || m.bf16Reduce()) {
+    HSDP_RETURN_IF_ERROR(m.params->pool16().init(m.space.get(), max_padded * sizeof(bf16), 4));
+  }
+  if (m.shards > 1) {
+    // zero3: four blocks: in backward the current unit's parameters, the prefetched next unit's,
+    // the gradient being written and one still being reduce-scattered. zero2: the last two.
+    // zero1 holds whole gradients and needs none.
+    const int blocks = m.cfg.mode == ShardMode::kZero3   ? 4
+                       : m.cfg.mode == ShardMode::kZero2 ? 2
+                                                         : 0;
+    HSDP_RETURN_IF_ERROR(m.params->pool().init(m.space.get(), max_padded * sizeof(float), blocks));
+  }
+  HSDP_RETURN_IF_ERROR(m.coll->reserve(max_shard, m.bf16Params() || m.bf16Reduce()));
+  m.coll->group().reserve(m.units.size());
+  HSDP_RETURN_IF_ERROR(m.startElastic(registrationSignature(m.units)));
+  m.finalized = true;
+  HSDP_INFO(kShard, "finalized ", m.units.size(), " units, mode ", shardModeName(m.cfg.mode),
+            ", device ", deviceName(m.cfg.device), ", shard group ", m.shards, ", largest unit ",
+            max_padded, " elements (padded)");
+  return okStatus();
+}
+
+MemoryReport ShardedModel::memoryReport() const {
+  const Impl& m = *impl_;
+  MemoryReport r;
+  for (const Unit& u : m.units) {
+    const engine::UnitParams& p = m.paramsOf(u);
+    const engine::UnitGrad& g = m.gradOf(u);
+    r.param_bytes += p.shard.size() + p.whole.size();
+    r.grad_bytes += g.shard.size() + g.whole.size();
+    r.optim_bytes += u.exp_avg.size() + u.exp_avg_sq.size();
+    // With offload, the host memory the CPU Adam steps: the moments, and the master and the
+    // gradient shard: on a device their host copies; on host memory the shards themselves,
+    // stepped in place (one buffer each, in param_bytes/grad_bytes too; total() counts it once).
+    if (m.cfg.offload.cpu && !u.frozen) {
+      const size_t stepped = m.stagedOffload()
+                                 ? u.host_master.size() + u.host_grad.size() + u.host16.size()
+                                 : u.layout.shardNumel() * sizeof(float) + g.shard.size();
+      r.offload_host_bytes += u.exp_avg.size() + u.exp_avg_sq.size() + stepped;
+    }
+    r.hpz_bytes += p.node_block.size();
+    // The encoded wires' per-unit state counts as communication memory.
+    r.comm_bytes += p.encoded.size() + g.residual.size() + g.replica_residual.size();
+  }
+  r.gathered_peak_bytes = m.params->pool().peakBytes();
+  r.gathered_capacity_bytes = m.params->pool().capacityBytes();
+  r.comm_bytes += m.coll->scratchBytes();
+  return r;
 }
 
 }  // namespace hsdp

@@ -1,9 +1,12 @@
 // The optimizer step: the global gradient norm and clipping, Adam/AdamW on every shard (per
 // weight-decay span), CPU offload (each unit's step on the worker thread, launched as soon as its
 // gradient is reduced when nothing needs the global norm first), the learning-rate setter, and
-// zero1/zero2's gathers of the updated parameters.
+// zero1/zero2's gathers of the updated parameters; and elastic mode's part of the model (the
+// job joined at finalize, beginStep, the commit inside step).
 #include <algorithm>
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "engine/sharded_model_impl.h"
@@ -17,14 +20,15 @@ using engine::Unit;
 
 Status ShardedModel::Impl::refresh16(Unit& u) {
   if (!bf16Params()) return okStatus();
-  return space->castToBf16(master(u), u.shard16.as<bf16>(), u.layout.shardNumel(), Lane::kCompute);
+  return space->castToBf16(master(u), paramsOf(u).shard16.as<bf16>(), u.layout.shardNumel(),
+                           Lane::kCompute);
 }
 
 // The int8/int4 parameter wire: encode the master shard once, for every gather until it changes
 // again. (Host only: the quantized wires run in the host schedules.)
 Status ShardedModel::Impl::refreshEncoded(Unit& u) {
   if (!encodedParams()) return okStatus();
-  wireEncode(paramWire(), master(u), u.layout.shardNumel(), u.encoded_shard.data());
+  wireEncode(paramWire(), master(u), u.layout.shardNumel(), paramsOf(u).encoded.data());
   return okStatus();
 }
 
@@ -33,24 +37,25 @@ Status ShardedModel::Impl::refreshEncoded(Unit& u) {
 // master it refreshes.
 engine::ShardStep ShardedModel::Impl::shardStep(Unit& u) {
   engine::ShardStep s;
+  engine::UnitParams& p = paramsOf(u);
   const bool staged = stagedOffload();
   s.master = staged ? u.host_master.as<float>() : master(u);
-  s.grad = staged ? u.host_grad.as<float>() : u.grad_shard.as<float>();
+  s.grad = staged ? u.host_grad.as<float>() : gradOf(u).shard.as<float>();
   s.exp_avg = u.exp_avg.as<float>();
   s.exp_avg_sq = u.exp_avg_sq.as<float>();
   s.n = u.layout.shardNumel();
   s.spans = u.decay_spans;
   // The bf16 copy: straight into shard16 on the host; on a device into host16, then uploaded.
-  if (bf16Params()) s.out16 = staged ? u.host16.as<bf16>() : u.shard16.as<bf16>();
+  if (bf16Params()) s.out16 = staged ? u.host16.as<bf16>() : p.shard16.as<bf16>();
   if (encodedParams()) {  // int8/int4 parameter wire: encoded once per step, while warm
     s.wire = paramWire();
-    s.encoded = u.encoded_shard.data();
+    s.encoded = p.encoded.data();
   }
   if (staged) {
     s.slot = u.offload.get();
     s.space_master = master(u);
-    s.space_grad = u.grad_shard.data();
-    if (bf16Params()) s.space16 = u.shard16.as<bf16>();
+    s.space_grad = gradOf(u).shard.data();
+    if (bf16Params()) s.space16 = p.shard16.as<bf16>();
   }
   return s;
 }
@@ -59,22 +64,33 @@ engine::ShardStep ShardedModel::Impl::shardStep(Unit& u) {
 // Stepping. On host memory the CPU Adam steps the shards in place (NUMA-placed host memory);
 // on a device, host copies (a D2H copy of the gradient started here, the master back after).
 Status ShardedModel::Impl::launchStep(Unit& u, int64_t t, float scale) {
+  engine::GradLifecycle& g = gradOf(u).life;
   const std::initializer_list<GradState> from = {GradState::kReduced};
-  HSDP_RETURN_IF_ERROR(require(u.name, u.grads.state, "offloaded optimizer step", from));
+  HSDP_RETURN_IF_ERROR(require(u.name, g.state, "offloaded optimizer step", from));
   HSDP_RETURN_IF_ERROR(waitForSnapshot());  // the step writes what a save in flight may read
-  HSDP_ASSIGN_OR_RETURN(u.grads.ticket, opt->launch(cfg.adam, t, shardStep(u), scale));
-  return transition(u.name, u.grads.state, GradState::kStepping, "offloaded optimizer step", from);
+  HSDP_ASSIGN_OR_RETURN(g.ticket, opt->launch(cfg.adam, t, shardStep(u), scale));
+  return transition(u.name, g.state, GradState::kStepping, "offloaded optimizer step", from);
+}
+
+// A unit's reductions landed. Offload without clipping: step it now, while backward goes on.
+// (Clipping needs the global norm of every gradient first, so then step() launches them all.)
+// (Elastic mode: not before the quorum commits the step.)
+Status ShardedModel::Impl::onReduced(int unit) {
+  if (opt->offloaded() && cfg.clip_norm <= 0 && !elastic)
+    return launchStep(units[unit], step + 1, 1.0f);
+  return okStatus();
 }
 
 // The unit's parameters are about to be read: its offloaded step must have landed (on a device:
 // the compute stream waits for the upload). Stepping -> Stepped.
 Status ShardedModel::Impl::waitForStep(Unit& u) {
-  if (u.grads.state != GradState::kStepping) return okStatus();
+  engine::GradLifecycle& g = gradOf(u).life;
+  if (g.state != GradState::kStepping) return okStatus();
   watchdog::WaitScope wait("offloaded optimizer step", u.name);
-  HSDP_RETURN_IF_ERROR(opt->wait(u.grads.ticket));
-  u.grads.ticket = 0;
-  HSDP_RETURN_IF_ERROR(transition(u.name, u.grads.state, GradState::kStepped,
-                                  "offloaded optimizer step", {GradState::kStepping}));
+  HSDP_RETURN_IF_ERROR(opt->wait(g.ticket));
+  g.ticket = 0;
+  HSDP_RETURN_IF_ERROR(transition(u.name, g.state, GradState::kStepped, "offloaded optimizer step",
+                                  {GradState::kStepping}));
   return opt->hostCopies().awaitUpload(*u.offload);
 }
 
@@ -96,14 +112,17 @@ double ShardedModel::takeExposedCommSeconds() { return impl_->coll->takeExposedS
 
 // setLearningRate and setClipNorm: with CPU offload and no clipping a unit steps as soon as its
 // gradient is reduced, so neither setting may change once the step's first unit started.
-static Status checkNotStepping(const std::vector<Unit>& units, int64_t step, const char* what,
-                               const std::string& has) {
-  for (const Unit& u : units)
-    if (u.grads.state == GradState::kStepping || u.grads.state == GradState::kStepped)
-      return failedPrecondition(what, ": unit '", u.name, "' is ", stateName(u.grads.state),
+static Status checkNotStepping(const std::vector<Unit>& units, const engine::GradReducer& grads,
+                               int64_t step, const char* what, const std::string& has) {
+  for (size_t k = 0; k < units.size(); ++k) {
+    const Unit& u = units[k];
+    const GradState state = grads.unit(static_cast<int>(k)).life.state;
+    if (state == GradState::kStepping || state == GradState::kStepped)
+      return failedPrecondition(what, ": unit '", u.name, "' is ", stateName(state),
                                 ": it already started step ", step + 1, " with ", has,
                                 " (CPU offload steps units during backward); set it before the "
                                 "step's first reduceGrad");
+  }
   return okStatus();
 }
 
@@ -111,8 +130,8 @@ Status ShardedModel::setLearningRate(float lr) {
   Impl& m = *impl_;
   if (!std::isfinite(lr) || lr <= 0)
     return invalidArgument("setLearningRate: lr=", lr, " must be finite and > 0");
-  HSDP_RETURN_IF_ERROR(
-      checkNotStepping(m.units, m.step, "setLearningRate", strCat("lr ", m.cfg.adam.lr)));
+  HSDP_RETURN_IF_ERROR(checkNotStepping(m.units, *m.reducer, m.step, "setLearningRate",
+                                        strCat("lr ", m.cfg.adam.lr)));
   m.cfg.adam.lr = lr;
   return okStatus();
 }
@@ -120,8 +139,8 @@ Status ShardedModel::setLearningRate(float lr) {
 Status ShardedModel::setClipNorm(float clip_norm) {
   Impl& m = *impl_;
   HSDP_RETURN_IF_ERROR(engine::checkClipNorm(clip_norm).withContext("setClipNorm"));
-  HSDP_RETURN_IF_ERROR(
-      checkNotStepping(m.units, m.step, "setClipNorm", strCat("clip_norm ", m.cfg.clip_norm)));
+  HSDP_RETURN_IF_ERROR(checkNotStepping(m.units, *m.reducer, m.step, "setClipNorm",
+                                        strCat("clip_norm ", m.cfg.clip_norm)));
   m.cfg.clip_norm = clip_norm;
   return okStatus();
 }
@@ -141,11 +160,13 @@ Status ShardedModel::Impl::gatherReplicated(bool frozen_too) {
     g.units.push_back(static_cast<int>(k));
     g.labels.push_back(u.name);
     if (bf16Params()) {  // bf16 on the wire, upcast into the fp32 compute copy below
-      HSDP_ASSIGN_OR_RETURN(void* b16, blocks.pool16.acquire(/*zero=*/false));
+      HSDP_ASSIGN_OR_RETURN(void* b16, params->pool16().acquire(/*zero=*/false));
       g.blocks16.push_back(b16);
-      g.ops.push_back(CollectiveOp::allGather(u.shard16.data(), b16, n, DType::kBFloat16));
+      g.ops.push_back(
+          CollectiveOp::allGather(paramsOf(u).shard16.data(), b16, n, DType::kBFloat16));
     } else {
-      g.ops.push_back(CollectiveOp::allGather(master(u), u.full_params.data(), n, DType::kFloat32));
+      g.ops.push_back(
+          CollectiveOp::allGather(master(u), paramsOf(u).whole.data(), n, DType::kFloat32));
     }
   }
   HSDP_ASSIGN_OR_RETURN(WorkHandle gathers, coll->gatherGroup());
@@ -157,18 +178,18 @@ Status ShardedModel::Impl::gatherReplicated(bool frozen_too) {
     // The compute copy holds the bf16 rounding, as every other rank's; our own slice of the
     // fp32 master is the host/shard master, untouched by this.
     HSDP_RETURN_IF_ERROR(space->castToFloat(static_cast<const bf16*>(g.blocks16[k]),
-                                            u.full_params.as<float>(), u.layout.paddedNumel(),
+                                            paramsOf(u).whole.as<float>(), u.layout.paddedNumel(),
                                             Lane::kCompute));
-    HSDP_RETURN_IF_ERROR(blocks.pool16.release(g.blocks16[k]));
+    HSDP_RETURN_IF_ERROR(params->pool16().release(g.blocks16[k]));
   }
   return okStatus();
 }
 
 Status ShardedModel::Impl::reducedGradients(const char* what) {
-  HSDP_RETURN_IF_ERROR(pollReductions(/*block=*/true));
+  HSDP_RETURN_IF_ERROR(reducer->poll(/*block=*/true));
   for (const Unit& u : units)
     if (!u.frozen)
-      HSDP_RETURN_IF_ERROR(require(u.name, u.grads.state, what,
+      HSDP_RETURN_IF_ERROR(require(u.name, gradOf(u).life.state, what,
                                    {GradState::kReduced, GradState::kStepping, GradState::kStepped},
                                    strCat("it has no reduced gradient; call reduceGrad for every "
                                           "unit before ",
@@ -184,10 +205,10 @@ Status ShardedModel::Impl::computeNorm() {
   std::vector<std::pair<const float*, size_t>> grads;
   grads.reserve(units.size());
   for (Unit& u : units)
-    if (!u.frozen) grads.push_back({u.grad_shard.as<float>(), u.layout.shardNumel()});
+    if (!u.frozen) grads.push_back({gradOf(u).shard.as<float>(), u.layout.shardNumel()});
   {
     watchdog::Label label("gradient norm", "shard group");
-    HSDP_RETURN_IF_ERROR(opt->beginNorm(grads, shards > 1 ? &mesh->shardGroup() : nullptr));
+    HSDP_RETURN_IF_ERROR(opt->beginNorm(grads, coll->normGroup()));
   }
   // The host needs the norm now only to clip; otherwise a device reads it back when asked.
   if (cfg.clip_norm > 0 || !onDevice()) HSDP_RETURN_IF_ERROR(opt->readNorm());
@@ -222,7 +243,7 @@ Status ShardedModel::step() {
     if (!commit) {
       for (Unit& u : m.units)
         if (!u.frozen)
-          HSDP_RETURN_IF_ERROR(transition(u.name, u.grads.state, GradState::kEmpty,
+          HSDP_RETURN_IF_ERROR(transition(u.name, m.gradOf(u).life.state, GradState::kEmpty,
                                           "step (not committed)", {GradState::kReduced}));
       return Status(StatusCode::kAborted,
                     strCat("elastic step ", m.step,
@@ -233,7 +254,7 @@ Status ShardedModel::step() {
   }
   ++m.step;
   for (Unit& u : m.units)  // parameters change: the next gather is full
-    HSDP_RETURN_IF_ERROR(forgetNodeBlock(u.name, u.params, "step"));
+    HSDP_RETURN_IF_ERROR(forgetNodeBlock(u.name, m.paramsOf(u).life, "step"));
   engine::OptimizerStep& opt = *m.opt;
   if (!m.norm_ready) HSDP_RETURN_IF_ERROR(m.computeNorm());
   m.norm_ready = false;
@@ -242,13 +263,13 @@ Status ShardedModel::step() {
   for (Unit& u : m.units) {
     if (u.frozen) continue;
     if (opt.offloaded()) {
-      if (u.grads.state == GradState::kReduced)  // not launched early
+      if (m.gradOf(u).life.state == GradState::kReduced)  // not launched early
         HSDP_RETURN_IF_ERROR(m.launchStep(u, m.step, coef));
       continue;  // Stepping until the wait below
     }
     HSDP_RETURN_IF_ERROR(opt.stepNow(m.cfg.adam, m.step, m.shardStep(u), coef));
-    HSDP_RETURN_IF_ERROR(
-        transition(u.name, u.grads.state, GradState::kEmpty, "step", {GradState::kReduced}));
+    HSDP_RETURN_IF_ERROR(transition(u.name, m.gradOf(u).life.state, GradState::kEmpty, "step",
+                                    {GradState::kReduced}));
   }
   if (opt.offloaded()) {
     // What backward did not hide of the offloaded steps is waited for here.
@@ -256,18 +277,87 @@ Status ShardedModel::step() {
     HSDP_RETURN_IF_ERROR(opt.waitAll());
     for (Unit& u : m.units) {
       if (u.frozen) continue;
-      if (u.grads.state == GradState::kStepping) {  // landed: waitAll above
-        u.grads.ticket = 0;
-        HSDP_RETURN_IF_ERROR(
-            transition(u.name, u.grads.state, GradState::kStepped, "step", {GradState::kStepping}));
+      if (m.gradOf(u).life.state == GradState::kStepping) {  // landed: waitAll above
+        m.gradOf(u).life.ticket = 0;
+        HSDP_RETURN_IF_ERROR(transition(u.name, m.gradOf(u).life.state, GradState::kStepped, "step",
+                                        {GradState::kStepping}));
       }
       HSDP_RETURN_IF_ERROR(opt.hostCopies().awaitUpload(*u.offload));
-      HSDP_RETURN_IF_ERROR(
-          transition(u.name, u.grads.state, GradState::kEmpty, "step", {GradState::kStepped}));
+      HSDP_RETURN_IF_ERROR(transition(u.name, m.gradOf(u).life.state, GradState::kEmpty, "step",
+                                      {GradState::kStepped}));
     }
   }
   if (m.replicatedParams()) HSDP_RETURN_IF_ERROR(m.gatherReplicated(/*frozen_too=*/false));
   return okStatus();
+}
+
+// ---- elastic mode (docs/elastic.md): joining the job at finalize(), each step's beginStep()
+// (quorum, replica ring, heal) and the commit inside step(). The protocol and the transport are
+// engine/elastic_group.h's; this says which of the model's buffers they move ----
+
+Status ShardedModel::Impl::startElastic(uint64_t signature) {
+  if (cfg.elastic.endpoint->empty()) return okStatus();
+  // What must agree between replica groups: the model, the group's mesh and mode, precision and
+  // optimizer (a group launched with another is refused by name).
+  const MeshShape& s = mesh->shape();
+  char units_hex[17];
+  std::snprintf(units_hex, sizeof(units_hex), "%016" PRIx64, signature);
+  const std::string fingerprint =
+      strCat("units=", this->units.size(), ":", units_hex, ";mode=", shardModeName(cfg.mode),
+             ";ranks=", s.world_size, ";mesh=", s.intra_shard, "x", s.inter_shard,
+             ";param=", dtypeName(cfg.precision.param_dtype),
+             ";reduce=", dtypeName(cfg.precision.reduce_dtype),
+             ";optimizer=", optimizerName(cfg.adam.kind));
+  HSDP_ASSIGN_OR_RETURN(elastic, engine::ElasticGroup::create(cfg.elastic, *coll, fingerprint));
+  coll->attachGroups(elastic.get());
+  return okStatus();
+}
+
+StatusOr<bool> ShardedModel::Impl::elasticCommit() {
+  // Every unit's average was started as its reduce-scatter landed (grad_reducer.cc).
+  return elastic->commit();
+}
+
+bool ShardedModel::elastic() const { return impl_->elastic != nullptr; }
+
+StatusOr<StepStart> ShardedModel::beginStep() {
+  Impl& m = *impl_;
+  if (!m.finalized) return failedPrecondition("beginStep: call finalize() first");
+  if (!m.elastic) {
+    StepStart out;
+    out.step = m.step;
+    out.present = {0};
+    return out;
+  }
+  HSDP_RETURN_IF_ERROR(m.checkIdle("beginStep"));
+  // A heal writes the training state: a save in flight must have copied it first.
+  HSDP_RETURN_IF_ERROR(m.waitForSnapshot());
+  // What a heal moves, rank to rank: every unit's fp32 master shard, and for units that train
+  // both Adam moments; the step count follows. Then what derives from the master is refreshed.
+  engine::HealState state;
+  for (Unit& u : m.units) {
+    const size_t bytes = u.layout.shardNumel() * sizeof(float);
+    state.buffers.push_back({reinterpret_cast<char*>(m.master(u)), bytes});
+    if (u.frozen) continue;
+    state.buffers.push_back({reinterpret_cast<char*>(u.exp_avg.data()), bytes});
+    state.buffers.push_back({reinterpret_cast<char*>(u.exp_avg_sq.data()), bytes});
+  }
+  state.step = &m.step;
+  state.installed = [&m]() -> Status {
+    for (Unit& u : m.units) {
+      HSDP_RETURN_IF_ERROR(forgetNodeBlock(u.name, m.paramsOf(u).life, "heal"));
+      HSDP_RETURN_IF_ERROR(m.refresh16(u));
+      HSDP_RETURN_IF_ERROR(m.refreshEncoded(u));
+    }
+    if (m.replicatedParams()) HSDP_RETURN_IF_ERROR(m.gatherReplicated(/*frozen_too=*/true));
+    return okStatus();
+  };
+  return m.elastic->begin(m.step, state);
+}
+
+StatusOr<std::vector<std::vector<int>>> ShardedModel::elasticMembership(int64_t steps) {
+  if (!impl_->elastic) return failedPrecondition("elasticMembership: elastic mode is off");
+  return impl_->elastic->membership(steps);
 }
 
 }  // namespace hsdp

@@ -1,6 +1,9 @@
 // UnitCollectives: every route a unit's parameters and gradients take (unit_collectives.h).
 #include "engine/unit_collectives.h"
 
+#include <cstring>
+
+#include "engine/elastic_group.h"
 #include "hsdp/watchdog.h"
 
 namespace hsdp::engine {
@@ -147,6 +150,41 @@ StatusOr<WorkHandle> UnitCollectives::reduceScatter(const void* full, void* shar
 StatusOr<WorkHandle> UnitCollectives::replicaReduce(void* shard, size_t count, float* residual) {
   if (replica_) return replica_->iallReduce(shard, count, DType::kFloat32, RedOp::kAvg, residual);
   return space_->iallReduce(dataParallel(), shard, count, DType::kFloat32, RedOp::kAvg);
+}
+
+Status UnitCollectives::startGroupAverage(float* shard, size_t count) {
+  if (groups_ == nullptr) return okStatus();
+  return groups_->startAverage({shard, count});
+}
+
+Status UnitCollectives::agree(const Status& local, bool secondary) {
+  Comm& world = mesh_.control();
+  constexpr size_t kMsg = 1024;  // [code, secondary, message..., 0]
+  std::vector<char> mine(kMsg, 0), all(kMsg * world.size());
+  if (!local.ok()) {
+    mine[0] = static_cast<char>(static_cast<int>(local.code()));
+    mine[1] = secondary ? 1 : 0;
+    std::strncpy(mine.data() + 2, local.message().c_str(), kMsg - 3);
+  }
+  HSDP_RETURN_IF_ERROR(world.allGather(mine.data(), all.data(), kMsg, DType::kUInt8));
+  int first = -1;
+  for (int r = world.size() - 1; r >= 0; --r)
+    if (all[r * kMsg] != 0 && (first < 0 || all[r * kMsg + 1] == 0 || all[first * kMsg + 1] != 0))
+      first = r;
+  if (first < 0) return okStatus();
+  return Status(static_cast<StatusCode>(all[first * kMsg]), std::string(&all[first * kMsg + 2]));
+}
+
+Status UnitCollectives::controlAllGather(const void* mine, void* all, size_t count, DType t) {
+  return mesh_.control().allGather(mine, all, count, t);
+}
+
+Status UnitCollectives::controlBroadcast(void* buf, size_t count, DType t, int root) {
+  return mesh_.control().broadcast(buf, count, t, root);
+}
+
+Status UnitCollectives::controlSum(int64_t* values, size_t count) {
+  return mesh_.control().allReduce(values, count, DType::kInt64, RedOp::kSum);
 }
 
 }  // namespace hsdp::engine

@@ -6,7 +6,10 @@
 // reduce-scatter or a replica reduction and never pick a route themselves. It owns the space's
 // collectives (SpaceCollectives, core/memory_space.h: on a device the NCCL collectives and the
 // events a lane waits on), binds the mesh's communicators to their lanes, and is where the
-// engine waits for any collective (reached, poll).
+// engine waits for any collective (reached, poll). The engine's other collectives come this way
+// too: the control plane's small blocking ones on host memory (agreement on an outcome, the
+// registration check, an elastic group's decisions), the communicator the gradient norm is summed
+// over, and the average over elastic replica groups.
 #pragma once
 
 #include <memory>
@@ -20,6 +23,8 @@
 #include "hsdp/mesh.h"
 
 namespace hsdp::engine {
+
+class ElasticGroup;
 
 class UnitCollectives {
  public:
@@ -96,6 +101,27 @@ class UnitCollectives {
   [[nodiscard]] Status poll() { return space_->poll(); }
   double takeExposedSeconds() { return space_->takeExposedSeconds(); }
 
+  // ---- the control plane: small blocking collectives on host memory over the mesh's control
+  // communicator (Mesh::control(): the world, or its host bootstrap on a device transport) ----
+  int controlRank() const { return mesh_.control().rank(); }
+  int controlSize() const { return mesh_.control().size(); }
+  // Every rank's outcome, the same on all: the first error by rank, preferring a cause over a
+  // consequence (`secondary`: this rank failed because another did, e.g. rank 0's commit that
+  // saw a peer's write fail), so every rank names the root cause.
+  [[nodiscard]] Status agree(const Status& local, bool secondary = false);
+  // Every rank's `count` elements at `mine`, in rank order, into `all`.
+  [[nodiscard]] Status controlAllGather(const void* mine, void* all, size_t count, DType t);
+  // Rank `root`'s `count` elements at `buf` on every rank.
+  [[nodiscard]] Status controlBroadcast(void* buf, size_t count, DType t, int root);
+  // `values` summed over every rank, in place.
+  [[nodiscard]] Status controlSum(int64_t* values, size_t count);
+
+  // ---- the gradient norm ----
+  // What step()'s squared gradient norm is summed over (StepKernels::normReduce): the shard
+  // group, whose shards make up the gradient (the replicas hold the same ones); null with a
+  // shard group of one.
+  Comm* normGroup() const { return opt_.shards > 1 ? &mesh_.shardGroup() : nullptr; }
+
   // ---- gradients ----
   // `full` -> this rank's `shard` (count elements), averaged over the shard group; `residual`:
   // the unit's error feedback of an int8/int4 inter wire (gradResidualCount floats) or null.
@@ -104,6 +130,11 @@ class UnitCollectives {
   // The fp32 shard averaged in place over the replicas: the transport's exact all-reduce, or
   // the encoded replica wire (with `residual`, replicaResidualCount floats, for error feedback).
   StatusOr<WorkHandle> replicaReduce(void* shard, size_t count, float* residual);
+  // Elastic mode: the replica groups (ElasticGroup, not owned; it goes before this object).
+  void attachGroups(ElasticGroup* groups) { groups_ = groups; }
+  // The fp32 shard averaged over the elastic replica groups, started on the group's replica
+  // worker in call order (reduceGrad's, the same on every group); nothing when none attached.
+  [[nodiscard]] Status startGroupAverage(float* shard, size_t count);
 
  private:
   UnitCollectives(const Mesh& mesh, std::unique_ptr<SpaceCollectives> space,
@@ -120,6 +151,7 @@ class UnitCollectives {
   std::unique_ptr<Comm> replica_intra_, replica_inter_;
   std::unique_ptr<HierarchicalCollectives> replica_;
   Group group_;
+  ElasticGroup* groups_ = nullptr;
 };
 
 }  // namespace hsdp::engine

@@ -3,7 +3,7 @@
 // transition(), which checks it against the table in unit_state.cc and names the unit and both
 // states when a call comes at the wrong time.
 //
-// Parameters (unshard.cc; step.cc and checkpoint/load.cc forget kept node blocks):
+// Parameters (param_group.cc; step.cc and checkpoint/load.cc forget kept node blocks):
 //   Sharded | NodeBlockKept --unshard--> Deferred   (rate limited: the gather waits for a slot)
 //                                    --> Gathering  (the all-gather is in flight)
 //                                    --> Gathered   (nothing to gather: mode none, zero1/zero2)
@@ -11,7 +11,7 @@
 //   Deferred | Gathering | Gathered --reshard--> Sharded | NodeBlockKept (hpZ keeps the node's
 //                                               block of the gathered parameters until step())
 //   NodeBlockKept --step / load--> Sharded
-// Gradient (reduce.cc, step.cc):
+// Gradient (grad_reducer.cc, step.cc):
 //   Empty | Reduced --grad / copyInGrads--> Accumulating --reduceGrad--> Reducing
 //   Reducing --reductions land--> Reduced --step()--> Empty
 //   Reduced --offload launches the unit's step--> Stepping --its job lands--> Stepped

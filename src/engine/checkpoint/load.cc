@@ -121,7 +121,7 @@ Status ShardedModel::Impl::installFromStaging(int states) {
   }
   // What derives from the masters.
   for (Unit& u : units) {
-    HSDP_RETURN_IF_ERROR(engine::forgetNodeBlock(u.name, u.params, "load"));
+    HSDP_RETURN_IF_ERROR(engine::forgetNodeBlock(u.name, paramsOf(u).life, "load"));
     if (stagedOffload() && !u.frozen)
       HSDP_RETURN_IF_ERROR(space->copyToHost(u.host_master.data(), master(u),
                                              u.layout.shardNumel() * sizeof(float)));
@@ -201,10 +201,12 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
   }
   // A unit stepped early (offload, before this load) is stepped again by the next step(), from
   // the loaded state: Stepped -> Reduced (load waited for every step in flight).
-  for (Unit& u : m.units)
-    if (u.grads.state == engine::GradState::kStepped)
-      HSDP_RETURN_IF_ERROR(transition(u.name, u.grads.state, engine::GradState::kReduced, "load",
+  for (Unit& u : m.units) {
+    engine::GradLifecycle& g = m.gradOf(u).life;
+    if (g.state == engine::GradState::kStepped)
+      HSDP_RETURN_IF_ERROR(transition(u.name, g.state, engine::GradState::kReduced, "load",
                                       {engine::GradState::kStepped}));
+  }
   HSDP_RETURN_IF_ERROR(m.agree(installed));
   result.step = man->step;
   result.bytes_read = reader.bytesRead();

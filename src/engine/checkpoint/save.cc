@@ -24,13 +24,14 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/agree.h"
 #include "engine/checkpoint/saver.h"
 #include "engine/sharded_model_impl.h"
+#include "engine/transition.h"
 #include "hsdp/files.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
 #include "storage/io.h"
+#include "storage/safetensors.h"
 
 namespace hsdp {
 namespace engine {
@@ -38,6 +39,26 @@ namespace engine {
 void SaverDeleter::operator()(Saver* s) const {
   if (s->writer.joinable()) s->writer.join();
   delete s;
+}
+
+namespace {
+using S = SaveState;
+// Every move of the saver's lifecycle (saver.h draws it), as (from, to).
+constexpr std::pair<S, S> kSaveMoves[] = {
+    {S::kIdle, S::kCopying},
+    {S::kIdle, S::kWriting},
+    {S::kCopying, S::kWriting},
+    {S::kWriting, S::kIdle},
+};
+}  // namespace
+
+const char* stateName(SaveState s) {
+  constexpr const char* kNames[] = {"Idle", "Copying", "Writing"};  // SaveState's order
+  return kNames[static_cast<int>(s)];
+}
+
+Status transition(SaveState& state, SaveState to, std::string_view verb, std::string_view hint) {
+  return moveAlong(kSaveMoves, "the checkpoint saver", state, to, verb, hint);
 }
 
 }  // namespace engine
@@ -48,11 +69,11 @@ Status ShardedModel::Impl::checkIdle(const char* verb) const {
   if (!finalized) return failedPrecondition(verb, ": call finalize() first");
   for (const Unit& u : units) {
     HSDP_RETURN_IF_ERROR(
-        engine::require(u.name, u.params.state, verb,
+        engine::require(u.name, paramsOf(u).life.state, verb,
                         {engine::ParamState::kSharded, engine::ParamState::kNodeBlockKept},
                         "it is unsharded; call it between step() and the next forward"));
     HSDP_RETURN_IF_ERROR(engine::require(
-        u.name, u.grads.state, verb,
+        u.name, gradOf(u).life.state, verb,
         {engine::GradState::kEmpty, engine::GradState::kReduced, engine::GradState::kStepping,
          engine::GradState::kStepped},
         "it has a gradient in progress; call it between step() and the next forward"));
@@ -62,33 +83,15 @@ Status ShardedModel::Impl::checkIdle(const char* verb) const {
 
 Status ShardedModel::Impl::agreeJobMarker() {
   constexpr size_t kLen = 128;
-  Comm& world = mesh->control();
-  std::vector<char> mine(kLen, 0), all(kLen * world.size());
+  std::vector<char> mine(kLen, 0), all(kLen * coll->controlSize());
   std::strncpy(mine.data(), files::jobMarker().c_str(), kLen - 1);
-  HSDP_RETURN_IF_ERROR(world.allGather(mine.data(), all.data(), kLen, DType::kUInt8));
+  HSDP_RETURN_IF_ERROR(coll->controlAllGather(mine.data(), all.data(), kLen, DType::kUInt8));
   files::setJobMarker(std::string(all.data()));
   return okStatus();
 }
 
-Status engine::agreeOver(Comm& world, const Status& local, bool secondary) {
-  constexpr size_t kMsg = 1024;  // [code, secondary, message..., 0]
-  std::vector<char> mine(kMsg, 0), all(kMsg * world.size());
-  if (!local.ok()) {
-    mine[0] = static_cast<char>(static_cast<int>(local.code()));
-    mine[1] = secondary ? 1 : 0;
-    std::strncpy(mine.data() + 2, local.message().c_str(), kMsg - 3);
-  }
-  HSDP_RETURN_IF_ERROR(world.allGather(mine.data(), all.data(), kMsg, DType::kUInt8));
-  int first = -1;
-  for (int r = world.size() - 1; r >= 0; --r)
-    if (all[r * kMsg] != 0 && (first < 0 || all[r * kMsg + 1] == 0 || all[first * kMsg + 1] != 0))
-      first = r;
-  if (first < 0) return okStatus();
-  return Status(static_cast<StatusCode>(all[first * kMsg]), std::string(&all[first * kMsg + 2]));
-}
-
 Status ShardedModel::Impl::agree(const Status& local, bool secondary) {
-  return engine::agreeOver(mesh->control(), local, secondary);
+  return coll->agree(local, secondary);
 }
 
 std::vector<ckpt::UnitDesc> ShardedModel::Impl::unitDescs() const {
@@ -145,7 +148,7 @@ void* ShardedModel::Impl::stagingData() const { return saver->snapshot.data(); }
 Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& options) {
   Impl& m = *impl_;
   const auto t0 = engine::Clock::now();
-  if (m.saver && m.saver->in_flight) HSDP_RETURN_IF_ERROR(waitForSave().status());
+  if (saveInFlight()) HSDP_RETURN_IF_ERROR(waitForSave().status());
   Status local = m.checkIdle("save");
   if (local.ok() && root.empty()) local = invalidArgument("save: empty checkpoint root");
   if (local.ok() && options.keep_last < 0)
@@ -261,37 +264,37 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
   s.result.step = m.step;
   s.result.snapshot_seconds = std::chrono::duration<double>(engine::Clock::now() - t0).count();
   s.status = okStatus();
-  s.in_flight = true;
   {
     std::lock_guard<std::mutex> lock(s.mu);
     s.ready = 0;
-    s.copied = !any_host;
+    HSDP_RETURN_IF_ERROR(engine::transition(
+        s.state, any_host ? engine::SaveState::kCopying : engine::SaveState::kWriting, "save"));
   }
   s.writer = std::thread(engine::runWriter, &s);
   return okStatus();
 }
 
 Status ShardedModel::Impl::waitForSnapshot() {
-  if (!saver || !saver->in_flight) return okStatus();
+  if (!saver) return okStatus();
   engine::Saver& s = *saver;
   std::unique_lock<std::mutex> lock(s.mu);
-  if (s.copied) return okStatus();
+  if (s.state != engine::SaveState::kCopying) return okStatus();
   // The copier reads the state for the save in flight: it must not change before.
   watchdog::WaitScope wait("checkpoint snapshot", s.result.dir);
-  s.cv.wait(lock, [&] { return s.copied; });
+  s.cv.wait(lock, [&] { return s.state != engine::SaveState::kCopying; });
   return okStatus();
 }
 
 StatusOr<SaveResult> ShardedModel::waitForSave() {
   Impl& m = *impl_;
-  if (!m.saver || !m.saver->in_flight) return failedPrecondition("waitForSave: no save in flight");
+  if (!saveInFlight()) return failedPrecondition("waitForSave: no save in flight");
   engine::Saver& s = *m.saver;
   // The join waits for this rank's write (and on rank 0 the commit, bounded by
   // SaveOptions::commit_timeout_s); the agreement below is a world collective. Both are a wait
   // the watchdog times, so a rank stopped during a save is named like in any other wait.
   watchdog::WaitScope wait("save", s.result.dir);
   s.writer.join();
-  s.in_flight = false;
+  HSDP_RETURN_IF_ERROR(s.moveTo(engine::SaveState::kIdle, "waitForSave"));
   Status agreed = m.agree(s.status, s.status_secondary);
   if (!agreed.ok() && m.mesh->world().rank() == 0) {
     // Every writer is done (the agreement followed their joins): nothing of the failed save is
@@ -302,7 +305,7 @@ StatusOr<SaveResult> ShardedModel::waitForSave() {
   HSDP_RETURN_IF_ERROR(agreed);
   uint64_t mine = s.result.rank_bytes;
   std::vector<uint64_t> all(m.mesh->world().size());
-  HSDP_RETURN_IF_ERROR(m.mesh->control().allGather(&mine, all.data(), 1, DType::kInt64));
+  HSDP_RETURN_IF_ERROR(m.coll->controlAllGather(&mine, all.data(), 1, DType::kInt64));
   s.result.bytes = 0;
   for (uint64_t b : all) s.result.bytes += b;
   HSDP_INFO(kShard, "checkpoint ", s.result.dir, " committed: ", s.result.bytes, " bytes in ",
@@ -310,11 +313,43 @@ StatusOr<SaveResult> ShardedModel::waitForSave() {
   return s.result;
 }
 
-bool ShardedModel::saveInFlight() const { return impl_->saver && impl_->saver->in_flight; }
+bool ShardedModel::saveInFlight() const {
+  return impl_->saver && impl_->saver->current() != engine::SaveState::kIdle;
+}
 
 StatusOr<SaveResult> ShardedModel::save(const std::string& root, const SaveOptions& options) {
   HSDP_RETURN_IF_ERROR(saveAsync(root, options));
   return waitForSave();
+}
+
+// ShardedModel::exportSafetensors: the full parameters, one unit at a time (gatherFullParameters,
+// collective), written by rank 0 with the writer exportCheckpoint uses, so a model and a
+// checkpoint of it export to the same bytes.
+StatusOr<std::vector<std::string>> ShardedModel::exportSafetensors(const std::string& out,
+                                                                   const ExportOptions& options) {
+  Impl& m = *impl_;
+  Status local = m.checkIdle("exportSafetensors");
+  std::vector<ckpt::SafetensorsWriter::Tensor> list;
+  for (const engine::Unit& u : m.units)
+    for (const ParamSpec& p : u.layout.params())
+      list.push_back({ckpt::joinedName(u.name, p.name), p.shape});
+  StatusOr<ckpt::SafetensorsWriter> w =
+      ckpt::SafetensorsWriter::create(out, std::move(list), options.dtype, options.max_shard_bytes);
+  if (local.ok()) local = w.status();
+  // Rank 0 writes: its view of the target decides (not a link, device, FIFO or directory).
+  if (local.ok() && m.mesh->world().rank() == 0) local = w->checkTargets({});
+  HSDP_RETURN_IF_ERROR(m.agree(local));
+  const bool writer = m.mesh->world().rank() == 0;
+  std::vector<float> full;
+  for (int u = 0; u < numUnits(); ++u) {
+    // Every rank takes part in every gather, whatever rank 0's file does.
+    HSDP_RETURN_IF_ERROR(gatherFullParameters(u, &full));
+    if (writer && local.ok()) local = w->append(full.data(), full.size());
+  }
+  std::vector<std::string> files = w->plannedFiles();
+  if (writer && local.ok()) local = w->finish().status();
+  HSDP_RETURN_IF_ERROR(m.agree(local));
+  return files;
 }
 
 }  // namespace hsdp

@@ -8,16 +8,31 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "engine/sharded_model_impl.h"
+#include "core/host_buffer.h"
+#include "core/memory_space.h"
+#include "hsdp/checkpoint.h"
 #include "storage/io.h"
 
 namespace hsdp::engine {
 
 using Clock = std::chrono::steady_clock;
+
+// The saver's lifecycle (its one table is in save.cc; every change goes through transition()):
+//   Idle --saveAsync--> Copying   (the copier thread reads host chunks of the training state)
+//                   --> Writing   (nothing to copy on the host: device chunks, copy stream)
+//   Copying --the copier is done with the training state--> Writing
+//   Writing --waitForSave (the writer joined, the outcome agreed)--> Idle
+enum class SaveState : uint8_t { kIdle, kCopying, kWriting };
+const char* stateName(SaveState s);
+// The one place the saver changes state; a move its table does not list is a FailedPrecondition
+// naming the saver and both states ("; <hint>" after it when given).
+[[nodiscard]] Status transition(SaveState& state, SaveState to, std::string_view verb,
+                                std::string_view hint = {});
 
 // What a writer thread needs, prepared on the training thread before it starts.
 struct SaveJob {
@@ -45,11 +60,21 @@ struct Saver {
   // offloaded state), or nullptr where startSnapshot brings it (device memory). Set by saveAsync.
   std::vector<const char*> sources;
   // The copier's progress, under `mu`: the snapshot's first `ready` bytes are final (the writer
-  // may write them); `copied`: no chunk is read from the training state any more (it may change).
+  // may write them); `state` (the copier moves it from Copying to Writing): past Copying, no
+  // chunk is read from the training state any more (it may change).
   std::mutex mu;
   std::condition_variable cv;
   uint64_t ready = 0;
-  bool copied = true;
+  SaveState state = SaveState::kIdle;
+  // The state, read under `mu` (the copier may move it meanwhile).
+  SaveState current() {
+    std::lock_guard<std::mutex> lock(mu);
+    return state;
+  }
+  [[nodiscard]] Status moveTo(SaveState to, std::string_view verb, std::string_view hint = {}) {
+    std::lock_guard<std::mutex> lock(mu);
+    return transition(state, to, verb, hint);
+  }
   // No lock: the training thread fills `job` before starting the writer and reads `status` /
   // `result` only after joining it; the join orders the two.
   std::thread writer;
@@ -57,7 +82,6 @@ struct Saver {
   Status status;
   bool status_secondary = false;  // rank 0: the commit failed because a peer's write did
   SaveResult result;
-  bool in_flight = false;
 };
 
 // The writer thread's body: writes this rank's data file as the copier hands it over, its part

@@ -18,7 +18,6 @@
 #include "core/files_internal.h"
 #include "core/json.h"
 #include "engine/checkpoint/saver.h"
-#include "engine/sharded_model_impl.h"
 #include "hsdp/files.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
@@ -70,7 +69,9 @@ Status copyAndHash(Saver& s, XXH64_state_t* file, std::vector<uint64_t>* chunk_h
   auto publish = [&](uint64_t ready, bool copied) {
     std::lock_guard<std::mutex> lock(s.mu);
     s.ready = ready;
-    s.copied = s.copied || copied;
+    // Copying -> Writing, once (a listed move: it cannot fail).
+    if (copied && s.state == SaveState::kCopying)
+      (void)transition(s.state, SaveState::kWriting, "checkpoint copier");
     s.cv.notify_all();
   };
   size_t last_copy = 0;  // one past the last chunk the copier copies

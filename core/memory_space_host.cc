@@ -1,12 +1,13 @@
-// The host memory space (engine/memory_space.h): the engine's operations as plain host code
-// (memcpy, loops, the CPU Adam), exactly what the engine did before the memory-space seam, so
-// host results are bit for bit unchanged. Collectives are waited for on the calling thread.
-// Four objects, as core/memory_space.h splits a space: the memory, its collectives, the step's
-// kernels and the host copies (nothing to copy: the shards are host memory already).
+// The host memory space (core/memory_space.h: hostMemorySpace), beside the seam it implements:
+// the engine's operations as plain host code (memcpy, loops, the CPU Adam the engine hands in),
+// exactly what the engine did before the memory-space seam, so host results are bit for bit
+// unchanged. Collectives are the transports' own, waited for on the calling thread. Four
+// objects, as the seam splits a space: the memory, its collectives, the step's kernels and the
+// host copies (nothing to copy: the shards are host memory already).
 #include <chrono>
 #include <cstring>
 
-#include "engine/memory_space.h"
+#include "core/memory_space.h"
 
 namespace hsdp {
 namespace {
@@ -79,6 +80,11 @@ class HostCollectives final : public SpaceCollectives {
   StatusOr<WorkHandle> igroup(Comm& comm, std::span<const CollectiveOp> ops) override {
     return comm.igroup(ops);
   }
+  // The step kernels' blocking sum (the gradient norm): the kernels' one collective comes this
+  // way, as a device's kernels use their space's collectives.
+  Status allReduceNow(Comm& comm, void* buf, size_t count, DType dtype, RedOp op) {
+    return comm.allReduce(buf, count, dtype, op);
+  }
 
   StatusOr<bool> reached(WorkHandle& w, Lane, bool block, bool exposed) override {
     if (w == nullptr) return true;
@@ -99,14 +105,15 @@ class HostCollectives final : public SpaceCollectives {
   Status poll() override { return okStatus(); }
 };
 
-// The CPU Adam and a double sum of squares.
+// The CPU Adam and a double sum of squares, summed over the group through the collectives.
 class HostKernels final : public StepKernels {
  public:
-  explicit HostKernels(CpuAdam* adam) : adam_(adam) {}
+  HostKernels(HostAdamStep adam, HostCollectives& collectives)
+      : adam_(std::move(adam)), coll_(collectives) {}
 
   Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard,
                   float grad_scale) override {
-    return adam_->step(cfg, t, shard, grad_scale);
+    return adam_(cfg, t, shard, grad_scale);
   }
 
   Status normBegin() override {
@@ -120,14 +127,15 @@ class HostKernels final : public StepKernels {
   Status normReduce(Comm* group) override {
     if (group == nullptr) return okStatus();
     float partial = static_cast<float>(sumsq_);
-    HSDP_RETURN_IF_ERROR(group->allReduce(&partial, 1, DType::kFloat32, RedOp::kSum));
+    HSDP_RETURN_IF_ERROR(coll_.allReduceNow(*group, &partial, 1, DType::kFloat32, RedOp::kSum));
     sumsq_ = partial;
     return okStatus();
   }
   StatusOr<double> normResult() override { return sumsq_; }
 
  private:
-  CpuAdam* adam_;
+  HostAdamStep adam_;
+  HostCollectives& coll_;
   double sumsq_ = 0;
 };
 
@@ -158,11 +166,12 @@ class HostHostCopies final : public HostCopies {
 
 }  // namespace
 
-SpaceBundle hostMemorySpace(CpuAdam* adam) {
+SpaceBundle hostMemorySpace(HostAdamStep adam) {
   SpaceBundle b;
   b.memory = std::make_unique<HostMemory>();
-  b.collectives = std::make_unique<HostCollectives>();
-  b.kernels = std::make_unique<HostKernels>(adam);
+  auto collectives = std::make_unique<HostCollectives>();
+  b.kernels = std::make_unique<HostKernels>(std::move(adam), *collectives);
+  b.collectives = std::move(collectives);
   b.host_copies = std::make_unique<HostHostCopies>();
   return b;
 }
