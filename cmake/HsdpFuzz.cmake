@@ -1,5 +1,5 @@
 # The libFuzzer rule of the test suite (included by tests/CMakeLists.txt; used by tests/core,
-# tests/topology and tests/checkpoint).
+# tests/topology and tests/storage).
 #
 # hsdp_fuzz_test(NAME test BINARY bin SOURCES src... SEEDS file-or-glob... SECONDS s
 #                [SANITIZE address,undefined] [FLAGS cflag...] [LINK lflag...] [ARGS arg...]

@@ -1,6 +1,6 @@
 // The manifest's JSON reader (nlohmann-json). It checks every field it uses, so a corrupt or
 // hand-edited manifest is an error naming the field, never a crash (the fuzz target in
-// tests/checkpoint drives parseManifest with arbitrary bytes). The model and the writer are
+// tests/storage drives parseManifest with arbitrary bytes). The model and the writer are
 // format.cc.
 #include <cmath>
 #include <limits>
