@@ -36,8 +36,6 @@ class PipelinedAllReduce final : public ChunkPipeline {
         count_(count),
         dtype_(dtype),
         op_(op),
-        I_(h.intra_.size()),
-        J_(h.inter_.size()),
         G_(I_ * J_),
         units_((count + G_ - 1) / G_),
         m_(pieceCount(count, numChunks(), G_)) {
@@ -144,7 +142,7 @@ class PipelinedAllReduce final : public ChunkPipeline {
   size_t count_;
   DType dtype_;
   RedOp op_;
-  size_t I_, J_, G_, units_, m_;
+  size_t G_, units_, m_;
   char* P_;
   char* Q_[kSlots];
   char* R_[kSlots];

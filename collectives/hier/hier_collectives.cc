@@ -65,27 +65,43 @@ struct TwoLevelStaging {
   }
 };
 
+// What the fp32/bf16 all-gather and reduce-scatter pipelines share: `count` elements per shard of
+// `dtype`, cut into State::chunkCount chunks that each take one stage per level (`first`, then the
+// other) in the two-stage order, two operations per level in flight, staged in the slot's
+// TwoLevelStaging; `wire` is the element type that crosses nodes (the data's own, or bf16).
+class TwoLevelPipeline : public ChunkPipeline {
+ protected:
+  TwoLevelPipeline(State& h, HostBuffer* slot, size_t count, DType dtype, DType wire, Level first)
+      : ChunkPipeline(h, slot, h.chunkCount(count, dtype),
+                      {first, first == kIntra ? kInter : kIntra}, 2),
+        count_(count),
+        dtype_(dtype),
+        wire_(wire),
+        st_(slot, slotsFor(numChunks()), I_, J_, range(0).second, dtypeSize(dtype), wire != dtype) {
+    setTwoStageOrder();
+  }
+
+  // Chunk c of a shard: its first element and its length.
+  std::pair<size_t, size_t> range(size_t c) const { return chunkRange(count_, numChunks(), c); }
+
+  const size_t count_;
+  const DType dtype_, wire_;
+  TwoLevelStaging st_;
+};
+
 // all-gather: chunk c goes inter, then intra, and lands in place: the inter all-gather writes
 // the J pieces of this rank's intra block straight into `full` (runs {n, 1, count} from
 // (i*J)*count + off), then the intra all-gather, in place from there, writes every rank's J
 // pieces at (i*J + j)*count + off (runs {n, J, count}; Comm::iallGatherRuns). With a bf16 wire
 // the inter phase goes through the wire stages and is converted into the runs when it lands. A
 // transport that cannot land runs in place unpacks them from the slot's stages (the default).
-class PipelinedAllGather final : public ChunkPipeline {
+class PipelinedAllGather final : public TwoLevelPipeline {
  public:
   PipelinedAllGather(State& h, HostBuffer* slot, const void* shard, void* full, size_t count,
                      DType dtype, DType wire)
-      : ChunkPipeline(h, slot, h.chunkCount(count, dtype), {kInter, kIntra}, 2),
+      : TwoLevelPipeline(h, slot, count, dtype, wire, kInter),
         shard_(static_cast<const char*>(shard)),
-        full_(static_cast<char*>(full)),
-        count_(count),
-        dtype_(dtype),
-        wire_(wire),
-        I_(h.intra_.size()),
-        J_(h.inter_.size()),
-        st_(slot, slotsFor(numChunks()), I_, J_, chunkRange(count, numChunks(), 0).second,
-            dtypeSize(dtype), wire_ != dtype) {
-    setTwoStageOrder();
+        full_(static_cast<char*>(full)) {
     advance();
   }
   ~PipelinedAllGather() override { waitForDestruction(); }
@@ -98,7 +114,7 @@ class PipelinedAllGather final : public ChunkPipeline {
 
   StatusOr<WorkHandle> issue(size_t c, int stage) override {
     const size_t es = dtypeSize(dtype_), b = slotOf(c);
-    auto [off, n] = chunkRange(count_, numChunks(), c);
+    auto [off, n] = range(c);
     if (stage == 1)
       return h_.intra_.iallGatherRuns(block(off), full_ + off * es, {n, J_, count_}, dtype_,
                                       st_.full[b]);
@@ -111,38 +127,26 @@ class PipelinedAllGather final : public ChunkPipeline {
   void landed(size_t c, int stage) override {
     if (stage != 0 || wire_ == dtype_) return;
     const size_t b = slotOf(c), ws = dtypeSize(wire_), es = dtypeSize(dtype_);
-    auto [off, n] = chunkRange(count_, numChunks(), c);
+    auto [off, n] = range(c);
     for (size_t j = 0; j < J_; ++j)
       convert(st_.half16[b] + j * n * ws, wire_, block(off) + j * count_ * es, dtype_, n);
   }
 
   const char* shard_;
   char* full_;
-  size_t count_;
-  DType dtype_, wire_;
-  size_t I_, J_;
-  TwoLevelStaging st_;
 };
 
 // reduce-scatter: chunk c's I*J pieces of the user's buffer are reduced inside the node (-> half,
 // J pieces; a transport that cannot read them in place packs them into `full` first), then
 // across nodes (half -> the shard's chunk).
-class PipelinedReduceScatter final : public ChunkPipeline {
+class PipelinedReduceScatter final : public TwoLevelPipeline {
  public:
   PipelinedReduceScatter(State& h, HostBuffer* slot, const void* full, void* shard, size_t count,
                          DType dtype, RedOp op, DType wire)
-      : ChunkPipeline(h, slot, h.chunkCount(count, dtype), {kIntra, kInter}, 2),
+      : TwoLevelPipeline(h, slot, count, dtype, wire, kIntra),
         full_(static_cast<const char*>(full)),
         shard_(static_cast<char*>(shard)),
-        count_(count),
-        dtype_(dtype),
-        op_(op),
-        wire_(wire),
-        I_(h.intra_.size()),
-        J_(h.inter_.size()),
-        st_(slot, slotsFor(numChunks()), I_, J_, chunkRange(count, numChunks(), 0).second,
-            dtypeSize(dtype), wire_ != dtype) {
-    setTwoStageOrder();
+        op_(op) {
     advance();
   }
   ~PipelinedReduceScatter() override { waitForDestruction(); }
@@ -150,7 +154,7 @@ class PipelinedReduceScatter final : public ChunkPipeline {
  private:
   StatusOr<WorkHandle> issue(size_t c, int stage) override {
     const size_t es = dtypeSize(dtype_), b = slotOf(c);
-    auto [off, n] = chunkRange(count_, numChunks(), c);
+    auto [off, n] = range(c);
     if (stage == 0)  // the chunk's I*J pieces, read where they lie (or packed into `full`)
       return h_.intra_.ireduceScatterRuns(full_ + off * es, st_.half[b], {n, J_, count_}, dtype_,
                                           op_, st_.full[b]);
@@ -163,18 +167,13 @@ class PipelinedReduceScatter final : public ChunkPipeline {
   void landed(size_t c, int stage) override {
     if (stage != 1 || wire_ == dtype_) return;
     const size_t es = dtypeSize(dtype_), b = slotOf(c);
-    auto [off, n] = chunkRange(count_, numChunks(), c);
+    auto [off, n] = range(c);
     convert(st_.one16[b], wire_, shard_ + off * es, dtype_, n);
   }
 
   const char* full_;
   char* shard_;
-  size_t count_;
-  DType dtype_;
   RedOp op_;
-  DType wire_;
-  size_t I_, J_;
-  TwoLevelStaging st_;
 };
 
 // Unpipelined two-phase all-gather (one chunk, one wire type): lands in place, no staging.
@@ -183,7 +182,7 @@ class TwoPhaseAllGather final : public PhasedSchedule {
   TwoPhaseAllGather(State& h, const void* shard, void* full, size_t count, DType dtype)
       : PhasedSchedule(h, nullptr, 2), shard_(shard), full_(full), count_(count), dtype_(dtype) {
     block_ = static_cast<char*>(full) +
-             static_cast<size_t>(h.intra_.rank()) * h.inter_.size() * count * dtypeSize(dtype);
+             static_cast<size_t>(h.intra_.rank()) * J_ * count * dtypeSize(dtype);
     advance();
   }
   ~TwoPhaseAllGather() override { waitForDestruction(); }
@@ -191,7 +190,7 @@ class TwoPhaseAllGather final : public PhasedSchedule {
  private:
   StatusOr<WorkHandle> issue(int p) override {
     if (p == 0) return h_.inter_.iallGather(shard_, block_, count_, dtype_);
-    return h_.intra_.iallGather(block_, full_, h_.inter_.size() * count_, dtype_);
+    return h_.intra_.iallGather(block_, full_, J_ * count_, dtype_);
   }
 
   const void* shard_;
@@ -218,8 +217,7 @@ class TwoPhaseReduceScatter final : public PhasedSchedule {
 
  private:
   StatusOr<WorkHandle> issue(int p) override {
-    if (p == 0)
-      return h_.intra_.ireduceScatter(full_, slot_->data(), h_.inter_.size() * count_, dtype_, op_);
+    if (p == 0) return h_.intra_.ireduceScatter(full_, slot_->data(), J_ * count_, dtype_, op_);
     return h_.inter_.ireduceScatter(slot_->data(), shard_, count_, dtype_, op_);
   }
 

@@ -88,7 +88,12 @@ class ScheduleWork : public ProgressiveWork {
  public:
   // The caller's Label goes with the schedule: its sub-collectives are issued later, from any
   // wait or the progress thread, and carry the unit they move in their fingerprints.
-  ScheduleWork(State& h, HostBuffer* slot) : h_(h), slot_(slot), label_(watchdog::currentLabel()) {
+  ScheduleWork(State& h, HostBuffer* slot)
+      : h_(h),
+        slot_(slot),
+        label_(watchdog::currentLabel()),
+        I_(h.intra_.size()),
+        J_(h.inter_.size()) {
     h_.issuing_.push_back(this);
   }
   ~ScheduleWork() override {
@@ -127,6 +132,9 @@ class ScheduleWork : public ProgressiveWork {
   State& h_;
   HostBuffer* slot_;
   watchdog::LabelData label_;
+  // The shape every schedule is laid out by: I ranks on the intra level, J on the inter level
+  // (I*J pieces of a chunk, J of them in an intra block).
+  const size_t I_, J_;
 };
 
 // A pipelined schedule. The data is cut into C chunks, and every chunk passes through the same

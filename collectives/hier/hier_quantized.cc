@@ -57,18 +57,47 @@ void sumPieces(const WireFormat& w, const char* recv, size_t q, const float* own
   }
 }
 
-class QuantAllGather final : public ChunkPipeline {
+// The inter step of both encoded reductions (qgZ): of this node's J partial sums (`pieces`, n
+// elements each), the J-1 that other nodes own are encoded into `send` (error feedback into
+// residual(j) where that is not null; our own piece stays here, exact, for sumPieces) and
+// exchanged in one inter all-to-all into `recv` (J pieces of encodedBytes(w, n) each).
+template <class ResidualOf>
+StatusOr<WorkHandle> exchangeEncoded(Comm& inter, const WireFormat& w, const float* pieces,
+                                     size_t n, size_t me, char* send, char* recv,
+                                     ResidualOf residual) {
+  const size_t J = static_cast<size_t>(inter.size()), q = encodedBytes(w, n);
+  for (size_t j = 0; j < J; ++j)
+    if (j != me) wireEncode(w, pieces + j * n, n, send + j * q, residual(j));
+  return inter.iallToAll(send, recv, q, DType::kUInt8);
+}
+
+// What the quantized all-gather and reduce-scatter pipelines share: `count` elements per shard
+// cut into quantChunkCount chunks of whole blocks of `w`, one stage per level (`first`, then the
+// other) in the two-stage order, two operations per level in flight.
+class QuantPipeline : public ChunkPipeline {
+ protected:
+  QuantPipeline(State& h, HostBuffer* slot, size_t count, const WireFormat& w, Level first)
+      : ChunkPipeline(h, slot, quantChunkCount(h, count, w),
+                      {first, first == kIntra ? kInter : kIntra}, 2),
+        count_(count),
+        w_(w) {
+    setTwoStageOrder();
+  }
+
+  QuantChunk chunk(size_t c) const { return quantChunk(count_, numChunks(), w_, c); }
+
+  const size_t count_;
+  const WireFormat w_;
+};
+
+class QuantAllGather final : public QuantPipeline {
  public:
   QuantAllGather(State& h, HostBuffer* slot, const float* shard, const void* encoded, float* full,
                  size_t count, const WireFormat& w)
-      : ChunkPipeline(h, slot, quantChunkCount(h, count, w), {kInter, kIntra}, 2),
+      : QuantPipeline(h, slot, count, w, kInter),
         shard_(shard),
         encoded_(static_cast<const char*>(encoded)),
-        full_(full),
-        count_(count),
-        w_(w),
-        I_(h.intra_.size()),
-        J_(h.inter_.size()) {
+        full_(full) {
     const size_t q = largest(h, count, w).bytes;
     char* p = slot->as<char>();
     for (size_t b = 0; b < slotsFor(numChunks()); ++b) {
@@ -76,7 +105,6 @@ class QuantAllGather final : public ChunkPipeline {
       half_[b] = p, p += J_ * q;
       all_[b] = p, p += I_ * J_ * q;
     }
-    setTwoStageOrder();
     advance();
   }
   ~QuantAllGather() override { waitForDestruction(); }
@@ -88,7 +116,7 @@ class QuantAllGather final : public ChunkPipeline {
 
  private:
   StatusOr<WorkHandle> issue(size_t c, int stage) override {
-    const QuantChunk k = quantChunk(count_, numChunks(), w_, c);
+    const QuantChunk k = chunk(c);
     const size_t b = slotOf(c);
     if (stage == 1) return h_.intra_.iallGather(half_[b], all_[b], J_ * k.bytes, DType::kUInt8);
     const char* mine = encoded_ != nullptr ? encoded_ + k.byte_off : one_[b];
@@ -97,7 +125,7 @@ class QuantAllGather final : public ChunkPipeline {
   }
   void landed(size_t c, int stage) override {
     if (stage != 1) return;
-    const QuantChunk k = quantChunk(count_, numChunks(), w_, c);
+    const QuantChunk k = chunk(c);
     const char* pieces = all_[slotOf(c)];
     for (size_t q = 0; q < I_ * J_; ++q)  // piece q is shard q (q = intra_idx * J + inter_idx)
       wireDecode(w_, pieces + q * k.bytes, k.n, full_ + q * count_ + k.off);
@@ -106,27 +134,20 @@ class QuantAllGather final : public ChunkPipeline {
   const float* shard_;
   const char* encoded_;
   float* full_;
-  size_t count_;
-  WireFormat w_;
-  size_t I_, J_;
   char* one_[kSlots];   // our chunk's codes (when not given encoded)
   char* half_[kSlots];  // J pieces of codes, after the inter phase
   char* all_[kSlots];   // I*J pieces, after the intra phase
 };
 
-class QuantReduceScatter final : public ChunkPipeline {
+class QuantReduceScatter final : public QuantPipeline {
  public:
   QuantReduceScatter(State& h, HostBuffer* slot, const float* full, float* shard, size_t count,
                      RedOp op, const WireFormat& w, float* residual)
-      : ChunkPipeline(h, slot, quantChunkCount(h, count, w), {kIntra, kInter}, 2),
+      : QuantPipeline(h, slot, count, w, kIntra),
         full_(full),
         shard_(shard),
-        count_(count),
         op_(op),
-        w_(w),
         residual_(residual),
-        I_(h.intra_.size()),
-        J_(h.inter_.size()),
         me_(h.inter_.rank()) {
     const QuantChunk big = largest(h, count, w);
     char* p = slot->as<char>();
@@ -137,7 +158,6 @@ class QuantReduceScatter final : public ChunkPipeline {
       send_[b] = p, p += J_ * big.bytes;
       recv_[b] = p, p += J_ * big.bytes;
     }
-    setTwoStageOrder();
     advance();
   }
   ~QuantReduceScatter() override { waitForDestruction(); }
@@ -151,7 +171,7 @@ class QuantReduceScatter final : public ChunkPipeline {
 
  private:
   StatusOr<WorkHandle> issue(size_t c, int stage) override {
-    const QuantChunk k = quantChunk(count_, numChunks(), w_, c);
+    const QuantChunk k = chunk(c);
     const size_t b = slotOf(c);
     if (stage == 0) {
       // One chunk is already laid out as the intra reduce-scatter wants it; more are read where
@@ -161,18 +181,14 @@ class QuantReduceScatter final : public ChunkPipeline {
       return h_.intra_.ireduceScatterRuns(full_ + k.off, half_[b], {k.n, J_, count_},
                                           DType::kFloat32, op_, pack_[b]);
     }
-    // The pieces the other nodes own, encoded; our own piece stays here, exact.
-    for (size_t j = 0; j < J_; ++j) {
-      if (j == me_) continue;
-      float* res =
-          residual_ == nullptr ? nullptr : residual_ + (j < me_ ? j : j - 1) * count_ + k.off;
-      wireEncode(w_, half_[b] + j * k.n, k.n, send_[b] + j * k.bytes, res);
-    }
-    return h_.inter_.iallToAll(send_[b], recv_[b], k.bytes, DType::kUInt8);
+    // The residual holds the J-1 other nodes' pieces of the whole shard, in node order.
+    return exchangeEncoded(h_.inter_, w_, half_[b], k.n, me_, send_[b], recv_[b], [&](size_t j) {
+      return residual_ == nullptr ? nullptr : residual_ + (j < me_ ? j : j - 1) * count_ + k.off;
+    });
   }
   void landed(size_t c, int stage) override {
     if (stage != 1) return;
-    const QuantChunk k = quantChunk(count_, numChunks(), w_, c);
+    const QuantChunk k = chunk(c);
     const size_t b = slotOf(c);
     // In node order, so every run sums the same way.
     sumPieces(w_, recv_[b], k.bytes, half_[b] + me_ * k.n, k.n, me_, J_, op_, shard_ + k.off);
@@ -180,11 +196,9 @@ class QuantReduceScatter final : public ChunkPipeline {
 
   const float* full_;
   float* shard_;
-  size_t count_;
   RedOp op_;
-  WireFormat w_;
   float* residual_;
-  size_t I_, J_, me_;
+  size_t me_;
   float* pack_[kSlots];  // the chunk's I*J pieces, where the transport packs them
   float* half_[kSlots];  // J pieces of this node's partial sums, after the intra phase
   char* send_[kSlots];   // J pieces of codes (our own slot unused)
@@ -205,8 +219,6 @@ class EncodedAllReduce final : public PhasedSchedule {
         op_(op),
         w_(w),
         residual_(residual),
-        I_(h.intra_.size()),
-        J_(h.inter_.size()),
         me_(h.inter_.rank()),
         m_(pieceCount(h, count)),
         q_(encodedBytes(w, m_)) {
@@ -240,9 +252,8 @@ class EncodedAllReduce final : public PhasedSchedule {
       case 0:
         return h_.intra_.ireduceScatter(P_, Q_, J_ * m_, DType::kFloat32, op_);
       case 1:
-        for (size_t j = 0; j < J_; ++j)
-          if (j != me_) wireEncode(w_, Q_ + j * m_, m_, send_ + j * q_, res(j));
-        return h_.inter_.iallToAll(send_, recv_, q_, DType::kUInt8);
+        return exchangeEncoded(h_.inter_, w_, Q_, m_, me_, send_, recv_,
+                               [this](size_t j) { return res(j); });
       case 2: {
         // Our piece's sum in node order (ours exact), then encoded once, with its own residual
         // (the slot of our piece).
@@ -266,7 +277,7 @@ class EncodedAllReduce final : public PhasedSchedule {
   RedOp op_;
   WireFormat w_;
   float* residual_;
-  size_t I_, J_, me_, m_, q_;
+  size_t me_, m_, q_;
   float* P_;        // the padded buffer, I*J*m
   float* Q_;        // our intra block: J pieces of m
   float* sum_;      // our piece's sum

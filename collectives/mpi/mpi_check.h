@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include "core/api_check.h"
 #include "hsdp/dtype.h"
 #include "hsdp/status.h"
 
@@ -19,9 +20,4 @@ MPI_Op bf16SumOp();
 
 }  // namespace hsdp::mpi
 
-#define HSDP_MPI_CHECK(call)                                                 \
-  do {                                                                       \
-    int hsdp_mpi_rc_ = (call);                                               \
-    if (hsdp_mpi_rc_ != MPI_SUCCESS)                                         \
-      return ::hsdp::mpi::mpiError(hsdp_mpi_rc_, #call, __FILE__, __LINE__); \
-  } while (0)
+#define HSDP_MPI_CHECK(call) HSDP_API_CHECK(call, #call, MPI_SUCCESS, ::hsdp::mpi::mpiError)

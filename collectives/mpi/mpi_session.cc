@@ -35,7 +35,7 @@ Status mpiError(int rc, const char* call, const char* file, int line) {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  return internalError("MPI error ", rc, " (", text, ") in ", call, " at ", file, ":", line);
+  return apiCallError("MPI", rc, text, call, file, line);
 }
 
 MPI_Datatype mpiType(DType t) {

@@ -3,8 +3,9 @@
 namespace hsdp::gpu {
 
 Status cudaFailure(cudaError_t err, const char* call, const char* file, int line) {
-  return internalError("CUDA error ", static_cast<int>(err), " (", cudaGetErrorName(err), ": ",
-                       cudaGetErrorString(err), ") in ", call, " at ", file, ":", line);
+  (void)cudaGetLastError();  // why: see cuda_check.h
+  return apiCallError("CUDA", err, strCat(cudaGetErrorName(err), ": ", cudaGetErrorString(err)),
+                      call, file, line);
 }
 
 }  // namespace hsdp::gpu

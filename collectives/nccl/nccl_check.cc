@@ -11,8 +11,7 @@ std::string ncclMessage(ncclResult_t rc, ncclComm_t comm) {
 
 Status ncclFailure(ncclResult_t rc, const char* call, const char* file, int line,
                    ncclComm_t comm) {
-  return internalError("NCCL error ", static_cast<int>(rc), " (", ncclMessage(rc, comm), ") in ",
-                       call, " at ", file, ":", line);
+  return apiCallError("NCCL", rc, ncclMessage(rc, comm), call, file, line);
 }
 
 ncclDataType_t ncclType(DType t) {

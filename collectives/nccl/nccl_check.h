@@ -6,6 +6,7 @@
 
 #include <nccl.h>
 
+#include "core/api_check.h"
 #include "hsdp/dtype.h"
 #include "hsdp/status.h"
 
@@ -22,9 +23,4 @@ ncclDataType_t ncclType(DType t);
 
 }  // namespace hsdp::nccl
 
-#define HSDP_NCCL_CHECK(call)                                                      \
-  do {                                                                             \
-    ncclResult_t hsdp_nccl_rc_ = (call);                                           \
-    if (hsdp_nccl_rc_ != ncclSuccess)                                              \
-      return ::hsdp::nccl::ncclFailure(hsdp_nccl_rc_, #call, __FILE__, __LINE__);  \
-  } while (0)
+#define HSDP_NCCL_CHECK(call) HSDP_API_CHECK(call, #call, ncclSuccess, ::hsdp::nccl::ncclFailure)

@@ -3,8 +3,7 @@
 namespace hsdp::ucx {
 
 Status ucxError(ucs_status_t st, const char* call, const char* file, int line) {
-  return internalError("UCX error ", static_cast<int>(st), " (", ucs_status_string(st), ") in ",
-                       call, " at ", file, ":", line);
+  return apiCallError("UCX", st, ucs_status_string(st), call, file, line);
 }
 
 }  // namespace hsdp::ucx

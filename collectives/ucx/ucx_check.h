@@ -4,6 +4,7 @@
 
 #include <ucs/type/status.h>
 
+#include "core/api_check.h"
 #include "hsdp/status.h"
 
 namespace hsdp::ucx {
@@ -13,9 +14,4 @@ Status ucxError(ucs_status_t st, const char* call, const char* file, int line);
 }  // namespace hsdp::ucx
 
 // For calls that return ucs_status_t.
-#define HSDP_UCX_CHECK(call)                                                   \
-  do {                                                                         \
-    ucs_status_t hsdp_ucx_st_ = (call);                                        \
-    if (hsdp_ucx_st_ != UCS_OK)                                                \
-      return ::hsdp::ucx::ucxError(hsdp_ucx_st_, #call, __FILE__, __LINE__);   \
-  } while (0)
+#define HSDP_UCX_CHECK(call) HSDP_API_CHECK(call, #call, UCS_OK, ::hsdp::ucx::ucxError)
