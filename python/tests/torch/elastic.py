@@ -52,7 +52,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--batch", type=int, default=24, help="the global batch of every step")
     ap.add_argument("--clip", type=float, default=0.5, help="below the norms: every step clips")
-    ap.add_argument("--degraded-sleep", type=float, default=1.0,
+    ap.add_argument("--degraded-sleep", type=float, default=2.0,
                     help="seconds each step waits while a group is missing, so that the "
                          "restarted group rejoins (and heals) before the others finish")
     a = ap.parse_args()
