@@ -239,7 +239,10 @@ class ShardedModel {
   // the next step() applies (before clipping; the same value on every rank), as
   // torch.nn.utils.clip_grad_norm_ returns it. step() then clips with this norm rather than
   // computing it again. Errors: a unit without its reduced gradient (FailedPrecondition naming
-  // it); elastic mode (FailedPrecondition: the quorum's average exists only inside step()).
+  // it). Elastic mode: the norm of the quorum's average gradient, so gradNorm() first waits for
+  // the replica average and the quorum's decision (what step() would do; step() then applies
+  // without voting again): a step the quorum did not commit is kAborted here, its gradients
+  // dropped, and the loop runs it again from beginStep().
   StatusOr<float> gradNorm();
 
   // With CPU offload, since the last call: seconds the optimizer worker spent stepping, and

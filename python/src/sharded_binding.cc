@@ -78,6 +78,7 @@ struct Settings {
   std::optional<bool> hierarchical;
   std::optional<double> timeout_s;
   int max_gathered_units = 0;
+  std::optional<std::string> elastic_data;  // keep | redistribute (elastic mode's data slot)
 };
 
 EngineConfig engineConfig(const Settings& s) {
@@ -109,6 +110,8 @@ EngineConfig engineConfig(const Settings& s) {
   c.pipeline.hierarchical = s.hierarchical;
   c.pipeline.max_gathered_units = s.max_gathered_units;
   c.failure.timeout_s = s.timeout_s;
+  if (s.elastic_data)
+    c.elastic.data = parsed(parseElasticData(*s.elastic_data), "elastic_data", *s.elastic_data);
   return c;
 }
 
@@ -132,6 +135,21 @@ nb::dict memoryDict(const MemoryReport& r) {
   d["offload_host_bytes"] = r.offload_host_bytes;
   d["hpz_bytes"] = r.hpz_bytes;
   d["total"] = r.total();
+  return d;
+}
+
+nb::dict stepStartDict(const StepStart& s) {
+  nb::dict d;
+  d["step"] = s.step;
+  d["attempt"] = s.attempt;
+  d["group"] = s.group;
+  d["present"] = s.present;
+  d["slot"] = s.slot;
+  d["slots"] = s.slots;
+  d["healed"] = s.healed;
+  d["healed_from"] = s.healed_from;
+  d["heal_bytes"] = s.heal_bytes;
+  d["heal_seconds"] = s.heal_seconds;
   return d;
 }
 
@@ -170,7 +188,8 @@ void bindShardedModel(nb::module_& m) {
       .def_rw("chunks", &Settings::chunks, nb::arg().none())
       .def_rw("hierarchical", &Settings::hierarchical, nb::arg().none())
       .def_rw("timeout_s", &Settings::timeout_s, nb::arg().none())
-      .def_rw("max_gathered_units", &Settings::max_gathered_units);
+      .def_rw("max_gathered_units", &Settings::max_gathered_units)
+      .def_rw("elastic_data", &Settings::elastic_data, nb::arg().none());
 
   nb::class_<PyModel>(m, "ShardedModel",
                       "hsdp's sharding engine on a Mesh (hsdp/sharded_model.h); "
@@ -251,7 +270,26 @@ void bindShardedModel(nb::module_& m) {
             });
             return norm;
           },
-          "Collective: waits for the reductions; the global gradient norm the next step clips")
+          "Collective: waits for the reductions; the global gradient norm the next step clips "
+          "(elastic mode: after the quorum committed the step; AbortedError when it did not)")
+      // Elastic mode (docs/elastic.md): hsdp-elastic's HSDP_ELASTIC_* variables turn it on.
+      .def_prop_ro("elastic", [](PyModel& pm) { return pm.live().elastic(); })
+      .def(
+          "begin_step",
+          [](PyModel& pm) {
+            ShardedModel& model = pm.live();  // without the GIL: it waits for the quorum, heals
+            return stepStartDict(takeUnlocked([&] { return model.beginStep(); }));
+          },
+          "Collective over the group: the step's quorum, ring and heal; the step to run and "
+          "the data slot (without elastic mode: step_count, slot 0 of 1)")
+      .def(
+          "elastic_membership",
+          [](PyModel& pm, int64_t steps) {
+            ShardedModel& model = pm.live();
+            return takeUnlocked([&] { return model.elasticMembership(steps); });
+          },
+          nb::arg("steps"),
+          "Collective over the group: the group indexes of the quorum that committed each step")
       .def_prop_ro("step_count", [](PyModel& pm) { return pm.live().stepCount(); })
       .def_prop_ro("shard_count", [](PyModel& pm) { return pm.live().shardCount(); })
       .def_prop_ro("mode", [](PyModel& pm) { return shardModeName(pm.live().mode()); })

@@ -218,12 +218,12 @@ Status ShardedModel::Impl::computeNorm() {
 StatusOr<float> ShardedModel::gradNorm() {
   Impl& m = *impl_;
   if (!m.finalized) return failedPrecondition("gradNorm: call finalize() first");
-  if (m.elastic)
-    return failedPrecondition(
-        "gradNorm: in elastic mode the gradient is averaged over the step's quorum inside "
-        "step(); read lastGradNorm() after step()");
   if (!m.norm_ready) {
     HSDP_RETURN_IF_ERROR(m.reducedGradients("gradNorm"));
+    // Elastic mode: the norm is that of the quorum's average gradient, which exists once the
+    // quorum committed the step; so the average and the decision come here (step() then applies
+    // without voting again), and a step not committed is kAborted here, as step() would be.
+    if (m.elastic && !m.elastic_committed) HSDP_RETURN_IF_ERROR(m.elasticCommit("gradNorm"));
     HSDP_RETURN_IF_ERROR(m.computeNorm());
     HSDP_RETURN_IF_ERROR(m.opt->readNorm());
     m.norm_ready = true;
@@ -236,22 +236,10 @@ Status ShardedModel::step() {
   if (!m.finalized) return failedPrecondition("step: call finalize() first");
   HSDP_RETURN_IF_ERROR(m.waitForSnapshot());  // the step writes what a save may still read
   HSDP_RETURN_IF_ERROR(m.reducedGradients("step"));
-  if (m.elastic) {
-    // The replica average over the groups of the step's quorum, and its decision. Not
-    // committed: nothing is applied, the gradients are dropped, the loop repeats the step.
-    HSDP_ASSIGN_OR_RETURN(bool commit, m.elasticCommit());
-    if (!commit) {
-      for (Unit& u : m.units)
-        if (!u.frozen)
-          HSDP_RETURN_IF_ERROR(transition(u.name, m.gradOf(u).life.state, GradState::kEmpty,
-                                          "step (not committed)", {GradState::kReduced}));
-      return Status(StatusCode::kAborted,
-                    strCat("elastic step ", m.step,
-                           " was not committed by its quorum (a group "
-                           "failed or left); nothing was applied: run the step again from "
-                           "beginStep()"));
-    }
-  }
+  // Elastic mode: the replica average over the groups of the step's quorum, and its decision
+  // (unless gradNorm() took it). Not committed: kAborted, nothing applied.
+  if (m.elastic && !m.elastic_committed) HSDP_RETURN_IF_ERROR(m.elasticCommit("step"));
+  m.elastic_committed = false;
   ++m.step;
   for (Unit& u : m.units)  // parameters change: the next gather is full
     HSDP_RETURN_IF_ERROR(forgetNodeBlock(u.name, m.paramsOf(u).life, "step"));
@@ -313,9 +301,22 @@ Status ShardedModel::Impl::startElastic(uint64_t signature) {
   return okStatus();
 }
 
-StatusOr<bool> ShardedModel::Impl::elasticCommit() {
+Status ShardedModel::Impl::elasticCommit(const char* what) {
   // Every unit's average was started as its reduce-scatter landed (grad_reducer.cc).
-  return elastic->commit();
+  HSDP_ASSIGN_OR_RETURN(bool commit, elastic->commit());
+  if (commit) {
+    elastic_committed = true;
+    return okStatus();
+  }
+  // Not committed: nothing is applied, the gradients are dropped, the loop repeats the step.
+  for (Unit& u : units)
+    if (!u.frozen)
+      HSDP_RETURN_IF_ERROR(transition(u.name, gradOf(u).life.state, GradState::kEmpty,
+                                      strCat(what, " (not committed)"), {GradState::kReduced}));
+  return Status(StatusCode::kAborted,
+                strCat("elastic step ", step,
+                       " was not committed by its quorum (a group failed or left); nothing was "
+                       "applied: run the step again from beginStep()"));
 }
 
 bool ShardedModel::elastic() const { return impl_->elastic != nullptr; }
@@ -330,6 +331,9 @@ StatusOr<StepStart> ShardedModel::beginStep() {
     return out;
   }
   HSDP_RETURN_IF_ERROR(m.checkIdle("beginStep"));
+  if (m.elastic_committed)
+    return failedPrecondition("beginStep: elastic step ", m.step,
+                              " was committed by gradNorm() and not applied; call step() first");
   // A heal writes the training state: a save in flight must have copied it first.
   HSDP_RETURN_IF_ERROR(m.waitForSnapshot());
   // What a heal moves, rank to rank: every unit's fp32 master shard, and for units that train

@@ -24,10 +24,12 @@ from torch import nn
 
 from .. import _errors, _hsdp
 from ..collectives import Mesh
+from . import _elastic
+from ._elastic import StepStart
 from ._plan import NoDecay, plan
 from ._runtime import Runtime, TrainingState
 
-__all__ = ["shard", "ShardedModule", "TrainingState"]
+__all__ = ["shard", "ShardedModule", "TrainingState", "StepStart"]
 
 _OPTIMIZER_KEYS = {"kind", "lr", "betas", "eps", "weight_decay"}
 
@@ -54,9 +56,14 @@ class ShardedModule:
     def step(self) -> None:
         """hsdp's Adam/AdamW on every shard (with offload, the CPU Adam): waits for the pending
         reductions, clips (clip_grad_norm_), steps. Raises FailedPreconditionError when a unit
-        had no backward since the last step."""
+        had no backward since the last step. Elastic mode: AbortedError when the quorum did not
+        commit the step (nothing applied; run it again from begin_step())."""
         self._check_reduced("step")
-        self._e.step()
+        try:
+            self._e.step()
+        except _errors.AbortedError:
+            _elastic.drop_step(self._rt)
+            raise
         self._rt.reduced.clear()
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
@@ -66,13 +73,20 @@ class ShardedModule:
         backward and before step(): it waits for the pending reductions (step() would wait for
         them anyway) and the norm is computed once, over the reduced shards; step() scales the
         gradient by max_norm / (norm + 1e-6) when that is below 1, inside its Adam pass. With
-        offload="cpu" give clip_norm= to shard() (units without clipping step during backward)."""
+        offload="cpu" give clip_norm= to shard() (units without clipping step during backward).
+        Elastic mode: the norm of the quorum's average gradient, so the quorum decides the step
+        here (step() then applies it): AbortedError when it did not commit, as from step()."""
         max_norm = float(max_norm)
         self._check_reduced("clip_grad_norm_")
         if max_norm != self._clip:
             self._e.set_clip_norm(max_norm)
             self._clip = max_norm
-        return torch.tensor(self._e.grad_norm(), dtype=torch.float32)
+        try:
+            norm = self._e.grad_norm()
+        except _errors.AbortedError:
+            _elastic.drop_step(self._rt)
+            raise
+        return torch.tensor(norm, dtype=torch.float32)
 
     def _check_reduced(self, what: str) -> None:
         if self._rt.state != TrainingState.IDLE:
@@ -106,6 +120,25 @@ class ShardedModule:
     @property
     def step_count(self) -> int:
         return self._e.step_count
+
+    # ---- elastic mode (docs/torch.md "Elastic mode"; hsdp-elastic's environment turns it on) ----
+    @property
+    def elastic(self) -> bool:
+        """True when this process is one replica group of an elastic job (started by
+        hsdp-elastic: HSDP_ELASTIC_ENDPOINT and the group's index and count are set)."""
+        return self._e.elastic
+
+    def begin_step(self) -> StepStart:
+        """Collective over the group, before each step's forward: joins the step's quorum, and
+        heals this group (parameters, Adam's moments, step count from a healthy group) when it
+        (re)joined or missed a committed step. Returns the step to run and the data slot to
+        train on (StepStart). Without elastic mode: step_count, slot 0 of 1, no communication."""
+        return _elastic.begin_step(self)
+
+    def elastic_membership(self, steps: int) -> List[List[int]]:
+        """Collective over the group: the groups whose quorum committed each of steps
+        [0, steps), what a reference replays (elastic mode only)."""
+        return _elastic.membership(self, steps)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -220,7 +253,8 @@ def shard(model: nn.Module, mesh: Mesh, *, units: Sequence[nn.Module] = (), mode
           offload: Optional[str] = None, optimizer: Optional[Dict[str, Any]] = None,
           no_decay: NoDecay = None, clip_norm: float = 0.0, hpz: bool = False,
           wires: Optional[Dict[str, Any]] = None, prefetch: int = 1, max_gathered: int = 0,
-          timeout_s: Optional[float] = None) -> ShardedModule:
+          timeout_s: Optional[float] = None,
+          elastic_data: Optional[str] = None) -> ShardedModule:
     """Shard `model` over `mesh` on hsdp's engine (collective over the job).
 
     units: submodules that each become an hsdp unit, gathered just in time (a transformer's
@@ -233,6 +267,9 @@ def shard(model: nn.Module, mesh: Mesh, *, units: Sequence[nn.Module] = (), mode
         of state_dict names, or a predicate (name, param) -> True to exclude).
     wires: inter_param_wire, inter_grad_wire, replica_wire (fp32, bf16, int8, int4),
         quant_block. prefetch: units gathered ahead. timeout_s: the watchdog's limit.
+    elastic_data: under hsdp-elastic (elastic mode), which data a group trains on while groups
+        are missing: "keep" (its own slice; default) or "redistribute" (the groups present share
+        the whole batch); default HSDP_ELASTIC_DATA. Elastic mode itself is the launcher's.
 
     The model's current values are the initial weights; they must be equal on every rank
     (checked). Errors name the module or parameter, on every rank; the model is then unchanged.
@@ -248,6 +285,7 @@ def shard(model: nn.Module, mesh: Mesh, *, units: Sequence[nn.Module] = (), mode
     groups, units_, params = plan(model, list(units), no_decay)
     settings = _settings(mode, optimizer, param_dtype, reduce_dtype, offload, hpz, clip_norm,
                          wires, max_gathered, timeout_s)
+    settings.elastic_data = elastic_data
     engine = _hsdp.ShardedModel.create(mesh._m, settings)
     try:
         for eu in units_:
