@@ -233,7 +233,8 @@ inline void decode4All(const unsigned char* src, size_t n, uint32_t block, float
 //   absBits, zero, maxu, reduceMaxu   |x|'s bit patterns and their unsigned maximum;
 //   codes           round to nearest even (cvtps2dq, the default MXCSR mode: roundEven) and clamp
 //                   to [-127, 127]: codeOf lane-wise; toFloat its exact conversion back;
-//   storeCodes      the codes as int8 (AllLanes or a Mask); loadCodes a register of them, widened;
+//   storeCodes      the codes as int8: of one register (AllLanes or a Mask) or of two adjacent
+//                   ones (a, b); loadCodes a register of them, widened;
 //   kMasked         whether a block's tail runs as one masked register or, for an ISA without
 //                   cheap masked byte stores, the scalar element functions (the same bits).
 using simd::AllLanes;
@@ -273,14 +274,14 @@ uint32_t absMaxVector(const float* s, const float* r, size_t len) {
   }
 }
 
-// One register of codes from element i; with error feedback the residual is stored.
+// One register of codes from element i, returned; with error feedback the residual is stored.
 template <typename V, bool kRes, typename Lanes>
-inline void encodeVector8(const float* s, float* r, size_t i, signed char* codes, typename V::F inv,
-                          typename V::F scale, Lanes lanes) {
+inline typename V::I codesOf(const float* s, float* r, size_t i, typename V::F inv,
+                             typename V::F scale, Lanes lanes) {
   const typename V::F x = loadSum<V, kRes>(s, r, i, lanes);
   const typename V::I q = V::codes(x * inv);
-  V::storeCodes(codes + i, q, lanes);
   if constexpr (kRes) V::store(r + i, x - V::toFloat(q) * scale, lanes);
+  return q;
 }
 
 // The block functions, for encodeAll8 / decodeAll8.
@@ -293,11 +294,21 @@ struct VectorBlocks8 {
     auto* codes = reinterpret_cast<signed char*>(out + 4);
     if (p.kind != BlockKind::kNormal) return encodeTail8(p, s, kRes ? r : nullptr, 0, len, codes);
     const typename V::F inv = V::set1(p.inv), scale = V::set1(p.scale);
+    constexpr size_t L = kLanes<V>;
     size_t i = 0;
-    for (; i + kLanes<V> <= len; i += kLanes<V>)
-      encodeVector8<V, kRes>(s, r, i, codes, inv, scale, AllLanes{});
+    // Two registers a step, so that an ISA may pack both registers' codes into one store.
+    for (; i + 2 * L <= len; i += 2 * L) {
+      const typename V::I a = codesOf<V, kRes>(s, r, i, inv, scale, AllLanes{});
+      const typename V::I b = codesOf<V, kRes>(s, r, i + L, inv, scale, AllLanes{});
+      V::storeCodes(codes + i, a, b);
+    }
+    for (; i + L <= len; i += L)
+      V::storeCodes(codes + i, codesOf<V, kRes>(s, r, i, inv, scale, AllLanes{}), AllLanes{});
     if constexpr (V::kMasked) {
-      if (i < len) encodeVector8<V, kRes>(s, r, i, codes, inv, scale, V::mask(len - i));
+      if (i < len) {
+        const auto k = V::mask(len - i);
+        V::storeCodes(codes + i, codesOf<V, kRes>(s, r, i, inv, scale, k), k);
+      }
     } else {
       encodeTail8(p, s, kRes ? r : nullptr, i, len, codes);
     }

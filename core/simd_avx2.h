@@ -56,8 +56,16 @@ struct Avx2 {
     return _mm256_max_epi32(_mm256_min_epi32(q, _mm256_set1_epi32(127)), _mm256_set1_epi32(-127));
   }
   static F toFloat(I q) { return _mm256_cvtepi32_ps(q); }
+  // Codes in [-127, 127] as int8: the signed-saturating packs are exact.
+  static __m128i packCodes16(I q) {
+    return _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+  }
+  static void storeCodes(signed char* dst, I a, I b) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst),
+                     _mm_packs_epi16(packCodes16(a), packCodes16(b)));
+  }
   static void storeCodes(signed char* dst, I q, AllLanes) {
-    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    const __m128i w = packCodes16(q);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packs_epi16(w, w));
   }
   static I loadCodes(const signed char* p) {

@@ -64,6 +64,10 @@ struct Avx512 {
     return _mm512_max_epi32(_mm512_min_epi32(q, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
   }
   static F toFloat(I q) { return _mm512_cvtepi32_ps(q); }
+  static void storeCodes(signed char* dst, I a, I b) {
+    storeCodes(dst, a, AllLanes{});
+    storeCodes(dst + 16, b, AllLanes{});
+  }
   static void storeCodes(signed char* dst, I q, AllLanes) { storeCodes(dst, q, Mask{0xffff}); }
   static void storeCodes(signed char* dst, I q, Mask k) {
     _mm512_mask_cvtsepi32_storeu_epi8(dst, k, q);
