@@ -8,10 +8,7 @@
 #   -DHSDP_NCCL_INCLUDE_DIR=<site-packages>/nvidia/nccl/include
 #   -DHSDP_NCCL_LIBRARY=<site-packages>/nvidia/nccl/lib/libnccl.so.2
 set(HSDP_HAVE_CUDA OFF)
-string(TOUPPER "${HSDP_WITH_CUDA}" _hsdp_cuda_mode)
-if(NOT _hsdp_cuda_mode MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "HSDP_WITH_CUDA='${HSDP_WITH_CUDA}' is not one of AUTO, ON, OFF")
-endif()
+hsdp_optional_mode(HSDP_WITH_CUDA _hsdp_cuda_mode)
 if(NOT _hsdp_cuda_mode STREQUAL "OFF")
   if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
     set(CUDAToolkit_ROOT /usr/local/cuda)
@@ -24,17 +21,14 @@ if(NOT _hsdp_cuda_mode STREQUAL "OFF")
   if(CUDAToolkit_FOUND AND CUDAToolkit_NVCC_EXECUTABLE AND HSDP_NCCL_INCLUDE_DIR
      AND HSDP_NCCL_LIBRARY)
     set(HSDP_HAVE_CUDA ON)
-    message(STATUS "hsdp: CUDA ${CUDAToolkit_VERSION} and NCCL (${HSDP_NCCL_LIBRARY}) found")
-  elseif(_hsdp_cuda_mode STREQUAL "ON")
-    message(FATAL_ERROR "HSDP_WITH_CUDA=ON but CUDA toolkit (found=${CUDAToolkit_FOUND}, "
-                        "nvcc=${CUDAToolkit_NVCC_EXECUTABLE}) or NCCL "
-                        "(include=${HSDP_NCCL_INCLUDE_DIR}, lib=${HSDP_NCCL_LIBRARY}) is missing")
-  else()
-    message(STATUS "hsdp: CUDA/NCCL not found; building the host (MPI) path only")
   endif()
-else()
-  message(STATUS "hsdp: HSDP_WITH_CUDA=OFF")
 endif()
+string(CONCAT _hsdp_cuda_missing "CUDA toolkit (found=${CUDAToolkit_FOUND}, "
+              "nvcc=${CUDAToolkit_NVCC_EXECUTABLE}) or NCCL (include=${HSDP_NCCL_INCLUDE_DIR}, "
+              "lib=${HSDP_NCCL_LIBRARY}) is missing")
+hsdp_optional_report(HSDP_WITH_CUDA ${_hsdp_cuda_mode} ${HSDP_HAVE_CUDA}
+                     "CUDA ${CUDAToolkit_VERSION} and NCCL (${HSDP_NCCL_LIBRARY}) found"
+                     "${_hsdp_cuda_missing}" "CUDA/NCCL not found; building the host (MPI) path only")
 
 if(HSDP_HAVE_CUDA)
   # sm_80 (A100) and sm_90 (H100/H200) as machine code, plus compute_90 PTX that newer GPUs

@@ -1,21 +1,13 @@
 # The UCX transport is optional like CUDA: HSDP_WITH_UCX=AUTO (built when UCX's pkg-config module
 # is found), ON (required) or OFF. Sets HSDP_HAVE_UCX. Debian/Ubuntu: libucx-dev.
 set(HSDP_HAVE_UCX OFF)
-string(TOUPPER "${HSDP_WITH_UCX}" _hsdp_ucx_mode)
-if(NOT _hsdp_ucx_mode MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "HSDP_WITH_UCX='${HSDP_WITH_UCX}' is not one of AUTO, ON, OFF")
-endif()
+hsdp_optional_mode(HSDP_WITH_UCX _hsdp_ucx_mode)
 if(NOT _hsdp_ucx_mode STREQUAL "OFF")
   pkg_check_modules(UCX QUIET IMPORTED_TARGET ucx)
   if(UCX_FOUND)
     set(HSDP_HAVE_UCX ON)
-    message(STATUS "hsdp: UCX ${UCX_VERSION} found")
-  elseif(_hsdp_ucx_mode STREQUAL "ON")
-    message(FATAL_ERROR "HSDP_WITH_UCX=ON but UCX's pkg-config module 'ucx' was not found "
-                        "(Debian: libucx-dev)")
-  else()
-    message(STATUS "hsdp: UCX not found; building without the UCX transport")
   endif()
-else()
-  message(STATUS "hsdp: HSDP_WITH_UCX=OFF")
 endif()
+hsdp_optional_report(HSDP_WITH_UCX ${_hsdp_ucx_mode} ${HSDP_HAVE_UCX} "UCX ${UCX_VERSION} found"
+                     "UCX's pkg-config module 'ucx' was not found (Debian: libucx-dev)"
+                     "UCX not found; building without the UCX transport")

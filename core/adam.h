@@ -29,6 +29,13 @@ struct AdamShard {
   bf16* param_bf16 = nullptr;
 };
 
+// The checks every stepper makes of a step's arguments, in this order: the settings
+// (hsdp::validate), t >= 1, a finite grad_scale >= 0, and no null array when n > 0. Errors are
+// InvalidArgument naming the value; `stepper` names the caller in the last ("GPU Adam shard of
+// ...").
+Status checkAdamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard, float grad_scale,
+                     const char* stepper);
+
 // One step (t counts from 1) over n elements of a shard.
 void adamStep(const AdamConfig& cfg, int64_t t, float* param, const float* grad, float* exp_avg,
               float* exp_avg_sq, size_t n);

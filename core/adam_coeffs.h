@@ -4,8 +4,12 @@
 // rounded to float once. That one computation is half of why the implementations agree bit for
 // bit (the other half: the same float operations per element).
 //
-// Freestanding on purpose (no includes): the CPU Adam's per-ISA translation units include it,
-// and they may not emit inline functions of shared headers (offload/cpu_adam_kernels.h).
+// Beside them, adamUpdate: the per-element operations themselves, written once for the CPU Adam's
+// scalar and vector kernels and the CUDA kernel.
+//
+// Freestanding on purpose (no includes) and of internal linkage: the CPU Adam's per-ISA
+// translation units include it, and they may not emit inline functions of shared headers
+// (offload/cpu_adam_kernels.h).
 #pragma once
 
 namespace hsdp {
@@ -26,5 +30,31 @@ struct AdamCoeffs {
   // before the all-gather reads it anyway (offload/cpu_adam.cc decides). The GPU ignores it.
   bool stream_bf16 = false;
 };
+
+namespace {
+
+// One element of the step, operation for operation the loop body of hsdp::adamStep
+// (core/optimizer.cc) with the gradient scale applied first (multiplying by 1 is exact, so
+// grad_scale = 1 is adamStep bit for bit). T is whatever each implementation computes in, each
+// operation correctly rounded and none fused: a float (compiled with -ffp-contract=off), a SIMD
+// register of floats (c: the coefficients broadcast under the same names), the CUDA kernel's
+// wrapper of the _rn intrinsics. sqrt is the implementation's correctly rounded square root.
+// constexpr so that device code may call it (nvcc --expt-relaxed-constexpr).
+template <bool kAdamW, typename K, typename T, typename Sqrt>
+constexpr void adamUpdate(const K& c, T& p, T g, T& m, T& v, Sqrt sqrt) {
+  T gi = g * c.grad_scale;
+  T pi = p;
+  if constexpr (kAdamW)
+    pi = pi * c.decay;
+  else
+    gi = gi + c.weight_decay * pi;
+  const T mi = c.beta1 * m + c.one_minus_beta1 * gi;
+  const T vi = c.beta2 * v + c.one_minus_beta2 * gi * gi;
+  m = mi;
+  v = vi;
+  p = pi - c.step_size * mi / (sqrt(vi) * c.inv_sqrt_bc2 + c.eps);
+}
+
+}  // namespace
 
 }  // namespace hsdp

@@ -32,6 +32,24 @@ Status validate(const AdamConfig& c) {
   return okStatus();
 }
 
+Status checkAdamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard, float grad_scale,
+                     const char* stepper) {
+  HSDP_RETURN_IF_ERROR(validate(cfg));
+  if (t < 1) return invalidArgument("Adam step t=", t, " must be >= 1");
+  if (!(grad_scale >= 0.0f) || !std::isfinite(grad_scale))
+    return invalidArgument("gradient scale ", grad_scale, " must be finite and >= 0");
+  if (shard.n == 0) return okStatus();
+  const char* missing = shard.param == nullptr        ? "param"
+                        : shard.grad == nullptr       ? "grad"
+                        : shard.exp_avg == nullptr    ? "exp_avg"
+                        : shard.exp_avg_sq == nullptr ? "exp_avg_sq"
+                                                      : nullptr;
+  if (missing != nullptr)
+    return invalidArgument(stepper, " shard of ", shard.n, " elements has a null ", missing,
+                           " array");
+  return okStatus();
+}
+
 AdamCoeffs adamCoefficients(const AdamConfig& c, int64_t t, float grad_scale) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), static_cast<double>(t));
@@ -60,8 +78,10 @@ void adamStep(const AdamConfig& c, int64_t t, float* p, const float* g, float* m
   for (size_t i = 0; i < n; ++i) {
     float gi = g[i];
     float pi = p[i];
-    if (adamw) pi *= decay;
-    else gi += wd * pi;
+    if (adamw)
+      pi *= decay;
+    else
+      gi += wd * pi;
     float mi = b1 * m[i] + omb1 * gi;
     float vi = b2 * v[i] + omb2 * gi * gi;
     m[i] = mi;

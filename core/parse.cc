@@ -64,6 +64,30 @@ bool splitSign(std::string_view s, bool* negative, std::string_view* digits) {
   return allDigits(s);
 }
 
+template <class T>
+Status aboveMax(std::string_view name, std::string_view text, T hi) {
+  return invalidArgument(namedValue(name, text, false), " is too large (at most ", hi, ")");
+}
+
+// A whole number as written: the trimmed text, its sign and its magnitude, with from_chars'
+// verdict on the magnitude (result_out_of_range beyond 2^64 - 1). InvalidArgument when it is
+// not a whole number.
+struct Whole {
+  std::string_view text;
+  bool negative = false;
+  uint64_t magnitude = 0;
+  std::errc ec{};
+};
+StatusOr<Whole> splitWhole(std::string_view text, std::string_view name) {
+  Whole w;
+  w.text = trim(text);
+  std::string_view digits;
+  if (!splitSign(w.text, &w.negative, &digits))
+    return invalidArgument(namedValue(name, w.text, true), " is not an integer");
+  w.ec = std::from_chars(digits.data(), digits.data() + digits.size(), w.magnitude).ec;
+  return w;
+}
+
 }  // namespace
 
 std::string namedValue(std::string_view name, std::string_view text, bool quote) {
@@ -79,48 +103,35 @@ std::string namedValue(std::string_view name, std::string_view text, bool quote)
 }
 
 StatusOr<int64_t> parseInt64(std::string_view text, std::string_view name, int64_t lo, int64_t hi) {
-  const std::string_view s = trim(text);
-  bool negative = false;
-  std::string_view digits;
-  if (!splitSign(s, &negative, &digits))
-    return invalidArgument(namedValue(name, s, true), " is not an integer");
+  HSDP_ASSIGN_OR_RETURN(const Whole w, splitWhole(text, name));
+  const std::string_view s = w.text;
+  const uint64_t mag = w.magnitude;
   // Magnitude first (beyond 2^64 is out of any range), then the sign.
-  uint64_t mag = 0;
-  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), mag);
-  (void)ptr;
-  if (ec == std::errc::result_out_of_range) {
-    if (negative) return belowMin(name, s, lo);
-    return invalidArgument(namedValue(name, s, false), " is too large (at most ", hi, ")");
+  if (w.ec == std::errc::result_out_of_range) {
+    if (w.negative) return belowMin(name, s, lo);
+    return aboveMax(name, s, hi);
   }
-  if (negative) {
+  if (w.negative) {
     if (mag > uint64_t{1} << 63 || -static_cast<__int128>(mag) < lo) return belowMin(name, s, lo);
     // A range entirely below zero bounds negatives from above too ("-0" is 0).
-    if (-static_cast<__int128>(mag) > hi)
-      return invalidArgument(namedValue(name, s, false), " is too large (at most ", hi, ")");
+    if (-static_cast<__int128>(mag) > hi) return aboveMax(name, s, hi);
     return static_cast<int64_t>(-static_cast<__int128>(mag));
   }
   if (mag > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
       static_cast<int64_t>(mag) > hi)
-    return invalidArgument(namedValue(name, s, false), " is too large (at most ", hi, ")");
+    return aboveMax(name, s, hi);
   if (static_cast<int64_t>(mag) < lo) return belowMin(name, s, lo);
   return static_cast<int64_t>(mag);
 }
 
 StatusOr<uint64_t> parseUint64(std::string_view text, std::string_view name, uint64_t lo,
                                uint64_t hi) {
-  const std::string_view s = trim(text);
-  bool negative = false;
-  std::string_view digits;
-  if (!splitSign(s, &negative, &digits))
-    return invalidArgument(namedValue(name, s, true), " is not an integer");
-  uint64_t mag = 0;
-  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), mag);
-  (void)ptr;
-  if (negative && (ec != std::errc() || mag != 0)) return belowMin(name, s, lo);  // "-0" is 0
-  if (ec == std::errc::result_out_of_range || mag > hi)
-    return invalidArgument(namedValue(name, s, false), " is too large (at most ", hi, ")");
-  if (mag < lo) return belowMin(name, s, lo);
-  return mag;
+  HSDP_ASSIGN_OR_RETURN(const Whole w, splitWhole(text, name));
+  if (w.negative && (w.ec != std::errc() || w.magnitude != 0))  // "-0" is 0
+    return belowMin(name, w.text, lo);
+  if (w.ec == std::errc::result_out_of_range || w.magnitude > hi) return aboveMax(name, w.text, hi);
+  if (w.magnitude < lo) return belowMin(name, w.text, lo);
+  return w.magnitude;
 }
 
 bool RealRange::contains(double v) const {

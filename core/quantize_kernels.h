@@ -223,5 +223,115 @@ inline void decode4All(const unsigned char* src, size_t n, uint32_t block, float
   });
 }
 
+// The int8 vector kernels (quantize_avx2.cc, quantize_avx512.cc), written once over an ISA's
+// traits V (core/simd_avx2.h, core/simd_avx512.h):
+//   F, I            a register of floats and of int32 (F a GCC/Clang vector type: + - * compile to
+//                   the same instructions as the ISA's intrinsics, which are defined that way);
+//   set1, load, store   as their intrinsics; load and store take AllLanes{} or, when kMasked, a
+//                   Mask of the first count lanes (mask(count), count < lanes), whose loads read
+//                   zeros and suppress faults on the others;
+//   absBits, zero, maxu, reduceMaxu   |x|'s bit patterns and their unsigned maximum;
+//   codes           round to nearest even (cvtps2dq, the default MXCSR mode: roundEven) and clamp
+//                   to [-127, 127]: codeOf lane-wise; toFloat its exact conversion back;
+//   storeCodes      the codes as int8: of one register (AllLanes or a Mask) or of two adjacent
+//                   ones (a, b); loadCodes a register of them, widened;
+//   kMasked         whether a block's tail runs as one masked register or, for an ISA without
+//                   cheap masked byte stores, the scalar element functions (the same bits).
+using simd::AllLanes;
+
+template <typename V, bool kRes, typename Lanes>
+inline typename V::F loadSum(const float* s, const float* r, size_t i, Lanes lanes) {
+  typename V::F x = V::load(s + i, lanes);
+  if constexpr (kRes) x = x + V::load(r + i, lanes);
+  return x;
+}
+
+template <typename V>
+constexpr size_t kLanes = sizeof(typename V::F) / sizeof(float);
+
+template <typename V, bool kRes>
+uint32_t absMaxVector(const float* s, const float* r, size_t len) {
+  constexpr size_t L = kLanes<V>;
+  auto bits = [&](size_t at) { return V::absBits(loadSum<V, kRes>(s, r, at, AllLanes{})); };
+  // Four independent maxima per step, so the loads, not one max chain, set the pace.
+  typename V::I m = V::zero(), m1 = m, m2 = m, m3 = m;
+  size_t i = 0;
+  for (; i + 4 * L <= len; i += 4 * L) {
+    m = V::maxu(m, bits(i));
+    m1 = V::maxu(m1, bits(i + L));
+    m2 = V::maxu(m2, bits(i + 2 * L));
+    m3 = V::maxu(m3, bits(i + 3 * L));
+  }
+  m = V::maxu(V::maxu(m, m1), V::maxu(m2, m3));
+  for (; i + L <= len; i += L) m = V::maxu(m, bits(i));
+  if constexpr (V::kMasked) {
+    if (i < len) m = V::maxu(m, V::absBits(loadSum<V, kRes>(s, r, i, V::mask(len - i))));
+    return V::reduceMaxu(m);
+  } else {
+    const uint32_t vec = V::reduceMaxu(m);
+    const uint32_t tail = absMaxBits<kRes>(s + i, kRes ? r + i : nullptr, len - i);
+    return vec > tail ? vec : tail;
+  }
+}
+
+// One register of codes from element i, returned; with error feedback the residual is stored.
+template <typename V, bool kRes, typename Lanes>
+inline typename V::I codesOf(const float* s, float* r, size_t i, typename V::F inv,
+                             typename V::F scale, Lanes lanes) {
+  const typename V::F x = loadSum<V, kRes>(s, r, i, lanes);
+  const typename V::I q = V::codes(x * inv);
+  if constexpr (kRes) V::store(r + i, x - V::toFloat(q) * scale, lanes);
+  return q;
+}
+
+// The block functions, for encodeAll8 / decodeAll8.
+template <typename V>
+struct VectorBlocks8 {
+  template <bool kRes>
+  static void encode(const float* s, float* r, size_t len, unsigned char* out) {
+    const BlockParams p = blockParams(absMaxVector<V, kRes>(s, r, len), 127.0f);
+    storeScale(out, p.scale);
+    auto* codes = reinterpret_cast<signed char*>(out + 4);
+    if (p.kind != BlockKind::kNormal) return encodeTail8(p, s, kRes ? r : nullptr, 0, len, codes);
+    const typename V::F inv = V::set1(p.inv), scale = V::set1(p.scale);
+    constexpr size_t L = kLanes<V>;
+    size_t i = 0;
+    // Two registers a step, so that an ISA may pack both registers' codes into one store.
+    for (; i + 2 * L <= len; i += 2 * L) {
+      const typename V::I a = codesOf<V, kRes>(s, r, i, inv, scale, AllLanes{});
+      const typename V::I b = codesOf<V, kRes>(s, r, i + L, inv, scale, AllLanes{});
+      V::storeCodes(codes + i, a, b);
+    }
+    for (; i + L <= len; i += L)
+      V::storeCodes(codes + i, codesOf<V, kRes>(s, r, i, inv, scale, AllLanes{}), AllLanes{});
+    if constexpr (V::kMasked) {
+      if (i < len) {
+        const auto k = V::mask(len - i);
+        V::storeCodes(codes + i, codesOf<V, kRes>(s, r, i, inv, scale, k), k);
+      }
+    } else {
+      encodeTail8(p, s, kRes ? r : nullptr, i, len, codes);
+    }
+  }
+
+  template <bool kAcc>
+  static void decode(float scale_value, const signed char* codes, size_t len, float* d) {
+    const typename V::F scale = V::set1(scale_value);
+    size_t i = 0;
+    for (; i + kLanes<V> <= len; i += kLanes<V>) {
+      typename V::F v = V::toFloat(V::loadCodes(codes + i)) * scale;
+      if constexpr (kAcc) v = V::load(d + i, AllLanes{}) + v;
+      V::store(d + i, v, AllLanes{});
+    }
+    decodeTail8(scale_value, codes, i, len, d, kAcc);
+  }
+};
+
+// An ISA's table: its int8 block functions, and the portable int4 code vectorised by the compiler
+// with its flags.
+template <typename V>
+constexpr Kernels kVectorKernels = {encodeAll8<VectorBlocks8<V>>, decodeAll8<VectorBlocks8<V>>,
+                                    encode4All, decode4All};
+
 }  // namespace
 }  // namespace hsdp::quant_detail

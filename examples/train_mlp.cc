@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "common/accumulate.h"
 #include "common/failure.h"
 #include "common/session.h"
 #include "hsdp/config.h"
@@ -110,13 +111,8 @@ hsdp::StatusOr<float> validationLoss(Run& run, int samples) {
 
 // One optimizer step: `accum` micro-steps, then the step on the shards; returns the mean loss.
 hsdp::StatusOr<float> trainStep(Run& run, const hsdp::StepStart& start) {
-  float loss = 0;
-  for (int k = 0; k < run.opt.common.accum; ++k) {
-    HSDP_ASSIGN_OR_RETURN(float l, microStep(run, start, k, k + 1 == run.opt.common.accum));
-    loss += l / run.opt.common.accum;
-  }
-  HSDP_RETURN_IF_ERROR(run.model.step());
-  return loss;
+  return examples::accumulateStep(run.model, run.opt.common.accum,
+                                  [&](int k, bool last) { return microStep(run, start, k, last); });
 }
 
 // The body of the program; a non-OK Status before the first step is bad input every rank sees

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cfenv>
-#include <cmath>
 #include <fstream>
 #include <utility>
 
@@ -42,8 +41,10 @@ size_t bf16StreamThresholdBytes() {
       char unit = 0;
       if (!(f >> value)) continue;
       f >> unit;
-      if (unit == 'K') value <<= 10;
-      else if (unit == 'M') value <<= 20;
+      if (unit == 'K')
+        value <<= 10;
+      else if (unit == 'M')
+        value <<= 20;
       best = std::max(best, value);
     }
     return best > 0 ? best : size_t{32} << 20;
@@ -107,10 +108,13 @@ namespace {
 KernelFn kernelFor(CpuIsa isa) {
   switch (isa) {
 #if defined(HSDP_CPU_ADAM_X86)
-    case CpuIsa::kAvx512: return &cpu_adam_detail::adamKernelAvx512;
-    case CpuIsa::kAvx2: return &cpu_adam_detail::adamKernelAvx2;
+    case CpuIsa::kAvx512:
+      return &cpu_adam_detail::adamKernelAvx512;
+    case CpuIsa::kAvx2:
+      return &cpu_adam_detail::adamKernelAvx2;
 #endif
-    default: return &cpu_adam_detail::adamKernelScalar;
+    default:
+      return &cpu_adam_detail::adamKernelScalar;
   }
 }
 
@@ -154,19 +158,7 @@ CpuIsa CpuAdam::isa() const { return impl_->isa; }
 int CpuAdam::threads() const { return impl_->pool->threads(); }
 
 Status CpuAdam::step(const AdamConfig& cfg, int64_t t, const AdamShard& shard, float grad_scale) {
-  HSDP_RETURN_IF_ERROR(validate(cfg));
-  if (t < 1) return invalidArgument("Adam step t=", t, " must be >= 1");
-  if (!(grad_scale >= 0.0f) || !std::isfinite(grad_scale))
-    return invalidArgument("gradient scale ", grad_scale, " must be finite and >= 0");
-  if (shard.n > 0) {
-    const char* missing = shard.param == nullptr        ? "param"
-                          : shard.grad == nullptr       ? "grad"
-                          : shard.exp_avg == nullptr    ? "exp_avg"
-                          : shard.exp_avg_sq == nullptr ? "exp_avg_sq"
-                                                        : nullptr;
-    if (missing != nullptr)
-      return invalidArgument("Adam shard of ", shard.n, " elements has a null ", missing, " array");
-  }
+  HSDP_RETURN_IF_ERROR(checkAdamStep(cfg, t, shard, grad_scale, "Adam"));
   if (shard.n == 0) return okStatus();
 
   // The constants exactly as hsdp::adamStep takes them, so that the kernels reproduce it bit
@@ -175,8 +167,12 @@ Status CpuAdam::step(const AdamConfig& cfg, int64_t t, const AdamShard& shard, f
   c.stream_bf16 = impl_->stream_bf16 && shard.param_bf16 != nullptr &&
                   shard.n * 30 > cpu_adam_detail::bf16StreamThresholdBytes();
 
-  const AdamSpan all{shard.param, shard.grad, shard.exp_avg, shard.exp_avg_sq,
-                     reinterpret_cast<uint16_t*>(shard.param_bf16), shard.n};
+  const AdamSpan all{shard.param,
+                     shard.grad,
+                     shard.exp_avg,
+                     shard.exp_avg_sq,
+                     reinterpret_cast<uint16_t*>(shard.param_bf16),
+                     shard.n};
   const size_t by_size = shard.n / kMinElementsPerThread;
   const int parts = static_cast<int>(
       std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(threads()), by_size)));

@@ -6,9 +6,8 @@
 namespace hsdp::cpu_adam_detail {
 
 void adamKernelScalar(const AdamCoeffs& c, const AdamSpan& s) {
-  dispatchFlags(c, s, [&]<bool kAdamW, bool kBf16>() {
-    adamScalarRange<kAdamW, kBf16>(c, s, 0, s.n);
-  });
+  dispatchFlags(c, s,
+                [&]<bool kAdamW, bool kBf16>() { adamScalarRange<kAdamW, kBf16>(c, s, 0, s.n); });
 }
 
 }  // namespace hsdp::cpu_adam_detail

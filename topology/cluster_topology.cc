@@ -87,8 +87,7 @@ StatusOr<NodeTopology> discoverNodeTopology(const TopologySources& src) {
       topo.links = std::move(*links);
     } else {
       topo.links_note = links.status().message();
-      HSDP_WARN(kTopo, "no NVLink information, the host is the NVLink domain: ",
-                topo.links_note);
+      HSDP_WARN(kTopo, "no NVLink information, the host is the NVLink domain: ", topo.links_note);
     }
   }
   // Sanity: the link graph is indexed like the GPUs.
@@ -102,14 +101,38 @@ StatusOr<NodeTopology> discoverNodeTopology(const TopologySources& src) {
 
 using json = nlohmann::json;
 
+namespace {
+
+// One field of a wire form: where it goes (a JSON pointer) and the member.
+template <class T>
+struct Field {
+  const char* at;
+  T& value;
+};
+
+// The wire form of a rank view, one table for both directions: f(pointer, member) for each field
+// (the binding is the object "bind"). BindMode travels as its integer (nlohmann's enum
+// conversion). The binding's launcher_cpus is not in it: older views lack it, so it is read with
+// a default.
+template <class View, class F>
+void forEachRankViewField(View& v, F&& f) {
+  auto each = [&f](auto... fields) { (f(json::json_pointer(fields.at), fields.value), ...); };
+  each(Field{"/r", v.world_rank}, Field{"/host", v.host}, Field{"/hk", v.host_key},
+       Field{"/lr", v.local_rank}, Field{"/ls", v.local_size}, Field{"/ng", v.host_gpus},
+       Field{"/nn", v.host_nics}, Field{"/gpu", v.gpu}, Field{"/pci", v.gpu_pci},
+       Field{"/nic", v.nic}, Field{"/fab", v.fabric}, Field{"/err", v.error},
+       Field{"/bind/req", v.bind.requested}, Field{"/bind/mode", v.bind.mode},
+       Field{"/bind/gpu", v.bind.gpu}, Field{"/bind/nic", v.bind.nic},
+       Field{"/bind/numa", v.bind.numa}, Field{"/bind/cpus", v.bind.cpuset},
+       Field{"/bind/why", v.bind.reason});
+}
+
+}  // namespace
+
 std::string serializeRankView(const RankView& v) {
-  json j = {{"r", v.world_rank}, {"host", v.host}, {"hk", v.host_key}, {"lr", v.local_rank},
-            {"ls", v.local_size}, {"ng", v.host_gpus}, {"nn", v.host_nics}, {"gpu", v.gpu},
-            {"pci", v.gpu_pci}, {"nic", v.nic}, {"fab", v.fabric}, {"err", v.error},
-            {"bind", {{"req", static_cast<int>(v.bind.requested)},
-                      {"mode", static_cast<int>(v.bind.mode)}, {"gpu", v.bind.gpu},
-                      {"nic", v.bind.nic}, {"numa", v.bind.numa}, {"cpus", v.bind.cpuset},
-                      {"launcher", v.bind.launcher_cpus}, {"why", v.bind.reason}}}};
+  json j = json::object();
+  forEachRankViewField(v, [&](const json::json_pointer& at, const auto& field) { j[at] = field; });
+  j["bind"]["launcher"] = v.bind.launcher_cpus;
   return j.dump();
 }
 
@@ -120,27 +143,9 @@ StatusOr<RankView> parseRankView(std::string_view text) {
   if (!j.is_object()) return invalidArgument("malformed rank view");
   try {
     RankView v;
-    v.world_rank = j.at("r");
-    v.host = j.at("host");
-    v.host_key = j.at("hk");
-    v.local_rank = j.at("lr");
-    v.local_size = j.at("ls");
-    v.host_gpus = j.at("ng");
-    v.host_nics = j.at("nn");
-    v.gpu = j.at("gpu");
-    v.gpu_pci = j.at("pci");
-    v.nic = j.at("nic");
-    v.fabric = j.at("fab");
-    v.error = j.at("err");
-    const json& b = j.at("bind");
-    v.bind.requested = static_cast<BindMode>(b.at("req").get<int>());
-    v.bind.mode = static_cast<BindMode>(b.at("mode").get<int>());
-    v.bind.gpu = b.at("gpu");
-    v.bind.nic = b.at("nic");
-    v.bind.numa = b.at("numa");
-    v.bind.cpuset = b.at("cpus");
-    v.bind.launcher_cpus = b.value("launcher", "");
-    v.bind.reason = b.at("why");
+    forEachRankViewField(
+        v, [&](const json::json_pointer& at, auto& field) { j.at(at).get_to(field); });
+    v.bind.launcher_cpus = j.at("bind").value("launcher", "");
     return v;
   } catch (const json::exception& e) {
     return invalidArgument("malformed rank view: ", e.what());
@@ -187,8 +192,8 @@ StatusOr<ClusterTopology> buildClusterTopology(std::vector<RankView> views) {
     if (views[r].world_rank != static_cast<int>(r))
       return internalError("rank view ", r, " claims world rank ", views[r].world_rank);
     if (!views[r].error.empty() && seen.insert(views[r].error).second)
-      errors += strCat(errors.empty() ? "" : "; ", "rank ", r, " (", views[r].host, "): ",
-                       views[r].error);
+      errors += strCat(errors.empty() ? "" : "; ", "rank ", r, " (", views[r].host,
+                       "): ", views[r].error);
   }
   if (!errors.empty()) return invalidArgument("topology discovery failed: ", errors);
 
@@ -216,15 +221,15 @@ StatusOr<ClusterTopology> buildClusterTopology(std::vector<RankView> views) {
       names.push_back(v.host);
     } else {  // "nvl:5e1e3a1c/32766": the uuid's first group is enough to tell cliques apart
       size_t slash = v.fabric.find('/');
-      names.push_back(strCat("nvl:", v.fabric.substr(0, std::min<size_t>(8, slash)),
-                             v.fabric.substr(slash == std::string::npos ? v.fabric.size() : slash)));
+      names.push_back(
+          strCat("nvl:", v.fabric.substr(0, std::min<size_t>(8, slash)),
+                 v.fabric.substr(slash == std::string::npos ? v.fabric.size() : slash)));
     }
   }
   ClusterTopology c;
   c.level = any_fabric ? "nvlink-domain" : "host";
   auto layout = nodeLayoutFromKeys(keys, names);
-  if (!layout.ok())
-    return layout.status().withContext(any_fabric ? "NVLink domains" : "hosts");
+  if (!layout.ok()) return layout.status().withContext(any_fabric ? "NVLink domains" : "hosts");
   c.layout = std::move(*layout);
   c.num_hosts = static_cast<int>(first_of_host.size());
   c.ranks = std::move(views);
@@ -283,8 +288,8 @@ StatusOr<ClusterTopology> discoverClusterTopology(Comm& world, const ClusterOpti
   HSDP_ASSIGN_OR_RETURN(ClusterTopology c, buildClusterTopology(views));
   auto rpn = env::kRanksPerNode.get();  // validated in fill()
   if (rpn.ok() && rpn->has_value()) {
-    HSDP_ASSIGN_OR_RETURN(c.layout, virtualNodeLayout(world.size(), static_cast<int>(**rpn),
-                                                      mine.host));
+    HSDP_ASSIGN_OR_RETURN(c.layout,
+                          virtualNodeLayout(world.size(), static_cast<int>(**rpn), mine.host));
     c.level = "virtual";
   } else if (options.apply_binding) {
     // A binding failure is local and not fatal (the job still runs, only slower); it must not

@@ -1,5 +1,7 @@
 #include "gpt/trainer.h"
 
+#include "common/accumulate.h"
+
 namespace gpt {
 namespace {
 
@@ -90,13 +92,8 @@ hsdp::StatusOr<float> trainStep(Trainer& run, const hsdp::StepStart& start) {
   // rate is the committed step's (elastic: also right after a heal moved the step forward).
   HSDP_RETURN_IF_ERROR(
       run.model.setLearningRate(run.setup.train.schedule.at(static_cast<int>(start.step))));
-  float loss = 0;
-  for (int k = 0; k < run.setup.train.accum; ++k) {
-    HSDP_ASSIGN_OR_RETURN(float l, microStep(run, start, k, k + 1 == run.setup.train.accum));
-    loss += l / run.setup.train.accum;
-  }
-  HSDP_RETURN_IF_ERROR(run.model.step());
-  return loss;
+  return examples::accumulateStep(run.model, run.setup.train.accum,
+                                  [&](int k, bool last) { return microStep(run, start, k, last); });
 }
 
 hsdp::StatusOr<float> trainStep(Trainer& run, int step) {

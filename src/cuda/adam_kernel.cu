@@ -3,13 +3,12 @@
 // element against ~15 flops: memory-bound, so the kernel is a grid-stride loop with 16-byte
 // vector loads and stores, and its speed is judged against a device-to-device copy).
 //
-// Bitwise contract (kernels.h): each element goes through the loop body of hsdp::adamStep
-// (core/optimizer.cc) with the gradient scale applied first, written with the correctly rounded
-// intrinsics (__fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn, __fsqrt_rn). Those are never contracted
-// into FMAs, whatever the compiler flags; the file is also compiled with --fmad=false
-// --prec-div=true --prec-sqrt=true --ftz=false (cuda/CMakeLists.txt) so nothing else rounds
-// differently either.
-#include <cmath>
+// Bitwise contract (kernels.h): each element goes through hsdp::adamUpdate (core/adam_coeffs.h,
+// the loop body of hsdp::adamStep with the gradient scale applied first, the CPU kernels' one
+// sequence) in the correctly rounded intrinsics (__fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn,
+// __fsqrt_rn). Those are never contracted into FMAs, whatever the compiler flags; the file is
+// also compiled with --fmad=false --prec-div=true --prec-sqrt=true --ftz=false
+// (cuda/CMakeLists.txt) so nothing else rounds differently either.
 #include <cstdint>
 
 #include "collectives/nccl/cuda_check.h"
@@ -23,19 +22,36 @@ namespace {
 // exactly as hsdp::adamStep and hsdp::CpuAdam take them.
 using Coeffs = AdamCoeffs;
 
+// A float whose operations are the correctly rounded intrinsics (__fmul_rn, __fadd_rn,
+// __fsub_rn, __fdiv_rn, __fsqrt_rn): never contracted into FMAs, whatever the compiler flags.
+// constexpr, as device code may call adamUpdate only when all it calls is (relaxed constexpr),
+// and so device code only: the host pass, which compiles constexpr functions too, has no such
+// intrinsics and never calls these.
+struct Rn {
+  float x;
+  constexpr __device__ Rn(float v) : x(v) {}  // NOLINT: implicit, for the coefficients
+#if defined(__CUDA_ARCH__)
+  friend constexpr __device__ Rn operator*(Rn a, Rn b) { return __fmul_rn(a.x, b.x); }
+  friend constexpr __device__ Rn operator+(Rn a, Rn b) { return __fadd_rn(a.x, b.x); }
+  friend constexpr __device__ Rn operator-(Rn a, Rn b) { return __fsub_rn(a.x, b.x); }
+  friend constexpr __device__ Rn operator/(Rn a, Rn b) { return __fdiv_rn(a.x, b.x); }
+#endif
+};
+struct SqrtRn {
+#if defined(__CUDA_ARCH__)
+  constexpr __device__ Rn operator()(Rn a) const { return __fsqrt_rn(a.x); }
+#endif
+};
+
+// hsdp::adamUpdate (core/adam_coeffs.h), the CPU kernels' sequence, in Rn.
 template <bool kAdamW>
 __device__ __forceinline__ void adamElement(const Coeffs& c, float& p, float g, float& m,
                                             float& v) {
-  float gi = __fmul_rn(g, c.grad_scale);  // * 1 is exact: grad_scale = 1 is adamStep itself
-  float pi = p;
-  if (kAdamW) pi = __fmul_rn(pi, c.decay);
-  else gi = __fadd_rn(gi, __fmul_rn(c.weight_decay, pi));
-  const float mi = __fadd_rn(__fmul_rn(c.beta1, m), __fmul_rn(c.one_minus_beta1, gi));
-  const float vi = __fadd_rn(__fmul_rn(c.beta2, v), __fmul_rn(__fmul_rn(c.one_minus_beta2, gi), gi));
-  m = mi;
-  v = vi;
-  const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), c.inv_sqrt_bc2), c.eps);
-  p = __fsub_rn(pi, __fdiv_rn(__fmul_rn(c.step_size, mi), denom));
+  Rn rp = p, rm = m, rv = v;
+  adamUpdate<kAdamW>(c, rp, Rn(g), rm, rv, SqrtRn{});
+  p = rp.x;
+  m = rm.x;
+  v = rv.x;
 }
 
 // kVec: every array is 16-byte aligned (the bf16 copy 8-byte aligned), so groups of four
@@ -94,9 +110,9 @@ void launchAdam(const Coeffs& c, const AdamShard& s, cudaStream_t stream) {
                    aligned(s.exp_avg_sq, 16) && (!kBf16 || aligned(s.param_bf16, 8));
   auto* bf = reinterpret_cast<unsigned short*>(s.param_bf16);
   if (vec) {
-    adamKernel<kAdamW, kBf16, true><<<detail::gridFor((s.n + 3) / 4), detail::kThreads, 0,
-                                      stream>>>(c, s.param, s.grad, s.exp_avg, s.exp_avg_sq, bf,
-                                                s.n);
+    adamKernel<kAdamW, kBf16, true>
+        <<<detail::gridFor((s.n + 3) / 4), detail::kThreads, 0, stream>>>(
+            c, s.param, s.grad, s.exp_avg, s.exp_avg_sq, bf, s.n);
   } else {
     adamKernel<kAdamW, kBf16, false><<<detail::gridFor(s.n), detail::kThreads, 0, stream>>>(
         c, s.param, s.grad, s.exp_avg, s.exp_avg_sq, bf, s.n);
@@ -105,30 +121,23 @@ void launchAdam(const Coeffs& c, const AdamShard& s, cudaStream_t stream) {
 
 }  // namespace
 
-Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard,
-                cudaStream_t stream, float grad_scale) {
-  HSDP_RETURN_IF_ERROR(validate(cfg));
-  if (t < 1) return invalidArgument("Adam step t=", t, " must be >= 1");
-  if (!(grad_scale >= 0.0f) || !std::isfinite(grad_scale))
-    return invalidArgument("gradient scale ", grad_scale, " must be finite and >= 0");
+Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard, cudaStream_t stream,
+                float grad_scale) {
+  HSDP_RETURN_IF_ERROR(checkAdamStep(cfg, t, shard, grad_scale, "GPU Adam"));
   if (shard.n == 0) return okStatus();
-  const char* missing = shard.param == nullptr        ? "param"
-                        : shard.grad == nullptr       ? "grad"
-                        : shard.exp_avg == nullptr    ? "exp_avg"
-                        : shard.exp_avg_sq == nullptr ? "exp_avg_sq"
-                                                      : nullptr;
-  if (missing != nullptr)
-    return invalidArgument("GPU Adam shard of ", shard.n, " elements has a null ", missing,
-                           " array");
 
   // Exactly as hsdp::adamStep takes them (bias corrections in double, rounded to float once).
   const Coeffs c = adamCoefficients(cfg, t, grad_scale);
   const bool adamw = c.adamw;
   const bool bf16_out = shard.param_bf16 != nullptr;
-  if (adamw && bf16_out) launchAdam<true, true>(c, shard, stream);
-  else if (adamw) launchAdam<true, false>(c, shard, stream);
-  else if (bf16_out) launchAdam<false, true>(c, shard, stream);
-  else launchAdam<false, false>(c, shard, stream);
+  if (adamw && bf16_out)
+    launchAdam<true, true>(c, shard, stream);
+  else if (adamw)
+    launchAdam<true, false>(c, shard, stream);
+  else if (bf16_out)
+    launchAdam<false, true>(c, shard, stream);
+  else
+    launchAdam<false, false>(c, shard, stream);
   HSDP_CUDA_CHECK(cudaGetLastError());
   return okStatus();
 }
