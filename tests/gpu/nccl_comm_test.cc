@@ -261,15 +261,12 @@ class DeviceMemory : public conformance::Memory {
   }
 };
 
-struct NcclBackend {
+struct NcclBackend : conformance::Contract {
   static const char* name() { return "nccl"; }
   static std::string unavailable() {
     std::string why;
     return gpu_testing::devices(&why) > 0 ? "" : "no CUDA device visible: " + why;
   }
-  static constexpr bool kBroadcast = true;
-  static constexpr bool kRejectsBadArguments = true;
-  static constexpr bool kAllToAll = true;
   static conformance::Memory& memory() {
     static DeviceMemory m;
     return m;

@@ -1,18 +1,21 @@
 // The transport conformance suite: one set of tests that every implementation of the Comm
 // contract (include/hsdp/transport.h) passes, against the MPI library's own collectives as the
-// oracle. A backend is a type with
+// oracle. A backend is a type, derived from Contract (conformance_oracle.h), with
 //
 //   static const char* name();
 //   static std::string unavailable();         // "" when it runs here, else why (tests skip)
 //   static std::vector<Case>& cases();        // communicators under test, each with its oracle
 //   static Memory& memory();                  // where its buffers live (host or device)
-//   static constexpr bool kBroadcast;         // broadcast() and barrier() are part of it
+//
+// and, redeclared where it differs from Contract's:
+//
+//   static constexpr bool kBroadcast;         // broadcast() and barrier() are part of it (true)
 //   static constexpr bool kRejectsBadArguments;  // bad arguments are an error before anything
-//                                             // starts (a schedule composed of others defers to
-//                                             // its levels)
-//   static constexpr bool kAllToAll;          // optional: iallToAll is part of it (default false)
-//   static constexpr bool kRuns;              // optional: ireduceScatterRuns is (default false;
-//                                             // host memory: the default packs on the host)
+//                                             // starts (true; a schedule composed of others
+//                                             // defers to its levels)
+//   static constexpr bool kAllToAll;          // iallToAll is part of it (true)
+//   static constexpr bool kRuns;              // ireduceScatterRuns is (false; host memory: the
+//                                             // default packs on the host)
 //
 // and an instantiation, e.g. INSTANTIATE_TYPED_TEST_SUITE_P(Mpi, Conformance, MpiBackend):
 // tests/collectives/conformance/host_backends_test.cc (MPI, UCX, hierarchical) and
