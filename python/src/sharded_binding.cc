@@ -122,17 +122,12 @@ FlatView flatView(PyModel& pm, int unit, const ParamView& first) {
 }
 
 nb::dict memoryDict(const MemoryReport& r) {
-  nb::dict d;
-  d["param_bytes"] = r.param_bytes;
-  d["grad_bytes"] = r.grad_bytes;
-  d["optim_bytes"] = r.optim_bytes;
-  d["gathered_peak_bytes"] = r.gathered_peak_bytes;
-  d["gathered_capacity_bytes"] = r.gathered_capacity_bytes;
-  d["comm_bytes"] = r.comm_bytes;
-  d["offload_host_bytes"] = r.offload_host_bytes;
-  d["hpz_bytes"] = r.hpz_bytes;
-  d["total"] = r.total();
-  return d;
+  return dictOf(item("param_bytes", r.param_bytes), item("grad_bytes", r.grad_bytes),
+                item("optim_bytes", r.optim_bytes),
+                item("gathered_peak_bytes", r.gathered_peak_bytes),
+                item("gathered_capacity_bytes", r.gathered_capacity_bytes),
+                item("comm_bytes", r.comm_bytes), item("offload_host_bytes", r.offload_host_bytes),
+                item("hpz_bytes", r.hpz_bytes), item("total", r.total()));
 }
 
 using ParamTuple = std::tuple<std::string, std::vector<int64_t>, bool>;
@@ -205,8 +200,7 @@ void bindShardedModel(nb::module_& m) {
           "params_view",
           [](PyModel& pm, int u) {
             ShardedModel& model = pm.live();
-            if (u < 0 || u >= model.numUnits())
-              check(outOfRange("unit ", u, " of ", model.numUnits()));
+            checkUnit(u, model.numUnits());
             return flatView(pm, u, take(model.param(u, model.layout(u).params()[0].name)));
           },
           nb::arg("unit"),
@@ -216,8 +210,7 @@ void bindShardedModel(nb::module_& m) {
           "grads_view",
           [](PyModel& pm, int u) {
             ShardedModel& model = pm.live();
-            if (u < 0 || u >= model.numUnits())
-              check(outOfRange("unit ", u, " of ", model.numUnits()));
+            checkUnit(u, model.numUnits());
             return flatView(pm, u, take(model.grad(u, model.layout(u).params()[0].name)));
           },
           nb::arg("unit"),
