@@ -18,12 +18,13 @@
 #include "hsdp/nccl.h"
 #include "hsdp/transport_select.h"
 #include "tests/collectives/conformance/conformance_suite.h"
-#include "tests/gpu/gpu_test.h"
+#include "tests/common/gpu_test.h"
+#include "tests/common/mpi_test_main.h"
 
 namespace hsdp {
 namespace {
 
-using gpu_testing::world;
+using testing::world;
 
 MPI_Comm raw(Comm& c) { return dynamic_cast<mpi::MpiComm&>(c).raw(); }
 
