@@ -52,11 +52,6 @@ nb::dict dictOf(const Item<V>&... items) {
   return d;
 }
 
-// A unit index of a model with `units` units, checked: OutOfRangeError otherwise.
-inline void checkUnit(int u, int units) {
-  if (u < 0 || u >= units) check(outOfRange("unit ", u, " of ", units));
-}
-
 // Python's json.loads of `text` (the library's JSON reports become dicts).
 nb::object loadsJson(const std::string& text);
 

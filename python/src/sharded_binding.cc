@@ -114,11 +114,17 @@ EngineConfig engineConfig(const Settings& s) {
 
 using FlatView = nb::ndarray<nb::numpy, float, nb::ndim<1>, nb::c_contig>;
 
-// The unit's whole flat buffer (`first` is the view of its first parameter, at offset 0) as a
-// numpy array kept alive by the model's Python object.
-FlatView flatView(PyModel& pm, int unit, const ParamView& first) {
-  const size_t n = pm.live().layout(unit).numel();
-  return FlatView(first.data, {n}, nb::find(&pm));
+// The unit's whole flat buffer of parameters or gradients (`view`: ShardedModel::param or grad;
+// the view of its first parameter, at offset 0) as a numpy array kept alive by the model's
+// Python object.
+FlatView flatView(PyModel& pm, int unit,
+                  StatusOr<ParamView> (ShardedModel::*view)(int, std::string_view)) {
+  ShardedModel& model = pm.live();
+  if (unit < 0 || unit >= model.numUnits())
+    check(outOfRange("unit ", unit, " of ", model.numUnits()));
+  const FlatLayout& layout = model.layout(unit);
+  const ParamView first = take((model.*view)(unit, layout.params()[0].name));
+  return FlatView(first.data, {layout.numel()}, nb::find(&pm));
 }
 
 nb::dict memoryDict(const MemoryReport& r) {
@@ -197,22 +203,12 @@ void bindShardedModel(nb::module_& m) {
            [](PyModel& pm, int u) { unlocked([&] { return pm.live().reduceGrad(u); }); })
       .def("step", [](PyModel& pm) { unlocked([&] { return pm.live().step(); }); })
       .def(
-          "params_view",
-          [](PyModel& pm, int u) {
-            ShardedModel& model = pm.live();
-            checkUnit(u, model.numUnits());
-            return flatView(pm, u, take(model.param(u, model.layout(u).params()[0].name)));
-          },
+          "params_view", [](PyModel& pm, int u) { return flatView(pm, u, &ShardedModel::param); },
           nb::arg("unit"),
           "The unit's gathered parameters, flat (a view of the engine's buffer, valid until "
           "reshard)")
       .def(
-          "grads_view",
-          [](PyModel& pm, int u) {
-            ShardedModel& model = pm.live();
-            checkUnit(u, model.numUnits());
-            return flatView(pm, u, take(model.grad(u, model.layout(u).params()[0].name)));
-          },
+          "grads_view", [](PyModel& pm, int u) { return flatView(pm, u, &ShardedModel::grad); },
           nb::arg("unit"),
           "The unit's full gradient, flat (zeroed at its first use in a step; a view of the "
           "engine's buffer, valid until reduce_grad)")

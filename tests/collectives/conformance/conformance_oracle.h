@@ -101,19 +101,23 @@ inline std::vector<float> randomValues(int seed, size_t n) {
   return v;
 }
 
+// x as To, through float where either side is bf16 (rounded to bf16 on the way there).
+template <typename To, typename From>
+To convertValue(From x) {
+  if constexpr (std::is_same_v<To, bf16>)
+    return toBf16(static_cast<float>(x));
+  else if constexpr (std::is_same_v<From, bf16>)
+    return static_cast<To>(toFloat(x));
+  else
+    return static_cast<To>(x);
+}
 template <typename T>
 T fromFloat(float x) {
-  if constexpr (std::is_same_v<T, bf16>)
-    return toBf16(x);
-  else
-    return static_cast<T>(x);
+  return convertValue<T>(x);
 }
 template <typename T>
 float asFloat(T x) {
-  if constexpr (std::is_same_v<T, bf16>)
-    return toFloat(x);
-  else
-    return static_cast<float>(x);
+  return convertValue<float>(x);
 }
 
 template <typename T>
