@@ -289,12 +289,8 @@ void bindShardedModel(nb::module_& m) {
             o.keep_last = keep_last;
             ShardedModel& model = pm.live();
             const SaveResult r = takeUnlocked([&] { return model.save(root, o); });
-            nb::dict d;
-            d["dir"] = r.dir;
-            d["step"] = r.step;
-            d["bytes"] = r.bytes;
-            d["seconds"] = r.seconds;
-            return d;
+            return dictOf(item("dir", r.dir), item("step", r.step), item("bytes", r.bytes),
+                          item("seconds", r.seconds));
           },
           nb::arg("root"), nb::arg("name") = "", nb::arg("keep_last") = 0)
       .def(
@@ -304,11 +300,8 @@ void bindShardedModel(nb::module_& m) {
             o.optimizer_state = optimizer_state;
             ShardedModel& model = pm.live();
             const LoadResult r = takeUnlocked([&] { return model.load(path, o); });
-            nb::dict d;
-            d["dir"] = r.dir;
-            d["step"] = r.step;
-            d["bytes_read"] = r.bytes_read;
-            return d;
+            return dictOf(item("dir", r.dir), item("step", r.step),
+                          item("bytes_read", r.bytes_read));
           },
           nb::arg("path"), nb::arg("optimizer_state") = true)
       .def(
