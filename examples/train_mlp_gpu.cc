@@ -5,7 +5,7 @@
 //
 //   mpirun -np 4 -x HSDP_RANKS_PER_NODE=2 build/examples/train_mlp_gpu --mode zero3 \
 //       --intra-shard 2 --inter-shard 2 --steps 8 --check
-//   several ranks on ONE GPU: run each rank through tests/gpu/per_rank_host.sh (NCCL_HOSTID per
+//   several ranks on ONE GPU: run each rank through tests/common/per_rank_host.sh (NCCL_HOSTID per
 //   rank, sockets on loopback), as ctest and scripts/device-check do.
 //
 // Per rank: MPI world (bootstrap, the report's host-side collectives) -> NCCL world over it ->

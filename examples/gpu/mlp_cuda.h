@@ -16,7 +16,7 @@
 // no bf16x9 emulation, no reduced-precision reductions), the kernels use IEEE float operations
 // with no FMA contraction (examples/CMakeLists.txt: --fmad=false). Results differ from Eigen only
 // by summation order and the last bits of tanh/exp/log: ~1e-7 relative, far inside the training
-// example's parity tolerance (tests/gpu/mlp/ checks 1e-5 per function).
+// example's parity tolerance (tests/examples/gpu/ checks 1e-5 per function).
 #pragma once
 
 #include <cublas_v2.h>

@@ -11,7 +11,7 @@
 // Device: HSDP_CUDA_DEVICE when set, else the rank's index on its host (bootstrap.splitByHost())
 // modulo the visible devices. Several ranks on one GPU (tests, scripts/device-check) work only
 // when each rank looks like its own host to NCCL: NCCL_HOSTID per rank, NCCL_NET=Socket,
-// NCCL_SOCKET_IFNAME=lo, NCCL_IB_DISABLE=1 (tests/gpu/per_rank_host.sh).
+// NCCL_SOCKET_IFNAME=lo, NCCL_IB_DISABLE=1 (tests/common/per_rank_host.sh).
 //
 // Buffers: device (or managed) memory of this communicator's device; a host pointer is an
 // InvalidArgument naming the collective (NCCL would fault on it). The engine does not yet keep

@@ -103,30 +103,19 @@ void sameDType(DType a, DType b, const char* what) {
 
 nb::dict shapeDict(const Mesh& m) {
   const MeshShape& s = m.shape();
-  nb::dict d;
-  d["world"] = s.world_size;
-  d["nodes"] = s.num_nodes;
-  d["ranks_per_node"] = s.ranks_per_node;
-  d["intra_shard"] = s.intra_shard;
-  d["inter_shard"] = s.inter_shard;
-  d["shard_group"] = s.shardGroupSize();
-  d["replicas"] = s.replicas();
-  return d;
+  return dictOf(item("world", s.world_size), item("nodes", s.num_nodes),
+                item("ranks_per_node", s.ranks_per_node), item("intra_shard", s.intra_shard),
+                item("inter_shard", s.inter_shard), item("shard_group", s.shardGroupSize()),
+                item("replicas", s.replicas()));
 }
 
 nb::dict coordsDict(const Mesh& m) {
   const MeshCoords& c = m.coords();
-  nb::dict d;
-  d["world_rank"] = c.world_rank;
-  d["node"] = c.node;
-  d["local_rank"] = c.local_rank;
-  d["intra_group"] = c.intra_group;
-  d["intra_idx"] = c.intra_idx;
-  d["inter_group"] = c.inter_group;
-  d["inter_idx"] = c.inter_idx;
-  d["shard_rank"] = c.shard_rank;
-  d["replica_rank"] = c.replica_rank;
-  return d;
+  return dictOf(item("world_rank", c.world_rank), item("node", c.node),
+                item("local_rank", c.local_rank), item("intra_group", c.intra_group),
+                item("intra_idx", c.intra_idx), item("inter_group", c.inter_group),
+                item("inter_idx", c.inter_idx), item("shard_rank", c.shard_rank),
+                item("replica_rank", c.replica_rank));
 }
 
 }  // namespace

@@ -34,6 +34,24 @@ T take(StatusOr<T>&& v) {
   return std::move(*v);
 }
 
+// A dict of the items given, in that order: dictOf(item("dir", r.dir), item("step", r.step)) is
+// {"dir": r.dir, "step": r.step}.
+template <typename V>
+struct Item {
+  const char* key;
+  V value;
+};
+template <typename V>
+Item<V> item(const char* key, V value) {
+  return {key, std::move(value)};
+}
+template <typename... V>
+nb::dict dictOf(const Item<V>&... items) {
+  nb::dict d;
+  ((d[items.key] = items.value), ...);
+  return d;
+}
+
 // Python's json.loads of `text` (the library's JSON reports become dicts).
 nb::object loadsJson(const std::string& text);
 

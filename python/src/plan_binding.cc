@@ -140,26 +140,16 @@ nb::object plan(nb::object params, nb::object layers_arg, std::optional<int64_t>
 }
 
 nb::dict memoryDict(const PlanMemory& g, int blocks) {
-  nb::dict d;
-  d["params"] = g.params;
-  d["grads"] = g.grads;
-  d["optimizer"] = g.optimizer;
-  d["hpz_secondary"] = g.hpz_secondary;
-  d["model_state_total"] = g.modelStateTotal();
-  d["gathered_peak"] = g.gathered_peak;
-  d["gathered_blocks"] = blocks;
-  d["comm_buffers_estimate"] = g.comm_estimate;
-  d["total"] = g.total();
-  return d;
+  return dictOf(item("params", g.params), item("grads", g.grads), item("optimizer", g.optimizer),
+                item("hpz_secondary", g.hpz_secondary),
+                item("model_state_total", g.modelStateTotal()),
+                item("gathered_peak", g.gathered_peak), item("gathered_blocks", blocks),
+                item("comm_buffers_estimate", g.comm_estimate), item("total", g.total()));
 }
 
 nb::dict trafficDict(const PlanTraffic& t) {
-  nb::dict d;
-  d["all_gather"] = t.all_gather;
-  d["reduce_scatter"] = t.reduce_scatter;
-  d["all_reduce"] = t.all_reduce;
-  d["total"] = t.total();
-  return d;
+  return dictOf(item("all_gather", t.all_gather), item("reduce_scatter", t.reduce_scatter),
+                item("all_reduce", t.all_reduce), item("total", t.total()));
 }
 
 }  // namespace

@@ -117,25 +117,26 @@ EngineConfig engineConfig(const Settings& s) {
 
 using FlatView = nb::ndarray<nb::numpy, float, nb::ndim<1>, nb::c_contig>;
 
-// The unit's whole flat buffer (`first` is the view of its first parameter, at offset 0) as a
-// numpy array kept alive by the model's Python object.
-FlatView flatView(PyModel& pm, int unit, const ParamView& first) {
-  const size_t n = pm.live().layout(unit).numel();
-  return FlatView(first.data, {n}, nb::find(&pm));
+// The unit's whole flat buffer of parameters or gradients (`view`: ShardedModel::param or grad;
+// the view of its first parameter, at offset 0) as a numpy array kept alive by the model's
+// Python object.
+FlatView flatView(PyModel& pm, int unit,
+                  StatusOr<ParamView> (ShardedModel::*view)(int, std::string_view)) {
+  ShardedModel& model = pm.live();
+  if (unit < 0 || unit >= model.numUnits())
+    check(outOfRange("unit ", unit, " of ", model.numUnits()));
+  const FlatLayout& layout = model.layout(unit);
+  const ParamView first = take((model.*view)(unit, layout.params()[0].name));
+  return FlatView(first.data, {layout.numel()}, nb::find(&pm));
 }
 
 nb::dict memoryDict(const MemoryReport& r) {
-  nb::dict d;
-  d["param_bytes"] = r.param_bytes;
-  d["grad_bytes"] = r.grad_bytes;
-  d["optim_bytes"] = r.optim_bytes;
-  d["gathered_peak_bytes"] = r.gathered_peak_bytes;
-  d["gathered_capacity_bytes"] = r.gathered_capacity_bytes;
-  d["comm_bytes"] = r.comm_bytes;
-  d["offload_host_bytes"] = r.offload_host_bytes;
-  d["hpz_bytes"] = r.hpz_bytes;
-  d["total"] = r.total();
-  return d;
+  return dictOf(item("param_bytes", r.param_bytes), item("grad_bytes", r.grad_bytes),
+                item("optim_bytes", r.optim_bytes),
+                item("gathered_peak_bytes", r.gathered_peak_bytes),
+                item("gathered_capacity_bytes", r.gathered_capacity_bytes),
+                item("comm_bytes", r.comm_bytes), item("offload_host_bytes", r.offload_host_bytes),
+                item("hpz_bytes", r.hpz_bytes), item("total", r.total()));
 }
 
 nb::dict stepStartDict(const StepStart& s) {
@@ -221,24 +222,12 @@ void bindShardedModel(nb::module_& m) {
            [](PyModel& pm, int u) { unlocked([&] { return pm.live().reduceGrad(u); }); })
       .def("step", [](PyModel& pm) { unlocked([&] { return pm.live().step(); }); })
       .def(
-          "params_view",
-          [](PyModel& pm, int u) {
-            ShardedModel& model = pm.live();
-            if (u < 0 || u >= model.numUnits())
-              check(outOfRange("unit ", u, " of ", model.numUnits()));
-            return flatView(pm, u, take(model.param(u, model.layout(u).params()[0].name)));
-          },
+          "params_view", [](PyModel& pm, int u) { return flatView(pm, u, &ShardedModel::param); },
           nb::arg("unit"),
           "The unit's gathered parameters, flat (a view of the engine's buffer, valid until "
           "reshard)")
       .def(
-          "grads_view",
-          [](PyModel& pm, int u) {
-            ShardedModel& model = pm.live();
-            if (u < 0 || u >= model.numUnits())
-              check(outOfRange("unit ", u, " of ", model.numUnits()));
-            return flatView(pm, u, take(model.grad(u, model.layout(u).params()[0].name)));
-          },
+          "grads_view", [](PyModel& pm, int u) { return flatView(pm, u, &ShardedModel::grad); },
           nb::arg("unit"),
           "The unit's full gradient, flat (zeroed at its first use in a step; a view of the "
           "engine's buffer, valid until reduce_grad)")
@@ -338,12 +327,8 @@ void bindShardedModel(nb::module_& m) {
             o.keep_last = keep_last;
             ShardedModel& model = pm.live();
             const SaveResult r = takeUnlocked([&] { return model.save(root, o); });
-            nb::dict d;
-            d["dir"] = r.dir;
-            d["step"] = r.step;
-            d["bytes"] = r.bytes;
-            d["seconds"] = r.seconds;
-            return d;
+            return dictOf(item("dir", r.dir), item("step", r.step), item("bytes", r.bytes),
+                          item("seconds", r.seconds));
           },
           nb::arg("root"), nb::arg("name") = "", nb::arg("keep_last") = 0)
       .def(
@@ -353,11 +338,8 @@ void bindShardedModel(nb::module_& m) {
             o.optimizer_state = optimizer_state;
             ShardedModel& model = pm.live();
             const LoadResult r = takeUnlocked([&] { return model.load(path, o); });
-            nb::dict d;
-            d["dir"] = r.dir;
-            d["step"] = r.step;
-            d["bytes_read"] = r.bytes_read;
-            return d;
+            return dictOf(item("dir", r.dir), item("step", r.step),
+                          item("bytes_read", r.bytes_read));
           },
           nb::arg("path"), nb::arg("optimizer_state") = true)
       .def(

@@ -9,11 +9,8 @@
 #   ckpt_files.sh BUILD_DIR WORK_DIR EXPECT_ERROR_SH
 set -euo pipefail
 build=$1; work=$2; expect_error=$3
-mpirun=${MPIEXEC:-mpirun}
-rm -rf "$work" && mkdir -p "$work"
-trap 'rm -rf "$work"' EXIT
-mlp="$build/examples/train_mlp"
-ckpt="$build/tools/hsdp-ckpt"
+# shellcheck source=ckpt_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ckpt_common.sh"
 flags=(--mode zero3 --intra-shard 1 --inter-shard 3 --dims 32,64,10)
 run3() { timeout 120 "$mpirun" --oversubscribe --bind-to none -np 3 -x HSDP_RANKS_PER_NODE=1 "$mlp" "${flags[@]}" "$@"; }
 run3 --steps 2 --save-dir "$work/good" >/dev/null

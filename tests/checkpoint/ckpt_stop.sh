@@ -6,10 +6,8 @@
 #   ckpt_stop.sh BUILD_DIR WORK_DIR
 set -euo pipefail
 build=$1; work=$2
-rm -rf "$work" && mkdir -p "$work"
-trap 'rm -rf "$work"' EXIT
-mlp="$build/examples/train_mlp"
-ckpt="$build/tools/hsdp-ckpt"
+# shellcheck source=ckpt_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ckpt_common.sh"
 "$mlp" --mode none --dims 32,2048,2048,2048,2048,10 --batch 4 --steps 1 --save-dir "$work/good" >/dev/null
 good="$work/good/step-00000001"
 sums() { (cd "$good" && sha256sum ./* | sha256sum); }

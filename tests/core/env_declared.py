@@ -15,33 +15,21 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "scripts"))
+from repo_tree import report, tree_files  # noqa: E402  (the tree every check reads)
+
 DECL = re.compile(r'\b(IntParam|BoolParam|StringParam|NumberParam)\s+\w+\s*\{\s*"(HSDP_[A-Z0-9_]+)"')
 RAW_READ = re.compile(r'\b(?:std::)?(?:secure_)?getenv\s*\(\s*"HSDP_')
 SCANNED = ("core", "topology", "collectives", "offload", "src", "tools", "bench", "examples",
            "include")
 
 
-def tree_files(root):
-    """The tracked tree (plus untracked files git does not ignore) under SCANNED: never a build
-    tree; outside a git work tree, every file under SCANNED."""
-    try:
-        out = subprocess.run(["git", "-C", root, "ls-files", "-z", "--cached", "--others",
-                              "--exclude-standard", "--", *SCANNED],
-                             capture_output=True, check=True).stdout.decode()
-        return sorted(p for p in out.split("\0") if p and os.path.isfile(os.path.join(root, p)))
-    except (OSError, subprocess.CalledProcessError):
-        rels = []
-        for top in SCANNED:
-            for dirpath, _, names in os.walk(os.path.join(root, top)):
-                rels += [os.path.relpath(os.path.join(dirpath, n), root) for n in names]
-        return sorted(rels)
-
-
 def main():
     root, hsdp_env = sys.argv[1], sys.argv[2]
     declared = collections.defaultdict(list)
     problems = []
-    for rel in tree_files(root):
+    for rel in tree_files(root, SCANNED):
         if not rel.endswith((".h", ".cc", ".cu", ".cuh")):
             continue
         text = open(os.path.join(root, rel), encoding="utf-8", errors="replace").read()
@@ -65,11 +53,8 @@ def main():
         problems.append(f"{name} is declared ({declared[name][0]}) but hsdp-env does not list it")
     if not declared:
         problems.append("no declarations found: is the source root right?")
-    for p in problems:
-        print("env.declared:", p)
-    print(f"env.declared: {len(declared)} parameters declared, {len(listed)} listed by hsdp-env, "
-          f"{len(problems)} problems")
-    return 1 if problems else 0
+    return report("env.declared", problems, f"{len(declared)} parameters declared, {len(listed)} "
+                  f"listed by hsdp-env, {len(problems)} problems")
 
 
 if __name__ == "__main__":

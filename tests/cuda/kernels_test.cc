@@ -15,7 +15,7 @@
 #include "collectives/nccl/cuda_resources.h"
 #include "hsdp/dtype.h"
 #include "hsdp/quantize.h"
-#include "tests/gpu/gpu_test.h"
+#include "tests/common/gpu_test.h"
 
 namespace hsdp {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "collectives/nccl/cuda_resources.h"
 #include "cuda/kernels.h"
-#include "tests/gpu/gpu_test.h"
+#include "tests/common/gpu_test.h"
 
 namespace hsdp {
 namespace {

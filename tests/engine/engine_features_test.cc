@@ -13,28 +13,14 @@
 #include "core/adam.h"
 #include "hsdp/schedule.h"
 #include "hsdp/sharded_model.h"
+#include "tests/common/for_each_mesh.h"
 #include "tests/common/mpi_test_main.h"
 
 namespace hsdp {
 namespace {
 
+using testing::forEachMesh;
 using testing::world;
-
-template <typename F>
-void forEachMesh(F f) {
-  auto l = groupRanksIntoNodes(world());
-  ASSERT_TRUE(l.ok());
-  for (int I = 1; I <= l->ranks_per_node; ++I) {
-    if (l->ranks_per_node % I) continue;
-    for (int J = 1; J <= l->num_nodes; ++J) {
-      if (l->num_nodes % J) continue;
-      auto mesh = Mesh::create(world(), *l, {I, J});
-      ASSERT_TRUE(mesh.ok());
-      SCOPED_TRACE((*mesh)->describe());
-      f(**mesh);
-    }
-  }
-}
 
 std::vector<ShardMode> modesFor(const Mesh& mesh) {
   std::vector<ShardMode> modes = {ShardMode::kZero1, ShardMode::kZero2, ShardMode::kZero3};

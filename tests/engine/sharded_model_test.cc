@@ -7,30 +7,16 @@
 
 #include <cmath>
 
+#include "tests/common/for_each_mesh.h"
 #include "tests/common/mpi_test_main.h"
 
 namespace hsdp {
 namespace {
 
+using testing::forEachMesh;
 using testing::world;
 
 std::vector<ParamSpec> oddUnit() { return {{"weight", {333, 7}}, {"bias", {333}}, {"s", {1}}}; }
-
-template <typename F>
-void forEachMesh(F f) {
-  auto l = groupRanksIntoNodes(world());
-  ASSERT_TRUE(l.ok());
-  for (int I = 1; I <= l->ranks_per_node; ++I) {
-    if (l->ranks_per_node % I) continue;
-    for (int J = 1; J <= l->num_nodes; ++J) {
-      if (l->num_nodes % J) continue;
-      auto mesh = Mesh::create(world(), *l, {I, J});
-      ASSERT_TRUE(mesh.ok());
-      SCOPED_TRACE((*mesh)->describe());
-      f(**mesh);
-    }
-  }
-}
 
 // Adam with beta1 = beta2 = 0, lr 1 and a huge eps: one step moves each element by
 // g / (|g| + 1e6), so the parameters read back reveal the gradient the step saw.

@@ -4,7 +4,7 @@
   layout_docs.py <source root>
 
 - docs/design.md's folder picture (the first fenced block under "## The house") names exactly
-  the repository's top-level folders (as `git ls-files` sees them, dot-folders aside), and under
+  the repository's top-level folders (as git sees the tree: scripts/repo_tree.py; dot-folders aside), and under
   src/ exactly src/'s folders;
 - every path in the first column of README.md's "## Layout" table exists in the tree, and every
   top-level folder appears in that table;
@@ -14,19 +14,16 @@ Fails naming each folder that is missing from a picture or named there but absen
 """
 import os
 import re
-import subprocess
 import sys
 
-
-def tracked_files(root):
-    out = subprocess.run(["git", "-C", root, "ls-files", "-z"], capture_output=True,
-                         check=True).stdout.decode()
-    return [p for p in out.split("\0") if p]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "scripts"))
+from repo_tree import report, tree_files  # noqa: E402  (the tree every check reads)
 
 
 def tracked_dirs(root):
     dirs = set()
-    for path in tracked_files(root):
+    for path in tree_files(root):
         parts = path.split("/")[:-1]
         for i in range(1, len(parts) + 1):
             dirs.add("/".join(parts[:i]))
@@ -86,7 +83,7 @@ def main():
     for d in sorted(top_dirs - named_tops):
         problems.append(f"README.md: the layout table misses top-level folder {d}/")
     tails = {}
-    for path in tracked_files(root):
+    for path in tree_files(root):
         parts = path.split("/")
         if len(parts) < 2 or parts[-1] == "CMakeLists.txt":
             continue
@@ -94,11 +91,8 @@ def main():
     for tail, same in sorted(tails.items()):
         if len(same) > 1:
             problems.append(f"{' and '.join(same)} share the last two components {tail}")
-    for p in problems:
-        print("layout.docs:", p)
-    print(f"layout.docs: {len(top_dirs)} top-level folders, {len(src_dirs)} under src/, "
-          f"{len(paths)} paths in README's table, {len(problems)} problems")
-    return 1 if problems else 0
+    return report("layout.docs", problems, f"{len(top_dirs)} top-level folders, {len(src_dirs)} "
+                  f"under src/, {len(paths)} paths in README's table, {len(problems)} problems")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 // The conformance suite's ground (conformance_suite.h says what the suite is): a communicator
-// under test with its MPI twin, where a backend's buffers live (host or device), what a backend
-// may leave out (all-to-all, runs), a buffer with a guard element behind it, the test values
+// under test with its MPI twin, where a backend's buffers live (host or device), what of the
+// contract a backend does (Contract), a buffer with a guard element behind it, the test values
 // (small integers exact under any summation order, random floats), and the oracle: MPI's own
 // collectives on the twin, compared bit for bit or within rounding.
 #pragma once
@@ -53,22 +53,14 @@ class HostMemory : public Memory {
   }
 };
 
-// What a backend may leave out (default: not part of it).
-template <typename Backend>
-constexpr bool hasAllToAll() {
-  if constexpr (requires { Backend::kAllToAll; })
-    return Backend::kAllToAll;
-  else
-    return false;
-}
-
-template <typename Backend>
-constexpr bool hasRuns() {
-  if constexpr (requires { Backend::kRuns; })
-    return Backend::kRuns;
-  else
-    return false;
-}
+// What a backend's Comm does of the contract: every backend derives from this and redeclares
+// what it leaves out (or, kRuns, has).
+struct Contract {
+  static constexpr bool kBroadcast = true;            // broadcast() and barrier()
+  static constexpr bool kRejectsBadArguments = true;  // bad arguments are an error up front
+  static constexpr bool kAllToAll = true;             // iallToAll
+  static constexpr bool kRuns = false;                // ireduceScatterRuns of its own
+};
 
 // n elements of T in a backend's memory plus one guard element, filled from the host.
 template <typename T>
@@ -109,19 +101,23 @@ inline std::vector<float> randomValues(int seed, size_t n) {
   return v;
 }
 
+// x as To, through float where either side is bf16 (rounded to bf16 on the way there).
+template <typename To, typename From>
+To convertValue(From x) {
+  if constexpr (std::is_same_v<To, bf16>)
+    return toBf16(static_cast<float>(x));
+  else if constexpr (std::is_same_v<From, bf16>)
+    return static_cast<To>(toFloat(x));
+  else
+    return static_cast<To>(x);
+}
 template <typename T>
 T fromFloat(float x) {
-  if constexpr (std::is_same_v<T, bf16>)
-    return toBf16(x);
-  else
-    return static_cast<T>(x);
+  return convertValue<T>(x);
 }
 template <typename T>
 float asFloat(T x) {
-  if constexpr (std::is_same_v<T, bf16>)
-    return toFloat(x);
-  else
-    return static_cast<float>(x);
+  return convertValue<float>(x);
 }
 
 template <typename T>

@@ -14,7 +14,7 @@ namespace hsdp::conformance {
 // rounding of MPI's, sum and avg; odd run lengths and strides, one run per block (contiguous but
 // for the gap), runs longer than a tile of the cross-memory-attach path; the input untouched.
 TYPED_TEST_P(Conformance, ReduceScatterRunsMatchesMpiOfThePackedBlocks) {
-  if (!hasRuns<TypeParam>()) GTEST_SKIP() << TypeParam::name() << " has no reduce-scatter of runs";
+  if (!TypeParam::kRuns) GTEST_SKIP() << TypeParam::name() << " has no reduce-scatter of runs";
   struct Layout {
     size_t run, runs, stride;
   };

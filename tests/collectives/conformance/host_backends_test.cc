@@ -111,8 +111,9 @@ Meshes& meshes() {
   return *g_meshes;
 }
 
-// What the host backends share: host memory, available in every build.
-struct HostBackend {
+// What the host backends share: host memory, available in every build, and the reduce-scatter
+// of runs (the default packs on the host); the rest of the contract unless a backend says.
+struct HostBackend : Contract {
   static constexpr bool kRuns = true;
   static std::string unavailable() { return ""; }
   static Memory& memory() {
@@ -123,9 +124,6 @@ struct HostBackend {
 
 struct MpiBackend : HostBackend {
   static const char* name() { return "mpi"; }
-  static constexpr bool kBroadcast = true;
-  static constexpr bool kRejectsBadArguments = true;
-  static constexpr bool kAllToAll = true;
   static std::vector<Case>& cases() {
     static std::vector<Case>* c = [] {
       auto* v = new std::vector<Case>();
@@ -155,9 +153,6 @@ struct UcxBackend : HostBackend {
   static std::string unavailable() {
     return hasTransport("ucx") ? "" : "this hsdp was built without UCX";
   }
-  static constexpr bool kBroadcast = true;
-  static constexpr bool kRejectsBadArguments = true;
-  static constexpr bool kAllToAll = true;
   static std::vector<Case>& cases() {
     static std::vector<Case>* c = [] {
       auto* v = new std::vector<Case>();
@@ -230,6 +225,7 @@ struct HierarchicalBackend : HostBackend {
   static const char* name() { return "hier"; }
   static constexpr bool kBroadcast = false;
   static constexpr bool kRejectsBadArguments = false;
+  static constexpr bool kAllToAll = false;
   static std::vector<Case>& cases() {
     static std::vector<Case>* c = [] {
       auto* v = new std::vector<Case>();

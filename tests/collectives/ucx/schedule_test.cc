@@ -4,6 +4,8 @@
 // message id the two ends compute differently, a deadlock or an unconsumed message all show up
 // here without MPI or a network. It also checks that no step receives into memory it is
 // sending from, which on a real transport would be a race.
+#include "collectives/ucx/schedule.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,7 +15,6 @@
 #include <tuple>
 #include <vector>
 
-#include "collectives/ucx/schedule.h"
 #include "hsdp/status.h"
 
 namespace hsdp::ucx {
@@ -49,8 +50,8 @@ bool execute(std::vector<Schedule>& ranks) {
           const Transfer& t = s.sendAt(i);
           EXPECT_NE(t.peer, r) << "send to self";
           auto key = std::make_tuple(r, t.peer, t.msg);
-          EXPECT_EQ(mailbox.count(key), 0u) << "duplicate message " << t.msg << " " << r << "->"
-                                            << t.peer;
+          EXPECT_EQ(mailbox.count(key), 0u)
+              << "duplicate message " << t.msg << " " << r << "->" << t.peer;
           auto* p = static_cast<const char*>(t.buf);
           mailbox[key] = std::vector<char>(p, p + t.bytes);
         }
@@ -94,16 +95,19 @@ const std::vector<size_t> kCounts = {0, 1, 7, 100, 1001};
 // Small integers: every summation order is exact, in float and in bf16 for up to 32 ranks.
 float exactValue(int rank, size_t i) { return float(((rank + 1) * (i % 13 + 3)) % 17 % 5); }
 
+// Element i of a float32 or bfloat16 buffer set to x (rounded to bfloat16).
+void setValue(std::vector<char>& v, size_t i, float x, DType dt) {
+  if (dt == DType::kFloat32) {
+    std::memcpy(v.data() + 4 * i, &x, 4);
+  } else {
+    bf16 b = toBf16(x);
+    std::memcpy(v.data() + 2 * i, &b, 2);
+  }
+}
+
 std::vector<char> filled(int rank, size_t count, DType dt, size_t salt = 0) {
   std::vector<char> v(count * dtypeSize(dt));
-  for (size_t i = 0; i < count; ++i) {
-    float x = exactValue(rank, i + salt);
-    if (dt == DType::kFloat32) std::memcpy(v.data() + 4 * i, &x, 4);
-    else {
-      bf16 b = toBf16(x);
-      std::memcpy(v.data() + 2 * i, &b, 2);
-    }
-  }
+  for (size_t i = 0; i < count; ++i) setValue(v, i, exactValue(rank, i + salt), dt);
   return v;
 }
 
@@ -157,7 +161,11 @@ TEST(UcxSchedule, AllGatherEveryAlgorithmSizeCountAndPlacement) {
           }
 }
 
-TEST(UcxSchedule, ReduceScatterSumAndAvgEveryAlgorithmSizeAndCount) {
+// Calls f(n, a, count, dt, op) for every group size, reduction algorithm of that size, count,
+// dtype (float32, bfloat16) and op (sum, avg), under a trace naming them; stops at the first
+// fatal failure, as the loops written out in a test body would.
+template <typename F>
+void forEachReduction(F f) {
   for (int n : kSizes)
     for (Algorithm a : reduceAlgorithms(n))
       for (size_t count : kCounts)
@@ -165,69 +173,65 @@ TEST(UcxSchedule, ReduceScatterSumAndAvgEveryAlgorithmSizeAndCount) {
           for (RedOp op : {RedOp::kSum, RedOp::kAvg}) {
             SCOPED_TRACE(strCat("n=", n, " ", algorithmName(a), " count=", count, " ",
                                 dtypeName(dt), " ", redOpName(op)));
-            std::vector<std::vector<char>> in(n), out(n), scratch(n);
-            std::vector<Schedule> s(n);
-            for (int r = 0; r < n; ++r) {
-              in[r] = filled(r, n * count, dt);
-              out[r].assign(count * dtypeSize(dt), 0x5a);
-              scratch[r].resize(reduceScatterScratchBytes(a, n, count, dt));
-              buildReduceScatter(s[r], a, r, n, in[r].data(), out[r].data(), count, dt, op,
-                                 scratch[r].data());
-            }
-            ASSERT_TRUE(execute(s));
-            for (int r = 0; r < n; ++r)
-              for (size_t i = 0; i < count; ++i) {
-                float sum = 0;
-                for (int q = 0; q < n; ++q) sum += exactValue(q, r * count + i);
-                const float want = op == RedOp::kSum ? sum : sum / n;
-                const float tol = op == RedOp::kSum ? 0 : (dt == DType::kBFloat16 ? 1e-2f : 1e-6f);
-                ASSERT_NEAR(valueAt(out[r], i, dt), want, tol * std::max(1.0f, want))
-                    << "rank " << r << " element " << i;
-              }
+            f(n, a, count, dt, op);
+            if (::testing::Test::HasFatalFailure()) return;
           }
 }
 
+// `got`, element `i` of a reduction by `op` over n ranks of exactValue(rank, `element`), against
+// the exact result: equal for a sum, within dt's rounding of the division for an average.
+void expectReduced(float got, int n, size_t element, DType dt, RedOp op) {
+  float sum = 0;
+  for (int q = 0; q < n; ++q) sum += exactValue(q, element);
+  const float want = op == RedOp::kSum ? sum : sum / n;
+  const float tol = op == RedOp::kSum ? 0 : (dt == DType::kBFloat16 ? 1e-2f : 1e-6f);
+  ASSERT_NEAR(got, want, tol * std::max(1.0f, want));
+}
+
+TEST(UcxSchedule, ReduceScatterSumAndAvgEveryAlgorithmSizeAndCount) {
+  forEachReduction([](int n, Algorithm a, size_t count, DType dt, RedOp op) {
+    std::vector<std::vector<char>> in(n), out(n), scratch(n);
+    std::vector<Schedule> s(n);
+    for (int r = 0; r < n; ++r) {
+      in[r] = filled(r, n * count, dt);
+      out[r].assign(count * dtypeSize(dt), 0x5a);
+      scratch[r].resize(reduceScatterScratchBytes(a, n, count, dt));
+      buildReduceScatter(s[r], a, r, n, in[r].data(), out[r].data(), count, dt, op,
+                         scratch[r].data());
+    }
+    ASSERT_TRUE(execute(s));
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i) {
+        SCOPED_TRACE(strCat("rank ", r, " element ", i));
+        ASSERT_NO_FATAL_FAILURE(expectReduced(valueAt(out[r], i, dt), n, r * count + i, dt, op));
+      }
+  });
+}
+
 TEST(UcxSchedule, AllReduceExactAndBitwiseIdenticalOnEveryRank) {
-  for (int n : kSizes)
-    for (Algorithm a : reduceAlgorithms(n))
-      for (size_t count : kCounts)
-        for (DType dt : {DType::kFloat32, DType::kBFloat16})
-          for (RedOp op : {RedOp::kSum, RedOp::kAvg}) {
-            SCOPED_TRACE(strCat("n=", n, " ", algorithmName(a), " count=", count, " ",
-                                dtypeName(dt), " ", redOpName(op)));
-            // Exact values: the result equals the sum. Random values: every rank the same bits.
-            for (bool random : {false, true}) {
-              std::vector<std::vector<char>> buf(n), scratch(n);
-              std::vector<Schedule> s(n);
-              std::mt19937 gen(n * 1000 + count);
-              std::uniform_real_distribution<float> d(-1, 1);
-              for (int r = 0; r < n; ++r) {
-                buf[r] = filled(r, count, dt);
-                if (random) {
-                  for (size_t i = 0; i < count; ++i) {
-                    float x = d(gen);
-                    if (dt == DType::kFloat32) std::memcpy(buf[r].data() + 4 * i, &x, 4);
-                    else {
-                      bf16 b = toBf16(x);
-                      std::memcpy(buf[r].data() + 2 * i, &b, 2);
-                    }
-                  }
-                }
-                scratch[r].resize(allReduceScratchBytes(a, n, count, dt));
-                buildAllReduce(s[r], a, r, n, buf[r].data(), count, dt, op, scratch[r].data());
-              }
-              ASSERT_TRUE(execute(s));
-              for (int r = 1; r < n; ++r) ASSERT_EQ(buf[r], buf[0]) << "rank " << r << " differs";
-              if (random) continue;
-              for (size_t i = 0; i < count; ++i) {
-                float sum = 0;
-                for (int q = 0; q < n; ++q) sum += exactValue(q, i);
-                const float want = op == RedOp::kSum ? sum : sum / n;
-                const float tol = op == RedOp::kSum ? 0 : (dt == DType::kBFloat16 ? 1e-2f : 1e-6f);
-                ASSERT_NEAR(valueAt(buf[0], i, dt), want, tol * std::max(1.0f, want)) << i;
-              }
-            }
-          }
+  forEachReduction([](int n, Algorithm a, size_t count, DType dt, RedOp op) {
+    // Exact values: the result equals the sum. Random values: every rank the same bits.
+    for (bool random : {false, true}) {
+      std::vector<std::vector<char>> buf(n), scratch(n);
+      std::vector<Schedule> s(n);
+      std::mt19937 gen(n * 1000 + count);
+      std::uniform_real_distribution<float> d(-1, 1);
+      for (int r = 0; r < n; ++r) {
+        buf[r] = filled(r, count, dt);
+        if (random)
+          for (size_t i = 0; i < count; ++i) setValue(buf[r], i, d(gen), dt);
+        scratch[r].resize(allReduceScratchBytes(a, n, count, dt));
+        buildAllReduce(s[r], a, r, n, buf[r].data(), count, dt, op, scratch[r].data());
+      }
+      ASSERT_TRUE(execute(s));
+      for (int r = 1; r < n; ++r) ASSERT_EQ(buf[r], buf[0]) << "rank " << r << " differs";
+      if (random) continue;
+      for (size_t i = 0; i < count; ++i) {
+        SCOPED_TRACE(i);
+        ASSERT_NO_FATAL_FAILURE(expectReduced(valueAt(buf[0], i, dt), n, i, dt, op));
+      }
+    }
+  });
 }
 
 TEST(UcxSchedule, IntegerSums) {

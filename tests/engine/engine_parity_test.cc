@@ -30,12 +30,13 @@
 #include "collectives/nccl/cuda_resources.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/topology.h"
-#include "tests/gpu/gpu_test.h"
+#include "tests/common/gpu_test.h"
+#include "tests/common/mpi_test_main.h"
 
 namespace hsdp {
 namespace {
 
-using gpu_testing::world;
+using testing::world;
 
 // The world over NCCL, built once (creation is collective) and destroyed before MPI_Finalize.
 std::unique_ptr<Comm> g_nccl_world;

@@ -18,12 +18,13 @@
 #include "hsdp/nccl.h"
 #include "hsdp/transport_select.h"
 #include "tests/collectives/conformance/conformance_suite.h"
-#include "tests/gpu/gpu_test.h"
+#include "tests/common/gpu_test.h"
+#include "tests/common/mpi_test_main.h"
 
 namespace hsdp {
 namespace {
 
-using gpu_testing::world;
+using testing::world;
 
 MPI_Comm raw(Comm& c) { return dynamic_cast<mpi::MpiComm&>(c).raw(); }
 
@@ -261,15 +262,12 @@ class DeviceMemory : public conformance::Memory {
   }
 };
 
-struct NcclBackend {
+struct NcclBackend : conformance::Contract {
   static const char* name() { return "nccl"; }
   static std::string unavailable() {
     std::string why;
     return gpu_testing::devices(&why) > 0 ? "" : "no CUDA device visible: " + why;
   }
-  static constexpr bool kBroadcast = true;
-  static constexpr bool kRejectsBadArguments = true;
-  static constexpr bool kAllToAll = true;
   static conformance::Memory& memory() {
     static DeviceMemory m;
     return m;

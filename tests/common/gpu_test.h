@@ -1,4 +1,5 @@
-// Shared by the gpu-labelled GoogleTest binaries (tests/gpu/gpu_test_main.cc is their main()).
+// Shared by the gpu-labelled GoogleTest binaries (tests/common/gpu_test_main.cc is their main();
+// those of several ranks use the MPI world of tests/common/mpi_test_main.h).
 // Without a CUDA device every GPU test skips with CUDA's reason, and the program exits with
 // kSkipExitCode, which ctest (SKIP_RETURN_CODE) reports as skipped: CI has no GPU.
 #pragma once
@@ -8,7 +9,6 @@
 #include <string>
 
 #include "collectives/nccl/cuda_resources.h"
-#include "hsdp/transport.h"
 #include "tests/common/status_assert.h"
 
 namespace hsdp::gpu_testing {
@@ -17,9 +17,6 @@ constexpr int kSkipExitCode = 77;
 
 // Devices visible to this process (0 without a driver or device; `why` says which).
 inline int devices(std::string* why = nullptr) { return gpu::deviceCount(why); }
-
-// The job's world over MPI (binaries built with HSDP_GPU_TEST_MPI only).
-Comm& world();
 
 }  // namespace hsdp::gpu_testing
 

@@ -11,7 +11,7 @@
 
 #include "collectives/nccl/cuda_resources.h"
 #include "mlp/mlp.h"
-#include "tests/gpu/gpu_test.h"
+#include "tests/common/gpu_test.h"
 
 namespace hsdp {
 namespace {
