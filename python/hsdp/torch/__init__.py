@@ -24,6 +24,7 @@ from torch import nn
 
 from .. import _errors, _hsdp
 from ..collectives import Mesh
+from . import _cuda
 from ._plan import NoDecay, plan
 from ._runtime import Runtime, TrainingState
 
@@ -33,7 +34,7 @@ _OPTIMIZER_KEYS = {"kind", "lr", "betas", "eps", "weight_decay"}
 
 
 def _digest(t: torch.Tensor) -> int:
-    h = hashlib.blake2b(t.detach().contiguous().numpy().tobytes(), digest_size=8).digest()
+    h = hashlib.blake2b(t.detach().cpu().contiguous().numpy().tobytes(), digest_size=8).digest()
     return int.from_bytes(h, "little", signed=True)
 
 
@@ -56,6 +57,7 @@ class ShardedModule:
         reductions, clips (clip_grad_norm_), steps. Raises FailedPreconditionError when a unit
         had no backward since the last step."""
         self._check_reduced("step")
+        self._rt.sync_stream()
         self._e.step()
         self._rt.reduced.clear()
 
@@ -69,6 +71,7 @@ class ShardedModule:
         offload="cpu" give clip_norm= to shard() (units without clipping step during backward)."""
         max_norm = float(max_norm)
         self._check_reduced("clip_grad_norm_")
+        self._rt.sync_stream()
         if max_norm != self._clip:
             self._e.set_clip_norm(max_norm)
             self._clip = max_norm
@@ -246,6 +249,7 @@ def shard(model: nn.Module, mesh: Mesh, *, units: Sequence[nn.Module] = (), mode
     if int(prefetch) < 0:
         raise _errors.InvalidArgumentError(f"prefetch {prefetch} must be >= 0")
     groups, units_, params = plan(model, list(units), no_decay)
+    device = _cuda.placement(params, mesh)  # None: host memory
     settings = _settings(mode, optimizer, param_dtype, reduce_dtype, offload, hpz, clip_norm,
                          wires, max_gathered, timeout_s)
     engine = _hsdp.ShardedModel.create(mesh._m, settings)
@@ -267,11 +271,14 @@ def shard(model: nn.Module, mesh: Mesh, *, units: Sequence[nn.Module] = (), mode
             offsets = {name: off for name, _, off in engine.unit_params(u)}
             for pp in eu.params:
                 pp.offset = offsets[pp.rel]
-                engine.set_parameter(u, pp.rel, pp.param.detach().contiguous().numpy().ravel())
+                engine.set_parameter(u, pp.rel,
+                                     pp.param.detach().cpu().contiguous().numpy().ravel())
     except BaseException:
         engine.close()
         raise
     rt = Runtime(engine, groups, units_, zero3=(mode == "zero3"), prefetch=int(prefetch))
+    if device is not None:
+        _cuda.attach(rt, engine, device)
     sharded = ShardedModule(model, engine, groups, units_, params, rt, mesh)
     sharded._clip = float(clip_norm)
     for pp in params:
