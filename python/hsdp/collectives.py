@@ -21,7 +21,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from . import _hsdp
+from . import _errors, _hsdp
 
 __all__ = ["Session", "Mesh", "Collectives"]
 
@@ -104,6 +104,11 @@ class Mesh:
         """This rank's place: node, local_rank, intra/inter group and index, shard_rank, ..."""
         return self._m.coords
 
+    @property
+    def device(self) -> str:
+        """Where the engine keeps a model's state on this mesh: "cpu", or "cuda:N"."""
+        return self._m.device
+
     def describe(self) -> str:
         return self._m.describe()
 
@@ -123,6 +128,18 @@ class Mesh:
 
     def __repr__(self) -> str:
         return f"<hsdp.Mesh {self.describe()}>"
+
+
+def _device_arg(device: Any):
+    """("cpu" | "cuda", index or -1) of "cpu", "cuda", "cuda:N" or a torch.device."""
+    text = str(device)
+    kind, _, index = text.partition(":")
+    if kind == "cpu" and not index:
+        return "cpu", -1
+    if kind == "cuda" and (not index or index.isdigit()):
+        return "cuda", int(index) if index else -1
+    raise _errors.InvalidArgumentError(
+        f"device '{text}': expected 'cpu', 'cuda' or 'cuda:N'")
 
 
 class HsdpTuningWarning(RuntimeWarning):
@@ -187,17 +204,25 @@ class Session:
 
     def mesh(self, *, intra_shard: int = 0, inter_shard: int = 0,
              ranks_per_node: Optional[int] = None, intra_transport: str = "",
-             inter_transport: str = "") -> Mesh:
+             inter_transport: str = "", device: Any = "cpu") -> Mesh:
         """Build the mesh (collective over the job).
 
         intra_shard: ranks of a node that shard a unit (0: all of them).
         inter_shard: nodes that shard a unit (0: 1).
         ranks_per_node: consecutive ranks form nodes of this size (an emulated cluster on one
             machine, as HSDP_RANKS_PER_NODE); default: HSDP_RANKS_PER_NODE, else by host.
-        intra_transport, inter_transport: "mpi", "ucx", "nccl" ("": HSDP_TRANSPORT_*, else mpi).
+        intra_transport, inter_transport: "mpi", "ucx", "nccl" ("": HSDP_TRANSPORT_*, else mpi;
+            on a CUDA mesh nccl).
+        device: where a model sharded on this mesh keeps its state, as torch's
+            init_device_mesh(device_type) says it: "cpu" (host memory, MPI/UCX), or "cuda" /
+            "cuda:N" / a torch.device (the engine's CUDA memory space on that GPU, NCCL over an
+            NCCL world; "cuda": HSDP_CUDA_DEVICE, else the rank's index on its host modulo the
+            visible GPUs, torch's usual torch.cuda.set_device(local_rank)). A build without
+            CUDA, or a rank without a GPU, is a FailedPreconditionError on every rank.
         """
+        kind, index = _device_arg(device)
         return Mesh(self._s._mesh(intra_shard, inter_shard, ranks_per_node or 0,
-                                  intra_transport, inter_transport))
+                                  intra_transport, inter_transport, kind, index))
 
     def close(self) -> None:
         self._s.close()

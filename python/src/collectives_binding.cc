@@ -150,8 +150,11 @@ void bindCollectives(nb::module_& m) {
       .def(
           "_mesh",
           [](PySession& s, int intra_shard, int inter_shard, int ranks_per_node,
-             const std::string& intra_transport, const std::string& inter_transport) {
+             const std::string& intra_transport, const std::string& inter_transport,
+             const std::string& device, int device_index) {
             Comm& w = s.live();
+            if (device != "cpu" && device != "cuda")
+              check(invalidArgument("device '", device, "': expected cpu or cuda"));
             NodeLayout layout = ranks_per_node > 0
                                     ? take(virtualNodeLayout(w.size(), ranks_per_node))
                                     : take(groupRanksIntoNodes(w));
@@ -163,7 +166,16 @@ void bindCollectives(nb::module_& m) {
             auto pm = std::make_unique<PyMesh>();
             {
               nb::gil_scoped_release unlocked;
-              StatusOr<std::unique_ptr<Mesh>> made = Mesh::create(w, layout, spec);
+              // A CUDA mesh: every level on NCCL over an NCCL world (the engine's CUDA memory
+              // space runs its collectives there), the layout still the MPI world's hosts.
+              StatusOr<std::unique_ptr<Mesh>> made = [&]() -> StatusOr<std::unique_ptr<Mesh>> {
+                if (device == "cpu") return Mesh::create(w, layout, spec);
+                HSDP_ASSIGN_OR_RETURN(pm->device_world,
+                                      cudaWorld(w, device_index, &pm->cuda_device));
+                if (spec.intra_transport.empty()) spec.intra_transport = "nccl";
+                if (spec.inter_transport.empty()) spec.inter_transport = "nccl";
+                return Mesh::create(*pm->device_world, layout, spec);
+              }();
               if (!made.ok()) {
                 nb::gil_scoped_acquire locked;
                 check(made.status());
@@ -175,7 +187,8 @@ void bindCollectives(nb::module_& m) {
             return pm;
           },
           nb::arg("intra_shard"), nb::arg("inter_shard"), nb::arg("ranks_per_node"),
-          nb::arg("intra_transport"), nb::arg("inter_transport"), nb::keep_alive<0, 1>())
+          nb::arg("intra_transport"), nb::arg("inter_transport"), nb::arg("device") = "cpu",
+          nb::arg("device_index") = -1, nb::keep_alive<0, 1>())
       .def("close", &PySession::close,
            "Free hsdp's MPI objects (every Mesh and Collectives made from this Session) and, "
            "after init(), finalize MPI. Idempotent.");
@@ -185,6 +198,11 @@ void bindCollectives(nb::module_& m) {
                      "of inter_shard nodes, replicated over the rest")
       .def_prop_ro("shape", [](PyMesh& p) { return shapeDict(p.live()); })
       .def_prop_ro("coords", [](PyMesh& p) { return coordsDict(p.live()); })
+      .def_prop_ro("device",
+                   [](PyMesh& p) {
+                     p.live();
+                     return p.cuda_device < 0 ? std::string("cpu") : strCat("cuda:", p.cuda_device);
+                   })
       .def("describe", [](PyMesh& p) { return p.live().describe(); })
       .def(
           "_collectives",

@@ -61,5 +61,6 @@ void bindTopology(nb::module_& m);
 void bindCheckpoint(nb::module_& m);
 void bindCollectives(nb::module_& m);
 void bindShardedModel(nb::module_& m);
+void bindCuda(nb::module_& m);
 
 }  // namespace hsdp::py

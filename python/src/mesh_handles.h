@@ -40,12 +40,17 @@ struct PySession {
 
 struct PyMesh {
   PySession* owner = nullptr;
+  // A mesh on a CUDA device (cuda_binding.cc): the NCCL world it is built over, which outlives
+  // the mesh's communicators (split from it), and its device. Null and -1 on a host mesh.
+  std::unique_ptr<Comm> device_world;
+  int cuda_device = -1;
   std::unique_ptr<Mesh> mesh;
   std::vector<MeshChild*> children;
   void close() {
     for (MeshChild* c : children) c->release(), c->owner = nullptr;
     children.clear();
     mesh.reset();
+    device_world.reset();  // after the mesh: its communicators were split from it
   }
   ~PyMesh() {
     close();
@@ -55,6 +60,24 @@ struct PyMesh {
     if (!mesh) check(failedPrecondition("the hsdp Mesh is closed (its Session was closed)"));
     return *mesh;
   }
+};
+
+// CUDA meshes (cuda_binding.cc; a build without CUDA says so, as FailedPrecondition).
+// The NCCL world over `world`'s members on CUDA device `device` (-1: HSDP_CUDA_DEVICE, else the
+// rank's index on its host modulo the visible devices); collective over `world`. Sets *chosen to
+// the device it runs on.
+StatusOr<std::unique_ptr<Comm>> cudaWorld(Comm& world, int device, int* chosen);
+// Makes `mesh`'s CUDA device current while it lives (the engine allocates on the device current
+// at ShardedModel::create); nothing on a host mesh.
+class MeshDeviceScope {
+ public:
+  explicit MeshDeviceScope(const PyMesh& mesh);
+  ~MeshDeviceScope();
+  MeshDeviceScope(const MeshDeviceScope&) = delete;
+  MeshDeviceScope& operator=(const MeshDeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
 };
 
 inline MeshChild::~MeshChild() {

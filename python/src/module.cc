@@ -1,7 +1,8 @@
 // hsdp._hsdp: the extension behind the hsdp package (python/hsdp/__init__.py re-exports it).
 // Each part binds one public header of libhsdp: plan_binding.cc hsdp/plan.h, topology_binding.cc
 // hsdp/topology_report.h, checkpoint_binding.cc hsdp/checkpoint.h, collectives_binding.cc
-// hsdp/mpi.h, mesh.h and hier_collectives.h, sharded_binding.cc hsdp/sharded_model.h.
+// hsdp/mpi.h, mesh.h and hier_collectives.h, sharded_binding.cc hsdp/sharded_model.h,
+// cuda_binding.cc hsdp/nccl.h (CUDA meshes; in a CUDA build only).
 #include "hsdp/version.h"
 #include "src/common.h"
 
@@ -20,4 +21,5 @@ NB_MODULE(_hsdp, m) {
   hsdp::py::bindCheckpoint(m);
   hsdp::py::bindCollectives(m);
   hsdp::py::bindShardedModel(m);
+  hsdp::py::bindCuda(m);
 }

@@ -117,17 +117,41 @@ EngineConfig engineConfig(const Settings& s) {
 
 using FlatView = nb::ndarray<nb::numpy, float, nb::ndim<1>, nb::c_contig>;
 
-// The unit's whole flat buffer of parameters or gradients (`view`: ShardedModel::param or grad;
-// the view of its first parameter, at offset 0) as a numpy array kept alive by the model's
-// Python object.
-FlatView flatView(PyModel& pm, int unit,
-                  StatusOr<ParamView> (ShardedModel::*view)(int, std::string_view)) {
-  ShardedModel& model = pm.live();
+using ViewOf = StatusOr<ParamView> (ShardedModel::*)(int, std::string_view);
+
+// The view (`view`: ShardedModel::param or grad) of unit `unit`'s first parameter: offset 0 of
+// the unit's whole flat buffer.
+ParamView firstView(ShardedModel& model, int unit, ViewOf view) {
   if (unit < 0 || unit >= model.numUnits())
     check(outOfRange("unit ", unit, " of ", model.numUnits()));
-  const FlatLayout& layout = model.layout(unit);
-  const ParamView first = take((model.*view)(unit, layout.params()[0].name));
-  return FlatView(first.data, {layout.numel()}, nb::find(&pm));
+  return take((model.*view)(unit, model.layout(unit).params()[0].name));
+}
+
+// The unit's whole flat buffer of parameters or gradients as a numpy array kept alive by the
+// model's Python object.
+FlatView flatView(PyModel& pm, int unit, ViewOf view) {
+  ShardedModel& model = pm.live();
+  const ParamView first = firstView(model, unit, view);
+  // A numpy array over device memory would crash the first reader.
+  if (model.device() != Device::kHost)
+    check(failedPrecondition("params_view, grads_view: the engine keeps unit '",
+                             model.unitName(unit), "' in device memory (device views)"));
+  return FlatView(first.data, {model.layout(unit).numel()}, nb::find(&pm));
+}
+
+// On a CUDA mesh: the same flat buffer as a torch tensor on the mesh's device (DLPack, no copy),
+// kept alive by the model's Python object. python/hsdp/torch/_cuda.py uses it as the CPU path
+// uses flatView through torch.from_numpy.
+using DeviceView = nb::ndarray<nb::pytorch, float, nb::ndim<1>, nb::c_contig, nb::device::cuda>;
+
+DeviceView deviceView(PyModel& pm, int unit, ViewOf view) {
+  ShardedModel& model = pm.live();
+  const ParamView first = firstView(model, unit, view);
+  if (model.device() != Device::kCuda || pm.owner == nullptr)
+    check(failedPrecondition("device views: the engine keeps unit '", model.unitName(unit),
+                             "' in host memory (params_view, grads_view)"));
+  return DeviceView(first.data, {model.layout(unit).numel()}, nb::find(&pm), {}, nb::dtype<float>(),
+                    nb::device::cuda::value, pm.owner->cuda_device);
 }
 
 nb::dict memoryDict(const MemoryReport& r) {
@@ -158,6 +182,9 @@ using ParamTuple = std::tuple<std::string, std::vector<int64_t>, bool>;
 
 std::unique_ptr<PyModel> create(PyMesh& mesh, const Settings& s) {
   EngineConfig cfg = engineConfig(s);
+  // A CUDA mesh puts the engine's state on its device (created with that device current).
+  if (mesh.cuda_device >= 0) cfg.device = Device::kCuda;
+  MeshDeviceScope on_device(mesh);
   auto pm = std::make_unique<PyModel>();
   pm->model = take(ShardedModel::create(mesh.live(), cfg));
   pm->attach(mesh);
@@ -192,10 +219,10 @@ void bindShardedModel(nb::module_& m) {
       .def_rw("max_gathered_units", &Settings::max_gathered_units)
       .def_rw("elastic_data", &Settings::elastic_data, nb::arg().none());
 
-  nb::class_<PyModel>(m, "ShardedModel",
-                      "hsdp's sharding engine on a Mesh (hsdp/sharded_model.h); "
-                      "python/hsdp/torch drives it from nn.Module hooks")
-      .def_static("create", &create, nb::arg("mesh"), nb::arg("settings"), nb::keep_alive<0, 1>())
+  auto cls = nb::class_<PyModel>(m, "ShardedModel",
+                                 "hsdp's sharding engine on a Mesh (hsdp/sharded_model.h); "
+                                 "python/hsdp/torch drives it from nn.Module hooks");
+  cls.def_static("create", &create, nb::arg("mesh"), nb::arg("settings"), nb::keep_alive<0, 1>())
       .def(
           "add_unit",
           [](PyModel& pm, std::string name, const std::vector<ParamTuple>& params, bool frozen) {
@@ -353,6 +380,28 @@ void bindShardedModel(nb::module_& m) {
           nb::arg("out"), nb::arg("dtype") = "float32")
       .def("close", &PyModel::release, "Free the engine's memory. Idempotent.")
       .def_prop_ro("closed", [](PyModel& pm) { return !pm.model; });
+
+  // The engine on a CUDA mesh (python/hsdp/torch/_cuda.py): its buffers as torch tensors on the
+  // device, and torch's current stream as its compute stream.
+  cls.def(
+         "device_params_view",
+         [](PyModel& pm, int u) { return deviceView(pm, u, &ShardedModel::param); },
+         nb::arg("unit"),
+         "params_view on a CUDA mesh: a torch tensor on the device (valid until reshard)")
+      .def(
+          "device_grads_view",
+          [](PyModel& pm, int u) { return deviceView(pm, u, &ShardedModel::grad); },
+          nb::arg("unit"),
+          "grads_view on a CUDA mesh: a torch tensor on the device (valid until reduce_grad)")
+      .def(
+          "set_compute_stream",
+          [](PyModel& pm, uintptr_t stream) {
+            pm.live().setComputeStream(reinterpret_cast<void*>(stream));
+          },
+          nb::arg("stream"),
+          "The cudaStream_t (an integer; 0: the legacy default stream) the model's kernels run "
+          "on: the engine orders its gathers, reductions and step against it with events. "
+          "Between steps only (no unit gathered).");
 }
 
 }  // namespace hsdp::py

@@ -26,6 +26,7 @@ from .. import _errors, _hsdp
 from ..collectives import Mesh
 from . import _elastic
 from ._elastic import StepStart
+from . import _cuda
 from ._plan import NoDecay, plan
 from ._runtime import Runtime, TrainingState
 
@@ -35,7 +36,7 @@ _OPTIMIZER_KEYS = {"kind", "lr", "betas", "eps", "weight_decay"}
 
 
 def _digest(t: torch.Tensor) -> int:
-    h = hashlib.blake2b(t.detach().contiguous().numpy().tobytes(), digest_size=8).digest()
+    h = hashlib.blake2b(t.detach().cpu().contiguous().numpy().tobytes(), digest_size=8).digest()
     return int.from_bytes(h, "little", signed=True)
 
 
@@ -59,6 +60,7 @@ class ShardedModule:
         had no backward since the last step. Elastic mode: AbortedError when the quorum did not
         commit the step (nothing applied; run it again from begin_step())."""
         self._check_reduced("step")
+        self._rt.sync_stream()
         try:
             self._e.step()
         except _errors.AbortedError:
@@ -78,6 +80,7 @@ class ShardedModule:
         here (step() then applies it): AbortedError when it did not commit, as from step()."""
         max_norm = float(max_norm)
         self._check_reduced("clip_grad_norm_")
+        self._rt.sync_stream()
         if max_norm != self._clip:
             self._e.set_clip_norm(max_norm)
             self._clip = max_norm
@@ -283,6 +286,7 @@ def shard(model: nn.Module, mesh: Mesh, *, units: Sequence[nn.Module] = (), mode
     if int(prefetch) < 0:
         raise _errors.InvalidArgumentError(f"prefetch {prefetch} must be >= 0")
     groups, units_, params = plan(model, list(units), no_decay)
+    device = _cuda.placement(params, mesh)  # None: host memory
     settings = _settings(mode, optimizer, param_dtype, reduce_dtype, offload, hpz, clip_norm,
                          wires, max_gathered, timeout_s)
     settings.elastic_data = elastic_data
@@ -305,11 +309,14 @@ def shard(model: nn.Module, mesh: Mesh, *, units: Sequence[nn.Module] = (), mode
             offsets = {name: off for name, _, off in engine.unit_params(u)}
             for pp in eu.params:
                 pp.offset = offsets[pp.rel]
-                engine.set_parameter(u, pp.rel, pp.param.detach().contiguous().numpy().ravel())
+                engine.set_parameter(u, pp.rel,
+                                     pp.param.detach().cpu().contiguous().numpy().ravel())
     except BaseException:
         engine.close()
         raise
     rt = Runtime(engine, groups, units_, zero3=(mode == "zero3"), prefetch=int(prefetch))
+    if device is not None:
+        _cuda.attach(rt, engine, device)
     sharded = ShardedModule(model, engine, groups, units_, params, rt, mesh)
     sharded._clip = float(clip_norm)
     for pp in params:

@@ -159,10 +159,10 @@ def plan(model: nn.Module, units: Sequence[nn.Module], no_decay: NoDecay = None)
         if p.dtype != torch.float32:
             raise _bad(f"parameter '{pp.name}' is {p.dtype}: hsdp keeps float32 masters (make the "
                        "model float32; param_dtype='bf16' gathers bf16)")
-        if p.device.type != "cpu":
+        if p.device.type not in ("cpu", "cuda"):
             raise _errors.UnimplementedError(
-                f"parameter '{pp.name}' is on {p.device}: hsdp.torch runs host (CPU) models in "
-                "this release (docs/torch.md, 'CUDA')")
+                f"parameter '{pp.name}' is on {p.device}: hsdp.torch runs models on the CPU or "
+                "on a CUDA GPU (docs/torch.md, 'CUDA')")
         if p.numel() == 0:
             raise _bad(f"parameter '{pp.name}' has no elements")
         # Shared by modules of several groups: the innermost group holding all of them.

@@ -68,6 +68,11 @@ class Runtime:
         self.hooks_pushed: Optional[torch.autograd.graph.saved_tensors_hooks] = None
         self.group_of: Dict[int, Group] = {}
         self.empty = torch.empty(0)
+        # How torch sees the engine's buffers: host memory through numpy here; on a CUDA mesh
+        # _cuda.attach() puts device tensors, the model's device and torch's stream in place.
+        self.params_tensor = lambda u: torch.from_numpy(engine.params_view(u))
+        self.grads_tensor = lambda u: torch.from_numpy(engine.grads_view(u))
+        self.follow_stream = None
         for g in groups:
             for pp in g.params:
                 self.group_of[id(pp.param)] = g
@@ -85,7 +90,7 @@ class Runtime:
             return
         for u in g.units:
             self.e.wait_for_unshard(u)
-            flat = torch.from_numpy(self.e.params_view(u))
+            flat = self.params_tensor(u)
             self.flat[u] = flat
             self.live[flat.data_ptr()] = u
             for pp in self.units[u].params:
@@ -113,7 +118,7 @@ class Runtime:
             if self.units[u].frozen:
                 continue
             if u not in self.grad_flat:
-                self.grad_flat[u] = torch.from_numpy(self.e.grads_view(u))
+                self.grad_flat[u] = self.grads_tensor(u)
             gf = self.grad_flat[u]
             for pp in self.units[u].params:
                 if not pp.param.requires_grad:  # frozen, riding in a trainable unit
@@ -130,18 +135,25 @@ class Runtime:
             if self.units[u].frozen:
                 continue
             if u not in self.grad_flat:  # no gradient reached it: reduce zeros (engine-zeroed)
-                self.grad_flat[u] = torch.from_numpy(self.e.grads_view(u))
+                self.grad_flat[u] = self.grads_tensor(u)
             for pp in self.units[u].params:
                 pp.param.grad = None
             del self.grad_flat[u]
             self.e.reduce_grad(u)
             self.reduced.add(u)
 
+    def sync_stream(self) -> None:
+        """On a CUDA mesh, between steps (no unit gathered): torch's current stream becomes the
+        engine's compute stream."""
+        if self.follow_stream is not None and all(v == "resharded" for v in self.gstate.values()):
+            self.follow_stream()
+
     # ---- forward ----
     def root_pre_forward(self, module, args, kwargs):
         if _in_backward():  # a re-run forward (reentrant activation checkpointing)
             self.wait(self.groups[0])
             return None
+        self.sync_stream()
         self.state = TrainingState.FORWARD
         self.seen = []
         if self.zero3 and self.hooks_pushed is None:
@@ -268,7 +280,7 @@ class Runtime:
 
     # ---- saved tensors of zero3 units ----
     def pack(self, t: torch.Tensor):
-        if t.device.type != "cpu" or not self.live:
+        if t.device != self.empty.device or not self.live:
             return t
         u = self.live.get(t.untyped_storage().data_ptr())
         if u is None:

@@ -39,6 +39,21 @@ class Shared(nn.Module):
         return self.b(self.a(x))
 
 
+def claiming(device: str):
+    """A model whose fc0.weight says it is on `device` (a Parameter subclass reporting it; this
+    host may have no such device): what shard() checks before it reads a byte of it."""
+    class OnDevice(nn.Parameter):
+        @property
+        def device(self):
+            return torch.device(device)
+
+    def build():
+        m = MLP()
+        m.fc0.weight = OnDevice(m.fc0.weight.detach())
+        return m
+    return build
+
+
 def main() -> int:
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
@@ -96,6 +111,30 @@ def main() -> int:
          hsdp.InvalidArgumentError, ["learning rate -1"])
     case("the model itself as a unit", MLP, lambda m: hsdp.torch.shard(m, mesh, units=[m]),
          hsdp.InvalidArgumentError, ["units[0]", "the model itself"])
+
+    # CUDA (docs/torch.md, "CUDA"): a CUDA model on a host mesh; in a build without CUDA that is
+    # what the error says. A device hsdp.torch does not run on at all.
+    if hsdp._hsdp.cuda_built:
+        case("CUDA model on a host mesh", claiming("cuda:0"),
+             lambda m: hsdp.torch.shard(m, mesh, units=list(m.blocks)), hsdp.InvalidArgumentError,
+             ["'fc0.weight'", "cuda:0", "on the host", "device='cuda:0'"])
+    else:
+        case("CUDA model, hsdp built without CUDA", claiming("cuda:0"),
+             lambda m: hsdp.torch.shard(m, mesh, units=list(m.blocks)),
+             hsdp.FailedPreconditionError, ["'fc0.weight'", "cuda:0", "built without CUDA"])
+    case("model on the meta device", claiming("meta"),
+         lambda m: hsdp.torch.shard(m, mesh, units=list(m.blocks)), hsdp.UnimplementedError,
+         ["'fc0.weight'", "meta", "CPU or on a CUDA GPU"])
+    case("unknown mesh device", MLP, lambda m: session.mesh(device="tpu"),
+         hsdp.InvalidArgumentError, ["'tpu'", "'cuda'"])
+    # A CUDA mesh where it cannot be: a build without CUDA, or ranks without a GPU (every rank
+    # fails alike, before NCCL starts). On a GPU host with a CUDA build it would be made.
+    if not (hsdp._hsdp.cuda_built and torch.cuda.is_available()):
+        case("CUDA mesh without CUDA or a GPU", MLP,
+             lambda m: session.mesh(intra_shard=comm.Get_size(), device="cuda"),
+             hsdp.FailedPreconditionError,
+             ["device='cuda'", "built without CUDA" if not hsdp._hsdp.cuda_built
+              else "no CUDA device visible"])
 
     # After a successful shard: step() without a backward, and a second shard of the same model.
     torch.manual_seed(7)
