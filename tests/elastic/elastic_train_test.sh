@@ -35,18 +35,7 @@ if ! command -v etcd >/dev/null; then
   echo "*** SKIPPED: the etcd binary is not in PATH (scripts/setup installs etcd-server)"
   exit 77
 fi
-tmp=$(mktemp -d)
-pids_to_kill=()
-cleanup() {
-  for p in "${pids_to_kill[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-[ -n "${KEEP_LOGS:-}" ] && trap 'for p in "${pids_to_kill[@]}"; do kill -9 "$p" 2>/dev/null; done; cp -r "$tmp" "$KEEP_LOGS"; rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-margs="--oversubscribe --bind-to none"
-[ "$(id -u)" -eq 0 ] && margs="$margs --allow-run-as-root"
+. "$(dirname "$0")/elastic_lib.sh"
 model=(--mode zero3 --dims 64,1024,1024,10 --batch 48 --check)
 
 # Each rank's output in its own file: g<group>r<restart>.rank<rank>.log. Group 1 of the
@@ -75,32 +64,6 @@ launch() {  # launch STEPS [hsdp-elastic flags...]: in the background, its stder
     --steps "$steps" >"$tmp/launcher.out" 2>"$tmp/launcher.log" &
   launcher=$!
 }
-# The pids of group G's ranks of restart R (their environment says which).
-ranks_of() {
-  for p in $(pgrep -f "$train"); do
-    env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
-    grep -qx "HSDP_ELASTIC_GROUP_INDEX=$1" <<<"$env" && grep -qx "HSDP_ELASTIC_RESTARTS=$2" <<<"$env" &&
-      echo "$p"
-  done
-}
-wait_for() {  # wait_for FILE REGEX SECONDS
-  local i
-  for ((i = 0; i < $3 * 20; ++i)); do
-    grep -qaE "$2" "$1" 2>/dev/null && return 0
-    sleep 0.05
-  done
-  return 1
-}
-finish() {  # waits for the launcher; its exit code in $rc
-  local i
-  for ((i = 0; i < 1800; ++i)); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$launcher" 2>/dev/null; then
-    fail "hsdp-elastic still running after 180 s"
-    kill -TERM "$launcher"
-  fi
-  wait "$launcher"
-  rc=$?
-}
 expect_pass() {  # expect_pass LOG...
   for f in "$@"; do
     grep -qaE "parity vs (eigen )?reference: .* PASS" "$tmp/$f" ||
@@ -120,7 +83,7 @@ case $case_name in
   kill)
     launch 120
     wait_for "$tmp/g1r0.rank0.log" "^ +10 " 60 || fail "group 1 never reached step 10"
-    victim=$(ranks_of 1 0 | tail -1)
+    victim=$(ranks_of "$train" 1 0 | tail -1)
     [ -n "$victim" ] || fail "no rank of group 1 found"
     kill -9 $victim
     finish
@@ -137,7 +100,7 @@ case $case_name in
       --clip-norm 0 --check)
     launch 80
     wait_for "$tmp/g1r0.rank0.log" "^ +10/80 " 120 || fail "group 1 never reached step 10"
-    kill -9 $(ranks_of 1 0 | tail -1)
+    kill -9 $(ranks_of "$train" 1 0 | tail -1)
     finish
     [ "$rc" = 0 ] || fail "hsdp-elastic exit $rc (want 0)"
     grep -qa "groups 0,2 present" "$tmp/g0r0.rank0.log" || fail "group 0 never ran without group 1"
@@ -149,7 +112,7 @@ case $case_name in
     model+=(--save-dir @SAVE@ --save-every 1 --async-save)
     launch 120
     wait_for "$tmp/g1r0.rank0.log" "^ +10 " 60 || fail "group 1 never reached step 10"
-    kill -9 $(ranks_of 1 0 | tail -1)
+    kill -9 $(ranks_of "$train" 1 0 | tail -1)
     finish
     [ "$rc" = 0 ] || fail "hsdp-elastic exit $rc (want 0)"
     expect_pass g0r0.rank0.log g1r1.rank0.log g2r0.rank0.log
@@ -173,12 +136,12 @@ case $case_name in
   twice)
     launch 240
     wait_for "$tmp/g1r0.rank0.log" "^ +10 " 60 || fail "group 1 never reached step 10"
-    kill -9 $(ranks_of 1 0 | tail -1)
+    kill -9 $(ranks_of "$train" 1 0 | tail -1)
     wait_for "$tmp/g1r1.rank0.log" "healed to step" 60 || fail "group 1 did not heal"
-    kill -9 $(ranks_of 2 0 | tail -1)
+    kill -9 $(ranks_of "$train" 2 0 | tail -1)
     # The restarted group 2, as soon as its ranks exist (joining, or healing).
     for ((i = 0; i < 600; ++i)); do
-      victims=$(ranks_of 2 1)
+      victims=$(ranks_of "$train" 2 1)
       [ -n "$victims" ] && break
       sleep 0.02
     done
@@ -195,7 +158,7 @@ case $case_name in
     export HSDP_ELASTIC_LEASE_S=2 HSDP_REPLICA_TIMEOUT_MS=1500
     launch 150
     wait_for "$tmp/g2r0.rank0.log" "^ +10 " 60 || fail "group 2 never reached step 10"
-    stopped=$(ranks_of 2 0)
+    stopped=$(ranks_of "$train" 2 0)
     [ -n "$stopped" ] || fail "no rank of group 2 found"
     kill -STOP $stopped
     wait_for "$tmp/g0r0.rank0.log" "groups 0,1 present" 10 ||

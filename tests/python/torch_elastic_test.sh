@@ -19,18 +19,7 @@ if ! "$build/pyenv/bin/python" -c "import hsdp, torch" 2>/dev/null; then
   echo "*** SKIPPED: no hsdp or torch in $build/pyenv (run scripts/python-env)"
   exit 77
 fi
-tmp=$(mktemp -d)
-launcher=
-cleanup() {
-  [ -n "$launcher" ] && kill -TERM "$launcher" 2>/dev/null
-  [ -n "${KEEP_LOGS:-}" ] && cp -r "$tmp" "$KEEP_LOGS"
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-margs="--oversubscribe --bind-to none"
-[ "$(id -u)" -eq 0 ] && margs="$margs --allow-run-as-root"
+. "$here/../elastic/elastic_lib.sh"
 
 # Each rank's output in its own file: g<group>r<restart>.rank<rank>.log.
 cat >"$tmp/group.sh" <<'EOF'
@@ -45,31 +34,11 @@ chmod +x "$tmp/group.sh"
   >"$tmp/launcher.out" 2>"$tmp/launcher.log" &
 launcher=$!
 
-# The pids of group G's ranks of restart R (their environment says which).
-ranks_of() {
-  for p in $(pgrep -f "elastic.py"); do
-    env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
-    grep -qx "HSDP_ELASTIC_GROUP_INDEX=$1" <<<"$env" && grep -qx "HSDP_ELASTIC_RESTARTS=$2" <<<"$env" &&
-      readlink "/proc/$p/exe" | grep -q python && echo "$p"
-  done
-}
-for ((i = 0; i < 1200; ++i)); do
-  grep -qa "^step 8/" "$tmp/g1r0.rank0.log" 2>/dev/null && break
-  kill -0 "$launcher" 2>/dev/null || break
-  sleep 0.05
-done
-grep -qa "^step 8/" "$tmp/g1r0.rank0.log" 2>/dev/null || fail "group 1 never reached step 8"
-victim=$(ranks_of 1 0 | tail -1)
+wait_for "$tmp/g1r0.rank0.log" "^step 8/" 60 || fail "group 1 never reached step 8"
+victim=$(ranks_of elastic.py 1 0 python | tail -1)
 [ -n "$victim" ] || fail "no rank of group 1 found"
 [ -n "$victim" ] && kill -9 $victim
-for ((i = 0; i < 1200; ++i)); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$launcher" 2>/dev/null; then
-  fail "hsdp-elastic still running after 120 s"
-  kill -TERM "$launcher"
-fi
-wait "$launcher"
-rc=$?
-launcher=
+finish 120
 [ "$rc" = 0 ] || fail "hsdp-elastic exit $rc (want 0)"
 grep -q "group 1 exited" "$tmp/launcher.log" || fail "the launcher did not see group 1 exit"
 grep -qa "groups 0,2 present" "$tmp/g0r0.rank0.log" || fail "group 0 never ran without group 1"

@@ -32,7 +32,7 @@ import torch  # noqa: E402
 
 import hsdp  # noqa: E402
 import hsdp.torch  # noqa: E402
-from models import batch_loss, build, global_batch, no_decay_names  # noqa: E402
+from models import batch_loss, build, global_batch, no_decay_names, rel, verdict  # noqa: E402
 
 HP = dict(kind="adamw", lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 TOL = 1e-5  # parity.py's fp32 tolerance
@@ -40,10 +40,6 @@ TOL = 1e-5  # parity.py's fp32 tolerance
 
 def lr_at(step: int) -> float:
     return HP["lr"] * min(1.0, (step + 1) / 5)  # a warm-up: a healed group follows the step
-
-
-def rel(a, b) -> float:
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
 def main() -> int:
@@ -124,18 +120,13 @@ def main() -> int:
                    default=0.0)
     ok = (len(full) == len(want) and worst <= 1 and norm_err <= TOL and loss_err <= TOL
           and len(members) == a.steps)
-    verdict = comm.allreduce(0 if ok else 1, op=MPI.SUM)
-    if rank == 0:
-        degraded = sum(1 for m in members if len(m) < groups)
-        print(f"parity vs plain PyTorch (replayed membership: {degraded} of {a.steps} steps "
-              f"without every group; this group committed {len(norms)}, aborted {aborted}"
-              f"{', healed from group %d' % healed.healed_from if healed else ''}): "
-              f"params {worst:.2f} of their allowance, norm_rel_err={norm_err:.3e} "
-              f"loss_rel_err={loss_err:.3e} "
-              f"tol={TOL:g} {'PASS' if verdict == 0 else 'FAIL'}", flush=True)
-    sharded.close()
-    session.close()
-    return 0 if verdict == 0 else 1
+    degraded = sum(1 for m in members if len(m) < groups)
+    return verdict(comm, ok,
+                   f"parity vs plain PyTorch (replayed membership: {degraded} of {a.steps} steps "
+                   f"without every group; this group committed {len(norms)}, aborted {aborted}"
+                   f"{', healed from group %d' % healed.healed_from if healed else ''}): "
+                   f"params {worst:.2f} of their allowance, norm_rel_err={norm_err:.3e} "
+                   f"loss_rel_err={loss_err:.3e} tol={TOL:g}", sharded, session)
 
 
 def check_views(sharded) -> None:

@@ -93,3 +93,20 @@ def no_decay_names(model) -> set:
     """AdamW recipes exclude biases, norms and embeddings from weight decay."""
     return {n for n, p in model.named_parameters()
             if n.endswith("bias") or "ln_" in n or "norm" in n or "wpe" in n}
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a-b| / max |b|: the tests' distance between a parameter and the reference's."""
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+
+def verdict(comm, ok: bool, line: str, sharded, session) -> int:
+    """Every rank's `ok` agreed over MPI (one failing rank fails all); rank 0 prints `line`
+    followed by PASS or FAIL; the model and session closed. The program's exit code."""
+    failed = comm.allreduce(0 if ok else 1)  # mpi4py's default op: the sum
+    if comm.Get_rank() == 0:
+        print(f"{line} {'PASS' if failed == 0 else 'FAIL'}", flush=True)
+    sharded.close()
+    session.close()
+    return 0 if failed == 0 else 1
+

@@ -32,7 +32,7 @@ import torch
 import hsdp
 import hsdp.checkpoint
 import hsdp.torch
-from models import build, batch_loss, global_batch, no_decay_names
+from models import build, batch_loss, global_batch, no_decay_names, rel, verdict
 from reduce_tree import bf16_tree, rank_gradients
 
 
@@ -166,9 +166,6 @@ def main() -> int:
             print(f"step {step + 1}/{a.steps} loss {mean:.6f} ref {ref_loss.item():.6f} "
                   f"grad_norm {norm.item():.6f} ref {want_norm:.6f}", flush=True)
 
-    def rel(a_, b_):
-        return ((a_ - b_).abs().max() / b_.abs().max().clamp_min(1e-30)).item()
-
     full = sharded.full_state_dict()
     want = {n: p.detach() for n, p in ref.named_parameters()}
     other = {n: p.detach() for n, p in ref2.named_parameters()}
@@ -189,17 +186,11 @@ def main() -> int:
     stats = sharded.stats()
     ok = (exported_ok and over <= 1 and worst_loss <= tol and worst_norm != math.inf
           and len(full) == len(want))
-    verdict = comm.allreduce(0 if ok else 1, op=MPI.SUM)
-    if rank == 0:
-        kind = "max_abs_err" if a.wire else "max_rel_err"
-        print(f"parity vs plain PyTorch: {kind}={worst:.3e} ({where}; {over:.2f} of its "
-              "allowance) "
-              f"loss_rel_err={worst_loss:.3e} norm_rel_err={worst_norm:.3e} tol={tol:g} "
-              f"bytes_copied={stats['bytes_copied']} "
-              f"{'PASS' if verdict == 0 else 'FAIL'}", flush=True)
-    sharded.close()
-    session.close()
-    return 0 if verdict == 0 else 1
+    kind = "max_abs_err" if a.wire else "max_rel_err"
+    return verdict(comm, ok,
+                   f"parity vs plain PyTorch: {kind}={worst:.3e} ({where}; {over:.2f} of its "
+                   f"allowance) loss_rel_err={worst_loss:.3e} norm_rel_err={worst_norm:.3e} "
+                   f"tol={tol:g} bytes_copied={stats['bytes_copied']}", sharded, session)
 
 
 def exported(sharded, full, comm) -> bool:
