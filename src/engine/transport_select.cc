@@ -13,16 +13,17 @@ const char* meshLevelName(MeshLevel level) {
 std::string availableTransports() { return transportNamesJoined(); }
 
 namespace {
+// Unset, a level uses the world's own transport (mpi over an MPI world, nccl over an NCCL one).
 const env::StringParam kTransportIntra{
-    "HSDP_TRANSPORT_INTRA", env::StringParam::Kind::kEnum, "mpi",
+    "HSDP_TRANSPORT_INTRA", env::StringParam::Kind::kEnum, "",
     "Transport of the intra-node level (intra-shard group): mpi, ucx (UCP over UCX's "
     "shared-memory transports; see docs/ucx.md), or nccl in CUDA builds (device buffers; "
-    "docs/gpu.md). MeshSpec::intra_transport wins when set."};
+    "docs/gpu.md); unset: the world's. MeshSpec::intra_transport wins when set."};
 const env::StringParam kTransportInter{
-    "HSDP_TRANSPORT_INTER", env::StringParam::Kind::kEnum, "mpi",
-    "Transport of the inter-node level (inter-shard and replica groups): mpi, ucx (UCP "
-    "collectives over UCX's network transports; see docs/ucx.md), or nccl in CUDA builds. "
-    "MeshSpec::inter_transport wins when set."};
+    "HSDP_TRANSPORT_INTER", env::StringParam::Kind::kEnum, "",
+    "Transport of the inter-node level (inter-shard and replica groups), unset: the world's; "
+    "mpi, ucx (UCP collectives over UCX's network transports; see docs/ucx.md), or nccl in CUDA "
+    "builds. MeshSpec::inter_transport wins when set."};
 }  // namespace
 
 StatusOr<std::unique_ptr<Comm>> selectLevelTransport(MeshLevel level,
