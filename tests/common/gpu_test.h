@@ -21,9 +21,9 @@ inline int devices(std::string* why = nullptr) { return gpu::deviceCount(why); }
 }  // namespace hsdp::gpu_testing
 
 // First statement of every test that needs a device.
-#define HSDP_REQUIRE_GPU()                                                   \
-  do {                                                                       \
-    std::string hsdp_why_;                                                   \
-    if (::hsdp::gpu_testing::devices(&hsdp_why_) == 0)                       \
-      GTEST_SKIP() << "no CUDA device visible: " << hsdp_why_;               \
+#define HSDP_REQUIRE_GPU()                                     \
+  do {                                                         \
+    std::string hsdp_why_;                                     \
+    if (::hsdp::gpu_testing::devices(&hsdp_why_) == 0)         \
+      GTEST_SKIP() << "no CUDA device visible: " << hsdp_why_; \
   } while (0)

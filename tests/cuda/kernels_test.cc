@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "core/adam.h"
 #include "collectives/nccl/cuda_resources.h"
+#include "core/adam.h"
 #include "hsdp/dtype.h"
 #include "hsdp/quantize.h"
 #include "tests/common/gpu_test.h"

@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "hsdp/nccl.h"
 #include "collectives/nccl/cuda_resources.h"
+#include "hsdp/nccl.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/topology.h"
 #include "tests/common/gpu_test.h"
@@ -156,7 +156,8 @@ std::vector<Case> cases(const MeshShape& s, bool full) {
         clip(c);
       },
       3);
-  add("zero3.maxgathered1", ShardMode::kZero3, [](Case& c) { c.cfg.pipeline.max_gathered_units = 1; });
+  add("zero3.maxgathered1", ShardMode::kZero3,
+      [](Case& c) { c.cfg.pipeline.max_gathered_units = 1; });
   add("zero3.adam.legacy_stream", ShardMode::kZero3, [](Case& c) {
     c.cfg.adam.kind = OptimizerKind::kAdam;
     c.legacy_stream = true;
@@ -380,7 +381,8 @@ void runParity(int ranks_per_node) {
         const double tol = loose ? 1e-3 : 1e-6;
         // bf16 compute copies: a master one float ulp apart may round to the neighbouring bf16
         // (2^-8 relative) when averaging was not exact.
-        const double view_tol = c.cfg.precision.param_dtype == DType::kBFloat16 && !exact_avg ? 1e-2 : tol;
+        const double view_tol =
+            c.cfg.precision.param_dtype == DType::kBFloat16 && !exact_avg ? 1e-2 : tol;
         for (size_t u = 0; u < host_out.full.size(); ++u) {
           expectClose(host_out.full[u], dev_out.full[u], tol, "unit " + std::to_string(u));
           expectClose(host_out.forward_view[u], dev_out.forward_view[u], view_tol,

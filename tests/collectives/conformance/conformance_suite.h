@@ -19,9 +19,9 @@
 //
 // and an instantiation, e.g. INSTANTIATE_TYPED_TEST_SUITE_P(Mpi, Conformance, MpiBackend):
 // tests/collectives/conformance/host_backends_test.cc (MPI, UCX, hierarchical) and
-// tests/collectives/nccl/nccl_comm_test.cc (NCCL, on device memory). Inputs are small integers where
-// the comparison is exact (any summation order gives the exact sum, in float, bf16 and int32 for
-// up to 8 ranks), random floats where it is within rounding. Every result buffer has a guard
+// tests/collectives/nccl/nccl_comm_test.cc (NCCL, on device memory). Inputs are small integers
+// where the comparison is exact (any summation order gives the exact sum, in float, bf16 and int32
+// for up to 8 ranks), random floats where it is within rounding. Every result buffer has a guard
 // element behind it that must stay untouched.
 //
 // The tests, one header per family: conformance_dense.h (all-gather, reduce-scatter, all-reduce),

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "collectives/mpi/mpi_comm.h"
-#include "core/host_buffer.h"
 #include "collectives/nccl/cuda_resources.h"
+#include "core/host_buffer.h"
 #include "hsdp/nccl.h"
 #include "hsdp/transport_select.h"
 #include "tests/collectives/conformance/conformance_suite.h"
@@ -53,7 +53,9 @@ class NcclWorldTeardown : public ::testing::Environment {
 };
 const auto* const kTeardown = ::testing::AddGlobalTestEnvironment(new NcclWorldTeardown);
 
-float value(int rank, size_t i) { return static_cast<float>(static_cast<int>((rank * 31 + i * 7) % 17) - 8); }
+float value(int rank, size_t i) {
+  return static_cast<float>(static_cast<int>((rank * 31 + i * 7) % 17) - 8);
+}
 
 template <typename T>
 gpu::DeviceBuffer toDevice(const std::vector<T>& h, size_t extra_elems = 0) {
@@ -235,7 +237,6 @@ TEST(NcclComm, ZMismatchedCollectiveTimesOutAndAborts) {
     nc.abort(internalError("test: rank ", nc.rank(), " leaves the collective out"));
   ASSERT_OK(world().barrier());
 }
-
 
 // ---- the conformance suite on NCCL ------------------------------------------------------------
 
