@@ -172,7 +172,8 @@ int main(int argc, char** argv) {
   if (!topo.ok()) return fail(topo.status());
   const auto t_alloc = Clock::now();
   std::vector<hsdp::HostBuffer> bufs;
-  for (size_t bytes : {n * sizeof(float), n * sizeof(float), n * sizeof(float), n * sizeof(float), n * sizeof(bf16)}) {
+  for (size_t bytes : {n * sizeof(float), n * sizeof(float), n * sizeof(float), n * sizeof(float),
+                       n * sizeof(bf16)}) {
     auto b = hsdp::HostBuffer::allocateNuma(bytes, *topo);
     if (!b.ok()) return fail(b.status());
     bufs.push_back(std::move(*b));
@@ -191,17 +192,19 @@ int main(int argc, char** argv) {
     v[i] = 1e-6f * x * x;
   }
 
-  std::printf("cpu_adam_bench: %zu elements (%.2f GB of fp32 state, %.2f GB bf16 copy), %d "
-              "rounds, medians\n",
-              n, 16.0 * n / 1e9, 2.0 * n / 1e9, rounds);
+  std::printf(
+      "cpu_adam_bench: %zu elements (%.2f GB of fp32 state, %.2f GB bf16 copy), %d "
+      "rounds, medians\n",
+      n, 16.0 * n / 1e9, 2.0 * n / 1e9, rounds);
   std::printf("CPU: %s; ISAs supported: ", cpuModel().c_str());
   for (hsdp::CpuIsa isa : hsdp::supportedCpuIsas()) std::printf("%s ", hsdp::cpuIsaName(isa));
   std::string nodes;
   for (int node : bufs[0].numaNodes()) nodes += std::to_string(node) + " ";
-  std::printf("\nbuffers: HostBuffer::allocateNuma, NUMA nodes %s(of %d), huge pages advised "
-              "(process AnonHugePages %s); allocate + pre-fault %.2f GB took %.2f s\n",
-              nodes.empty() ? "unbound " : nodes.c_str(), topo->numNodes(),
-              anonHugePages().c_str(), 18.0 * n / 1e9, alloc_s);
+  std::printf(
+      "\nbuffers: HostBuffer::allocateNuma, NUMA nodes %s(of %d), huge pages advised "
+      "(process AnonHugePages %s); allocate + pre-fault %.2f GB took %.2f s\n",
+      nodes.empty() ? "unbound " : nodes.c_str(), topo->numNodes(), anonHugePages().c_str(),
+      18.0 * n / 1e9, alloc_s);
   std::printf("load average before: %s\n\n", loadAverage().c_str());
 
   hsdp::AdamConfig cfg;
@@ -227,11 +230,9 @@ int main(int argc, char** argv) {
     };
     const int ceil = static_cast<int>(rows.size()), ceil16 = ceil + 1;
     if (threads == 1) ceiling_1 = ceil;
-    rows.push_back({"ceiling (adam pattern)", threads, 28, -1, [=] {
-                      split([&](size_t b, size_t k) {
-                        adamPattern(p + b, g + b, m + b, v + b, k);
-                      });
-                    }});
+    rows.push_back(
+        {"ceiling (adam pattern)", threads, 28, -1,
+         [=] { split([&](size_t b, size_t k) { adamPattern(p + b, g + b, m + b, v + b, k); }); }});
     rows.push_back({"ceiling (adam pattern) +bf16", threads, 30, -1, [=] {
                       split([&](size_t b, size_t k) {
                         adamPatternBf16(p + b, g + b, m + b, v + b,
@@ -255,21 +256,20 @@ int main(int argc, char** argv) {
     }
     // The best ISA once more with plain stores for the bf16 copy: what streaming them saves.
     {
-      auto adam = hsdp::CpuAdam::create({.isa = isas.front(), .threads = threads,
-                                         .stream_bf16 = false});
+      auto adam =
+          hsdp::CpuAdam::create({.isa = isas.front(), .threads = threads, .stream_bf16 = false});
       if (!adam.ok()) return fail(adam.status());
       hsdp::CpuAdam* a = adam->get();
       adams.push_back(std::move(*adam));
-      rows.push_back({std::string("cpu adam ") + hsdp::cpuIsaName(isas.front()) +
-                          " +bf16 plain stores",
-                      threads, 30, ceil16, [=, &t] {
-                        hsdp::Status s = a->step(cfg, ++t, {p, g, m, v, n, out});
-                        if (!s.ok()) std::abort();
-                      }});
+      rows.push_back(
+          {std::string("cpu adam ") + hsdp::cpuIsaName(isas.front()) + " +bf16 plain stores",
+           threads, 30, ceil16, [=, &t] {
+             hsdp::Status s = a->step(cfg, ++t, {p, g, m, v, n, out});
+             if (!s.ok()) std::abort();
+           }});
     }
-    rows.push_back({"stream triad", threads, 12, -1, [=] {
-                      split([&](size_t b, size_t k) { triad(p + b, g + b, m + b, k); });
-                    }});
+    rows.push_back({"stream triad", threads, 12, -1,
+                    [=] { split([&](size_t b, size_t k) { triad(p + b, g + b, m + b, k); }); }});
   }
   if (!no_reference)
     rows.push_back({"hsdp::adamStep (core/optimizer.cc)", 1, 28, ceiling_1,
@@ -296,16 +296,18 @@ int main(int argc, char** argv) {
   // from the calling thread's CPU time (the run without the time it was descheduled).
   auto gbps = [&](const Row& r, double sec) { return r.bytes_per_elem * n / sec / 1e9; };
   auto minOf = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
-  std::printf("%-38s %3s %6s %9s %8s %6s %8s %7s %7s %6s %8s %6s %7s\n", "kernel", "thr",
-              "B/elem", "median ms", "min ms", "GB/s", "Gparam/s", "of ceil", "(min)", "clean",
-              "cpu ms", "GB/s", "of ceil");
+  std::printf("%-38s %3s %6s %9s %8s %6s %8s %7s %7s %6s %8s %6s %7s\n", "kernel", "thr", "B/elem",
+              "median ms", "min ms", "GB/s", "Gparam/s", "of ceil", "(min)", "clean", "cpu ms",
+              "GB/s", "of ceil");
   for (const Row& r : rows) {
     const double med = median(r.seconds), mn = minOf(r.seconds), cpu = median(r.cpu_seconds);
     std::printf("%-38s %3d %6.0f %9.2f %8.2f %6.1f %8.3f", r.name.c_str(), r.threads,
                 r.bytes_per_elem, med * 1e3, mn * 1e3, gbps(r, med), n / med / 1e9);
     const Row* c = r.ceiling >= 0 ? &rows[r.ceiling] : nullptr;
-    if (c) std::printf(" %7.2f %7.2f", median(c->seconds) / med, minOf(c->seconds) / mn);
-    else std::printf(" %7s %7s", "", "");
+    if (c)
+      std::printf(" %7.2f %7.2f", median(c->seconds) / med, minOf(c->seconds) / mn);
+    else
+      std::printf(" %7s %7s", "", "");
     std::printf(" %3d/%-2d", r.undisturbed, rounds);
     if (r.threads == 1) {
       std::printf(" %8.2f %6.1f", cpu * 1e3, gbps(r, cpu));
@@ -321,8 +323,8 @@ int main(int argc, char** argv) {
     if (with.name.rfind("cpu adam", 0) != 0 || at == std::string::npos) continue;
     for (const Row& without : rows)
       if (without.threads == with.threads && without.name == with.name.substr(0, at)) {
-        std::printf("  %-38s %d thread(s): median %.3f, min %.3f", with.name.c_str(),
-                    with.threads, median(with.seconds) / median(without.seconds),
+        std::printf("  %-38s %d thread(s): median %.3f, min %.3f", with.name.c_str(), with.threads,
+                    median(with.seconds) / median(without.seconds),
                     minOf(with.seconds) / minOf(without.seconds));
         if (with.threads == 1)
           std::printf(", cpu %.3f", median(with.cpu_seconds) / median(without.cpu_seconds));

@@ -60,22 +60,25 @@ Status run(size_t n, size_t copy_bytes, int iters) {
   HSDP_ASSIGN_OR_RETURN(gpu::DeviceBuffer b, gpu::DeviceBuffer::allocate(copy_bytes));
   HSDP_CUDA_CHECK(cudaMemsetAsync(a.data(), 0, copy_bytes, s));
   HSDP_ASSIGN_OR_RETURN(double d2d_ms, timeMs(s, iters, [&]() -> Status {
-    HSDP_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), copy_bytes, cudaMemcpyDeviceToDevice, s));
-    return okStatus();
-  }));
+                          HSDP_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), copy_bytes,
+                                                          cudaMemcpyDeviceToDevice, s));
+                          return okStatus();
+                        }));
   const double d2d = gbps(2.0 * copy_bytes, d2d_ms);
 
   // Pinned host <-> device.
   HSDP_ASSIGN_OR_RETURN(gpu::PinnedBuffer h, gpu::PinnedBuffer::allocate(copy_bytes));
   std::fill_n(h.as<char>(), copy_bytes, 1);
-  HSDP_ASSIGN_OR_RETURN(double h2d_ms, timeMs(s, iters, [&]() -> Status {
-    HSDP_CUDA_CHECK(cudaMemcpyAsync(a.data(), h.data(), copy_bytes, cudaMemcpyHostToDevice, s));
-    return okStatus();
-  }));
-  HSDP_ASSIGN_OR_RETURN(double d2h_ms, timeMs(s, iters, [&]() -> Status {
-    HSDP_CUDA_CHECK(cudaMemcpyAsync(h.data(), a.data(), copy_bytes, cudaMemcpyDeviceToHost, s));
-    return okStatus();
-  }));
+  HSDP_ASSIGN_OR_RETURN(
+      double h2d_ms, timeMs(s, iters, [&]() -> Status {
+        HSDP_CUDA_CHECK(cudaMemcpyAsync(a.data(), h.data(), copy_bytes, cudaMemcpyHostToDevice, s));
+        return okStatus();
+      }));
+  HSDP_ASSIGN_OR_RETURN(
+      double d2h_ms, timeMs(s, iters, [&]() -> Status {
+        HSDP_CUDA_CHECK(cudaMemcpyAsync(h.data(), a.data(), copy_bytes, cudaMemcpyDeviceToHost, s));
+        return okStatus();
+      }));
   a = gpu::DeviceBuffer();
   b = gpu::DeviceBuffer();
 
@@ -90,20 +93,20 @@ Status run(size_t n, size_t copy_bytes, int iters) {
   AdamConfig cfg;
   cfg.weight_decay = 0.01f;
   int64_t t = 0;
-  AdamShard shard{p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), n,
-                             pb.as<bf16>()};
+  AdamShard shard{p.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), n, pb.as<bf16>()};
   HSDP_ASSIGN_OR_RETURN(double adam_ms, timeMs(s, iters, [&]() -> Status {
-    return gpu::adamStep(cfg, ++t, shard, s);
-  }));
+                          return gpu::adamStep(cfg, ++t, shard, s);
+                        }));
   shard.param_bf16 = nullptr;
   HSDP_ASSIGN_OR_RETURN(double adam28_ms, timeMs(s, iters, [&]() -> Status {
-    return gpu::adamStep(cfg, ++t, shard, s);
-  }));
+                          return gpu::adamStep(cfg, ++t, shard, s);
+                        }));
   const double adam = gbps(30.0 * n, adam_ms), adam28 = gbps(28.0 * n, adam28_ms);
 
-  std::printf("# gpu_bench on %s (device %d, %d SMs), Adam over %zu elements, copies of %zu MiB, "
-              "median of %d\n",
-              prop.name, device, prop.multiProcessorCount, n, copy_bytes >> 20, iters);
+  std::printf(
+      "# gpu_bench on %s (device %d, %d SMs), Adam over %zu elements, copies of %zu MiB, "
+      "median of %d\n",
+      prop.name, device, prop.multiProcessorCount, n, copy_bytes >> 20, iters);
   std::printf("%-34s %10s %10s %10s\n", "what", "ms", "GB/s", "vs d2d");
   std::printf("%-34s %10.3f %10.1f %9.1f%%\n", "d2d cudaMemcpy (read+write)", d2d_ms, d2d, 100.0);
   std::printf("%-34s %10.3f %10.1f %9.1f%%\n", "GPU AdamW + bf16 copy (30 B/elem)", adam_ms, adam,

@@ -215,20 +215,9 @@ int benchMain(const Options& o, hsdp::Comm& world) {
       for (MPI_Comm* p : c) MPI_Comm_free(p);
     }
   } free_comms{{&shard_order, &intra_raw, &inter_raw}};
-  Bench b{world,
-          raw,
-          shard_order,
-          intra_raw,
-          inter_raw,
-          hiers,
-          *world_off,
-          hiers_off,
-          **mesh,
-          *dt,
-          es,
-          std::move(*send),
-          std::move(*recv),
-          {}};
+  Bench b{
+      world,  raw, shard_order, intra_raw,        inter_raw,        hiers, *world_off, hiers_off,
+      **mesh, *dt, es,          std::move(*send), std::move(*recv), {}};
   b.fill(b.send.data(), max_count, rank);
 
   const double bus = o.op == "allreduce" ? 2.0 * (n - 1) / n : double(n - 1) / n;

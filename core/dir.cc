@@ -1,7 +1,5 @@
 // The file layer (hsdp/files.h), second half: directories by descriptor (Dir), the temporaries'
 // guard, paths and output targets, and the cache of open files (files.cc: messages, kinds, File).
-#include "hsdp/files.h"
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -16,6 +14,7 @@
 #include <cstring>
 
 #include "core/files_internal.h"
+#include "hsdp/files.h"
 
 namespace hsdp::files {
 
@@ -191,7 +190,8 @@ Status makeDirs(const std::string& path) {
   }
   if (errno != ENOENT) return errnoStatus("cannot create directory", path, errno);
   const size_t slash = path.find_last_of('/');
-  if (slash != std::string::npos && slash > 0) HSDP_RETURN_IF_ERROR(makeDirs(path.substr(0, slash)));
+  if (slash != std::string::npos && slash > 0)
+    HSDP_RETURN_IF_ERROR(makeDirs(path.substr(0, slash)));
   if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST)
     return errnoStatus("cannot create directory", path, errno);
   if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
@@ -272,8 +272,7 @@ Status checkOutputTarget(const std::string& out, OutputTarget t,
     // The input inside the output: replacing the output would remove the input.
     if (exists && S_ISDIR(ost.st_mode)) {
       const std::vector<Id> in_chain = ancestry(in);
-      if (std::find(in_chain.begin(), in_chain.end(), Id{ost.st_dev, ost.st_ino}) !=
-          in_chain.end())
+      if (std::find(in_chain.begin(), in_chain.end(), Id{ost.st_dev, ost.st_ino}) != in_chain.end())
         return invalidArgument("output '", quote(out), "' contains the input '", quote(in), "'");
     }
   }

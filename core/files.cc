@@ -92,8 +92,8 @@ Status errnoStatus(std::string_view what, std::string_view path, int err) {
                          err == EISDIR || err == ENOENT || err == ENAMETOOLONG || err == ELOOP ||
                          err == EEXIST || err == ENOTEMPTY || err == EXDEV || err == ENXIO ||
                          err == ETXTBSY || err == EINVAL;
-  std::string text = err == ELOOP ? "a symbolic link (hsdp does not follow links there)"
-                                  : std::strerror(err);
+  std::string text =
+      err == ELOOP ? "a symbolic link (hsdp does not follow links there)" : std::strerror(err);
   return Status(bad_input ? StatusCode::kInvalidArgument : StatusCode::kInternal,
                 strCat(what, " '", quote(path), "': ", text));
 }
@@ -129,13 +129,13 @@ bool isOwnTemp(std::string_view name) {
 
 namespace detail {
 Kind kindOfMode(mode_t m) {
-  return S_ISREG(m)    ? Kind::kRegular
-         : S_ISDIR(m)  ? Kind::kDirectory
-         : S_ISLNK(m)  ? Kind::kSymlink
-         : S_ISFIFO(m) ? Kind::kFifo
+  return S_ISREG(m)                 ? Kind::kRegular
+         : S_ISDIR(m)               ? Kind::kDirectory
+         : S_ISLNK(m)               ? Kind::kSymlink
+         : S_ISFIFO(m)              ? Kind::kFifo
          : S_ISCHR(m) || S_ISBLK(m) ? Kind::kDevice
-         : S_ISSOCK(m) ? Kind::kSocket
-                       : Kind::kOther;
+         : S_ISSOCK(m)              ? Kind::kSocket
+                                    : Kind::kOther;
 }
 
 // `name` must be one path component: no '/', not empty, not . or ..
@@ -168,14 +168,22 @@ Kind kindAt(int dirfd, const std::string& name) {
 
 const char* kindName(Kind k) {
   switch (k) {
-    case Kind::kMissing: return "missing";
-    case Kind::kRegular: return "a regular file";
-    case Kind::kDirectory: return "a directory";
-    case Kind::kSymlink: return "a symbolic link";
-    case Kind::kFifo: return "a FIFO";
-    case Kind::kDevice: return "a device node";
-    case Kind::kSocket: return "a socket";
-    case Kind::kOther: return "not a regular file";
+    case Kind::kMissing:
+      return "missing";
+    case Kind::kRegular:
+      return "a regular file";
+    case Kind::kDirectory:
+      return "a directory";
+    case Kind::kSymlink:
+      return "a symbolic link";
+    case Kind::kFifo:
+      return "a FIFO";
+    case Kind::kDevice:
+      return "a device node";
+    case Kind::kSocket:
+      return "a socket";
+    case Kind::kOther:
+      return "not a regular file";
   }
   return "?";
 }

@@ -31,8 +31,10 @@ void HostBuffer::release() {
   if (data_ == nullptr) return;
   // CUDA builds (HSDP_HAVE_CUDA), when allocateNuma pins the buffer: cudaHostUnregister(data_)
   // goes here, before the pages are unmapped.
-  if (mapped_ > 0) munmap(static_cast<char*>(data_) - offset_, mapped_);
-  else std::free(data_);
+  if (mapped_ > 0)
+    munmap(static_cast<char*>(data_) - offset_, mapped_);
+  else
+    std::free(data_);
   data_ = nullptr;
   bytes_ = 0;
   mapped_ = 0;

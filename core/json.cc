@@ -171,10 +171,10 @@ StatusOr<json> parseJson(std::string_view text, std::string_view where, const Js
     if (j.is_discarded()) return invalidArgument(where, ": not valid JSON");
     return j;
   } catch (const std::bad_alloc&) {  // under the limit, but the machine has less
-    return Status(StatusCode::kResourceExhausted,
-                  strCat(where, ": too little memory to hold its ", c.values,
-                         " JSON values (estimated ", c.tree_bytes, " bytes, within the limit of ",
-                         limits.max_memory, ")"));
+    return Status(
+        StatusCode::kResourceExhausted,
+        strCat(where, ": too little memory to hold its ", c.values, " JSON values (estimated ",
+               c.tree_bytes, " bytes, within the limit of ", limits.max_memory, ")"));
   }
 }
 

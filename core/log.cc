@@ -29,9 +29,11 @@ struct Settings {
 };
 
 unsigned subsysBit(const std::string& name) {
-  static const struct { const char* name; unsigned bit; } kNames[] = {
-      {"INIT", kInit}, {"MESH", kMesh}, {"COLL", kColl}, {"SHARD", kShard},
-      {"OPTIM", kOptim}, {"OFFLOAD", kOffload}, {"TOPO", kTopo}, {"ALL", kAll}};
+  static const struct {
+    const char* name;
+    unsigned bit;
+  } kNames[] = {{"INIT", kInit},   {"MESH", kMesh},       {"COLL", kColl}, {"SHARD", kShard},
+                {"OPTIM", kOptim}, {"OFFLOAD", kOffload}, {"TOPO", kTopo}, {"ALL", kAll}};
   for (const auto& n : kNames)
     if (name == n.name) return n.bit;
   return 0;
@@ -68,8 +70,10 @@ const Settings& settings() {
     Settings out;
     const std::string level = kDebug.get();
     StatusOr<Level> l = parseLevel(level);
-    if (l.ok()) out.level = *l;
-    else std::fprintf(stderr, "hsdp WARN %s; using WARN\n", l.status().message().c_str());
+    if (l.ok())
+      out.level = *l;
+    else
+      std::fprintf(stderr, "hsdp WARN %s; using WARN\n", l.status().message().c_str());
     StatusOr<unsigned> mask = parseMask(kDebugSubsys.get());
     out.mask = mask.ok() ? *mask : unsigned{kAll};
     out.host = hostName();
@@ -91,23 +95,35 @@ std::atomic<int> g_rank{-1};
 
 const char* levelName(Level l) {
   switch (l) {
-    case Level::kWarn: return "WARN";
-    case Level::kInfo: return "INFO";
-    case Level::kTrace: return "TRACE";
-    default: return "";
+    case Level::kWarn:
+      return "WARN";
+    case Level::kInfo:
+      return "INFO";
+    case Level::kTrace:
+      return "TRACE";
+    default:
+      return "";
   }
 }
 
 const char* subsysName(Subsys s) {
   switch (s) {
-    case kInit: return "INIT";
-    case kMesh: return "MESH";
-    case kColl: return "COLL";
-    case kShard: return "SHARD";
-    case kOptim: return "OPTIM";
-    case kOffload: return "OFFLOAD";
-    case kTopo: return "TOPO";
-    default: return "ALL";
+    case kInit:
+      return "INIT";
+    case kMesh:
+      return "MESH";
+    case kColl:
+      return "COLL";
+    case kShard:
+      return "SHARD";
+    case kOptim:
+      return "OPTIM";
+    case kOffload:
+      return "OFFLOAD";
+    case kTopo:
+      return "TOPO";
+    default:
+      return "ALL";
   }
 }
 

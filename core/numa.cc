@@ -93,8 +93,8 @@ int NumaTopology::numNodes() const {
 std::vector<int> NumaTopology::nodes() const {
   std::vector<int> out;
   if (topo_ == nullptr) return out;
-  for (hwloc_obj_t n = hwloc_get_next_obj_by_type(topo_, HWLOC_OBJ_NUMANODE, nullptr);
-       n != nullptr; n = hwloc_get_next_obj_by_type(topo_, HWLOC_OBJ_NUMANODE, n))
+  for (hwloc_obj_t n = hwloc_get_next_obj_by_type(topo_, HWLOC_OBJ_NUMANODE, nullptr); n != nullptr;
+       n = hwloc_get_next_obj_by_type(topo_, HWLOC_OBJ_NUMANODE, n))
     out.push_back(static_cast<int>(n->os_index));
   return out;
 }
@@ -126,8 +126,8 @@ StatusOr<std::vector<int>> NumaTopology::nodesNear(const std::vector<int>& cpus)
   // A NUMA node's cpuset is the CPUs it is local to. Prefer ordinary memory: hwloc marks other
   // kinds with a subtype (HBM, NVM, GPUMemory, SPM, ...; "DRAM" when both kinds exist).
   std::vector<int> ordinary, special;
-  for (hwloc_obj_t n = hwloc_get_next_obj_by_type(topo_, HWLOC_OBJ_NUMANODE, nullptr);
-       n != nullptr; n = hwloc_get_next_obj_by_type(topo_, HWLOC_OBJ_NUMANODE, n)) {
+  for (hwloc_obj_t n = hwloc_get_next_obj_by_type(topo_, HWLOC_OBJ_NUMANODE, nullptr); n != nullptr;
+       n = hwloc_get_next_obj_by_type(topo_, HWLOC_OBJ_NUMANODE, n)) {
     if (n->cpuset == nullptr || !hwloc_bitmap_intersects(n->cpuset, want.get())) continue;
     const bool plain = n->subtype == nullptr || std::strcmp(n->subtype, "DRAM") == 0;
     (plain ? ordinary : special).push_back(static_cast<int>(n->os_index));
@@ -159,8 +159,8 @@ StatusOr<HostBuffer> HostBuffer::allocateNuma(size_t bytes, const NumaTopology& 
   if (options.numa_node >= 0) {
     const std::vector<int> all = topology.nodes();
     if (std::find(all.begin(), all.end(), options.numa_node) == all.end())
-      return invalidArgument("NUMA node ", options.numa_node, " does not exist (nodes: ",
-                             listString(all), ")");
+      return invalidArgument("NUMA node ", options.numa_node,
+                             " does not exist (nodes: ", listString(all), ")");
     nodes = {options.numa_node};
   } else {
     std::vector<int> cpus = options.near_cpus;

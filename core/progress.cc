@@ -122,8 +122,7 @@ bool ProgressiveWork::progressAll() {
     w->advance();
     any = any || w->done_;
   }
-  a.erase(std::remove_if(a.begin(), a.end(), [](ProgressiveWork* w) { return w->done_; }),
-          a.end());
+  a.erase(std::remove_if(a.begin(), a.end(), [](ProgressiveWork* w) { return w->done_; }), a.end());
   g_in_progress = false;
   return any;
 }

@@ -104,15 +104,17 @@ StatusOr<std::unique_ptr<Comm>> createTransport(std::string_view name,
     std::lock_guard<std::mutex> lock(r.mu);
     auto it = r.entries.find(name);
     if (it == r.entries.end())
-      return notFound("'", name, "' is not an available transport (available: ",
-                      [&] {
-                        std::string s;
-                        for (const auto& [n, e] : r.entries)
-                          if (e.factory) s += (s.empty() ? "" : ", ") + n;
-                        return s;
-                      }(),
-                      ")");
-    if (!it->second.factory) return failedPrecondition("transport '", name, "': ", it->second.reason);
+      return notFound(
+          "'", name, "' is not an available transport (available: ",
+          [&] {
+            std::string s;
+            for (const auto& [n, e] : r.entries)
+              if (e.factory) s += (s.empty() ? "" : ", ") + n;
+            return s;
+          }(),
+          ")");
+    if (!it->second.factory)
+      return failedPrecondition("transport '", name, "': ", it->second.reason);
     factory = it->second.factory;  // called outside the lock: it is collective and may be slow
   }
   return factory(std::move(bootstrap));

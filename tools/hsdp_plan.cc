@@ -91,17 +91,20 @@ void printPlan(const hsdp::Plan& p, uint64_t budget) {
               p.shard_group, count(p.padded_params).c_str());
   std::printf("policy: %s%s\n", policy(in).c_str(),
               in.offload_cpu ? "; optimizer state offloaded to pinned CPU memory" : "");
-  std::printf("mesh: %d GPUs = %d nodes x %d; intra_shard %d x inter_shard %d = shard group %d; "
-              "replicas %d; mode %s%s\n\n",
-              p.world, in.nodes, in.gpus_per_node, in.intra_shard, in.inter_shard, p.shard_group,
-              p.replicas, hsdp::shardModeName(in.mode), in.hpz ? " + hpZ" : "");
+  std::printf(
+      "mesh: %d GPUs = %d nodes x %d; intra_shard %d x inter_shard %d = shard group %d; "
+      "replicas %d; mode %s%s\n\n",
+      p.world, in.nodes, in.gpus_per_node, in.intra_shard, in.inter_shard, p.shard_group,
+      p.replicas, hsdp::shardModeName(in.mode), in.hpz ? " + hpZ" : "");
 
   const char* mode = hsdp::shardModeName(in.mode);
   const bool shard_p = in.mode == hsdp::ShardMode::kZero3;
   const bool shard_g = in.mode == hsdp::ShardMode::kZero3 || in.mode == hsdp::ShardMode::kZero2;
   const std::string e = std::to_string(p.elem_bytes), o = std::to_string(p.optim_bytes_per_elem);
-  std::printf("%-26s%16s %12s  formula (e=%d bytes, S=%d, Σs=shard elements, ΣP=padded "
-              "elements)\n", "per-GPU memory", "bytes", "", p.elem_bytes, p.shard_group);
+  std::printf(
+      "%-26s%16s %12s  formula (e=%d bytes, S=%d, Σs=shard elements, ΣP=padded "
+      "elements)\n",
+      "per-GPU memory", "bytes", "", p.elem_bytes, p.shard_group);
   auto row = [](const char* name, uint64_t v, const std::string& f) {
     std::printf("  %-24s%16s %12s  %s\n", name, count(v).c_str(), hsdp::formatBytes(v).c_str(),
                 f.c_str());
@@ -110,9 +113,9 @@ void printPlan(const hsdp::Plan& p, uint64_t budget) {
   row("grads", p.gpu.grads, shard_g ? e + "·Σs (sharded)" : e + "·ΣP (replicated)");
   row("optimizer", p.gpu.optimizer,
       in.offload_cpu ? std::string("0 on the GPU (offloaded)")
-                     : o + "·Σs (" + (in.param_dtype == hsdp::DType::kBFloat16
-                                          ? "fp32 master + 2 moments"
-                                          : "2 fp32 moments") +
+                     : o + "·Σs (" +
+                           (in.param_dtype == hsdp::DType::kBFloat16 ? "fp32 master + 2 moments"
+                                                                     : "2 fp32 moments") +
                            (in.mode == hsdp::ShardMode::kNone ? ", replicated)" : ", sharded)"));
   if (in.hpz) row("hpz_secondary", p.gpu.hpz_secondary, e + "·ΣP/I (intra-node partition)");
   row("model_state_total", p.gpu.modelStateTotal(), "the sum above");
@@ -125,11 +128,12 @@ void printPlan(const hsdp::Plan& p, uint64_t budget) {
     std::printf("  budget %s: %s\n", hsdp::formatBytes(budget).c_str(),
                 p.gpu.total() <= budget ? "fits" : "DOES NOT FIT");
   if (in.offload_cpu) {
-    std::printf("\npinned CPU memory (offload)  per rank %s, per node (%d ranks) %s  formula: "
-                "Σs·(4 master + 8 moments + 4 fp32 grad%s)\n",
-                hsdp::formatBytes(p.host_pinned_per_rank).c_str(), in.gpus_per_node,
-                hsdp::formatBytes(p.host_pinned_per_node).c_str(),
-                in.param_dtype == hsdp::DType::kBFloat16 ? " + 2 bf16 param copy" : "");
+    std::printf(
+        "\npinned CPU memory (offload)  per rank %s, per node (%d ranks) %s  formula: "
+        "Σs·(4 master + 8 moments + 4 fp32 grad%s)\n",
+        hsdp::formatBytes(p.host_pinned_per_rank).c_str(), in.gpus_per_node,
+        hsdp::formatBytes(p.host_pinned_per_node).c_str(),
+        in.param_dtype == hsdp::DType::kBFloat16 ? " + 2 bf16 param copy" : "");
   }
 
   const std::string J1 = std::to_string(in.inter_shard - 1), R = std::to_string(p.replicas),
@@ -201,8 +205,8 @@ int run(const Options& opt, bool intra_given, bool inter_given, bool mode_given)
     in.units = std::move(*units);
   } else {
     if (opt.units_given)
-      return fail(hsdp::invalidArgument("--units applies to --params only (--layers '",
-                                        opt.layers, "' lists the units)"));
+      return fail(hsdp::invalidArgument("--units applies to --params only (--layers '", opt.layers,
+                                        "' lists the units)"));
     auto units = hsdp::readUnitsFile(opt.layers);
     if (!units.ok()) return fail(units.status());
     in.units = std::move(*units);
@@ -256,8 +260,8 @@ int run(const Options& opt, bool intra_given, bool inter_given, bool mode_given)
       std::printf("%s", hsdp::planAutoJson(all, budget).c_str());
     } else {
       std::printf("model: %s parameters in %zu units; %d nodes x %d GPUs; policy: %s%s\n",
-                  count(all.empty() ? 0 : all[0].total_params).c_str(), in.units.size(),
-                  in.nodes, in.gpus_per_node, policy(in).c_str(),
+                  count(all.empty() ? 0 : all[0].total_params).c_str(), in.units.size(), in.nodes,
+                  in.gpus_per_node, policy(in).c_str(),
                   in.offload_cpu ? "; optimizer offloaded to CPU" : "");
       printAuto(fits, all.size(), budget);
       if (fits.empty()) {
@@ -296,10 +300,10 @@ int run(const Options& opt, bool intra_given, bool inter_given, bool mode_given)
     }
   }
   if (!opt.svg.empty()) {
-    const std::string title = hsdp::strCat(
-        "hsdp-plan: ", count(chart.empty() ? 0 : chart[0].total_params), " parameters, ",
-        in.nodes, " nodes x ", in.gpus_per_node, " GPUs, ", hsdp::planDTypeName(in.param_dtype),
-        in.offload_cpu ? ", offload cpu" : "");
+    const std::string title =
+        hsdp::strCat("hsdp-plan: ", count(chart.empty() ? 0 : chart[0].total_params),
+                     " parameters, ", in.nodes, " nodes x ", in.gpus_per_node, " GPUs, ",
+                     hsdp::planDTypeName(in.param_dtype), in.offload_cpu ? ", offload cpu" : "");
     // Never through a link, onto a device, FIFO or directory, or over the --layers input
     // (hsdp/files.h); a failing disk is a runtime failure (exit 3), the rest bad input.
     std::vector<std::string> inputs;
@@ -321,8 +325,9 @@ int run(const Options& opt, bool intra_given, bool inter_given, bool mode_given)
 
 int main(int argc, char** argv) {
   Options opt;
-  CLI::App app{"hsdp-plan: per-GPU memory and cross-node traffic of a sharding configuration, "
-               "without running it (formulas: include/hsdp/plan.h, guide: docs/plan.md)"};
+  CLI::App app{
+      "hsdp-plan: per-GPU memory and cross-node traffic of a sharding configuration, "
+      "without running it (formulas: include/hsdp/plan.h, guide: docs/plan.md)"};
   app.add_option("--params", opt.params, "total parameter count (7500000000 or 7.5e9)");
   auto* units = hsdp::cli::addInt(app, "--units", opt.units,
                                   "with --params: split into this many equal units (default 32)",

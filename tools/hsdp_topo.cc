@@ -68,15 +68,17 @@ void printHost(const hsdp::NodeTopology& t) {
       std::printf("%-6s", hsdp::pciPathName(t.gpu_nic_path[g.index][n.index]));
     std::printf("%-20s %d\n", g.cpuset.c_str(), g.numa);
   }
-  std::printf("\n  Legend: X = self, NV# = # NVLinks, PIX = one PCIe switch, PXB = several PCIe "
-              "switches, PHB = PCIe host bridge, NODE = host bridges of one NUMA node, SYS = across "
-              "NUMA nodes\n  rails:");
+  std::printf(
+      "\n  Legend: X = self, NV# = # NVLinks, PIX = one PCIe switch, PXB = several PCIe "
+      "switches, PHB = PCIe host bridge, NODE = host bridges of one NUMA node, SYS = across "
+      "NUMA nodes\n  rails:");
   for (const auto& g : t.gpus) {
     int n = t.nic_of_gpu[g.index];
     std::printf(" GPU%d->%s", g.index,
-                n < 0 ? "none" : hsdp::strCat(t.nics[n].name, "(",
-                                              hsdp::pciPathName(t.gpu_nic_path[g.index][n]), ")")
-                                     .c_str());
+                n < 0 ? "none"
+                      : hsdp::strCat(t.nics[n].name, "(",
+                                     hsdp::pciPathName(t.gpu_nic_path[g.index][n]), ")")
+                            .c_str());
   }
   std::printf("\n");
 }
@@ -105,10 +107,11 @@ int report(const Options& opt, const std::vector<hsdp::NodeTopology>& hosts,
     return kExitBadInput;
   }
   const auto& s = *shape;
-  std::printf("mesh: %d ranks = %d nodes x %d; intra_shard %d x inter_shard %d = shard group %d; "
-              "replicas %d\n",
-              s.world_size, s.num_nodes, s.ranks_per_node, s.intra_shard, s.inter_shard,
-              s.shardGroupSize(), s.replicas());
+  std::printf(
+      "mesh: %d ranks = %d nodes x %d; intra_shard %d x inter_shard %d = shard group %d; "
+      "replicas %d\n",
+      s.world_size, s.num_nodes, s.ranks_per_node, s.intra_shard, s.inter_shard, s.shardGroupSize(),
+      s.replicas());
   return 0;
 }
 
@@ -121,7 +124,7 @@ int fail(const hsdp::Status& s) {
 
 // Recorded or live hosts without MPI: each host gets `ranks_per_host` simulated ranks.
 int runLocal(const Options& opt) {
-  hsdp::TopologyQuery q{opt.inputs, opt.nvml, opt.nccl, opt.ranks_per_host,
+  hsdp::TopologyQuery q{opt.inputs,      opt.nvml,        opt.nccl, opt.ranks_per_host,
                         opt.intra_shard, opt.inter_shard, opt.bind};
   auto view = hsdp::engine::simulateTopology(q);
   if (!view.ok()) return fail(view.status());

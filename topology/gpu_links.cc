@@ -48,7 +48,8 @@ std::string attr(xmlNode* n, const char* name) {
 }
 
 bool named(xmlNode* n, const char* name) {
-  return n->type == XML_ELEMENT_NODE && std::strcmp(reinterpret_cast<const char*>(n->name), name) == 0;
+  return n->type == XML_ELEMENT_NODE &&
+         std::strcmp(reinterpret_cast<const char*>(n->name), name) == 0;
 }
 
 struct NcclGpu {
@@ -114,8 +115,8 @@ StatusOr<GpuLinks> gpuLinksFromNcclXml(const NodeTopology& topo, std::string_vie
     HSDP_ASSIGN_OR_RETURN(PciAddress a, parsePciAddress(g.busid));
     int i = gpuByAddress(topo, a);
     if (i < 0)
-      return invalidArgument(source_name, ": GPU ", g.busid, " is not a GPU of ", topo.source,
-                             " (", topo.gpus.size(), " GPUs); a dump of another machine?");
+      return invalidArgument(source_name, ": GPU ", g.busid, " is not a GPU of ", topo.source, " (",
+                             topo.gpus.size(), " GPUs); a dump of another machine?");
     index.push_back(i);
   }
   if (index.size() != topo.gpus.size())
@@ -132,8 +133,8 @@ StatusOr<GpuLinks> gpuLinksFromNcclXml(const NodeTopology& topo, std::string_vie
         HSDP_ASSIGN_OR_RETURN(PciAddress t, parsePciAddress(link.target));
         int j = gpuByAddress(topo, t);
         if (j < 0 || j == i)
-          return invalidArgument(source_name, ": NVLink of GPU ", gpus[k].busid,
-                                 " targets ", link.target, ", not another GPU of this host");
+          return invalidArgument(source_name, ": NVLink of GPU ", gpus[k].busid, " targets ",
+                                 link.target, ", not another GPU of this host");
         l.direct[i][j] += link.count;
       }
     }
@@ -194,8 +195,9 @@ StatusOr<GpuLinks> gpuLinksFromNvmlSnapshot(const NodeTopology& topo, std::strin
             auto ra = parsePciAddress(rb);
             int j = ra.ok() ? gpuByAddress(topo, *ra) : -1;
             if (j < 0 || j == i)
-              return invalidArgument(source_name, ": NVLink of GPU ", g.at("bus_id").get<std::string>(),
-                                     " targets '", rb, "', not another GPU of this host");
+              return invalidArgument(source_name, ": NVLink of GPU ",
+                                     g.at("bus_id").get<std::string>(), " targets '", rb,
+                                     "', not another GPU of this host");
             ++l.direct[i][j];
           } else if (type != "cpu" && type != "unknown") {
             return invalidArgument(source_name, ": NVLink remote_type '", type,
@@ -243,7 +245,7 @@ struct Nvml {
   nvmlReturn_t (*name)(nvmlDevice_t, char*, unsigned) = nullptr;
   nvmlReturn_t (*linkState)(nvmlDevice_t, unsigned, int*) = nullptr;
   nvmlReturn_t (*remotePci)(nvmlDevice_t, unsigned, nvmlPciInfo_t*) = nullptr;
-  nvmlReturn_t (*remoteType)(nvmlDevice_t, unsigned, int*) = nullptr;      // optional
+  nvmlReturn_t (*remoteType)(nvmlDevice_t, unsigned, int*) = nullptr;        // optional
   nvmlReturn_t (*fabricInfo)(nvmlDevice_t, nvmlGpuFabricInfo_t*) = nullptr;  // optional (H100+)
 
   std::string err(nvmlReturn_t r) const {
@@ -292,8 +294,8 @@ StatusOr<std::string> dumpNvmlSnapshot(const std::string& library) {
       !bind(h, "nvmlDeviceGetName", &api.name) ||
       !bind(h, "nvmlDeviceGetNvLinkState", &api.linkState) ||
       !bind(h, "nvmlDeviceGetNvLinkRemotePciInfo_v2", &api.remotePci))
-    return internalError(library, " lacks an NVML entry point hsdp needs (driver too old?): ",
-                         dlerror());
+    return internalError(library,
+                         " lacks an NVML entry point hsdp needs (driver too old?): ", dlerror());
   bind(h, "nvmlDeviceGetNvLinkRemoteDeviceType", &api.remoteType);
   bind(h, "nvmlDeviceGetGpuFabricInfo", &api.fabricInfo);
 
@@ -311,7 +313,8 @@ StatusOr<std::string> dumpNvmlSnapshot(const std::string& library) {
   for (unsigned i = 0; i < n; ++i) {
     nvmlPciInfo_t pci{};
     if (nvmlReturn_t r = api.byIndex(i, &devs[i]); r != kNvmlSuccess)
-      return internalError(library, ": nvmlDeviceGetHandleByIndex_v2(", i, ") failed: ", api.err(r));
+      return internalError(library, ": nvmlDeviceGetHandleByIndex_v2(", i,
+                           ") failed: ", api.err(r));
     if (nvmlReturn_t r = api.pciInfo(devs[i], &pci); r != kNvmlSuccess)
       return internalError(library, ": nvmlDeviceGetPciInfo_v3(GPU ", i, ") failed: ", api.err(r));
     pci.busId[sizeof(pci.busId) - 1] = '\0';
@@ -341,7 +344,8 @@ StatusOr<std::string> dumpNvmlSnapshot(const std::string& library) {
           if (ra.ok() && ba.ok() && *ra == *ba) type = "gpu";
         }
       }
-      g["nvlinks"].push_back({{"link", link}, {"remote_type", type}, {"remote_bus_id", remote.busId}});
+      g["nvlinks"].push_back(
+          {{"link", link}, {"remote_type", type}, {"remote_bus_id", remote.busId}});
     }
     json fabric = {{"state", "not_supported"}};
     nvmlGpuFabricInfo_t fi{};
@@ -363,7 +367,8 @@ StatusOr<std::string> dumpNvmlSnapshot(const std::string& library) {
 
 StatusOr<GpuLinks> gpuLinksFromNvml(const NodeTopology& topo, const std::string& library) {
   HSDP_ASSIGN_OR_RETURN(std::string snap, dumpNvmlSnapshot(library));
-  HSDP_ASSIGN_OR_RETURN(GpuLinks l, gpuLinksFromNvmlSnapshot(topo, snap, "live NVML (" + library + ")"));
+  HSDP_ASSIGN_OR_RETURN(GpuLinks l,
+                        gpuLinksFromNvmlSnapshot(topo, snap, "live NVML (" + library + ")"));
   l.source = "nvml";
   return l;
 }

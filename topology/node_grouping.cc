@@ -12,9 +12,7 @@
 #include "topology/cluster_topology.h"
 
 namespace hsdp {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 StatusOr<NodeLayout> virtualNodeLayout(int world_size, int ranks_per_node,
                                        const std::string& host) {

@@ -219,7 +219,8 @@ StatusOr<NodeTopology> extract(hwloc_topology_t t, const std::string& source) {
   for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_osdev(t, o)) != nullptr;) {
     hwloc_obj_t pci = pciParent(o);
     if (pci == nullptr || o->name == nullptr) continue;
-    auto it = std::find_if(found.begin(), found.end(), [&](const Found& f) { return f.pci == pci; });
+    auto it =
+        std::find_if(found.begin(), found.end(), [&](const Found& f) { return f.pci == pci; });
     if (o->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS) {
       if (it == found.end()) {
         found.push_back({NicDevice(), pci});
@@ -290,12 +291,18 @@ StatusOr<PciAddress> parsePciAddress(std::string_view text) {
 
 const char* pciPathName(PciPath path) {
   switch (path) {
-    case PciPath::kSelf: return "X";
-    case PciPath::kPix: return "PIX";
-    case PciPath::kPxb: return "PXB";
-    case PciPath::kPhb: return "PHB";
-    case PciPath::kNode: return "NODE";
-    case PciPath::kSys: return "SYS";
+    case PciPath::kSelf:
+      return "X";
+    case PciPath::kPix:
+      return "PIX";
+    case PciPath::kPxb:
+      return "PXB";
+    case PciPath::kPhb:
+      return "PHB";
+    case PciPath::kNode:
+      return "NODE";
+    case PciPath::kSys:
+      return "SYS";
   }
   return "?";
 }
@@ -383,11 +390,15 @@ StatusOr<NodeTopology> nodeTopologyFromHwlocXml(std::string_view xml,
   // hwloc wants the terminating NUL counted in the size.
   if (hwloc_topology_set_xmlbuffer(t.get(), canonical.c_str(),
                                    static_cast<int>(canonical.size() + 1)) != 0)
-    return invalidArgument(source_name, ": hwloc cannot parse this XML (malformed or truncated "
-                           "hwloc v2 topology): ", std::strerror(errno));
+    return invalidArgument(source_name,
+                           ": hwloc cannot parse this XML (malformed or truncated "
+                           "hwloc v2 topology): ",
+                           std::strerror(errno));
   if (hwloc_topology_load(t.get()) != 0)
-    return invalidArgument(source_name, ": hwloc failed to load the XML (malformed or truncated "
-                           "hwloc v2 topology): ", std::strerror(errno));
+    return invalidArgument(source_name,
+                           ": hwloc failed to load the XML (malformed or truncated "
+                           "hwloc v2 topology): ",
+                           std::strerror(errno));
   return extract(t.get(), source_name);
 }
 

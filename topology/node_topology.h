@@ -45,14 +45,14 @@ const char* nicKindName(NicKind kind);  // "InfiniBand", "Ethernet"
 
 struct NumaNode {
   int os_index = -1;
-  int package = -1;                        // os index of the package (socket), -1 if none
-  std::string cpuset;                      // hwloc list syntax, e.g. "0-55,112-167"
-  std::vector<std::string> core_cpusets;   // one per core, list syntax
+  int package = -1;                       // os index of the package (socket), -1 if none
+  std::string cpuset;                     // hwloc list syntax, e.g. "0-55,112-167"
+  std::vector<std::string> core_cpusets;  // one per core, list syntax
   uint64_t memory_bytes = 0;
 };
 
 struct GpuDevice {
-  int index = 0;           // 0..gpus-1, in PCI order (what CUDA_DEVICE_ORDER=PCI_BUS_ID uses)
+  int index = 0;  // 0..gpus-1, in PCI order (what CUDA_DEVICE_ORDER=PCI_BUS_ID uses)
   PciAddress pci;
   uint16_t device_id = 0;  // PCI device id, e.g. 0x2330 (H100 SXM5)
   std::string name;        // from NVML when known, else "NVIDIA 10de:2330"
@@ -62,8 +62,8 @@ struct GpuDevice {
 
 struct NicDevice {
   int index = 0;
-  std::string name;        // the HCA ("mlx5_0") for InfiniBand/RoCE, else the netdev ("eno1")
-  std::string netdev;      // the Linux network interface, when hwloc reports one
+  std::string name;    // the HCA ("mlx5_0") for InfiniBand/RoCE, else the netdev ("eno1")
+  std::string netdev;  // the Linux network interface, when hwloc reports one
   NicKind kind = NicKind::kEthernet;
   PciAddress pci;
   int numa = -1;
@@ -82,20 +82,20 @@ struct GpuFabric {
 
 // The NVLink graph of one host as NVML or NCCL report it, indexed like NodeTopology::gpus.
 struct GpuLinks {
-  std::string source;                          // "nvml", "nvml snapshot FILE", "nccl xml FILE"
-  std::vector<std::vector<int>> direct;        // [i][j]: NVLinks from GPU i straight to GPU j
-  std::vector<int> to_switch;                  // [i]: NVLinks from GPU i to an NVSwitch
-  std::vector<GpuFabric> fabric;               // [i]
+  std::string source;                    // "nvml", "nvml snapshot FILE", "nccl xml FILE"
+  std::vector<std::vector<int>> direct;  // [i][j]: NVLinks from GPU i straight to GPU j
+  std::vector<int> to_switch;            // [i]: NVLinks from GPU i to an NVSwitch
+  std::vector<GpuFabric> fabric;         // [i]
 };
 
 struct NodeTopology {
   std::string host;
-  std::string source;   // "live" or the XML file
+  std::string source;  // "live" or the XML file
   std::string arch;
   int packages = 0, cores = 0, pus = 0;
   std::vector<NumaNode> numa_nodes;
   std::vector<GpuDevice> gpus;
-  std::vector<NicDevice> nics;   // InfiniBand HCAs first, then Ethernet; each in PCI order
+  std::vector<NicDevice> nics;  // InfiniBand HCAs first, then Ethernet; each in PCI order
   std::vector<std::vector<PciPath>> gpu_gpu_path;  // [i][j]
   std::vector<std::vector<PciPath>> gpu_nic_path;  // [gpu][nic]
 
@@ -122,16 +122,17 @@ struct NodeTopology {
 // Where the topology comes from. Empty strings mean: the live machine for hwloc, live NVML
 // (dlopen) for the links when hwloc is live, no NCCL XML.
 struct TopologySources {
-  std::string hwloc_xml;       // HSDP_TOPO_FILE
-  std::string nvml_snapshot;   // HSDP_TOPO_NVML_FILE
-  std::string nccl_xml;        // HSDP_TOPO_NCCL_FILE
+  std::string hwloc_xml;                           // HSDP_TOPO_FILE
+  std::string nvml_snapshot;                       // HSDP_TOPO_NVML_FILE
+  std::string nccl_xml;                            // HSDP_TOPO_NCCL_FILE
   std::string nvml_library = "libnvidia-ml.so.1";  // dlopen name; tests point it at a fake
 };
 StatusOr<TopologySources> topologySourcesFromEnv();
 
 // hwloc part only, from an XML document in memory (`source_name` names it in errors) or from the
 // live machine. Errors name the file/source and what is wrong with it.
-StatusOr<NodeTopology> nodeTopologyFromHwlocXml(std::string_view xml, const std::string& source_name);
+StatusOr<NodeTopology> nodeTopologyFromHwlocXml(std::string_view xml,
+                                                const std::string& source_name);
 StatusOr<NodeTopology> nodeTopologyFromLiveMachine();
 
 // Reads a file whole; errors name the path (missing, unreadable, empty).

@@ -3,8 +3,6 @@
 // Depends only on libxml2 and status.h so that the fuzz target can compile it alone.
 #include "topology/topology_xml.h"
 
-#include "hsdp/files.h"
-
 #include <libxml/xmlerror.h>
 
 #include <algorithm>
@@ -13,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include "hsdp/files.h"
 
 namespace hsdp::topo_xml {
 namespace {

@@ -13,9 +13,9 @@
 
 #include "core/progress.h"
 #include "core/scratch_pool.h"
+#include "core/watchdog/watchdog.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/quantize.h"
-#include "core/watchdog/watchdog.h"
 
 namespace hsdp::hier_detail {
 

@@ -9,9 +9,9 @@
 #include "collectives/mpi/mpi_cma.h"
 #include "collectives/mpi/mpi_exchange.h"
 #include "collectives/mpi/mpi_gather.h"
+#include "core/watchdog/watchdog.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
-#include "core/watchdog/watchdog.h"
 
 namespace hsdp::mpi {
 namespace {

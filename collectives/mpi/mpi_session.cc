@@ -11,12 +11,12 @@
 #include "collectives/mpi/mpi_comm.h"
 #include "core/launcher.h"
 #include "core/progress.h"
+#include "core/watchdog/watchdog.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
 #include "hsdp/mpi.h"
 #include "hsdp/parse.h"
 #include "hsdp/transport_registry.h"
-#include "core/watchdog/watchdog.h"
 
 namespace hsdp::mpi {
 namespace {
@@ -40,11 +40,16 @@ Status mpiError(int rc, const char* call, const char* file, int line) {
 
 MPI_Datatype mpiType(DType t) {
   switch (t) {
-    case DType::kFloat32: return MPI_FLOAT;
-    case DType::kBFloat16: return MPI_UINT16_T;
-    case DType::kInt32: return MPI_INT32_T;
-    case DType::kInt64: return MPI_INT64_T;
-    case DType::kUInt8: return MPI_UINT8_T;
+    case DType::kFloat32:
+      return MPI_FLOAT;
+    case DType::kBFloat16:
+      return MPI_UINT16_T;
+    case DType::kInt32:
+      return MPI_INT32_T;
+    case DType::kInt64:
+      return MPI_INT64_T;
+    case DType::kUInt8:
+      return MPI_UINT8_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -245,8 +250,9 @@ Status tuneProcessForHsdp() {
   int initialized = 0;
   HSDP_MPI_CHECK(MPI_Initialized(&initialized));
   if (initialized)
-    return failedPrecondition("tuneProcessForHsdp: MPI is already initialized; Open MPI reads "
-                              "its settings in MPI_Init, so call it before");
+    return failedPrecondition(
+        "tuneProcessForHsdp: MPI is already initialized; Open MPI reads "
+        "its settings in MPI_Init, so call it before");
   HSDP_ASSIGN_OR_RETURN(SessionEnv e, readSessionEnv());
   applyProcessTuning(e);
   return okStatus();
@@ -256,8 +262,9 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
   int initialized = 0;
   HSDP_MPI_CHECK(MPI_Initialized(&initialized));
   if (initialized)
-    return failedPrecondition("MPI is already initialized; create one Session, or attach to the "
-                              "application's MPI with Session::attach()");
+    return failedPrecondition(
+        "MPI is already initialized; create one Session, or attach to the "
+        "application's MPI with Session::attach()");
   // No MPI_Init here: without a PMI, Open MPI's MPI_Init aborts before hsdp could speak.
   HSDP_RETURN_IF_ERROR(checkSrunBeforeInit());
   StatusOr<SessionEnv> env_or = readSessionEnv();
@@ -279,9 +286,8 @@ StatusOr<std::unique_ptr<Session>> Session::init(int* argc, char*** argv) {
   // FUNNELED: only the thread that called init talks to MPI. With the progress thread, MULTIPLE:
   // hsdp serialises its own calls (progressLock()), but the user's MPI calls may overlap the
   // thread's.
-  HSDP_MPI_CHECK(MPI_Init_thread(argc, argv,
-                                 e.progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED,
-                                 &provided));
+  HSDP_MPI_CHECK(MPI_Init_thread(
+      argc, argv, e.progress_thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided));
   HSDP_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   if (Status world = checkWorldAgainstSlurm(); !world.ok()) {
     std::atexit([] { MPI_Finalize(); });
@@ -304,8 +310,11 @@ StatusOr<std::unique_ptr<Session>> Session::attach() {
   HSDP_MPI_CHECK(MPI_Initialized(&initialized));
   HSDP_MPI_CHECK(MPI_Finalized(&finalized));
   if (!initialized || finalized)
-    return failedPrecondition("Session::attach: MPI is ", finalized ? "already finalized" : "not "
-                              "initialized", "; the application calls MPI_Init_thread first (or "
+    return failedPrecondition("Session::attach: MPI is ",
+                              finalized ? "already finalized"
+                                        : "not "
+                                          "initialized",
+                              "; the application calls MPI_Init_thread first (or "
                               "use Session::init)");
   HSDP_ASSIGN_OR_RETURN(SessionEnv e, readSessionEnv());
   int provided = 0;

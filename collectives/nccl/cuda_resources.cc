@@ -22,8 +22,9 @@ int deviceCount(std::string* why) {
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {
-    if (why) *why = strCat("cudaGetDeviceCount: ", cudaGetErrorName(err), " (",
-                           cudaGetErrorString(err), ")");
+    if (why)
+      *why =
+          strCat("cudaGetDeviceCount: ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
     (void)cudaGetLastError();  // not sticky; keep it from surfacing in a later check
     return 0;
   }
@@ -76,7 +77,8 @@ StatusOr<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+    : data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
       device_(std::exchange(o.device_, -1)) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {

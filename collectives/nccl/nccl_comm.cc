@@ -4,9 +4,9 @@
 #include <cstring>
 
 #include "collectives/nccl/nccl_internal.h"
+#include "core/watchdog/watchdog.h"
 #include "hsdp/env.h"
 #include "hsdp/transport_registry.h"
-#include "core/watchdog/watchdog.h"
 
 namespace hsdp::nccl {
 

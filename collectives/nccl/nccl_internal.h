@@ -15,10 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/nccl/nccl_check.h"
-#include "core/watchdog/watchdog.h"
 #include "collectives/nccl/cuda_check.h"
 #include "collectives/nccl/cuda_resources.h"
+#include "collectives/nccl/nccl_check.h"
+#include "core/watchdog/watchdog.h"
 #include "hsdp/log.h"
 #include "hsdp/nccl.h"
 

@@ -8,8 +8,8 @@
 #include "collectives/ucx/ucx_check.h"
 #include "collectives/ucx/ucx_internal.h"
 #include "core/progress.h"
-#include "hsdp/transport_registry.h"
 #include "core/watchdog/watchdog.h"
+#include "hsdp/transport_registry.h"
 
 namespace hsdp::ucx {
 

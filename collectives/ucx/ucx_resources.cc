@@ -222,8 +222,7 @@ void UcpMemRegion::release() {
   if (h_ != nullptr) {
     ucs_status_t st = ucp_mem_unmap(context_, h_);
     if (st != UCS_OK)
-      HSDP_WARN(kColl, "ucx: ucp_mem_unmap of ", bytes_, " bytes failed: ",
-                ucs_status_string(st));
+      HSDP_WARN(kColl, "ucx: ucp_mem_unmap of ", bytes_, " bytes failed: ", ucs_status_string(st));
   }
   h_ = nullptr;
 }

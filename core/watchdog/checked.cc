@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "core/progress.h"
-#include "hsdp/log.h"
 #include "core/watchdog/watchdog_state.h"
+#include "hsdp/log.h"
 
 namespace hsdp {
 

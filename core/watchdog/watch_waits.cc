@@ -8,9 +8,9 @@
 #include <cstring>
 #include <new>
 
+#include "core/watchdog/watchdog_state.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
-#include "core/watchdog/watchdog_state.h"
 
 namespace hsdp::watchdog {
 

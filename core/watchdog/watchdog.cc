@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "core/host.h"
+#include "core/watchdog/watchdog_state.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
-#include "core/watchdog/watchdog_state.h"
 
 namespace hsdp::watchdog {
 

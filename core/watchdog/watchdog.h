@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "core/comm_observer.h"
+#include "core/watchdog/watch_table.h"
 #include "hsdp/transport.h"
 #include "hsdp/watchdog.h"
-#include "core/watchdog/watch_table.h"
 
 namespace hsdp {
 

@@ -86,7 +86,8 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::
   in.param_dtype = hsdp::DType::kFloat32;
   in.offload_cpu = cfg.offload.cpu;
   in.hpz = cfg.hpz;
-  if (auto plan = hsdp::makePlan(in); plan.ok() && cfg.precision.param_dtype == hsdp::DType::kFloat32) {
+  if (auto plan = hsdp::makePlan(in);
+      plan.ok() && cfg.precision.param_dtype == hsdp::DType::kFloat32) {
     const hsdp::PlanMemory& g = plan->gpu;
     const int64_t* v = &all[0];
     std::printf(

@@ -106,8 +106,8 @@ ReferenceResult trainReference(const Config& cfg, const Corpus& corpus, const Tr
       double loss = 0.0;
       for (int g : present) {
         fillBatch(corpus, cfg, s.data_seed, step, int64_t(g) * slice, slice, &tokens, &targets);
-        loss += modelGradients(model, us, compute, slice, tokens.data(), targets.data(), share,
-                               &grads);
+        loss +=
+            modelGradients(model, us, compute, slice, tokens.data(), targets.data(), share, &grads);
       }
       r.losses.push_back(static_cast<float>(loss / present.size()));
     } else if (bf16_grads == nullptr) {

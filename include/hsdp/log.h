@@ -33,11 +33,11 @@ void write(Level level, Subsys subsys, const std::string& message);
 
 }  // namespace hsdp::log
 
-#define HSDP_LOG(level, subsys, ...)                                                        \
-  do {                                                                                      \
-    if (::hsdp::log::enabled(::hsdp::log::Level::level, ::hsdp::log::subsys))               \
-      ::hsdp::log::write(::hsdp::log::Level::level, ::hsdp::log::subsys,                    \
-                         ::hsdp::strCat(__VA_ARGS__));                                      \
+#define HSDP_LOG(level, subsys, ...)                                          \
+  do {                                                                        \
+    if (::hsdp::log::enabled(::hsdp::log::Level::level, ::hsdp::log::subsys)) \
+      ::hsdp::log::write(::hsdp::log::Level::level, ::hsdp::log::subsys,      \
+                         ::hsdp::strCat(__VA_ARGS__));                        \
   } while (0)
 #define HSDP_WARN(subsys, ...) HSDP_LOG(kWarn, subsys, __VA_ARGS__)
 #define HSDP_INFO(subsys, ...) HSDP_LOG(kInfo, subsys, __VA_ARGS__)

@@ -44,9 +44,9 @@ class Mesh {
   // The world for control messages on host memory (checkpoint agreement, finalize's signature
   // check): world() itself on host transports, its host bootstrap on a device one.
   Comm& control() const { return world_->hostComm(); }
-  Comm& node() const { return *node_; }               // all ranks of this node
-  Comm& intraShard() const { return *intra_; }        // I ranks: the intra-node shard phase
-  Comm& interShard() const { return *inter_; }        // J ranks: the inter-node shard phase
+  Comm& node() const { return *node_; }         // all ranks of this node
+  Comm& intraShard() const { return *intra_; }  // I ranks: the intra-node shard phase
+  Comm& interShard() const { return *inter_; }  // J ranks: the inter-node shard phase
   // The same two groups again, as separate communicators for gradient reduction: all-gathers
   // of parameters and reduce-scatters of gradients are in flight at the same time, and each
   // communicator must see its operations in the same order on every rank (as FSDP keeps
@@ -58,7 +58,7 @@ class Mesh {
   // communicator's collectives in issue order, so on the same communicator a reduce-scatter would
   // wait for the next unit's prefetched gather (and the other way round).
   Comm& shardGroupReduce() const { return *shard_group_reduce_; }
-  Comm& replica() const { return *replica_; }         // the owners of the same shard k
+  Comm& replica() const { return *replica_; }  // the owners of the same shard k
 
   // One line: "8 ranks = 2 nodes x 4; intra_shard 4 x inter_shard 1 = shard group 4; replicas 2"
   std::string describe() const;

@@ -154,16 +154,16 @@ struct PlanWireTraffic {
 struct Plan {
   PlanInput input;
   int world = 0, shard_group = 0, replicas = 0, replica_nodes = 0;  // W, S, R, M
-  int elem_bytes = 0;             // e: bytes per parameter/gradient element (2 or 4)
-  int optim_bytes_per_elem = 0;   // 12 (bf16) or 8 (fp32)
-  uint64_t total_params = 0;      // Ψ
-  uint64_t padded_params = 0;     // ΣP
-  uint64_t shard_params = 0;      // Σs
-  uint64_t largest_unit = 0;      // max n_u
-  uint64_t largest_padded = 0;    // P_max
-  uint64_t largest_shard = 0;     // s_max
-  int gathered_blocks = 0;        // pool blocks of e·P_max
-  PlanMemory gpu;                 // per GPU
+  int elem_bytes = 0;                 // e: bytes per parameter/gradient element (2 or 4)
+  int optim_bytes_per_elem = 0;       // 12 (bf16) or 8 (fp32)
+  uint64_t total_params = 0;          // Ψ
+  uint64_t padded_params = 0;         // ΣP
+  uint64_t shard_params = 0;          // Σs
+  uint64_t largest_unit = 0;          // max n_u
+  uint64_t largest_padded = 0;        // P_max
+  uint64_t largest_shard = 0;         // s_max
+  int gathered_blocks = 0;            // pool blocks of e·P_max
+  PlanMemory gpu;                     // per GPU
   uint64_t host_pinned_per_rank = 0;  // offload cpu only
   uint64_t host_pinned_per_node = 0;  // G · per rank
   PlanTraffic cross_node;             // total over all nodes, per step, on the input's wires

@@ -109,10 +109,10 @@ class [[nodiscard]] StatusOr {
 #define HSDP_CONCAT_(a, b) HSDP_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function when `expr` fails.
-#define HSDP_RETURN_IF_ERROR(expr)                  \
-  do {                                              \
-    ::hsdp::Status hsdp_status_ = (expr);           \
-    if (!hsdp_status_.ok()) return hsdp_status_;    \
+#define HSDP_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::hsdp::Status hsdp_status_ = (expr);        \
+    if (!hsdp_status_.ok()) return hsdp_status_; \
   } while (0)
 
 // `HSDP_ASSIGN_OR_RETURN(auto x, f());` unwraps a StatusOr or returns its Status.

@@ -1,13 +1,12 @@
 // hsdp.checkpoint: a checkpoint's tensors as numpy arrays and hsdp-ckpt's verbs. Everything is the
 // library's (hsdp/checkpoint.h): CheckpointReader maps or assembles a tensor, reshardCheckpoint,
 // exportCheckpoint, diffCheckpoints and verifyCheckpoint are what hsdp-ckpt runs.
-#include "hsdp/checkpoint.h"
-
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include "hsdp/checkpoint.h"
 #include "hsdp/files.h"
 #include "src/common.h"
 

@@ -1,8 +1,6 @@
 // hsdp.plan(): hsdp-plan from Python. The arithmetic and the JSON are the library's
 // (hsdp/plan.h: makePlan, enumeratePlans, rankPlans, planJson, planAutoJson); this file turns
 // keyword arguments into a PlanInput exactly as the tool turns its flags into one.
-#include "hsdp/plan.h"
-
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -11,6 +9,7 @@
 #include <optional>
 #include <tuple>
 
+#include "hsdp/plan.h"
 #include "src/common.h"
 
 namespace hsdp::py {

@@ -18,8 +18,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/memory_space.h"
 #include "collectives/nccl/cuda_resources.h"
+#include "core/memory_space.h"
 #include "cuda/kernels.h"
 
 namespace hsdp::gpu {

@@ -29,8 +29,8 @@ namespace hsdp::gpu {
 // (1 / loss scale, a clipping coefficient). Errors (InvalidArgument, naming the value, nothing
 // enqueued): invalid cfg (hsdp::validate), t < 1, grad_scale negative or not finite, a null array
 // with n > 0.
-Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard,
-                cudaStream_t stream, float grad_scale = 1.0f);
+Status adamStep(const AdamConfig& cfg, int64_t t, const AdamShard& shard, cudaStream_t stream,
+                float grad_scale = 1.0f);
 
 // out[i] = bf16(in[i]) (round to nearest even, as hsdp::toBf16); out[i] = float(in[i]) (exact).
 Status castToBf16(const float* in, bf16* out, size_t n, cudaStream_t stream);

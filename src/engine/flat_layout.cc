@@ -21,8 +21,7 @@ StatusOr<FlatLayout> FlatLayout::create(std::vector<ParamSpec> params, int shard
     if (!names.insert(p.name).second) return invalidArgument("duplicate parameter '", p.name, "'");
     if (p.shape.empty()) return invalidArgument("parameter '", p.name, "' has no dimensions");
     for (int64_t d : p.shape)
-      if (d <= 0)
-        return invalidArgument("parameter '", p.name, "' has non-positive dimension ", d);
+      if (d <= 0) return invalidArgument("parameter '", p.name, "' has non-positive dimension ", d);
     l.offsets_.push_back(l.numel_);
     l.numel_ += p.numel();
   }

@@ -72,13 +72,12 @@ StatusOr<std::unique_ptr<Mesh>> Mesh::create(Comm& world, const NodeLayout& layo
       m->inter_->size() != s.inter_shard || m->inter_->rank() != c.inter_idx ||
       m->shard_group_->size() != s.shardGroupSize() || m->shard_group_->rank() != c.shard_rank ||
       m->shard_group_reduce_->size() != s.shardGroupSize() ||
-      m->shard_group_reduce_->rank() != c.shard_rank ||
-      m->replica_->size() != s.replicas() || m->replica_->rank() != c.replica_rank ||
-      m->node_->size() != s.ranks_per_node)
+      m->shard_group_reduce_->rank() != c.shard_rank || m->replica_->size() != s.replicas() ||
+      m->replica_->rank() != c.replica_rank || m->node_->size() != s.ranks_per_node)
     return internalError("mesh communicators disagree with the layout on world rank ",
                          world.rank());
-  HSDP_INFO(kMesh, m->describe(), "; this rank: node ", c.node, " local ", c.local_rank,
-            " shard ", c.shard_rank, " replica ", c.replica_rank);
+  HSDP_INFO(kMesh, m->describe(), "; this rank: node ", c.node, " local ", c.local_rank, " shard ",
+            c.shard_rank, " replica ", c.replica_rank);
   return m;
 }
 

@@ -14,8 +14,8 @@ Status walk(ShardedModel& model, const std::vector<int>& seq, const std::vector<
   const int units = model.numUnits();
   for (size_t i = 0; i < n; ++i)
     if (seq[i] < 0 || seq[i] >= units)
-      return outOfRange(direction, ": position ", i, " names unit ", seq[i], " outside [0, ",
-                        units, ")");
+      return outOfRange(direction, ": position ", i, " names unit ", seq[i], " outside [0, ", units,
+                        ")");
   std::vector<char> held(static_cast<size_t>(units), 0);  // unsharded by an issued position
   size_t issued = 0;  // positions [0, issued) have had their unshard() issued
   auto issueUpTo = [&](size_t limit) -> Status {
@@ -23,8 +23,8 @@ Status walk(ShardedModel& model, const std::vector<int>& seq, const std::vector<
     while (issued < limit) {
       const int u = seq[issued];
       if (held[u]) break;  // an earlier position still holds it: issued after its reshard
-      HSDP_RETURN_IF_ERROR(model.unshard(u).withContext(
-          strCat(direction, ": unshard of unit '", model.unitName(u), "' (position ", issued, ")")));
+      HSDP_RETURN_IF_ERROR(model.unshard(u).withContext(strCat(
+          direction, ": unshard of unit '", model.unitName(u), "' (position ", issued, ")")));
       held[u] = 1;
       ++issued;
     }

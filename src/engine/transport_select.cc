@@ -39,19 +39,18 @@ StatusOr<std::unique_ptr<Comm>> selectLevelTransport(MeshLevel level,
     // Unknown, or known but not built in: the registry's reason (and how to get it) either way.
     StatusOr<std::unique_ptr<Comm>> none = createTransport(name, std::move(bootstrap));
     if (none.status().code() == StatusCode::kFailedPrecondition)
-      return failedPrecondition(var, "=", name, ": ", none.status().message(), " (available: ",
-                                availableTransports(), ")");
+      return failedPrecondition(var, "=", name, ": ", none.status().message(),
+                                " (available: ", availableTransports(), ")");
     return invalidArgument(var, "='", name, "' is not an available transport for the ",
-                           meshLevelName(level), " level (available: ", availableTransports(),
-                           ")");
+                           meshLevelName(level), " level (available: ", availableTransports(), ")");
   }
   // Every rank reads the same variable, so every member of the group takes this branch and the
   // factory's collective creation matches up.
   const int size = bootstrap->size();
   StatusOr<std::unique_ptr<Comm>> comm = createTransport(name, std::move(bootstrap));
   if (!comm.ok())
-    return comm.status().withContext(strCat(var, "=", name, ": building the ",
-                                            meshLevelName(level), " level's communicator"));
+    return comm.status().withContext(
+        strCat(var, "=", name, ": building the ", meshLevelName(level), " level's communicator"));
   HSDP_INFO(kMesh, meshLevelName(level), " level group of ", size, " ranks on ", name);
   return comm;
 }

@@ -45,9 +45,10 @@ Status validatePlanInput(const PlanInput& in) {
     return invalidArgument("inter_shard=", in.inter_shard, " does not divide the ", in.nodes,
                            " nodes");
   if (in.mode == ShardMode::kNone && in.intra_shard * in.inter_shard != 1)
-    return invalidArgument("mode none replicates everything and needs intra_shard=1 and "
-                           "inter_shard=1 (got intra_shard=", in.intra_shard, ", inter_shard=",
-                           in.inter_shard, "); use zero1, zero2 or zero3 to shard");
+    return invalidArgument(
+        "mode none replicates everything and needs intra_shard=1 and "
+        "inter_shard=1 (got intra_shard=",
+        in.intra_shard, ", inter_shard=", in.inter_shard, "); use zero1, zero2 or zero3 to shard");
   HSDP_RETURN_IF_ERROR(validate(WireFormat{Wire::kInt8, in.quant_block}));
   const bool qp = in.param_wire && wireQuantized(*in.param_wire);
   const bool qg = in.grad_wire && wireQuantized(*in.grad_wire);
@@ -62,13 +63,16 @@ Status validatePlanInput(const PlanInput& in) {
     if (in.mode != ShardMode::kZero3)
       return invalidArgument("--hpz with mode ", shardModeName(in.mode),
                              ": hpZ keeps a secondary partition of sharded parameters and needs "
-                             "mode zero3 (", shardModeName(in.mode), " keeps whole parameters)");
+                             "mode zero3 (",
+                             shardModeName(in.mode), " keeps whole parameters)");
     if (in.intra_shard == 1)
-      return invalidArgument("--hpz with intra_shard=1: the secondary partition over 1 rank per "
-                             "node would be a whole copy of the model; use intra_shard > 1");
+      return invalidArgument(
+          "--hpz with intra_shard=1: the secondary partition over 1 rank per "
+          "node would be a whole copy of the model; use intra_shard > 1");
     if (in.inter_shard == 1)
-      return invalidArgument("--hpz with inter_shard=1: the shard group is already inside one "
-                             "node, so hpZ would change nothing; use inter_shard > 1");
+      return invalidArgument(
+          "--hpz with inter_shard=1: the shard group is already inside one "
+          "node, so hpZ would change nothing; use inter_shard > 1");
   }
   return okStatus();
 }
@@ -247,7 +251,8 @@ std::vector<Plan> enumeratePlans(const PlanInput& base) {
     if (base.gpus_per_node % I != 0) continue;
     for (int J = 1; J <= base.nodes; ++J) {
       if (base.nodes % J != 0) continue;
-      for (ShardMode mode : {ShardMode::kNone, ShardMode::kZero1, ShardMode::kZero2, ShardMode::kZero3}) {
+      for (ShardMode mode :
+           {ShardMode::kNone, ShardMode::kZero1, ShardMode::kZero2, ShardMode::kZero3}) {
         for (bool hpz : {false, true}) {
           PlanInput in = base;
           in.intra_shard = I;
@@ -278,10 +283,14 @@ void rankPlans(std::vector<Plan>* plans) {
 std::string formatBytes(uint64_t b) {
   char buf[48];
   const double v = static_cast<double>(b);
-  if (b >= (uint64_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", v / 1073741824.0);
-  else if (b >= (uint64_t{1} << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", v / 1048576.0);
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", v / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  if (b >= (uint64_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", v / 1073741824.0);
+  else if (b >= (uint64_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", v / 1048576.0);
+  else if (b >= 1024)
+    std::snprintf(buf, sizeof buf, "%.1f KiB", v / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
   return buf;
 }
 
@@ -291,12 +300,23 @@ std::string xmlEscape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -344,18 +364,19 @@ std::string planChartSvg(const std::vector<Plan>& plans, uint64_t budget, std::s
     << "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">" << xmlEscape(title)
     << "</text>\n"
     << "<text x=\"" << x_mem << "\" y=\"44\" font-weight=\"bold\">memory per GPU (GiB)</text>\n"
-    << "<text x=\"" << x_tr << "\" y=\"44\" font-weight=\"bold\">cross-node bytes per step, all "
+    << "<text x=\"" << x_tr
+    << "\" y=\"44\" font-weight=\"bold\">cross-node bytes per step, all "
        "nodes (GiB)</text>\n";
 
   struct Seg {
     const char* name;
     const char* color;
   };
-  const Seg mem_segs[] = {{"params", "#4e79a7"}, {"grads", "#f28e2b"}, {"optimizer", "#59a14f"},
-                          {"hpz secondary", "#b07aa1"}, {"gathered peak", "#e15759"},
-                          {"comm (estimate)", "#9c755f"}};
-  const Seg tr_segs[] = {{"all-gather", "#4e79a7"}, {"reduce-scatter", "#f28e2b"},
-                         {"all-reduce", "#59a14f"}};
+  const Seg mem_segs[] = {{"params", "#4e79a7"},        {"grads", "#f28e2b"},
+                          {"optimizer", "#59a14f"},     {"hpz secondary", "#b07aa1"},
+                          {"gathered peak", "#e15759"}, {"comm (estimate)", "#9c755f"}};
+  const Seg tr_segs[] = {
+      {"all-gather", "#4e79a7"}, {"reduce-scatter", "#f28e2b"}, {"all-reduce", "#59a14f"}};
 
   // Axes: ticks at 0, 1/4, ..., 1 of each panel.
   const int axis_y = top + std::max(rows, 1) * row_h + 4;
@@ -387,15 +408,15 @@ std::string planChartSvg(const std::vector<Plan>& plans, uint64_t budget, std::s
     o << "<g opacity=\"" << (fits ? "1" : "0.35") << "\">\n"
       << "<text x=\"" << label_w - 8 << "\" y=\"" << y + 14 << "\" text-anchor=\"end\">"
       << xmlEscape(p.label()) << (fits ? "" : " (over budget)") << "</text>\n";
-    const uint64_t mem_v[] = {p.gpu.params, p.gpu.grads, p.gpu.optimizer, p.gpu.hpz_secondary,
-                              p.gpu.gathered_peak, p.gpu.comm_estimate};
+    const uint64_t mem_v[] = {p.gpu.params,        p.gpu.grads,         p.gpu.optimizer,
+                              p.gpu.hpz_secondary, p.gpu.gathered_peak, p.gpu.comm_estimate};
     double x = x_mem;
     for (int s = 0; s < 6; ++s) {
       const double w = panel_w * (mem_v[s] / kGiB) / mem_max;
       if (w <= 0) continue;
-      o << "<rect x=\"" << num(x) << "\" y=\"" << y + 3 << "\" width=\"" << num(w)
-        << "\" height=\"" << row_h - 6 << "\" fill=\"" << mem_segs[s].color << "\"><title>"
-        << mem_segs[s].name << ": " << xmlEscape(formatBytes(mem_v[s])) << "</title></rect>\n";
+      o << "<rect x=\"" << num(x) << "\" y=\"" << y + 3 << "\" width=\"" << num(w) << "\" height=\""
+        << row_h - 6 << "\" fill=\"" << mem_segs[s].color << "\"><title>" << mem_segs[s].name
+        << ": " << xmlEscape(formatBytes(mem_v[s])) << "</title></rect>\n";
       x += w;
     }
     o << "<text x=\"" << num(x + 4) << "\" y=\"" << y + 14 << "\">"
@@ -406,9 +427,9 @@ std::string planChartSvg(const std::vector<Plan>& plans, uint64_t budget, std::s
     for (int s = 0; s < 3; ++s) {
       const double w = panel_w * (tr_v[s] / kGiB) / traffic_max;
       if (w <= 0) continue;
-      o << "<rect x=\"" << num(x) << "\" y=\"" << y + 3 << "\" width=\"" << num(w)
-        << "\" height=\"" << row_h - 6 << "\" fill=\"" << tr_segs[s].color << "\"><title>"
-        << tr_segs[s].name << ": " << xmlEscape(formatBytes(tr_v[s])) << "</title></rect>\n";
+      o << "<rect x=\"" << num(x) << "\" y=\"" << y + 3 << "\" width=\"" << num(w) << "\" height=\""
+        << row_h - 6 << "\" fill=\"" << tr_segs[s].color << "\"><title>" << tr_segs[s].name << ": "
+        << xmlEscape(formatBytes(tr_v[s])) << "</title></rect>\n";
       x += w;
     }
     o << "<text x=\"" << num(x + 4) << "\" y=\"" << y + 14 << "\">"
@@ -420,8 +441,8 @@ std::string planChartSvg(const std::vector<Plan>& plans, uint64_t budget, std::s
     for (int i = 0; i < n; ++i) {
       const int lx = x0 + (i % 3) * 120, ly = axis_y + 36 + (i / 3) * 16;
       o << "<rect x=\"" << lx << "\" y=\"" << ly - 9 << "\" width=\"10\" height=\"10\" fill=\""
-        << segs[i].color << "\"/><text x=\"" << lx + 13 << "\" y=\"" << ly << "\">"
-        << segs[i].name << "</text>\n";
+        << segs[i].color << "\"/><text x=\"" << lx + 13 << "\" y=\"" << ly << "\">" << segs[i].name
+        << "</text>\n";
     }
   };
   legend(mem_segs, 6, x_mem);

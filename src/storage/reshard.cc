@@ -175,8 +175,8 @@ Status reshardCheckpoint(const std::string& in, const std::string& out, const Me
         "inter_shard=1 (got ",
         shape.intra_shard, " and ", shape.inter_shard, ")");
   // The output: a new directory, not a link, device or existing directory, never the input.
-  HSDP_RETURN_IF_ERROR(files::checkOutputTarget(out, {.directory = true}, {dir, in})
-                           .withContext("reshard"));
+  HSDP_RETURN_IF_ERROR(
+      files::checkOutputTarget(out, {.directory = true}, {dir, in}).withContext("reshard"));
   HSDP_ASSIGN_OR_RETURN(files::PathParts out_parts, files::splitPath(out));
   Manifest m = src;
   m.saved.mesh = shape;

@@ -90,18 +90,23 @@ TEST(Hierarchical, PipelinedChunksAndInterDtype) {
           std::vector<float> in(S * count), out0(count), out1(count);
           for (size_t i = 0; i < in.size(); ++i) in[i] = exactValue(world().rank(), i);
           auto a0 = hier.iallGather(shard0.data(), full0.data(), count, DType::kFloat32);
-          auto r0 = hier.ireduceScatter(in.data(), out0.data(), count, DType::kFloat32, RedOp::kSum);
+          auto r0 =
+              hier.ireduceScatter(in.data(), out0.data(), count, DType::kFloat32, RedOp::kSum);
           auto a1 = hier.iallGather(shard1.data(), full1.data(), count, DType::kFloat32);
-          auto r1 = hier.ireduceScatter(in.data(), out1.data(), count, DType::kFloat32, RedOp::kAvg);
+          auto r1 =
+              hier.ireduceScatter(in.data(), out1.data(), count, DType::kFloat32, RedOp::kAvg);
           ASSERT_TRUE(a0.ok() && r0.ok() && a1.ok() && r1.ok());
           ASSERT_TRUE((*r1)->wait().ok());
           ASSERT_TRUE((*a1)->wait().ok());
           ASSERT_TRUE((*r0)->wait().ok());
           ASSERT_TRUE((*a0)->wait().ok());
           std::vector<float> want0(S * count), want1(S * count), ref(count);
-          MPI_Allgather(shard0.data(), int(count), MPI_FLOAT, want0.data(), int(count), MPI_FLOAT, raw(group));
-          MPI_Allgather(shard1.data(), int(count), MPI_FLOAT, want1.data(), int(count), MPI_FLOAT, raw(group));
-          MPI_Reduce_scatter_block(in.data(), ref.data(), int(count), MPI_FLOAT, MPI_SUM, raw(group));
+          MPI_Allgather(shard0.data(), int(count), MPI_FLOAT, want0.data(), int(count), MPI_FLOAT,
+                        raw(group));
+          MPI_Allgather(shard1.data(), int(count), MPI_FLOAT, want1.data(), int(count), MPI_FLOAT,
+                        raw(group));
+          MPI_Reduce_scatter_block(in.data(), ref.data(), int(count), MPI_FLOAT, MPI_SUM,
+                                   raw(group));
           // Small integers are exact in bf16 too, so every case compares exactly.
           EXPECT_EQ(full0, want0);
           EXPECT_EQ(full1, want1);
@@ -149,8 +154,8 @@ TEST(Session, TcpEagerLimitsReachOpenMpi) {
   const char* asked = std::getenv("HSDP_MPI_TCP_EAGER");
   const unsigned long want = asked ? std::strtoul(asked, nullptr, 10) : 4ul << 20;
   if (want == 0) GTEST_SKIP() << "HSDP_MPI_TCP_EAGER=0 leaves Open MPI's defaults";
-  for (const char* name : {"btl_tcp_eager_limit", "btl_tcp_rndv_eager_limit",
-                           "btl_tcp_max_send_size"}) {
+  for (const char* name :
+       {"btl_tcp_eager_limit", "btl_tcp_rndv_eager_limit", "btl_tcp_max_send_size"}) {
     const std::optional<unsigned long> v = openMpiValue(name);
     ASSERT_TRUE(v.has_value()) << name << " not found";
     EXPECT_EQ(*v, want) << name;
@@ -219,8 +224,8 @@ TEST(Hierarchical, AllReduceVsMpi) {
         std::vector<float> want_avg(count);
         MPI_Allreduce(v.data(), want.data(), int(count), MPI_FLOAT, MPI_SUM, raw(group));
         MPI_Allreduce(a.data(), want_avg.data(), int(count), MPI_FLOAT, MPI_SUM, raw(group));
-        MPI_Allgather(shard.data(), int(count), MPI_FLOAT, want_full.data(), int(count),
-                      MPI_FLOAT, raw(group));
+        MPI_Allgather(shard.data(), int(count), MPI_FLOAT, want_full.data(), int(count), MPI_FLOAT,
+                      raw(group));
         auto w0 = hier.iallReduce(v.data(), count, DType::kFloat32, RedOp::kSum);
         auto w1 = hier.iallGather(shard.data(), full.data(), count, DType::kFloat32);
         auto w2 = hier.iallReduce(a.data(), count, DType::kFloat32, RedOp::kAvg);

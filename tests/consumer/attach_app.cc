@@ -133,7 +133,8 @@ int main(int argc, char** argv) {
   MPI_Finalized(&finalized);
   if (finalized) return fail("the attached session finalized MPI");
   MPI_Barrier(MPI_COMM_WORLD);
-  if (g_rank == 0) std::printf("attach_app: %d ranks, thread level %d: PASS\n", world_size, provided);
+  if (g_rank == 0)
+    std::printf("attach_app: %d ranks, thread level %d: PASS\n", world_size, provided);
   MPI_Finalize();
   return 0;
 }

@@ -34,7 +34,9 @@ struct Param {
 };
 
 // The initial value of element i of a parameter, the same on every rank.
-double init(const Param& p, size_t i) { return 0.5 * std::sin(0.3 * (i + 1) + p.numel) + 0.1 * p.unit; }
+double init(const Param& p, size_t i) {
+  return 0.5 * std::sin(0.3 * (i + 1) + p.numel) + 0.1 * p.unit;
+}
 
 // What rank r adds to the gradient of element i: `use` 0 and 1 are the two uses of the tied table.
 double rankGrad(const Param& p, size_t i, int r, int use) {
@@ -45,7 +47,8 @@ double rankGrad(const Param& p, size_t i, int r, int use) {
 // The averaged gradient over `world` ranks (what reduceGrad leaves in the shard).
 double meanGrad(const Param& p, size_t i, int world) {
   double s = 0;
-  for (int r = 0; r < world; ++r) s += rankGrad(p, i, r, 0) + (p.unit == 0 ? rankGrad(p, i, r, 1) : 0);
+  for (int r = 0; r < world; ++r)
+    s += rankGrad(p, i, r, 0) + (p.unit == 0 ? rankGrad(p, i, r, 1) : 0);
   return s / world;
 }
 
@@ -61,7 +64,9 @@ double expected(const Param& p, size_t i, int world, int steps, bool frozen) {
   return v;
 }
 
-bool close(double got, double want) { return std::fabs(got - want) <= 2e-5 + 1e-5 * std::fabs(want); }
+bool close(double got, double want) {
+  return std::fabs(got - want) <= 2e-5 + 1e-5 * std::fabs(want);
+}
 
 int fail(int rank, const std::string& what) {
   std::fprintf(stderr, "tied_frozen_model [rank %d]: FAIL: %s\n", rank, what.c_str());
@@ -79,9 +84,12 @@ int main(int argc, char** argv) {
   std::string mode_name = "zero3";
   int inter = 0, steps = 4;
   for (int a = 1; a + 1 < argc; a += 2) {
-    if (!std::strcmp(argv[a], "--mode")) mode_name = argv[a + 1];
-    else if (!std::strcmp(argv[a], "--inter-shard")) inter = std::atoi(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--steps")) steps = std::atoi(argv[a + 1]);
+    if (!std::strcmp(argv[a], "--mode"))
+      mode_name = argv[a + 1];
+    else if (!std::strcmp(argv[a], "--inter-shard"))
+      inter = std::atoi(argv[a + 1]);
+    else if (!std::strcmp(argv[a], "--steps"))
+      steps = std::atoi(argv[a + 1]);
   }
   auto world = (*session)->world();
   if (!world.ok()) return fail(-1, world.status().toString());
@@ -93,8 +101,10 @@ int main(int argc, char** argv) {
   auto mode = hsdp::parseShardMode(mode_name);
   if (!mode.ok()) return die(mode.status());
   hsdp::MeshSpec spec;
-  if (*mode == hsdp::ShardMode::kNone) spec = {1, 1};
-  else spec.inter_shard = inter;
+  if (*mode == hsdp::ShardMode::kNone)
+    spec = {1, 1};
+  else
+    spec.inter_shard = inter;
   auto mesh = hsdp::Mesh::create(**world, *layout, spec);
   if (!mesh.ok()) return die(mesh.status());
 

@@ -1,8 +1,8 @@
 // ScratchPool: a slot per operation in flight, reused after release, grown only when every slot
 // is busy or too small; reserve() makes a free slot of the size ahead of time.
-#include <gtest/gtest.h>
-
 #include "core/scratch_pool.h"
+
+#include <gtest/gtest.h>
 
 namespace hsdp {
 namespace {
@@ -19,7 +19,7 @@ TEST(ScratchPool, SlotsAreReusedAndGrowOnlyWhenNeeded) {
   ASSERT_TRUE(a.ok());
   EXPECT_GE((*a)->size(), size_t{1} << 16);
   EXPECT_EQ(pool.totalBytes(), reserved);  // the reserved slot
-  auto b = pool.acquire(100);  // the only slot is busy: one more
+  auto b = pool.acquire(100);              // the only slot is busy: one more
   ASSERT_TRUE(b.ok());
   EXPECT_NE(*a, *b);
   EXPECT_GT(pool.totalBytes(), reserved);

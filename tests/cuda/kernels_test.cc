@@ -43,8 +43,8 @@ struct AdamCase {
 };
 
 std::string describe(const AdamCase& c) {
-  return strCat(optimizerName(c.kind), " n=", c.n, " offset=", c.offset,
-                c.bf16_out ? " bf16" : "", " grad_scale=", c.grad_scale);
+  return strCat(optimizerName(c.kind), " n=", c.n, " offset=", c.offset, c.bf16_out ? " bf16" : "",
+                " grad_scale=", c.grad_scale);
 }
 
 void runAdamCase(const AdamCase& c) {
@@ -109,16 +109,16 @@ void runAdamCase(const AdamCase& c) {
     ASSERT_EQ(cudaMemcpy(gb.data(), B, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
     for (size_t i = 0; i < n; ++i) rb[i] = toBf16(rp[i]);
     d = firstDifference(gb, rb);
-    EXPECT_EQ(d, -1) << "param_bf16[" << d << "]: gpu 0x" << std::hex
-                     << (d >= 0 ? gb[d].bits : 0) << " cpu 0x" << (d >= 0 ? rb[d].bits : 0);
+    EXPECT_EQ(d, -1) << "param_bf16[" << d << "]: gpu 0x" << std::hex << (d >= 0 ? gb[d].bits : 0)
+                     << " cpu 0x" << (d >= 0 ? rb[d].bits : 0);
   }
 }
 
 TEST(GpuAdam, MatchesCpuReferenceBitwise) {
   HSDP_REQUIRE_GPU();
   for (OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kAdamW})
-    for (size_t n : {size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{1023}, size_t{4097},
-                     size_t{100003}})
+    for (size_t n :
+         {size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{1023}, size_t{4097}, size_t{100003}})
       for (size_t offset : {size_t{0}, size_t{1}})
         for (bool bf16_out : {false, true})
           for (float scale : {1.0f, 0.37f}) runAdamCase({kind, n, offset, bf16_out, scale});
@@ -148,8 +148,7 @@ TEST(GpuAdam, ValidationNamesTheValue) {
   EXPECT_NE(s.message().find("exp_avg"), std::string::npos) << s.message();
   cfg.lr = -1;
   EXPECT_EQ(gpu::adamStep(cfg, 1, shard, nullptr).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(gpu::scale(&x, 1, DType::kInt32, 2.0f, nullptr).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu::scale(&x, 1, DType::kInt32, 2.0f, nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(gpu::scale(&x, 1, DType::kFloat32, std::nanf(""), nullptr).code(),
             StatusCode::kInvalidArgument);
 }
@@ -157,10 +156,9 @@ TEST(GpuAdam, ValidationNamesTheValue) {
 // Values that exercise bf16 rounding: ties (even and odd), NaN with payloads, infinities,
 // denormals, signed zeros, and random floats.
 std::vector<float> castInputs(size_t n) {
-  std::vector<uint32_t> special = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,
-                                   0x7fc00000u, 0x7f800001u, 0xffa00001u, 0x00000001u,
-                                   0x807fffffu, 0x3f808000u, 0x3f818000u, 0x3f80c000u,
-                                   0x3f807fffu, 0x7f7fffffu, 0x477fe000u};
+  std::vector<uint32_t> special = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                   0x7f800001u, 0xffa00001u, 0x00000001u, 0x807fffffu, 0x3f808000u,
+                                   0x3f818000u, 0x3f80c000u, 0x3f807fffu, 0x7f7fffffu, 0x477fe000u};
   std::vector<float> out(n);
   std::mt19937 rng(7);
   std::uniform_int_distribution<uint32_t> any;
@@ -186,8 +184,7 @@ TEST(GpuCast, MatchesToBf16AndBack) {
     std::vector<bf16> got(n), want(n);
     std::vector<float> back(n), want_back(n);
     ASSERT_EQ(cudaMemcpy(got.data(), db->data(), n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(back.data(), dback->data(), n * 4, cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(back.data(), dback->data(), n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     for (size_t i = 0; i < n; ++i) {
       want[i] = toBf16(in[i]);
       want_back[i] = toFloat(want[i]);

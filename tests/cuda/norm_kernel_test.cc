@@ -45,13 +45,11 @@ TEST(SumSquares, MatchesHostAndIsDeterministic) {
         ASSERT_EQ(cudaMemcpy(&got, acc->data(), sizeof(double), cudaMemcpyDeviceToHost),
                   cudaSuccess);
       }
-      EXPECT_EQ(std::memcmp(&runs[0], &runs[1], sizeof(double)), 0)
-          << runs[0] << " vs " << runs[1];
+      EXPECT_EQ(std::memcmp(&runs[0], &runs[1], sizeof(double)), 0) << runs[0] << " vs " << runs[1];
       EXPECT_NEAR(runs[0], static_cast<double>(2 * want), 1e-12 * static_cast<double>(2 * want));
       ASSERT_OK(gpu::castDoubleToFloat(acc->as<double>(), f->as<float>(), 1, nullptr));
       float got_f = 0;
-      ASSERT_EQ(cudaMemcpy(&got_f, f->data(), sizeof(float), cudaMemcpyDeviceToHost),
-                cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(&got_f, f->data(), sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
       EXPECT_EQ(got_f, static_cast<float>(runs[0]));
     }
   }

@@ -270,8 +270,8 @@ TEST_F(QuorumTest, EtcdStoppedIsANamedErrorWithinTheBound) {
 // value, before any connection (the examples do not read them yet, so bad_input.classes skips
 // them and this is their check).
 TEST(QuorumSettings, BadEnvironmentValuesAreNamed) {
-  for (const char* var : {"HSDP_ELASTIC_LEASE_S", "HSDP_ELASTIC_VOTE_TIMEOUT_MS",
-                          "HSDP_ETCD_TIMEOUT_MS"}) {
+  for (const char* var :
+       {"HSDP_ELASTIC_LEASE_S", "HSDP_ELASTIC_VOTE_TIMEOUT_MS", "HSDP_ETCD_TIMEOUT_MS"}) {
     for (const char* bad : {"12x", "18446744073709551616", "0"}) {
       ASSERT_EQ(setenv(var, bad, 1), 0);
       Quorum::Options o;

@@ -67,8 +67,8 @@ TEST(EngineFeatures, WeightDecayMaskAndLearningRateSchedule) {
         ASSERT_TRUE(model.ok()) << model.status().toString();
         ShardedModel& m = **model;
         // Decay, no decay, decay: spans split inside shards in every mesh.
-        std::vector<ParamSpec> params = {{"w", {61, 7}, true}, {"b", {61}, false},
-                                         {"w2", {5, 3}, true}, {"g", {11}, false}};
+        std::vector<ParamSpec> params = {
+            {"w", {61, 7}, true}, {"b", {61}, false}, {"w2", {5, 3}, true}, {"g", {11}, false}};
         ASSERT_TRUE(m.addUnit("u", params).ok());
         ASSERT_TRUE(m.finalize().ok());
         const FlatLayout& l = m.layout(0);
@@ -93,8 +93,7 @@ TEST(EngineFeatures, WeightDecayMaskAndLearningRateSchedule) {
             if (!params[p].weight_decay) ref.weight_decay = 0.0f;
             std::vector<float> g(want[p].size());
             for (size_t i = 0; i < g.size(); ++i) g[i] = averageGrad(l.offset(p) + i);
-            adamStep(ref, t, want[p].data(), g.data(), mom1[p].data(), mom2[p].data(),
-                     g.size());
+            adamStep(ref, t, want[p].data(), g.data(), mom1[p].data(), mom2[p].data(), g.size());
           }
         }
         std::vector<float> full;
@@ -126,8 +125,8 @@ TEST(EngineFeatures, WeightDecayMaskAndLearningRateSchedule) {
           if (world().size() == 1) EXPECT_FALSE(late.ok());
           if (!late.ok()) {
             EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition);
-            EXPECT_NE(late.message().find("before the step's first reduceGrad"),
-                      std::string::npos) << late.message();
+            EXPECT_NE(late.message().find("before the step's first reduceGrad"), std::string::npos)
+                << late.message();
           }
           ASSERT_TRUE(m.step().ok());
         }
@@ -184,9 +183,9 @@ TEST(EngineFeatures, FrozenUnitsAreGatheredButNeverTrained) {
       const size_t S = mode == ShardMode::kNone ? 1 : mesh.shape().shardGroupSize();
       const size_t trained_shard = (40 * 3 + S - 1) / S;
       EXPECT_EQ(r.optim_bytes, 2 * sizeof(float) * trained_shard);
-      EXPECT_EQ(r.grad_bytes, sizeof(float) * (mode == ShardMode::kZero1 && S > 1
-                                                   ? trained_shard * (S + 1)
-                                                   : trained_shard));
+      EXPECT_EQ(r.grad_bytes,
+                sizeof(float) *
+                    (mode == ShardMode::kZero1 && S > 1 ? trained_shard * (S + 1) : trained_shard));
     }
   });
 }
@@ -259,8 +258,7 @@ TEST(EngineFeatures, UnitScheduleWithATiedUnit) {
     EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
     EXPECT_NE(s.message().find("position 1 names unit 7"), std::string::npos) << s.message();
     s = forwardUnits(m, one, [](int) { return invalidArgument("boom"); });
-    EXPECT_NE(s.message().find("forward: unit 'a' (position 0)"), std::string::npos)
-        << s.message();
+    EXPECT_NE(s.message().find("forward: unit 'a' (position 0)"), std::string::npos) << s.message();
   });
 }
 

@@ -1,5 +1,5 @@
-// The engine's inter wires (EngineConfig::wires.inter_param_wire, inter_grad_wire, replica_wire), under
-// mpirun where the layout has several (virtual) nodes, against closed forms:
+// The engine's inter wires (EngineConfig::wires.inter_param_wire, inter_grad_wire, replica_wire),
+// under mpirun where the layout has several (virtual) nodes, against closed forms:
 //  - the configuration: HSDP_INTER_DTYPE as the shorthand of both inter wires, each wire's own
 //    variable, the block size and error feedback, malformed values named;
 //  - what the engine refuses, before anything is allocated;

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "hsdp/flat_layout.h"
+
+#include <gtest/gtest.h>
 
 namespace hsdp {
 namespace {

@@ -52,24 +52,31 @@ TEST(Mesh, CommunicatorsMatchClosedForm) {
       ASSERT_TRUE(mesh.ok()) << mesh.status().toString();
       const MeshShape& s = (*mesh)->shape();
       EXPECT_EQ(s.replicas(), l.world_size / (I * J));
-      EXPECT_EQ(members((*mesh)->intraShard()),
-                expected(l, s, [](auto a, auto b) {
-                  return a.node == b.node && a.intra_group == b.intra_group;
-                }, [](auto c) { return c.intra_idx; }));
-      EXPECT_EQ(members((*mesh)->interShard()),
-                expected(l, s, [](auto a, auto b) {
-                  return a.inter_group == b.inter_group && a.intra_group == b.intra_group &&
-                         a.intra_idx == b.intra_idx;
-                }, [](auto c) { return c.inter_idx; }));
+      EXPECT_EQ(
+          members((*mesh)->intraShard()),
+          expected(
+              l, s,
+              [](auto a, auto b) { return a.node == b.node && a.intra_group == b.intra_group; },
+              [](auto c) { return c.intra_idx; }));
+      EXPECT_EQ(members((*mesh)->interShard()), expected(
+                                                    l, s,
+                                                    [](auto a, auto b) {
+                                                      return a.inter_group == b.inter_group &&
+                                                             a.intra_group == b.intra_group &&
+                                                             a.intra_idx == b.intra_idx;
+                                                    },
+                                                    [](auto c) { return c.inter_idx; }));
       EXPECT_EQ(members((*mesh)->shardGroup()),
-                expected(l, s, [](auto a, auto b) { return a.replica_rank == b.replica_rank; },
-                         [](auto c) { return c.shard_rank; }));
+                expected(
+                    l, s, [](auto a, auto b) { return a.replica_rank == b.replica_rank; },
+                    [](auto c) { return c.shard_rank; }));
       EXPECT_EQ(members((*mesh)->replica()),
-                expected(l, s, [](auto a, auto b) { return a.shard_rank == b.shard_rank; },
-                         [](auto c) { return c.replica_rank; }));
-      EXPECT_EQ(members((*mesh)->node()),
-                expected(l, s, [](auto a, auto b) { return a.node == b.node; },
-                         [](auto c) { return c.local_rank; }));
+                expected(
+                    l, s, [](auto a, auto b) { return a.shard_rank == b.shard_rank; },
+                    [](auto c) { return c.replica_rank; }));
+      EXPECT_EQ(members((*mesh)->node()), expected(
+                                              l, s, [](auto a, auto b) { return a.node == b.node; },
+                                              [](auto c) { return c.local_rank; }));
     }
   }
   EXPECT_GE(combos, 1);

@@ -33,8 +33,8 @@ size_t nonResidentPages(const void* p, size_t bytes) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   std::vector<unsigned char> vec((bytes + page - 1) / page);
   if (mincore(const_cast<void*>(p), bytes, vec.data()) != 0) return vec.size();
-  return static_cast<size_t>(std::count_if(vec.begin(), vec.end(),
-                                           [](unsigned char c) { return (c & 1) == 0; }));
+  return static_cast<size_t>(
+      std::count_if(vec.begin(), vec.end(), [](unsigned char c) { return (c & 1) == 0; }));
 }
 
 class Numa : public ::testing::Test {

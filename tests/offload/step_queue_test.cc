@@ -1,13 +1,13 @@
 // StepQueue: jobs run on one worker thread in submission order, tickets complete in order, the
 // first error is what every later wait returns, and the destructor runs what is queued.
+#include "offload/step_queue.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
-
-#include "offload/step_queue.h"
 
 namespace hsdp {
 namespace {
@@ -38,9 +38,18 @@ TEST(StepQueue, RunsJobsInOrderOffTheCallersThread) {
 TEST(StepQueue, FirstErrorIsKeptAndLaterJobsStillRun) {
   StepQueue q;
   std::atomic<int> count{0};
-  q.submit([&] { ++count; return okStatus(); });
-  const int64_t bad = q.submit([&] { ++count; return invalidArgument("first"); });
-  q.submit([&] { ++count; return internalError("second"); });
+  q.submit([&] {
+    ++count;
+    return okStatus();
+  });
+  const int64_t bad = q.submit([&] {
+    ++count;
+    return invalidArgument("first");
+  });
+  q.submit([&] {
+    ++count;
+    return internalError("second");
+  });
   Status s = q.waitAll();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "first");

@@ -68,9 +68,11 @@ TEST(PlanCli, TableForSevenPointFiveBillion) {
   EXPECT_NE(r.out.find("model: 7,500,000,000 parameters in 1 units"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("shard group 16; replicas 1; mode zero3"), std::string::npos) << r.out;
   EXPECT_NE(line(r.out, "  model_state_total").find("7,500,000,000     6.98 GiB"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_NE(line(r.out, "  all-gather").find("30,000,000,000    27.94 GiB  2·R·(J-1)·D"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_NE(line(r.out, "  reduce-scatter").find("15,000,000,000"), std::string::npos) << r.out;
   EXPECT_NE(line(r.out, "  per node").find("22,500,000,000"), std::string::npos) << r.out;
 }
@@ -166,14 +168,15 @@ TEST(PlanCli, SvgWrittenAndWellFormed) {
 
   // Without --auto: every factorization of the chosen mode.
   const fs::path one = d / "zero3.svg";
-  Result s = plan(std::string("--params 7.5e9 ") + kMachine + " --mode zero3 --svg " + one.string());
+  Result s =
+      plan(std::string("--params 7.5e9 ") + kMachine + " --mode zero3 --svg " + one.string());
   ASSERT_EQ(s.rc, 0) << s.out;
   EXPECT_EQ(hsdp::test::checkWellFormedXml(readFile(one)), "");
   EXPECT_EQ(hsdp::test::countElements(readFile(one), "g"), 7);  // (I, J) != (1, 1)
 
   // A failing run leaves an existing chart untouched and no temporary behind.
-  Result bad = plan(std::string("--params 7.5e9 ") + kMachine + " --mode zero9 --svg " +
-                    svg.string());
+  Result bad =
+      plan(std::string("--params 7.5e9 ") + kMachine + " --mode zero9 --svg " + svg.string());
   EXPECT_EQ(bad.rc, 2);
   EXPECT_EQ(readFile(svg), doc);
   Result unwritable = plan(std::string("--params 7.5e9 ") + kMachine + " --svg " + d.string());

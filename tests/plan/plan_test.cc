@@ -87,7 +87,7 @@ TEST(PlanTwoNodes, EveryModeMemoryAndTraffic) {
   EXPECT_EQ(z1.gpu.gathered_peak, 0ull);
   EXPECT_EQ(z1.cross_node.all_gather, D);      // R·(J−1)·D
   EXPECT_EQ(z1.cross_node.reduce_scatter, D);  // R·(J−1)·D
-  EXPECT_EQ(z1.cross_node.all_reduce, 0ull);     // M = 1
+  EXPECT_EQ(z1.cross_node.all_reduce, 0ull);   // M = 1
 
   Plan z2 = mustPlan(input(u, 2, 8, 8, 2, ShardMode::kZero2));
   EXPECT_EQ(z2.gpu.params, 2 * kPsi);
@@ -167,7 +167,7 @@ TEST(PlanPadding, OddUnitSizes) {
   EXPECT_EQ(z3.padded_params, 24ull);
   EXPECT_EQ(z3.largest_padded, 12ull);
   EXPECT_EQ(z3.largest_shard, 3ull);
-  EXPECT_EQ(z3.gpu.params, 24ull);     // 4·6
+  EXPECT_EQ(z3.gpu.params, 24ull);  // 4·6
   EXPECT_EQ(z3.gpu.grads, 24ull);
   EXPECT_EQ(z3.gpu.optimizer, 48ull);  // 8·6
   EXPECT_EQ(z3.gpu.gathered_peak, 4ull * 4ull * 12ull);
@@ -259,11 +259,14 @@ TEST(PlanOffload, PinnedHostBytes) {
 TEST(PlanValidate, ErrorsNameTheValue) {
   auto msg = [](PlanInput in) { return validatePlanInput(in).message(); };
   const std::vector<uint64_t> u = {100};
-  EXPECT_NE(msg(input(u, 2, 8, 3, 1, ShardMode::kZero3)).find("intra_shard=3 does not divide the 8"),
+  EXPECT_NE(
+      msg(input(u, 2, 8, 3, 1, ShardMode::kZero3)).find("intra_shard=3 does not divide the 8"),
+      std::string::npos);
+  EXPECT_NE(
+      msg(input(u, 2, 8, 8, 3, ShardMode::kZero3)).find("inter_shard=3 does not divide the 2"),
+      std::string::npos);
+  EXPECT_NE(msg(input(u, 2, 8, 0, 1, ShardMode::kZero3)).find("--intra-shard 0"),
             std::string::npos);
-  EXPECT_NE(msg(input(u, 2, 8, 8, 3, ShardMode::kZero3)).find("inter_shard=3 does not divide the 2"),
-            std::string::npos);
-  EXPECT_NE(msg(input(u, 2, 8, 0, 1, ShardMode::kZero3)).find("--intra-shard 0"), std::string::npos);
   EXPECT_NE(msg(input(u, -1, 8, 1, 1, ShardMode::kZero3)).find("--nodes -1"), std::string::npos);
   EXPECT_NE(msg(input(u, 2, 8, 2, 1, ShardMode::kNone)).find("mode none"), std::string::npos);
   EXPECT_NE(msg(input({5, 0}, 2, 8, 2, 1, ShardMode::kZero3)).find("unit 1 has 0"),

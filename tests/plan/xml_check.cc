@@ -7,7 +7,9 @@
 namespace hsdp::test {
 namespace {
 
-bool nameStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':'; }
+bool nameStart(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':';
+}
 bool nameChar(char c) {
   return nameStart(c) || std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '.';
 }
@@ -86,7 +88,11 @@ std::string checkWellFormedXml(std::string_view s) {
       size_t k = j;
       while (j < s.size() && std::isspace(static_cast<unsigned char>(s[j]))) ++j;
       if (j >= s.size()) return "unterminated tag <" + name + ">";
-      if (s[j] == '>') { open.push_back(name); ++j; break; }
+      if (s[j] == '>') {
+        open.push_back(name);
+        ++j;
+        break;
+      }
       if (s.substr(j, 2) == "/>") {
         j += 2;
         if (open.empty()) root_closed = true;
@@ -102,7 +108,8 @@ std::string checkWellFormedXml(std::string_view s) {
       attrs.push_back(attr);
       if (j >= s.size() || s[j] != '=') return "attribute " + attr + " without '='" + where(j);
       ++j;
-      if (j >= s.size() || (s[j] != '"' && s[j] != '\'')) return "unquoted attribute " + attr + where(j);
+      if (j >= s.size() || (s[j] != '"' && s[j] != '\''))
+        return "unquoted attribute " + attr + where(j);
       const char q = s[j++];
       while (j < s.size() && s[j] != q) {
         if (s[j] == '<') return "'<' in attribute " + attr + where(j);

@@ -30,7 +30,9 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t* d) {
   *d = reinterpret_cast<nvmlDevice_t>(static_cast<size_t>(i + 1));
   return 0;
 }
-static unsigned idx(nvmlDevice_t d) { return static_cast<unsigned>(reinterpret_cast<size_t>(d) - 1); }
+static unsigned idx(nvmlDevice_t d) {
+  return static_cast<unsigned>(reinterpret_cast<size_t>(d) - 1);
+}
 static void fill(nvmlPciInfo_t* p, unsigned i) {
   std::memset(p, 0, sizeof(*p));
   p->bus = kBus[i];

@@ -11,8 +11,7 @@ TEST(NodeLayout, VirtualNodeErrors) {
             std::string::npos);
   EXPECT_NE(virtualNodeLayout(8, 16).status().message().find("exceeds the world size 8"),
             std::string::npos);
-  EXPECT_NE(virtualNodeLayout(8, 0).status().message().find("must be positive"),
-            std::string::npos);
+  EXPECT_NE(virtualNodeLayout(8, 0).status().message().find("must be positive"), std::string::npos);
 }
 
 TEST(NodeLayout, FromKeysGroupsNonContiguousRanks) {

@@ -278,7 +278,9 @@ TEST(BadInput, HwlocXmlErrorsNameTheFile) {
   s.hwloc_xml = kDir + "/bad_hwloc_missing_cpuset.xml";
   e = errorOf(s);
   EXPECT_NE(e.find("PU object without complete_cpuset"), std::string::npos) << e;
-  s.hwloc_xml = tempFile("binary.xml", std::string("\x7f" "ELF\x02\x01", 6));
+  s.hwloc_xml = tempFile("binary.xml", std::string("\x7f"
+                                                   "ELF\x02\x01",
+                                                   6));
   EXPECT_NE(errorOf(s).find("is not well-formed XML"), std::string::npos) << errorOf(s);
 }
 
@@ -293,8 +295,9 @@ TEST(BadInput, SnapshotErrors) {
             std::string::npos);
   s.nvml_snapshot = tempFile("wrong.json", "{\"gpus\": []}");
   EXPECT_NE(errorOf(s).find("is not an hsdp NVML snapshot"), std::string::npos);
-  s.nvml_snapshot = tempFile("badtype.json",
-                             "{\"format\":\"hsdp-nvml-snapshot\",\"version\":1,\"gpus\":[{\"bus_id\":7}]}");
+  s.nvml_snapshot =
+      tempFile("badtype.json",
+               "{\"format\":\"hsdp-nvml-snapshot\",\"version\":1,\"gpus\":[{\"bus_id\":7}]}");
   EXPECT_NE(errorOf(s).find("malformed NVML snapshot"), std::string::npos);
   s.nvml_snapshot = "";
   s.nccl_xml = kDir + "/dgx_h100.xml";

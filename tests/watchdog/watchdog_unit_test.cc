@@ -20,10 +20,10 @@
 #include <filesystem>
 #include <thread>
 
-#include "hsdp/config.h"
 #include "core/watchdog/watch_oob.h"
 #include "core/watchdog/watch_table.h"
 #include "core/watchdog/watchdog.h"
+#include "hsdp/config.h"
 
 namespace hsdp::watchdog {
 namespace {

@@ -96,9 +96,10 @@ Status run(Comm& world, const Args& a) {
   HierarchicalCollectives hier_mpi(intra, inter_mpi), hier_ucx(intra, *inter_ucx);
   const int S = hier_mpi.groupSize(), J = inter_mpi.size();
   if (world.rank() == 0) {
-    std::printf("hsdp-ucx-bench: %s; inter level %d ranks; median of %d (after %d warm-up), "
-                "slowest rank\n",
-                mesh->describe().c_str(), J, a.iters, a.warmup);
+    std::printf(
+        "hsdp-ucx-bench: %s; inter level %d ranks; median of %d (after %d warm-up), "
+        "slowest rank\n",
+        mesh->describe().c_str(), J, a.iters, a.warmup);
     std::printf("%-15s %9s %12s %12s %9s %12s %12s\n", "collective", "full MiB", "mpi-inter ms",
                 "ucx-inter ms", "ucx/mpi", "mpi GB/s", "ucx GB/s");
   }
@@ -139,8 +140,10 @@ Status run(Comm& world, const Args& a) {
       double t_mpi = 0, t_ucx = 0;
       // Alternate transports in rounds so that both meet the same background load.
       for (int round = 0; round < 2; ++round) {
-        HSDP_ASSIGN_OR_RETURN(double m, timeIt(world, a, [&] { return row.op(hier_mpi, inter_mpi); }));
-        HSDP_ASSIGN_OR_RETURN(double u, timeIt(world, a, [&] { return row.op(hier_ucx, *inter_ucx); }));
+        HSDP_ASSIGN_OR_RETURN(double m,
+                              timeIt(world, a, [&] { return row.op(hier_mpi, inter_mpi); }));
+        HSDP_ASSIGN_OR_RETURN(double u,
+                              timeIt(world, a, [&] { return row.op(hier_ucx, *inter_ucx); }));
         t_mpi += m / 2;
         t_ucx += u / 2;
       }

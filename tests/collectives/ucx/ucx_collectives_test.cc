@@ -29,7 +29,7 @@ MPI_Comm raw(Comm& c) { return dynamic_cast<mpi::MpiComm&>(c).raw(); }
 
 struct Pair {
   std::string name;
-  Comm* mpi;                 // the oracle's communicator
+  Comm* mpi;                  // the oracle's communicator
   std::unique_ptr<Comm> ucx;  // same members, same order
 };
 
@@ -137,8 +137,8 @@ std::vector<Outstanding> startMany(Comm& comm, Comm& mpi_comm, int salt) {
       o.want.resize(count);
       MPI_Reduce_scatter_block(o.in.data(), o.want.data(), int(count), MPI_FLOAT, MPI_SUM,
                                raw(mpi_comm));
-      auto w = comm.ireduceScatter(o.in16.data(), o.out16.data(), count, DType::kBFloat16,
-                                   RedOp::kSum);
+      auto w =
+          comm.ireduceScatter(o.in16.data(), o.out16.data(), count, DType::kBFloat16, RedOp::kSum);
       EXPECT_TRUE(w.ok()) << w.status().toString();
       o.work = std::move(*w);
       ops.push_back(std::move(o));
