@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/watchdog/watchdog.h"
+#include "hsdp/dtype.h"
 
 namespace hsdp::watchdog {
 namespace {
@@ -14,19 +15,11 @@ namespace {
 std::string field(const char* s, size_t cap) { return std::string(s, strnlen(s, cap)); }
 
 std::string dtypeWord(uint8_t dtype, uint64_t count) {
-  switch (static_cast<DType>(dtype)) {
-    case DType::kFloat32:
-      return count == 1 ? "float" : "floats";
-    case DType::kBFloat16:
-      return "bf16";
-    case DType::kInt32:
-      return "int32";
-    case DType::kInt64:
-      return "int64";
-    case DType::kUInt8:
-      return count == 1 ? "byte" : "bytes";
-  }
-  return "elements";
+  const auto t = static_cast<DType>(dtype);
+  if (t == DType::kFloat32) return count == 1 ? "float" : "floats";
+  if (t == DType::kUInt8) return count == 1 ? "byte" : "bytes";
+  const std::string name = dtypeName(t);  // "?" for a value no DType has
+  return name == "?" ? "elements" : name;
 }
 
 std::string seconds(double s) {
