@@ -109,6 +109,9 @@ struct Field {
   const char* at;
   T& value;
 };
+// Written out: clang before 17 deduces no aggregate's template arguments (C++20's P1816).
+template <class T>
+Field(const char*, T&) -> Field<T>;
 
 // The wire form of a rank view, one table for both directions: f(pointer, member) for each field
 // (the binding is the object "bind"). BindMode travels as its integer (nlohmann's enum
