@@ -70,9 +70,9 @@ class ShardedModule:
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """Clip the global gradient norm (over every shard and replica) to max_norm; 0 turns
-        clipping off. Returns the total norm before clipping as a float32 scalar tensor, the
-        same on every rank, as torch.nn.utils.clip_grad_norm_ and FSDP2 do. Call it after
-        backward and before step(): it waits for the pending reductions (step() would wait for
+        clipping off. Returns the total norm before clipping as a float32 scalar tensor on the
+        model's device, the same on every rank, as torch.nn.utils.clip_grad_norm_ and FSDP2 do.
+        Call it after backward and before step(): it waits for the pending reductions (step() would wait for
         them anyway) and the norm is computed once, over the reduced shards; step() scales the
         gradient by max_norm / (norm + 1e-6) when that is below 1, inside its Adam pass. With
         offload="cpu" give clip_norm= to shard() (units without clipping step during backward).
@@ -89,7 +89,9 @@ class ShardedModule:
         except _errors.AbortedError:
             _elastic.drop_step(self._rt)
             raise
-        return torch.tensor(norm, dtype=torch.float32)
+        # On the model's device, as torch.nn.utils.clip_grad_norm_ returns it (a CUDA mesh: the
+        # gradients' device; host memory otherwise).
+        return torch.tensor(norm, dtype=torch.float32, device=self._rt.empty.device)
 
     def _check_reduced(self, what: str) -> None:
         if self._rt.state != TrainingState.IDLE:

@@ -114,7 +114,8 @@ def main() -> int:
             failures.append(f"step {step + 1}: a parameter is not on {dev}")
         if not loss_err <= tol:
             failures.append(f"step {step + 1}: loss {got_loss:.7g}, torch {want_loss:.7g}")
-        if not (norm.dtype == torch.float32 and norm_err <= max(tol, 10 * floor)):
+        if not (norm.dtype == torch.float32 and norm.device == dev
+                and norm_err <= max(tol, 10 * floor)):
             failures.append(f"step {step + 1}: clip_grad_norm_ {norm!r}, torch {ref_norms[0]:.7g}")
         if rank == 0:
             print(f"step {step + 1}/{a.steps} loss {got_loss:.6f} ref {want_loss:.6f} "
