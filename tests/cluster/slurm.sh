@@ -80,9 +80,20 @@ if [ "${1:-}" = --inside ]; then
         # killed run's: a CI run's restart crashed in shared-memory set-up, "open(2): No such
         # file or directory"). One job runs at a time on these nodes.
         echo 'shm=$(ls -d /dev/shm/vader_segment.* /dev/shm/ucx_* /dev/shm/sm_segment.* 2>/dev/null | tr "\n" " ")'
+        # A stopped step's daemon can outlive its tasks: its PMIx server retried a message to
+        # the other node's (already gone) step daemon for 35 s, then, on exit, removed its
+        # spool directory and socket, by then the requeued run's (same job and step ids), whose
+        # ranks hung in PMIx set-up (a CI run: "gds_ds12_lock_pthread.c at line 169"). So the
+        # epilog waits up to 5 s for this node's step daemons of the job to end and kills the
+        # rest (kill -9: no clean-up of theirs runs; this script's rm does it). Every node's
+        # processes share one pid namespace: a node's own are those in its network namespace.
+        echo 'me=$(readlink /proc/self/ns/net)'
+        echo 'stepds() { for p in $(pgrep -f "^slurmstepd: \[$j\.[0-9]+\]"); do [ "$(readlink /proc/$p/ns/net 2>/dev/null)" = "$me" ] && echo "$p"; done; }'
+        echo 'i=0; while [ -n "$(stepds)" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done'
+        echo 'killed=$(stepds | tr "\n" " "); [ -z "$killed" ] || kill -9 $killed 2>/dev/null'
         echo 'left=$(ls -d "$t"/spmix_appdir_*_"$j".* "$s"/stepd.slurm.pmix."$j".* "$s"/pmix."$j".* 2>/dev/null | tr "\n" " ")$shm'
         echo 'rm -rf -- "$t"/spmix_appdir_*_"$j".* "$s"/stepd.slurm.pmix."$j".* "$s"/pmix."$j".* $shm'
-        echo "echo \"\$(date +%T.%N) \$SLURMD_NODENAME job \$j: removed \$left\" >>$sd/log/epilog.log"
+        echo "echo \"\$(date +%T.%N) \$SLURMD_NODENAME job \$j: removed \$left\${killed:+; killed step daemons \$killed}\" >>$sd/log/epilog.log"
         # slurmd refuses a batch launch whose credential is not newer, in whole seconds, than the
         # job's revocation at its last end ("Job 1 already killed, do not launch batch job"):
         # a job requeued by RequeueExit within that second failed. The job is COMPLETING until
