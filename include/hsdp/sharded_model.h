@@ -213,8 +213,9 @@ class ShardedModel {
   StatusOr<StepStart> beginStep();
   bool elastic() const;
   // Elastic mode, collective over the group: the group indexes of the quorum that committed
-  // each of steps [0, steps), read from etcd (what a reference replays).
-  StatusOr<std::vector<std::vector<int>>> elasticMembership(int64_t steps);
+  // each of steps [from, steps), read from etcd (what a reference replays). A job resumed from a
+  // checkpoint at step N has records from N on (the steps before are the saving job's).
+  StatusOr<std::vector<std::vector<int>>> elasticMembership(int64_t steps, int64_t from = 0);
 
   // The learning rate of the next step() (a schedule's warm-up and decay). Errors: not finite or
   // <= 0 (InvalidArgument naming it); with CPU offload and no clipping, units step during
