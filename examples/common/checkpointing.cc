@@ -83,8 +83,8 @@ hsdp::StatusOr<Membership> decodeMembership(const std::string& text, int64_t ste
                                             const std::string& dir) {
   Membership m;
   auto bad = [&](size_t at, const char* why) {
-    return hsdp::invalidArgument("checkpoint ", dir, ": user entry '", kMembershipKey,
-                                 "' at byte ", at, ": ", why);
+    return hsdp::invalidArgument("checkpoint ", dir, ": user entry '", kMembershipKey, "' at byte ",
+                                 at, ": ", why);
   };
   size_t pos = 0;
   while (pos < text.size()) {
@@ -109,9 +109,8 @@ hsdp::StatusOr<Membership> decodeMembership(const std::string& text, int64_t ste
     pos = end + 1;
   }
   if (static_cast<int64_t>(m.present.size()) != steps)
-    return hsdp::invalidArgument("checkpoint ", dir, ": user entry '", kMembershipKey,
-                                 "' records ", m.present.size(), " steps, the checkpoint is at step ",
-                                 steps);
+    return hsdp::invalidArgument("checkpoint ", dir, ": user entry '", kMembershipKey, "' records ",
+                                 m.present.size(), " steps, the checkpoint is at step ", steps);
   return m;
 }
 
@@ -124,8 +123,7 @@ hsdp::StatusOr<Membership> Checkpoints::membership(int steps) {
     return hsdp::failedPrecondition("the resumed checkpoint (step ", resumed_,
                                     ") records no elastic membership ('", kMembershipKey,
                                     "'): the steps before it cannot be replayed");
-  HSDP_ASSIGN_OR_RETURN(std::vector<std::vector<int>> more,
-                        model_.elasticMembership(steps, known));
+  HSDP_ASSIGN_OR_RETURN(std::vector<std::vector<int>> more, model_.elasticMembership(steps, known));
   history_.groups = *model_.config().elastic.groups;
   for (std::vector<int>& p : more) {
     history_.step_groups.push_back(history_.groups);

@@ -46,12 +46,6 @@ launch() {  # launch PHASE GROUPS STEPS [train_mlp flags...]: in the background
     "${model[@]}" --steps "$steps" "$@" >"$tmp/$phase.launcher.out" 2>"$tmp/$phase.launcher.log" &
   launcher=$!
 }
-expect_pass() {  # expect_pass LOG...
-  for f in "$@"; do
-    grep -qaE "parity vs eigen reference: .* PASS" "$tmp/$f" ||
-      fail "$f: no parity PASS: $(grep -a -E 'parity|error|rror' "$tmp/$f" | tail -3)"
-  done
-}
 # check_dir GROUPS_IN_JOB: every checkpoint in $ckpt: one group's files, verifies, names its
 # writer (the lowest group of its membership); prints "<name> <writer> <groups>" per checkpoint.
 check_dir() {
