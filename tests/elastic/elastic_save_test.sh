@@ -15,6 +15,8 @@
 # 2. The job resumed from that directory's `latest` with 2 groups instead of 3: both groups
 #    PASS against the reference that replays the 3-group history recorded in the checkpoint and
 #    the 2-group steps after it; its own saves name groups 0,1.
+# 3. A 2-group job resumed from a plain (not elastic) job's checkpoint, with --check: it cannot
+#    replay the steps before it, and says so (non-zero exit).
 # Exit 77 (skipped) only when the etcd binary is absent.
 set -u
 elastic=$1 train=$2 mpirun=$3 ckpt_tool=$4
@@ -38,11 +40,12 @@ exec "$@" >"$out/$phase.g${g}r${r}.rank${rank}.log" 2>&1
 EOF
 chmod +x "$tmp/group.sh"
 
+launcher_flags=()
 launch() {  # launch PHASE GROUPS STEPS [train_mlp flags...]: in the background
   local phase=$1 groups=$2 steps=$3
   shift 3
   "$elastic" --groups "$groups" --np 2 --job "$job-$phase" --launcher "$mpirun" \
-    --launcher-args "$margs" --grace 3 -- "$tmp/group.sh" "$tmp" "$phase" "$train" \
+    --launcher-args "$margs" --grace 3 "${launcher_flags[@]}" -- "$tmp/group.sh" "$tmp" "$phase" "$train" \
     "${model[@]}" --steps "$steps" "$@" >"$tmp/$phase.launcher.out" 2>"$tmp/$phase.launcher.log" &
   launcher=$!
 }
@@ -70,7 +73,12 @@ check_dir() {
 t0=$(date +%s)
 launch one 3 60
 wait_for "$tmp/one.g0r0.rank0.log" "^ +5 " 60 || fail "group 0 never reached step 5"
-kill -9 $(ranks_of "$train" 0 0 | tail -1)
+# A rank of this job's group 0 (its environment names the job: other jobs may run the same binary).
+victim=$(for p in $(ranks_of "$train" 0 0); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "HSDP_ELASTIC_JOB=$job-one" && echo "$p"
+done | tail -1)
+[ -n "$victim" ] || fail "no rank of group 0 found"
+kill -9 $victim
 finish 120
 [ "$rc" = 0 ] || fail "phase 1: hsdp-elastic exit $rc (want 0)"
 grep -qaE "elastic: group 0 healed to step [0-9]+ from group [12]" "$tmp/one.g0r1.rank0.log" ||
@@ -98,7 +106,7 @@ echo "phase 1: $(($(date +%s) - t0)) s"
 
 # ---- 2. Resumed with two groups. ----
 t0=$(date +%s)
-launch two 2 76 --resume latest
+launch two 2 68 --resume latest
 finish 120
 [ "$rc" = 0 ] || fail "phase 2: hsdp-elastic exit $rc (want 0)"
 for g in 0 1; do
@@ -108,8 +116,18 @@ done
 grep -qa "groups 0,1 present" "$tmp/two.g0r0.rank0.log" || fail "no step of groups 0,1"
 expect_pass two.g0r0.rank0.log two.g1r0.rank0.log
 check_dir >"$tmp/two.ckpts"
-grep -q "^step-00000076 0 0,1$" "$tmp/two.ckpts" || fail "step 76 is not group 0's of 0,1"
+grep -q "^step-00000068 0 0,1$" "$tmp/two.ckpts" || fail "step 68 is not group 0's of 0,1"
 echo "phase 2: $(($(date +%s) - t0)) s"
+
+# ---- 3. A checkpoint without the record (a plain job's): --check cannot replay it, says so. ----
+"$mpirun" $margs -np 2 "$train" --mode zero3 --dims 64,1024,1024,10 --batch 48 --steps 2 \
+  --save-dir "$tmp/plain" >"$tmp/plain.log" 2>&1 || fail "the plain job failed: $(tail -3 "$tmp/plain.log")"
+launcher_flags=(--max-restarts 0)
+launch three 2 4 --resume "$tmp/plain/step-00000002"
+finish 60
+[ "$rc" != 0 ] || fail "phase 3: hsdp-elastic exit 0 with an unreplayable history"
+grep -qa "records no elastic membership ('elastic.membership'): the steps before it cannot be replayed" \
+  "$tmp/three.g0r0.rank0.log" || fail "phase 3: group 0 does not say why --check cannot replay"
 
 if [ "$fails" -ne 0 ]; then
   echo "--- launchers"
