@@ -72,17 +72,18 @@ gpt::StepStats measure(hsdp::ShardedModel& model, float loss, float lr, double s
 // and compared; the other ranks wait for the verdict asleep (the cores are rank 0's meanwhile).
 // Returns the exit code: 0, or 1 when --check fails.
 int sampleAndCheck(const examples::Failure& fail, const gpt::Options& opt, gpt::Trainer& run,
-                   const hsdp::Mesh& mesh, const std::vector<std::vector<float>>& full) {
+                   const hsdp::Mesh& mesh, examples::Checkpoints& ckpt,
+                   const std::vector<std::vector<float>>& full) {
   // Elastic with each group keeping its slice: the reference replays which groups each step
-  // averaged, read from etcd (collective over the group); redistribute trains on the whole batch
-  // every step: the plain reference.
+  // averaged, read from etcd (collective over the group) and, for the steps before a resumed
+  // checkpoint, from its record; redistribute trains on the whole batch every step: the plain
+  // reference.
   gpt::Membership membership;
   const hsdp::ElasticPolicy& elastic = run.model.config().elastic;
   if (opt.common.check && run.model.elastic() && *elastic.data == hsdp::ElasticData::kKeepSlice) {
-    auto m = run.model.elasticMembership(run.setup.train.steps);
+    auto m = ckpt.membership(run.setup.train.steps);
     if (!m.ok()) fail.alone(m.status());
-    membership.groups = *elastic.groups;
-    membership.present = std::move(*m);
+    membership = std::move(*m);
   }
   float verdict[2] = {0, 0};  // {max_rel_err, pass}: rank 0's, zeros elsewhere, summed
   if (run.world.rank() == 0) {
@@ -258,7 +259,7 @@ int train(const gpt::Options& opt, hsdp::Comm& world) {
     std::printf("activations (rank 0): %.2f MiB (activation checkpointing %s)\n",
                 run.net.activationBytes() / 1048576.0, opt.activation_checkpointing ? "on" : "off");
   if (!rank0_work) return 0;
-  return sampleAndCheck(fail, opt, run, **mesh, full);
+  return sampleAndCheck(fail, opt, run, **mesh, ckpt, full);
 }
 
 }  // namespace

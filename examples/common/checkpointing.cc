@@ -1,6 +1,7 @@
 #include "common/checkpointing.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace examples {
@@ -8,6 +9,12 @@ namespace {
 
 void printSaved(const hsdp::Comm& world, const hsdp::SaveResult& r) {
   if (world.rank() != 0) return;
+  if (!r.written) {  // elastic: another group of the quorum writes it
+    std::printf("checkpoint of step %lld: written by group %d (the writer), not this group\n",
+                static_cast<long long>(r.step), r.writer_group);
+    std::fflush(stdout);
+    return;
+  }
   const double mib = r.bytes / 1048576.0;
   const size_t slash = r.dir.find_last_of('/');
   std::printf("checkpoint %s: %.2f MiB in %.3f s (%.1f MiB/s) -> %s\n",
@@ -56,7 +63,86 @@ void printDifferences(const hsdp::LoadResult& r, const hsdp::AdamConfig& flags,
   std::fflush(stdout);
 }
 
+// The user entry that records the elastic membership of every step up to a save: one item per
+// step, "<groups>:<g>,<g>,...;", the job's group count and the groups of the committed quorum.
+constexpr const char* kMembershipKey = "elastic.membership";
+
+std::string encodeMembership(const Membership& m) {
+  std::string out;
+  for (size_t s = 0; s < m.present.size(); ++s) {
+    out += std::to_string(m.slices(static_cast<int>(s))) + ":";
+    for (size_t i = 0; i < m.present[s].size(); ++i)
+      out += (i ? "," : "") + std::to_string(m.present[s][i]);
+    out += ";";
+  }
+  return out;
+}
+
+// Parses encodeMembership's text of `steps` steps; an error names the checkpoint and the item.
+hsdp::StatusOr<Membership> decodeMembership(const std::string& text, int64_t steps,
+                                            const std::string& dir) {
+  Membership m;
+  auto bad = [&](size_t at, const char* why) {
+    return hsdp::invalidArgument("checkpoint ", dir, ": user entry '", kMembershipKey, "' at byte ",
+                                 at, ": ", why);
+  };
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t end = text.find(';', pos), colon = text.find(':', pos);
+    if (end == std::string::npos || colon == std::string::npos || colon > end)
+      return bad(pos, "want '<groups>:<g>,...;'");
+    char* e = nullptr;
+    const long groups = std::strtol(text.c_str() + pos, &e, 10);
+    if (e != text.c_str() + colon || groups < 1 || groups > 1 << 20)
+      return bad(pos, "the group count is not a positive number");
+    m.step_groups.push_back(static_cast<int>(groups));
+    m.present.emplace_back();
+    for (size_t p = colon + 1; p < end;) {
+      const long g = std::strtol(text.c_str() + p, &e, 10);
+      const size_t q = static_cast<size_t>(e - text.c_str());
+      if (q == p || g < 0 || g >= groups || (q != end && text[q] != ','))
+        return bad(p, "a group index is not in [0, groups)");
+      m.present.back().push_back(static_cast<int>(g));
+      p = q == end ? end : q + 1;
+    }
+    if (m.present.back().empty()) return bad(pos, "a step without groups");
+    pos = end + 1;
+  }
+  if (static_cast<int64_t>(m.present.size()) != steps)
+    return hsdp::invalidArgument("checkpoint ", dir, ": user entry '", kMembershipKey, "' records ",
+                                 m.present.size(), " steps, the checkpoint is at step ", steps);
+  return m;
+}
+
 }  // namespace
+
+hsdp::StatusOr<Membership> Checkpoints::membership(int steps) {
+  if (!model_.elastic()) return hsdp::failedPrecondition("membership: elastic mode is off");
+  const int known = static_cast<int>(history_.present.size());
+  if (!history_known_ || known > steps)
+    return hsdp::failedPrecondition("the resumed checkpoint (step ", resumed_,
+                                    ") records no elastic membership ('", kMembershipKey,
+                                    "'): the steps before it cannot be replayed");
+  HSDP_ASSIGN_OR_RETURN(std::vector<std::vector<int>> more, model_.elasticMembership(steps, known));
+  history_.groups = *model_.config().elastic.groups;
+  for (std::vector<int>& p : more) {
+    history_.step_groups.push_back(history_.groups);
+    history_.present.push_back(std::move(p));
+  }
+  return history_;
+}
+
+hsdp::StatusOr<hsdp::SaveOptions> Checkpoints::saveOptions(int steps_done) {
+  hsdp::SaveOptions so;
+  so.keep_last = flags_.keep;
+  so.user["train_mlp.next_step"] = std::to_string(steps_done);  // the data position
+  so.user["train_mlp.seed"] = std::to_string(seed_);
+  if (model_.elastic() && history_known_) {  // the membership of every step so far
+    HSDP_ASSIGN_OR_RETURN(Membership m, membership(steps_done));
+    so.user[kMembershipKey] = encodeMembership(m);
+  }
+  return so;
+}
 
 hsdp::StatusOr<int> Checkpoints::restore(int steps, const RestoreHints& hints) {
   if (!flags_.init_from.empty()) {
@@ -70,6 +156,15 @@ hsdp::StatusOr<int> Checkpoints::restore(int steps, const RestoreHints& hints) {
   lo.optimizer_from = flags_.optimizer_from == "flags" ? hsdp::OptimizerFrom::kConfig
                                                        : hsdp::OptimizerFrom::kCheckpoint;
   HSDP_ASSIGN_OR_RETURN(hsdp::LoadResult r, model_.load(path, lo));
+  if (model_.elastic()) {
+    // The membership of the saving job's steps (what --check replays before this job's own).
+    auto it = r.user.find(kMembershipKey);
+    history_known_ = it != r.user.end() || r.step == 0;
+    resumed_ = r.step;
+    if (it != r.user.end()) {
+      HSDP_ASSIGN_OR_RETURN(history_, decodeMembership(it->second, r.step, r.dir));
+    }
+  }
   if (world_.rank() == 0) printDifferences(r, configured, flags_.optimizer_from, hints);
   if (flags_.resume == "latest" || flags_.resume == flags_.save_dir)
     last_saved_ = static_cast<int>(r.step);
@@ -88,10 +183,7 @@ hsdp::Status Checkpoints::afterStep(int steps_done, bool last) {
   if (flags_.save_dir.empty()) return hsdp::okStatus();
   const bool due = (flags_.save_every > 0 && steps_done % flags_.save_every == 0) || last;
   if (!due || steps_done == last_saved_) return hsdp::okStatus();
-  hsdp::SaveOptions so;
-  so.keep_last = flags_.keep;
-  so.user["train_mlp.next_step"] = std::to_string(steps_done);  // the data position
-  so.user["train_mlp.seed"] = std::to_string(seed_);
+  HSDP_ASSIGN_OR_RETURN(hsdp::SaveOptions so, saveOptions(steps_done));
   last_saved_ = steps_done;
   if (!flags_.async_save) {
     HSDP_ASSIGN_OR_RETURN(hsdp::SaveResult r, model_.save(flags_.save_dir, so));
@@ -120,10 +212,7 @@ hsdp::StatusOr<std::string> Checkpoints::saveForStop(int steps_done) {
   }
   if (flags_.save_dir.empty()) return std::string();
   if (steps_done == last_saved_ && !last_dir_.empty()) return last_dir_;
-  hsdp::SaveOptions so;
-  so.keep_last = flags_.keep;
-  so.user["train_mlp.next_step"] = std::to_string(steps_done);
-  so.user["train_mlp.seed"] = std::to_string(seed_);
+  HSDP_ASSIGN_OR_RETURN(hsdp::SaveOptions so, saveOptions(steps_done));
   HSDP_ASSIGN_OR_RETURN(hsdp::SaveResult r, model_.save(flags_.save_dir, so));
   printSaved(world_, r);
   last_saved_ = steps_done;

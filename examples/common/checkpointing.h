@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include "common/membership.h"
 #include "hsdp/flags.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/status.h"
@@ -61,6 +62,12 @@ class Checkpoints {
   // and returns the committed directory; "" without --save-dir (nothing is saved).
   [[nodiscard]] hsdp::StatusOr<std::string> saveForStop(int steps_done);
 
+  // Elastic mode (collective over the group): the groups of the quorum that committed each of
+  // steps [0, steps) and the group count of the job that ran it, what --check replays. The steps
+  // before the resumed checkpoint come from its "elastic.membership" entry (the saving job's
+  // record, which may have had another number of groups), the others from this job's etcd.
+  [[nodiscard]] hsdp::StatusOr<Membership> membership(int steps);
+
  private:
   hsdp::Comm& world_;
   hsdp::ShardedModel& model_;
@@ -68,6 +75,13 @@ class Checkpoints {
   uint64_t seed_;
   int last_saved_ = -1;
   std::string last_dir_;  // the directory of the last committed save
+  // Elastic: the membership of steps [0, history_.present.size()), as saves record it; false when
+  // the resumed checkpoint holds no record (its steps cannot be replayed).
+  Membership history_;
+  bool history_known_ = true;
+  int64_t resumed_ = 0;
+  // The user entries of a save of step `steps_done` (its data position; elastic: the membership).
+  [[nodiscard]] hsdp::StatusOr<hsdp::SaveOptions> saveOptions(int steps_done);
 };
 
 }  // namespace examples

@@ -101,7 +101,7 @@ ReferenceResult trainReference(const Config& cfg, const Corpus& corpus, const Tr
       // Elastic, each group on its own slice: the mean over the groups present of each group's
       // mean gradient over its slice.
       const std::vector<int>& present = membership->present.at(step);
-      const int slice = s.batch / membership->groups;
+      const int slice = s.batch / membership->slices(step);
       const float share = 1.0f / static_cast<float>(present.size());
       double loss = 0.0;
       for (int g : present) {

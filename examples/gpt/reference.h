@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/membership.h"
 #include "common/reference.h"
 #include "gpt/data.h"
 #include "gpt/model.h"
@@ -57,14 +58,8 @@ struct ReferenceResult {
   std::vector<float> losses;               // each step's loss, before its update
 };
 
-// Elastic groups that keep their slice (hsdp::ElasticData::kKeepSlice): each step's gradient is
-// the mean over the groups present at that step (`present[step]`, group indexes) of each group's
-// mean gradient over its own slice (slice g of `groups` equal parts of the global batch).
-struct Membership {
-  int groups = 1;
-  std::vector<std::vector<int>> present;
-  bool empty() const { return present.empty(); }
-};
+// Elastic groups that keep their slice (common/reference.h).
+using Membership = examples::Membership;
 
 // bf16_params: forward and backward see the parameters rounded to bf16 (the master stays fp32).
 // bf16_grads (not null): each rank's gradient (its slice of every micro-batch, averaged over the

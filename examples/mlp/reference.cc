@@ -64,7 +64,7 @@ ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, i
     if (membership != nullptr) {
       // Elastic: the mean of the present groups' mean gradients over their own slices.
       const std::vector<int>& present = membership->present.at(step);
-      const int slice = global_batch / membership->groups;
+      const int slice = global_batch / membership->slices(step);
       double loss = 0.0;
       for (int l = 0; l < L; ++l) grads[l].assign(r.params[l].size(), 0.0f);
       for (int g : present) {

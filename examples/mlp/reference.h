@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "common/membership.h"
 #include "common/reference.h"
 #include "hsdp/optimizer.h"
 #include "mlp/mlp.h"
@@ -18,13 +19,8 @@ struct ReferenceResult {
   std::vector<float> losses;  // loss of each step, before its update
 };
 
-// Elastic groups that keep their slice: each step's gradient is the mean over the slices of the
-// groups present at that step (`present[step]`, indexes of `groups` equal slices of the batch).
-struct Membership {
-  int groups = 1;
-  std::vector<std::vector<int>> present;
-  bool empty() const { return present.empty(); }
-};
+// Elastic groups that keep their slice (common/reference.h).
+using Membership = examples::Membership;
 
 // clip_norm > 0 clips the global gradient norm as torch.nn.utils.clip_grad_norm_ does.
 // bf16_params: forward and backward use the parameters rounded to bf16 (the master stays fp32).

@@ -51,22 +51,22 @@ void printStepRow(const hsdp::Comm& world, const StepRow& row, int step, int bat
 // on rank 0 with the roundings this configuration applies (mlp::trainReference, the bf16 tree of
 // the mesh), shares the verdict over `world`, and rank 0 prints it. Returns 0 on PASS, 1 on FAIL.
 int checkParity(const examples::Failure& fail, hsdp::Comm& world, const hsdp::Mesh& mesh,
-                hsdp::ShardedModel& model, const Spec& spec, const hsdp::EngineConfig& cfg,
-                const Options& opt) {
+                hsdp::ShardedModel& model, examples::Checkpoints& ckpt, const Spec& spec,
+                const hsdp::EngineConfig& cfg, const Options& opt) {
   const examples::Options& c = opt.common;
   const int rank = world.rank();
   std::vector<std::vector<float>> mine(spec.layers());
   for (int l = 0; l < spec.layers(); ++l)
     if (hsdp::Status s = model.gatherFullParameters(l, &mine[l]); !s.ok()) fail.alone(s);
   // Elastic with each group keeping its slice: the reference replays which groups each step
-  // averaged (redistribute trains on the whole batch every step: the plain reference).
+  // averaged, those of a resumed checkpoint's steps included (redistribute trains on the whole
+  // batch every step: the plain reference).
   Membership membership;
   const hsdp::ElasticPolicy& elastic = model.config().elastic;
   if (model.elastic() && *elastic.data == hsdp::ElasticData::kKeepSlice) {
-    auto m = model.elasticMembership(c.steps);
+    auto m = ckpt.membership(c.steps);
     if (!m.ok()) fail.alone(m.status());
-    membership.groups = *elastic.groups;
-    membership.present = std::move(*m);
+    membership = std::move(*m);
   }
   float verdict[2] = {0, 0};  // {max_rel_err, pass}
   if (rank == 0) {
@@ -184,7 +184,7 @@ int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_com
   if (hsdp::Status s = examples::printMemory(world, mesh, model, numels, cfg); !s.ok())
     fail.alone(s);
   if (!c.check) return 0;
-  return checkParity(fail, world, mesh, model, spec, cfg, opt);
+  return checkParity(fail, world, mesh, model, ckpt, spec, cfg, opt);
 }
 
 }  // namespace mlp

@@ -72,6 +72,11 @@ struct SaveResult {
   uint64_t rank_bytes = 0;      // this rank's file
   double snapshot_seconds = 0;  // what saveAsync blocked for (checks; device copies started)
   double seconds = 0;           // saveAsync's start to the commit
+  // Elastic mode (docs/elastic.md, "Checkpoints"): one group of the quorum that committed the
+  // saved step writes it, the lowest group index present; on the others the save writes nothing
+  // (written = false, bytes 0) and returns at once. writer_group: that group; -1 without elastic.
+  bool written = true;
+  int writer_group = -1;
 };
 
 // Whose optimizer settings (kind, learning rate, betas, eps, weight decay) a model steps with

@@ -213,8 +213,9 @@ class ShardedModel {
   StatusOr<StepStart> beginStep();
   bool elastic() const;
   // Elastic mode, collective over the group: the group indexes of the quorum that committed
-  // each of steps [0, steps), read from etcd (what a reference replays).
-  StatusOr<std::vector<std::vector<int>>> elasticMembership(int64_t steps);
+  // each of steps [from, steps), read from etcd (what a reference replays). A job resumed from a
+  // checkpoint at step N has records from N on (the steps before are the saving job's).
+  StatusOr<std::vector<std::vector<int>>> elasticMembership(int64_t steps, int64_t from = 0);
 
   // The learning rate of the next step() (a schedule's warm-up and decay). Errors: not finite or
   // <= 0 (InvalidArgument naming it); with CPU offload and no clipping, units step during
@@ -260,7 +261,9 @@ class ShardedModel {
   //
   // Saves the parameters (fp32 masters), Adam's moments, the step count, the optimizer settings
   // and options.user into <root>/<name> (SaveOptions::name) and points <root>/latest at it;
-  // returns once committed. save() is saveAsync() then waitForSave().
+  // returns once committed. save() is saveAsync() then waitForSave(). Elastic mode: one group
+  // writes (the lowest group index of the quorum that committed the state); on the others the
+  // save writes nothing and returns at once (SaveResult::written false; docs/elastic.md).
   StatusOr<SaveResult> save(const std::string& root, const SaveOptions& options = {});
   // Starts copying this rank's part of the state into a host snapshot (allocated once, reused;
   // pinned on a device, where the copy runs on a copy stream of its own and the next step waits
@@ -276,7 +279,8 @@ class ShardedModel {
   // Loads a checkpoint (a checkpoint directory, or a root whose `latest` names one), saved on
   // any mesh and mode, into this model: every unit and parameter must match by name and shape
   // (else InvalidArgument naming the first difference). Waits for a save in flight first. On
-  // error the model's state is unchanged.
+  // error the model's state is unchanged. Elastic mode: before the group's first beginStep(); the
+  // group then joins the job's first quorum ready for the loaded step.
   StatusOr<LoadResult> load(const std::string& path, const LoadOptions& options = {});
   // Parameters from full safetensors weights (hsdp/checkpoint.h: loadWeights options).
   [[nodiscard]] Status loadWeights(const std::string& path, const LoadWeightsOptions& options = {});

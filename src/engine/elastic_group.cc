@@ -260,8 +260,10 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
           HSDP_ASSIGN_OR_RETURN(next, quorum_->nextStep());
         }
         const int64_t s = std::max(local_step, next);
+        // The job's first step (nothing committed yet; a job resumed from a checkpoint starts
+        // past step 0) waits for every group.
         const size_t min_core =
-            (state_ == G::kJoined && s == 0) ? static_cast<size_t>(*policy_.groups) : 1;
+            (state_ == G::kJoined && next == 0) ? static_cast<size_t>(*policy_.groups) : 1;
         HSDP_ASSIGN_OR_RETURN(q_, quorum_->stepQuorum(s, min_core));
         if (q_.includes_self) {
           text = encode(q_);
@@ -406,12 +408,23 @@ StatusOr<bool> ElasticGroup::commit() {
   return true;
 }
 
-StatusOr<std::vector<std::vector<int>>> ElasticGroup::membership(int64_t steps) {
+Status ElasticGroup::readyAt(int64_t step) {
+  if (state_ != G::kJoined)
+    return failedPrecondition("elastic group ", name_, ": ready at step ", step,
+                              " after its first step (state ", stateName(state_), ")");
+  Status root = okStatus();
+  if (control_.controlRank() == 0) root = quorum_->rejoin(step);
+  HSDP_RETURN_IF_ERROR(control_.agree(root));
+  local_step_ = step;
+  return okStatus();
+}
+
+StatusOr<std::vector<std::vector<int>>> ElasticGroup::membership(int64_t steps, int64_t from) {
   std::string text;
   Status root = okStatus();
   if (control_.controlRank() == 0) {
     root = [&]() -> Status {
-      for (int64_t s = 0; s < steps; ++s) {
+      for (int64_t s = from; s < steps; ++s) {
         HSDP_ASSIGN_OR_RETURN(elastic::StepQuorum q, quorum_->committedQuorum(s));
         for (size_t i = 0; i < q.members.size(); ++i)
           text += strCat(i ? "," : "", groupIndexOf(q.members[i].group));
@@ -423,7 +436,7 @@ StatusOr<std::vector<std::vector<int>>> ElasticGroup::membership(int64_t steps) 
   HSDP_RETURN_IF_ERROR(fromRoot(root, &text));
   std::vector<std::vector<int>> out;
   for (const std::string& step : splitList(text, ';')) {
-    if (static_cast<int64_t>(out.size()) == steps) break;
+    if (static_cast<int64_t>(out.size()) == steps - from) break;
     out.emplace_back();
     for (const std::string& g : splitList(step, ',')) out.back().push_back(std::atoi(g.c_str()));
   }

@@ -81,8 +81,12 @@ class ElasticGroup {
   const Committed& committed() const { return committed_; }
   const std::string& job() const { return *policy_.job; }
   int groupIndex() const { return *policy_.group_index; }
-  // The group indexes of the quorum that committed each of steps [0, steps).
-  StatusOr<std::vector<std::vector<int>>> membership(int64_t steps);
+  // The group indexes of the quorum that committed each of steps [from, steps).
+  StatusOr<std::vector<std::vector<int>>> membership(int64_t steps, int64_t from = 0);
+  // Before the first begin(): the group holds the state of `step` (a checkpoint was loaded); rank
+  // 0 rejoins with that ready_step, so the job's first quorum has it in its core. Collective.
+  [[nodiscard]] Status readyAt(int64_t step);
+  bool started() const { return state_ != GroupState::kJoined; }
 
  private:
   explicit ElasticGroup(UnitCollectives& control) : control_(control) {}

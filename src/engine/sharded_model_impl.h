@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -114,6 +115,9 @@ struct ShardedModel::Impl {
   // touch (the memory space its pinned snapshot belongs to) is alive.
   std::unique_ptr<engine::Saver, engine::SaverDeleter> saver;
   bool job_marker_agreed = false;  // files::setJobMarker called with rank 0's marker (save.cc)
+  // Elastic mode: the save of a group that is not the writer (save.cc: saveAsync), returned by
+  // the next waitForSave.
+  std::optional<SaveResult> skipped_save;
 
   // ---- mode policy (here: one line each) ----
   bool onDevice() const { return cfg.device == Device::kCuda; }
@@ -192,6 +196,8 @@ struct ShardedModel::Impl {
   Status agreeJobMarker();
   std::vector<ckpt::UnitDesc> unitDescs() const;
   ckpt::SavedUnder savedUnder() const;
+  // Elastic mode: the group that writes a checkpoint of the current state (save.cc); -1 when off.
+  int checkpointWriter() const;
   int pieceReplicas() const { return mesh->shape().replicas(); }
   ckpt::FilePlan myPlan() const;
   // The snapshot/staging buffer, sized for myPlan() (allocated on first use, then reused).

@@ -359,9 +359,12 @@ StatusOr<StepStart> ShardedModel::beginStep() {
   return m.elastic->begin(m.step, state);
 }
 
-StatusOr<std::vector<std::vector<int>>> ShardedModel::elasticMembership(int64_t steps) {
+StatusOr<std::vector<std::vector<int>>> ShardedModel::elasticMembership(int64_t steps,
+                                                                        int64_t from) {
   if (!impl_->elastic) return failedPrecondition("elasticMembership: elastic mode is off");
-  return impl_->elastic->membership(steps);
+  if (from < 0 || from > steps)
+    return invalidArgument("elasticMembership: steps [", from, ", ", steps, ") is not a range");
+  return impl_->elastic->membership(steps, from);
 }
 
 }  // namespace hsdp

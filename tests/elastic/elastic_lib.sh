@@ -1,7 +1,7 @@
-# Sourced by the elastic end-to-end tests (tests/elastic/elastic_train_test.sh,
+# Sourced by the elastic end-to-end tests (tests/elastic/elastic_train_test.sh, elastic_save_test.sh,
 # tests/python/torch_elastic_test.sh): a work folder removed at exit (copied to $KEEP_LOGS when
 # set), the launcher and any pid in pids_to_kill stopped at exit, failures counted, mpirun's
-# arguments, and the waits. Sets tmp, launcher, pids_to_kill, fails, margs.
+# arguments, the waits and the parity check. Sets tmp, launcher, pids_to_kill, fails, margs.
 tmp=$(mktemp -d)
 launcher=
 pids_to_kill=()
@@ -48,4 +48,10 @@ finish() {  # finish [SECONDS]: waits for the launcher (180 s at most); its exit
   wait "$launcher"
   rc=$?
   launcher=
+}
+expect_pass() {  # expect_pass LOG...: each of $tmp/LOG has a parity PASS line
+  for f in "$@"; do
+    grep -qaE "parity vs (eigen )?reference: .* PASS" "$tmp/$f" ||
+      fail "$f: no parity PASS: $(grep -a -E 'parity|error|rror' "$tmp/$f" | tail -3)"
+  done
 }

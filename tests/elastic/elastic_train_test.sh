@@ -64,12 +64,6 @@ launch() {  # launch STEPS [hsdp-elastic flags...]: in the background, its stder
     --steps "$steps" >"$tmp/launcher.out" 2>"$tmp/launcher.log" &
   launcher=$!
 }
-expect_pass() {  # expect_pass LOG...
-  for f in "$@"; do
-    grep -qaE "parity vs (eigen )?reference: .* PASS" "$tmp/$f" ||
-      fail "$f: no parity PASS: $(grep -a -E 'parity|error|rror' "$tmp/$f" | tail -3)"
-  done
-}
 show() {
   echo "--- launcher"
   cat "$tmp/launcher.log"

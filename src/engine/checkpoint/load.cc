@@ -138,6 +138,10 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
   if (saveInFlight()) HSDP_RETURN_IF_ERROR(waitForSave().status());
   LoadResult result;
   Status local = m.checkIdle("load");
+  if (local.ok() && m.elastic && m.elastic->started())
+    local = failedPrecondition(
+        "load: an elastic group loads a checkpoint before its first beginStep(); after it, its "
+        "state comes from the quorum (a heal)");
   StatusOr<ckpt::Manifest> man = local;
   if (local.ok()) {
     StatusOr<std::string> dir = ckpt::resolveCheckpointDir(path);
@@ -208,6 +212,9 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
                                       {engine::GradState::kStepped}));
   }
   HSDP_RETURN_IF_ERROR(m.agree(installed));
+  // Elastic: the group now holds the state of the loaded step; it rejoins ready for it, so the
+  // job's first quorum counts it in its core (whatever groups the saving job had).
+  if (m.elastic) HSDP_RETURN_IF_ERROR(m.elastic->readyAt(m.step));
   result.step = man->step;
   result.bytes_read = reader.bytesRead();
   result.seconds = secondsSince(t0);

@@ -125,6 +125,20 @@ ckpt::SavedUnder ShardedModel::Impl::savedUnder() const {
   return d;
 }
 
+// The writer rule (docs/elastic.md, "Checkpoints"): the lowest group index of the quorum that
+// committed the step whose state is saved. Every member of that quorum holds the same bits and
+// reads the same record (the committed quorum), so every group computes the same writer without
+// a message; the lowest index is stable while that group stays (no writer changes between saves
+// without a failure), and any other choice from the record would do as well. Before this process
+// has committed a step (a state loaded or initial, which every group holds alike) there is no
+// record: group 0 writes.
+int ShardedModel::Impl::checkpointWriter() const {
+  if (!elastic) return -1;
+  const engine::ElasticGroup::Committed& c = elastic->committed();
+  if (c.step < 0 || c.step + 1 != step || c.present.empty()) return 0;
+  return *std::min_element(c.present.begin(), c.present.end());
+}
+
 ckpt::FilePlan ShardedModel::Impl::myPlan() const {
   return ckpt::planFile(unitDescs(), shards, pieceReplicas(), shardIndex(),
                         mesh->coords().replica_rank);
@@ -164,6 +178,21 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
                               " bytes, over the limit of ", ckpt::kMaxUserEntryBytes, " bytes");
   if (local.ok() && (name[0] == '.' || name.find('/') != std::string::npos || name == "latest"))
     local = invalidArgument("save: checkpoint name '", name, "' must be a plain directory name");
+  const int writer = m.checkpointWriter();
+  if (writer >= 0 && writer != m.elastic->groupIndex()) {
+    // Not this group's to write: nothing is written, nothing waits (the writer's save does not
+    // hold up this group either). Every rank of the group decides alike (the same record); bad
+    // arguments fail here as on the writer.
+    HSDP_RETURN_IF_ERROR(m.agree(local));
+    SaveResult r;
+    r.dir = root + "/" + name;
+    r.step = m.step;
+    r.written = false;
+    r.writer_group = writer;
+    r.snapshot_seconds = std::chrono::duration<double>(engine::Clock::now() - t0).count();
+    m.skipped_save = r;
+    return okStatus();
+  }
   const int rank = m.mesh->world().rank();
   if (!m.job_marker_agreed) {
     // Every rank names the temporary directory with rank 0's job marker (files::tempName).
@@ -262,6 +291,7 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
   s.result = SaveResult();
   s.result.dir = root + "/" + name;
   s.result.step = m.step;
+  s.result.writer_group = writer;
   s.result.snapshot_seconds = std::chrono::duration<double>(engine::Clock::now() - t0).count();
   s.status = okStatus();
   {
@@ -287,6 +317,11 @@ Status ShardedModel::Impl::waitForSnapshot() {
 
 StatusOr<SaveResult> ShardedModel::waitForSave() {
   Impl& m = *impl_;
+  if (m.skipped_save) {  // elastic: another group writes it
+    SaveResult r = *m.skipped_save;
+    m.skipped_save.reset();
+    return r;
+  }
   if (!saveInFlight()) return failedPrecondition("waitForSave: no save in flight");
   engine::Saver& s = *m.saver;
   // The join waits for this rank's write (and on rank 0 the commit, bounded by
@@ -314,6 +349,7 @@ StatusOr<SaveResult> ShardedModel::waitForSave() {
 }
 
 bool ShardedModel::saveInFlight() const {
+  if (impl_->skipped_save) return true;  // waitForSave returns it
   return impl_->saver && impl_->saver->current() != engine::SaveState::kIdle;
 }
 

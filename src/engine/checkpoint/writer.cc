@@ -21,6 +21,7 @@
 #include "hsdp/files.h"
 #include "hsdp/log.h"
 #include "hsdp/watchdog.h"
+#include "storage/format.h"
 #include "storage/io.h"
 
 namespace hsdp {
@@ -306,6 +307,18 @@ Status commit(const SaveJob& job, bool* peer) {
                            " that is not an hsdp checkpoint; it is not replaced");
   }
   HSDP_RETURN_IF_ERROR(root.sync());
+  // Elastic: a writer stopped mid-save (SIGSTOP, a cut link) may commit after the next writer
+  // committed a later step into the same root; `latest` never goes back to an earlier step.
+  if (!m.saved.elastic_job.empty()) {
+    StatusOr<std::string> cur = ckpt::resolveCheckpointDir(job.root);
+    StatusOr<ckpt::Manifest> newest =
+        cur.ok() ? ckpt::readManifest(*cur) : StatusOr<ckpt::Manifest>(cur.status());
+    if (newest.ok() && newest->step > job.step) {
+      HSDP_WARN(kShard, "checkpoint ", job.name, " committed; `latest` stays ", *cur,
+                " (a later step, written by the writer that followed this one)");
+      return okStatus();
+    }
+  }
   HSDP_RETURN_IF_ERROR(root.replaceFile(ckpt::kLatestName, job.name + "\n"));
   if (job.keep_last > 0) HSDP_RETURN_IF_ERROR(prune(root, job.keep_last, job.name));
   return okStatus();
