@@ -134,7 +134,8 @@ struct Group {
   int restarts = 0;
   proc::Child launcher;  // mpirun or srun, leader of its own session; not started: not running
   Clock::time_point started;
-  bool done = false;
+  bool done = false;      // nothing more to run: finished, or ended after another finished
+  bool finished = false;  // its program exited 0 (it committed the job's last step)
 };
 
 class Watcher {
@@ -170,7 +171,13 @@ class Watcher {
         all_done = all_done && g.done;
       }
       if (all_done) {
-        note("all %d groups finished", plan_.groups);
+        int ran = 0;
+        for (const Group& g : groups_) ran += g.finished ? 1 : 0;
+        if (ran == plan_.groups)
+          note("all %d groups finished", plan_.groups);
+        else
+          note("the job finished: %d of %d groups ran to its end (the others ended after it)", ran,
+               plan_.groups);
         return 0;
       }
       waitEvent(500);
@@ -185,7 +192,7 @@ class Watcher {
     finish(g);
     if (e.code == 0) {
       note("group %d finished (exit 0) after %.1f s", g.index, secs);
-      g.done = true;
+      g.done = g.finished = true;
       return -1;
     }
     char how[96];
@@ -194,6 +201,16 @@ class Watcher {
                     strsignal(e.signal));
     else
       std::snprintf(how, sizeof(how), "exited with code %d", e.code);
+    // A group that finished has committed the job's last step: the job is done, and a group
+    // that ends after that could never heal again (its donors have exited). It is not
+    // restarted, and the job's result stands (the soak met this: a group killed near the end
+    // was restarted until it ran out of restarts, each run failing to find a donor).
+    if (const Group* f = finishedGroup()) {
+      note("group %d %s after %.1f s, after group %d finished the job; not restarted", g.index, how,
+           secs, f->index);
+      g.done = true;
+      return -1;
+    }
     if (g.restarts >= plan_.max_restarts) {
       note("group %d %s after %.1f s", g.index, how, secs);
       note("group %d failed %d time%s; giving up (exit %d)", g.index, g.restarts + 1,
@@ -211,6 +228,12 @@ class Watcher {
     note("group %d %s after %.1f s; restart %d of %d%s", g.index, how, secs, g.restarts,
          plan_.max_restarts, where.c_str());
     return start(g) ? -1 : stopAll(3);
+  }
+
+  const Group* finishedGroup() const {
+    for (const Group& g : groups_)
+      if (g.done && g.finished) return &g;
+    return nullptr;
   }
 
   // Starts group g's launcher in a session of its own (a kill reaches it and what it starts),

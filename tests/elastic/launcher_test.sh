@@ -4,6 +4,7 @@
 # 1. 3 groups x 2 ranks under mpirun, the first run of group 1 fails: every rank sees the job's
 #    variables, group 1 runs again with HSDP_ELASTIC_RESTARTS=1, exit 0, the local etcd is gone.
 # 2. group 1 always fails (--max-restarts 2): exit 7 after 3 runs, the other groups are stopped.
+# 2b. group 1 fails after groups 0 and 2 finished: the job is done, it is not restarted, exit 0.
 # 3. SIGTERM to hsdp-elastic while the groups sleep: exit 143 within the grace, every process of
 #    the job gone, etcd stopped and its directory removed.
 # 4. a given --endpoint, --launcher srun (a fake srun that records its command line), host sets
@@ -33,7 +34,11 @@ out=$1 mode=$2
 g=$HSDP_ELASTIC_GROUP_INDEX r=$HSDP_ELASTIC_RESTARTS rank=${OMPI_COMM_WORLD_RANK:-x}
 echo "endpoint=$HSDP_ELASTIC_ENDPOINT job=$HSDP_ELASTIC_JOB index=$g groups=$HSDP_ELASTIC_GROUPS restarts=$r rank=$rank pid=$$" >>"$out/run.$g.$r"
 case $mode in
-  restart) if [ "$g" = 1 ] && [ "$r" = 0 ] && [ "$rank" = 1 ]; then exit 1; fi; sleep 0.3 ;;
+  restart) if [ "$g" = 1 ] && [ "$r" = 0 ] && [ "$rank" = 1 ]; then exit 1; fi
+    # Groups 0 and 2 still run when group 1's failure is seen (a group that fails after one
+    # finished is not restarted: case 2b).
+    if [ "$g" = 1 ]; then sleep 0.3; else sleep 2; fi ;;
+  late) [ "$g" = 1 ] && { sleep 2; exit 5; }; true ;;
   fail) [ "$g" = 1 ] && exit 7; sleep 100 & echo "pid=$!" >>"$out/run.$g.$r"; wait ;;
   sleep) sleep 100 & echo "pid=$!" >>"$out/run.$g.$r"; wait ;;
 esac
@@ -96,6 +101,16 @@ grep -q "^pid=" "$out/run.0.0" || fail "case 2: group 0 did not start its sleep"
 all_gone "$out" || fail "case 2: processes of the job are left"
 ep=$(endpoint_of "$out/log")
 [ -n "$ep" ] && etcd_alive "$ep" && fail "case 2: the local etcd is still running"
+
+# ---- 2b. group 1 fails after the others finished: not restarted, the job's exit is 0 ------------
+out=$tmp/c2b && mkdir -p "$out"
+"$elastic" --groups 3 --np 2 --launcher "$mpirun" --launcher-args "$margs" \
+  -- "$tmp/group.sh" "$out" late >"$out/log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || fail "case 2b: exit $rc, want 0"
+grep -q "group 1 exited with code 5 after [0-9.]* s, after group [02] finished the job; not restarted" \
+  "$out/log" || fail "case 2b: no line saying group 1 is not restarted: $(tail -3 "$out/log")"
+[ ! -e "$out/run.1.1" ] || fail "case 2b: group 1 was restarted"
 
 # ---- 3. SIGTERM to hsdp-elastic: everything stops within the grace, exit 143 -----------------------
 out=$tmp/c3 && mkdir -p "$out"
