@@ -354,8 +354,10 @@ void bindShardedModel(nb::module_& m) {
             o.keep_last = keep_last;
             ShardedModel& model = pm.live();
             const SaveResult r = takeUnlocked([&] { return model.save(root, o); });
+            // written / writer_group: elastic mode, where one group writes (docs/elastic.md).
             return dictOf(item("dir", r.dir), item("step", r.step), item("bytes", r.bytes),
-                          item("seconds", r.seconds));
+                          item("seconds", r.seconds), item("written", r.written),
+                          item("writer_group", r.writer_group));
           },
           nb::arg("root"), nb::arg("name") = "", nb::arg("keep_last") = 0)
       .def(

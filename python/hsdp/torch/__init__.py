@@ -180,7 +180,9 @@ class ShardedModule:
 
     def save(self, root: str, *, name: str = "", keep_last: int = 0) -> Dict[str, Any]:
         """Collective: hsdp's sharded checkpoint <root>/<name> (default step-<8 digits>) and
-        <root>/latest, as ShardedModel::save (hsdp-ckpt and hsdp.checkpoint read it)."""
+        <root>/latest, as ShardedModel::save (hsdp-ckpt and hsdp.checkpoint read it). Returns
+        dir, step, bytes, seconds, and in elastic mode whether this group wrote it (`written`;
+        one group of the committed quorum does, `writer_group`: docs/elastic.md)."""
         self._idle("save")
         return self._e.save(str(root), name, keep_last)
 

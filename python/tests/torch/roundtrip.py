@@ -75,6 +75,8 @@ def main() -> int:
                           units=list(a.transformer.h), mode="zero3", optimizer=HP)
     train(a, sa, comm, 3, 0)
     saved = sa.save(str(tmp / "ckpt"))
+    check(saved["step"] == 3 and saved["written"] is True and saved["writer_group"] == -1
+          and saved["bytes"] > 0, f"save() returned {saved} (step 3, written by this job)")
     at_save = sa.full_state_dict()
     cont = train(a, sa, comm, 2, 3)
     final = sa.full_state_dict()
