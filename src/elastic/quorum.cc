@@ -11,6 +11,7 @@
 
 #include "elastic/quorum_detail.h"
 #include "hsdp/env.h"
+#include "hsdp/log.h"
 
 namespace hsdp::elastic {
 using namespace quorum_detail;
@@ -66,6 +67,9 @@ StatusOr<std::unique_ptr<Quorum>> Quorum::create(Options options) {
 }
 
 Quorum::~Quorum() {
+  // The run's coordination cost, where users see it (the log's own line, at any HSDP_DEBUG).
+  if (std::string line = stepCostLine(); !line.empty())
+    log::write(log::Level::kInfo, log::kShard, line);
   Status s = leave();
   (void)s;
 }
