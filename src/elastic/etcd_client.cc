@@ -358,7 +358,9 @@ StatusOr<TxnResult> EtcdClient::txn(const std::vector<Compare>& compares,
     return a;
   };
   json req = {{"compare", cmp}, {"success", ops(success)}, {"failure", ops(failure)}};
-  std::string first = compares.empty() ? std::string() : compares.front().key;
+  std::string first = !compares.empty()  ? compares.front().key
+                      : !success.empty() ? success.front().key
+                                         : std::string();
   HSDP_ASSIGN_OR_RETURN(std::string body,
                         post("/v3/kv/txn", req.dump(), "txn", first, timeout_ms_, false));
   HSDP_ASSIGN_OR_RETURN(json j,
