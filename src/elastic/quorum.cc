@@ -189,6 +189,10 @@ Status Quorum::rejoin(int64_t ready_step) {
 StatusOr<std::vector<Member>> Quorum::members(int64_t* revision) {
   HSDP_ASSIGN_OR_RETURN(RangeResult r, client_->getPrefix(prefix_ + "members/"));
   if (revision != nullptr) *revision = r.revision;
+  return parseMembers(r);
+}
+
+StatusOr<std::vector<Member>> Quorum::parseMembers(const RangeResult& r) const {
   std::vector<Member> out;
   for (const KeyValue& kv : r.kvs) {
     HSDP_ASSIGN_OR_RETURN(json j, parseValue(kv));

@@ -138,9 +138,12 @@ class Quorum {
  private:
   explicit Quorum(Options options) : options_(std::move(options)) {}
   std::string attemptKey(int64_t step, int64_t attempt) const;
-  // Creates the attempt's quorum; nullopt while its core is smaller than min_core.
+  // Creates the attempt's quorum from `snap` (stepQuorum's one read: the attempt's quorum and
+  // outcome, the members, the evicted, step - 1's commit); nullopt while its core is smaller
+  // than min_core.
   StatusOr<std::optional<StepQuorum>> createQuorum(int64_t step, int64_t attempt, size_t min_core,
-                                                   int64_t* revision);
+                                                   const TxnResult& snap);
+  StatusOr<std::vector<Member>> parseMembers(const RangeResult& r) const;
   // The decision of the attempt from one snapshot, or "" when it is still open.
   StatusOr<std::string> decide(const StepQuorum& q, int64_t* revision, std::string* waiting);
   // The reads of that snapshot for attempt prefix `a`: outcome, votes, members.

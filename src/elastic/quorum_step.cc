@@ -51,9 +51,16 @@ StatusOr<StepQuorum> Quorum::stepQuorum(int64_t step, size_t min_core) {
   auto deadline = Clock::now() + std::chrono::milliseconds(vote_timeout_ms_);
   while (true) {
     std::string a = attemptKey(step, attempt);
-    HSDP_ASSIGN_OR_RETURN(TxnResult r,
-                          client_->txn({}, {Op::get(a + "quorum"), Op::get(a + "outcome")}, {}));
-    if (r.ranges.size() != 2) return internalError("etcd txn: ", r.ranges.size(), " ranges of 2");
+    // One read for all a creator needs too (one revision): a group that finds the quorum made
+    // reads nothing more, and one that makes it writes once.
+    HSDP_ASSIGN_OR_RETURN(
+        TxnResult r,
+        client_->txn({},
+                     {Op::get(a + "quorum"), Op::get(a + "outcome"),
+                      Op::get(prefix_ + "members/", true), Op::get(prefix_ + "evicted/", true),
+                      Op::get(strCat(prefix_, "step/", step - 1, "/committed"))},
+                     {}));
+    if (r.ranges.size() != 5) return internalError("etcd txn: ", r.ranges.size(), " ranges of 5");
     if (!r.ranges[1].kvs.empty() && r.ranges[1].kvs[0].value != "commit") {
       ++attempt;  // aborted: the step is retried in the next attempt
       continue;
@@ -62,9 +69,9 @@ StatusOr<StepQuorum> Quorum::stepQuorum(int64_t step, size_t min_core) {
     if (!r.ranges[0].kvs.empty()) {
       HSDP_ASSIGN_OR_RETURN(q, parseQuorum(r.ranges[0].kvs[0], step, attempt, options_.group));
     } else {
-      int64_t revision = 0;
+      const int64_t revision = r.revision;
       HSDP_ASSIGN_OR_RETURN(std::optional<StepQuorum> made,
-                            createQuorum(step, attempt, min_core, &revision));
+                            createQuorum(step, attempt, min_core, r));
       if (!made.has_value()) {  // too few groups hold the step's state yet: wait for more
         if (msLeft(deadline) <= 0) {
           HSDP_ASSIGN_OR_RETURN(std::vector<Member> live, members());
@@ -93,27 +100,27 @@ StatusOr<StepQuorum> Quorum::stepQuorum(int64_t step, size_t min_core) {
 }
 
 StatusOr<std::optional<StepQuorum>> Quorum::createQuorum(int64_t step, int64_t attempt,
-                                                         size_t min_core, int64_t* revision) {
+                                                         size_t min_core, const TxnResult& snap) {
   // The core: the live members that hold the step's state: those that declare it, and those
   // that were in the quorum that committed step - 1 under the same incarnation (they may not
   // have rewritten their key yet). Every other live member heals from a core member first.
-  HSDP_ASSIGN_OR_RETURN(std::vector<Member> live, members(revision));
+  HSDP_ASSIGN_OR_RETURN(std::vector<Member> live, parseMembers(snap.ranges[2]));
   std::map<std::string, int64_t> committed_prev;  // group -> incarnation
-  if (step > 0) {
-    auto pq = committedQuorum(step - 1);
-    if (pq.ok()) {
-      for (const Member& m : pq->members) committed_prev[m.group] = m.incarnation;
-    } else if (pq.status().code() != StatusCode::kNotFound) {
-      return pq.status();
+  if (step > 0 && !snap.ranges[4].kvs.empty()) {
+    HSDP_ASSIGN_OR_RETURN(json cj, parseValue(snap.ranges[4].kvs[0]));
+    const int64_t prev_attempt = cj.value("attempt", int64_t{0});
+    // The quorum this group committed step - 1 in is that attempt's: no read. Else read it.
+    if (have_current_ && current_.step == step - 1 && current_.attempt == prev_attempt) {
+      for (const Member& m : current_.members) committed_prev[m.group] = m.incarnation;
+    } else {
+      HSDP_ASSIGN_OR_RETURN(StepQuorum pq, committedQuorum(step - 1));
+      for (const Member& m : pq.members) committed_prev[m.group] = m.incarnation;
     }
   }
   // Incarnations a fail vote named gone (evicted/<group> = incarnation).
   std::map<std::string, int64_t> evicted;
-  {
-    HSDP_ASSIGN_OR_RETURN(RangeResult v, client_->getPrefix(prefix_ + "evicted/"));
-    for (const KeyValue& kv : v.kvs)
-      evicted[kv.key.substr(prefix_.size() + 8)] = std::strtoll(kv.value.c_str(), nullptr, 10);
-  }
+  for (const KeyValue& kv : snap.ranges[3].kvs)
+    evicted[kv.key.substr(prefix_.size() + 8)] = std::strtoll(kv.value.c_str(), nullptr, 10);
   std::vector<Member> core, healing;
   auto split = [&](bool drop_evicted) {
     core.clear();
