@@ -97,3 +97,13 @@ print(base64.b64decode(kv[0]["value"]).decode() if kv else "")' && return 0
   done
   return 1
 }
+# show_logs DIR: the launcher's log and the lines of each group's rank 0 that tell what happened.
+show_logs() {
+  local f
+  echo "--- launcher"
+  cat "$1/launcher.log"
+  for f in "$1"/g*.rank0.log; do
+    echo "--- $(basename "$f")"
+    grep -aE "elastic|parity|rror" "$f" | cut -c1-400 | tail -8
+  done
+}

@@ -242,11 +242,7 @@ TEST_F(EtcdClientTest, EtcdStoppedMidUseIsAnErrorNotAHang) {
 class EtcdClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto binary = LocalEtcd::findBinary();
-    if (!binary.ok()) {
-      GTEST_SKIP() << "\n*** SKIPPED: " << binary.status().message()
-                   << "\n*** the elastic tests need etcd (scripts/setup installs etcd-server)";
-    }
+    if (std::string why = testing::missingEtcd(); !why.empty()) GTEST_SKIP() << why;
     auto c = LocalEtcdCluster::start(3);
     ASSERT_TRUE(c.ok()) << c.status().toString();
     cluster_ = std::move(*c);

@@ -41,15 +41,6 @@ launch() {  # launch STEPS [hsdp-elastic flags...]
 }
 # The last step row (step, loss, grad norm, ...: "   12    0.40736     1.9340 ..."), not the memory table's.
 last_row() { grep -aoE "^ +[0-9]+ +-?[0-9]+\.[0-9]+ +[0-9]+\.[0-9]+ " "$1" | tail -1 | awk '{print $1}'; }
-show() {
-  echo "--- launcher"
-  cat "$tmp/launcher.log"
-  for f in "$tmp"/g*.rank0.log; do
-    echo "--- $(basename "$f")"
-    grep -aE "elastic|parity|error|rror" "$f" | cut -c1-400 | tail -8
-  done
-}
-
 case $case_name in
   member-kill)
     launch 100
@@ -116,7 +107,7 @@ case $case_name in
     ;;
 esac
 if [ "$fails" -ne 0 ]; then
-  show
+  show_logs "$tmp"
   echo "elastic $case_name: $fails failure(s)"
   exit 1
 fi
