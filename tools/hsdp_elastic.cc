@@ -118,8 +118,11 @@ StatusOr<Plan> makePlan(const Flags& f, std::vector<std::string> program) {
     const std::string s = scheme == std::string::npos ? "" : url.substr(0, scheme);
     if ((s != "http" && s != "https") || url.size() == scheme + 3 ||
         url.find_first_of(" \t\n") != std::string::npos)
-      return hsdp::invalidArgument("--endpoint '", f.endpoint, "': '", url,
-                                   "' is not an etcd URL (http://host:port[,http://host:port...])");
+      return url == f.endpoint
+                 ? hsdp::invalidArgument("--endpoint '", f.endpoint,
+                                         "' is not an etcd URL (http://host:port)")
+                 : hsdp::invalidArgument("--endpoint '", f.endpoint, "': '", url,
+                                         "' is not an etcd URL (http://host:port,http://...)");
   }
   if (!f.endpoint.empty() && f.endpoint.back() == ',')
     return hsdp::invalidArgument("--endpoint '", f.endpoint, "' ends with an empty URL");
