@@ -265,7 +265,9 @@ TEST_F(EtcdClusterTest, AMemberKilledBetweenRequestsIsFailedOverLeaseAndWatchInc
   ASSERT_TRUE(a->has_value());
   EXPECT_EQ((*a)->value, "1");
   EXPECT_EQ((*a)->mod_revision, *rev);
-  EXPECT_LT(secondsSince(t0), 1.5);      // refused at once: the next member answers
+  // Refused at once; when it was the leader, the others elect one first (1-2 s): within the
+  // budget of one bound per member.
+  EXPECT_LT(secondsSince(t0), 3 * 1.5);
   auto ttl = c->leaseKeepAlive(*lease);  // the lease lives on through the members left
   ASSERT_TRUE(ttl.ok()) << ttl.status().toString();
   EXPECT_GT(*ttl, 0);
