@@ -67,6 +67,8 @@ StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::prepare() {
 
 Status LocalEtcd::spawn(const std::string& binary, const std::string& name, const std::string& peer,
                         const std::string& initial_cluster) {
+  // --pre-vote: a member back from a cut asks before it campaigns, so it does not depose a
+  // leader the others still follow (etcd 3.4's default is off).
   std::vector<std::string> args = {binary,
                                    "--name=" + name,
                                    "--data-dir=" + dir_ + "/data",
@@ -76,6 +78,7 @@ Status LocalEtcd::spawn(const std::string& binary, const std::string& name, cons
                                    "--initial-advertise-peer-urls=" + peer,
                                    "--initial-cluster=" + initial_cluster,
                                    "--initial-cluster-state=new",
+                                   "--pre-vote=true",
                                    "--log-outputs=stderr"};
   // etcd gets SIGKILL when its parent dies, so it is never left running by a launcher or test
   // that was itself killed with SIGKILL. It stays in this process's group: a terminal's

@@ -72,7 +72,7 @@ print(' '.join(str(x.getsockname()[1]) for x in s))")
       --advertise-client-urls "${etcd_url[$k]}" \
       --listen-peer-urls "http://127.0.0.1:${ports[$((2 * k + 1))]}" \
       --initial-advertise-peer-urls "http://127.0.0.1:${ports[$((2 * k + 1))]}" \
-      --initial-cluster "$initial" --initial-cluster-state new >"$dir/m$k.log" 2>&1 &
+      --initial-cluster "$initial" --initial-cluster-state new --pre-vote=true >"$dir/m$k.log" 2>&1 &
     etcd_pid+=($!)
     pids_to_kill+=($!)
     disown $!  # killed on purpose by the tests: no "Killed" line from this shell
