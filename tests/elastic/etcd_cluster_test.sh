@@ -12,14 +12,20 @@
 #                Then member 2 continues (a majority again) and its record is the truth: no
 #                group printed the row of a step the record does not hold as committed (no
 #                divergent commit).
-#   node-cut     on the emulated cluster, one group and one etcd member per node: node 2's link
-#                cut for 6 s (group 2 and member 2 with it): the others go on, group 2 heals.
+#   node-cut     on the emulated cluster (root), one group and one etcd member per node
+#                (ETCD_MEMBERS=3): elastic_train_test.sh's cut case, node 2's link down for 6 s
+#                taking group 2 and member 2 (a minority) with it: groups 0 and 1 go on through
+#                members 0 and 1, group 2 heals when the link is back; all PASS.
 # Exit 77 (skipped) only when the etcd binary is absent.
 set -u
 case_name=$1 elastic=$2 train=$3 mpirun=$4
 if ! command -v etcd >/dev/null; then
   echo "*** SKIPPED: the etcd binary is not in PATH (scripts/setup installs etcd-server)"
   exit 77
+fi
+if [ "$case_name" = node-cut ]; then
+  # elastic_train_test.sh's cut case (its job, cut and checks) with a member per node.
+  ETCD_MEMBERS=3 exec bash "$(dirname "$0")/elastic_train_test.sh" cut "$elastic" "$train" "$mpirun"
 fi
 . "$(dirname "$0")/elastic_lib.sh"
 model=(--mode zero3 --dims 64,1024,1024,10 --batch 48 --check)
@@ -30,10 +36,8 @@ out=$1; shift
 exec "$@" >"$out/g${HSDP_ELASTIC_GROUP_INDEX}r${HSDP_ELASTIC_RESTARTS}.rank${OMPI_COMM_WORLD_RANK:-0}.log" 2>&1
 EOF
 chmod +x "$tmp/group.sh"
-if [ "$case_name" != node-cut ]; then
-  mkdir -p "$tmp/etcd"
-  etcd_cluster_start 3 "$tmp/etcd" || { echo "elastic $case_name: no etcd cluster"; exit 1; }
-fi
+mkdir -p "$tmp/etcd"
+etcd_cluster_start 3 "$tmp/etcd" || { echo "elastic $case_name: no etcd cluster"; exit 1; }
 
 launch() {  # launch STEPS [hsdp-elastic flags...]
   local steps=$1
@@ -104,29 +108,6 @@ case $case_name in
     done
     echo "record: next_step $next; groups' last rows: $(for g in 0 1 2; do
       printf '%s ' "$(last_row "$tmp/g${g}r0.rank0.log")"; done)"
-    ;;
-  node-cut)
-    # On the emulated cluster (tests/cluster/cluster.sh, root): one group and one etcd member per
-    # node; node 2 loses its link after group 2's step 10 for 6 s, taking group 2 and member 2
-    # (a minority) with it. Groups 0 and 1 go on through members 0 and 1; the link back, group 2
-    # rejoins (or is restarted) and heals; all PASS.
-    here=$(cd "$(dirname "$0")" && pwd)
-    export HSDP_ELASTIC_LEASE_S=3 HSDP_REPLICA_TIMEOUT_MS=2000 CUT_SECONDS=6 ETCD_MEMBERS=3
-    bash "$here/../cluster/cluster.sh" --nodes 3 --ranks-per-node 2 --timeout 200 --exec -- \
-      bash "$here/elastic_cluster_job.sh" cut "$tmp" "$elastic" "$train" "${model[@]}" \
-      --steps 300 >"$tmp/cluster.out" 2>&1
-    rc=$?
-    cp "$tmp/cluster.out" "$tmp/launcher.out"
-    [ "$rc" = 0 ] || fail "the job exit $rc (want 0): $(tail -3 "$tmp/cluster.out")"
-    [ -f "$tmp/cut.up" ] || fail "the link was never cut"
-    grep -qa "groups 0,1 present" "$tmp/g0r0.rank0.log" || fail "group 2 was not dropped"
-    grep -qaE "elastic: group 2 healed to step [0-9]+ from group [01]" "$tmp"/g2r*.rank0.log ||
-      fail "group 2 did not heal after the link came back"
-    last2=$(ls "$tmp"/g2r*.rank0.log | sort | tail -1)
-    for f in g0r0.rank0.log g1r0.rank0.log "$(basename "$last2")"; do
-      grep -qaE "parity vs (eigen )?reference: .* PASS" "$tmp/$f" ||
-        fail "$f: no parity PASS: $(grep -a -E 'parity|rror' "$tmp/$f" | tail -3)"
-    done
     ;;
   *)
     echo "unknown case $case_name"
