@@ -96,7 +96,7 @@ std::string endpointText(const sockaddr_in& sa) {
 }
 
 StatusOr<std::string> localAddressToward(const std::string& url) {
-  std::string hostport = url;
+  std::string hostport = url.substr(0, url.find(','));  // a list (etcd's members): the first
   if (size_t p = hostport.find("://"); p != std::string::npos) hostport = hostport.substr(p + 3);
   if (size_t p = hostport.find('/'); p != std::string::npos) hostport.resize(p);
   std::string host;

@@ -66,7 +66,8 @@ sockaddr_in ipv4(uint32_t ip, uint16_t port);
 // "a.b.c.d" of an address in network byte order; "a.b.c.d:port" of a socket address.
 std::string ipText(uint32_t ip);
 std::string endpointText(const sockaddr_in& sa);
-// The local IPv4 address of the route to `url`'s host ("http://host:port" or "host:port").
+// The local IPv4 address of the route to `url`'s host ("http://host:port" or "host:port"; of a
+// comma list, the first).
 StatusOr<std::string> localAddressToward(const std::string& url);
 
 // The nonblocking mode and TCP_NODELAY of a connected socket.

@@ -111,14 +111,21 @@ StatusOr<Plan> makePlan(const Flags& f, std::vector<std::string> program) {
   p.max_restarts = f.max_restarts;
   p.grace_s = f.grace_s;
   p.endpoint = f.endpoint;
-  if (!f.endpoint.empty()) {
-    const size_t scheme = f.endpoint.find("://");
-    const std::string s = scheme == std::string::npos ? "" : f.endpoint.substr(0, scheme);
-    if ((s != "http" && s != "https") || f.endpoint.size() == scheme + 3 ||
-        f.endpoint.find_first_of(" \t\n") != std::string::npos)
-      return hsdp::invalidArgument("--endpoint '", f.endpoint,
-                                   "' is not an etcd URL (http://host:port)");
+  // One URL, or a comma list of an etcd cluster's members (the client fails over among them).
+  std::stringstream urls(f.endpoint);
+  for (std::string url; !f.endpoint.empty() && std::getline(urls, url, ',');) {
+    const size_t scheme = url.find("://");
+    const std::string s = scheme == std::string::npos ? "" : url.substr(0, scheme);
+    if ((s != "http" && s != "https") || url.size() == scheme + 3 ||
+        url.find_first_of(" \t\n") != std::string::npos)
+      return url == f.endpoint
+                 ? hsdp::invalidArgument("--endpoint '", f.endpoint,
+                                         "' is not an etcd URL (http://host:port)")
+                 : hsdp::invalidArgument("--endpoint '", f.endpoint, "': '", url,
+                                         "' is not an etcd URL (http://host:port,http://...)");
   }
+  if (!f.endpoint.empty() && f.endpoint.back() == ',')
+    return hsdp::invalidArgument("--endpoint '", f.endpoint, "' ends with an empty URL");
   p.job = f.job.empty() ? hsdp::strCat("hsdp-", ::getpid()) : f.job;
   if (!hsdp::elastic::Quorum::validName(p.job))
     return hsdp::invalidArgument("--job '", p.job, "' is not a job name ([A-Za-z0-9_.-]+, ",
@@ -169,7 +176,9 @@ int main(int argc, char** argv) {
   cli::addInt(app, "--groups", f.groups, "replica groups N (each its own MPI job)", 1, 4096)
       ->required();
   cli::addInt(app, "--np", f.np, "ranks per group K", 1, 1 << 20)->required();
-  app.add_option("--endpoint", f.endpoint, "etcd URL (default: a local etcd for the job)");
+  app.add_option(
+      "--endpoint", f.endpoint,
+      "etcd URL, or a comma list of an etcd cluster's members (default: a local etcd for the job)");
   app.add_option("--job", f.job, "job name, [A-Za-z0-9_.-]+ (default: hsdp-<pid>)");
   cli::addInt(app, "--max-restarts", f.max_restarts, "restarts allowed per group", 0, 1000000);
   app.add_option("--launcher", f.launcher, "mpirun or srun (a name in PATH or a path)");

@@ -3,8 +3,10 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/json.h"
 #include "hsdp/env.h"
@@ -97,81 +99,24 @@ size_t onData(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
-const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 }  // namespace
 
-Compare Compare::absent(std::string key) { return createdAt(std::move(key), 0); }
-Compare Compare::createdAt(std::string key, int64_t revision) {
-  return {std::move(key), Target::kCreateRevision, Result::kEqual, revision, ""};
-}
-Compare Compare::valueIs(std::string key, std::string value) {
-  return {std::move(key), Target::kValue, Result::kEqual, 0, std::move(value)};
-}
-Compare Compare::versionIs(std::string key, int64_t version) {
-  return {std::move(key), Target::kVersion, Result::kEqual, version, ""};
-}
-Compare Compare::modifiedAt(std::string key, int64_t revision) {
-  return {std::move(key), Target::kModRevision, Result::kEqual, revision, ""};
-}
-Op Op::put(std::string key, std::string value, int64_t lease) {
-  return {Kind::kPut, std::move(key), std::move(value), lease, false};
-}
-Op Op::get(std::string key, bool prefix) { return {Kind::kGet, std::move(key), "", 0, prefix}; }
-Op Op::del(std::string key, bool prefix) { return {Kind::kDelete, std::move(key), "", 0, prefix}; }
-
-std::string prefixEnd(const std::string& prefix) {
-  std::string end = prefix;
-  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
-  if (end.empty()) return std::string(1, '\0');  // etcd: every key
-  end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
-  return end;
-}
-
-std::string base64Encode(const std::string& in) {
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out.push_back(kB64[(v >> s) & 63]);
-  }
-  if (i < in.size()) {
-    uint32_t v = uint8_t(in[i]) << 16;
-    if (i + 1 < in.size()) v |= uint8_t(in[i + 1]) << 8;
-    out.push_back(kB64[(v >> 18) & 63]);
-    out.push_back(kB64[(v >> 12) & 63]);
-    out.push_back(i + 1 < in.size() ? kB64[(v >> 6) & 63] : '=');
-    out.push_back('=');
-  }
-  return out;
-}
-
-StatusOr<std::string> base64Decode(const std::string& in) {
-  if (in.size() % 4 != 0) return invalidArgument("base64 of length ", in.size(), " (not 4k)");
-  size_t n = in.size();
-  size_t pad = 0;
-  while (pad < 2 && n > 0 && in[n - 1] == '=') --n, ++pad;
-  std::string out;
-  uint32_t v = 0;
-  int bits = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const char* p = in[i] != '\0' ? std::strchr(kB64, in[i]) : nullptr;
-    if (p == nullptr) return invalidArgument("base64 with '", in[i], "' at ", i);
-    v = (v << 6) | uint32_t(p - kB64);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((v >> bits) & 0xff));
-    }
-  }
-  return out;
-}
-
 StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::create(std::string endpoint, Options options) {
-  if (endpoint.rfind("http://", 0) != 0 && endpoint.rfind("https://", 0) != 0)
-    return invalidArgument("etcd endpoint '", endpoint, "' is not http://host:port");
-  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  std::vector<std::string> endpoints;
+  for (size_t at = 0; at <= endpoint.size();) {
+    size_t comma = std::min(endpoint.find(',', at), endpoint.size());
+    std::string one = endpoint.substr(at, comma - at);
+    at = comma + 1;
+    if (one.rfind("http://", 0) != 0 && one.rfind("https://", 0) != 0)
+      return invalidArgument("etcd endpoint '", one, "' is not http://host:port",
+                             one == endpoint ? "" : strCat(" (in '", endpoint, "')"));
+    while (!one.empty() && one.back() == '/') one.pop_back();
+    if (std::find(endpoints.begin(), endpoints.end(), one) != endpoints.end())
+      return invalidArgument("etcd endpoint '", one, "' is named twice in '", endpoint, "'");
+    endpoints.push_back(std::move(one));
+  }
+  std::string joined;
+  for (const std::string& e : endpoints) joined += (joined.empty() ? "" : ",") + e;
   int64_t timeout_ms = options.timeout_ms;
   if (timeout_ms <= 0) {
     HSDP_ASSIGN_OR_RETURN(timeout_ms, kEtcdTimeoutMs.value());
@@ -180,22 +125,84 @@ StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::create(std::string endpoint, O
   HSDP_CURL_CHECK(g_curl_init_rc);
   CURL* curl = curl_easy_init();
   if (curl == nullptr) return internalError("libcurl: curl_easy_init failed");
-  return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(endpoint), timeout_ms, curl));
+  return std::unique_ptr<EtcdClient>(
+      new EtcdClient(std::move(joined), std::move(endpoints), timeout_ms, curl));
 }
 
-EtcdClient::EtcdClient(std::string endpoint, int64_t timeout_ms, void* curl)
-    : endpoint_(std::move(endpoint)), timeout_ms_(timeout_ms), curl_(curl) {}
+EtcdClient::EtcdClient(std::string endpoint, std::vector<std::string> endpoints, int64_t timeout_ms,
+                       void* curl)
+    : endpoint_(std::move(endpoint)),
+      endpoints_(std::move(endpoints)),
+      timeout_ms_(timeout_ms),
+      curl_(curl) {}
 
 EtcdClient::~EtcdClient() { curl_easy_cleanup(static_cast<CURL*>(curl_)); }
+
+EtcdClient::Cost EtcdClient::cost() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cost_;
+}
 
 StatusOr<std::string> EtcdClient::post(const std::string& path, const std::string& body,
                                        const std::string& op, const std::string& key,
                                        int64_t timeout_ms, bool stream_until_event) {
   std::lock_guard<std::mutex> lock(mu_);
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Count {  // the exchange's time, on every way out
+    EtcdClient* c;
+    std::chrono::steady_clock::time_point t0;
+    bool watch;
+    ~Count() {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      (watch ? c->cost_.watch_s : c->cost_.request_s) += s;
+    }
+  } count{this, t0, stream_until_event};
+  if (endpoints_.size() == 1) {  // one endpoint: its own error, as it always was
+    ++(stream_until_event ? cost_.watches : cost_.requests);
+    bool retry = false;
+    return postTo(endpoints_[0], path, body, op, key, timeout_ms, stream_until_event, &retry);
+  }
+  // Members in turn from the one that answered last, rounds until the budget is spent (a
+  // leader's election takes a round or two): each member's last error is kept for the message.
+  const size_t n = endpoints_.size();
+  const auto deadline =
+      t0 + std::chrono::milliseconds(stream_until_event ? timeout_ms : timeout_ms * int64_t(n));
+  std::vector<std::string> last(n, "not tried");
+  for (int round = 0;; ++round) {
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = (current_ + k) % n;
+      const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               deadline - std::chrono::steady_clock::now())
+                               .count();
+      if (left <= 0 && round > 0) break;
+      ++(stream_until_event ? cost_.watches : cost_.requests);
+      bool retry = false;
+      StatusOr<std::string> r =
+          postTo(endpoints_[i], path, body, op, key,
+                 std::max<int64_t>(1, std::min(timeout_ms, left)), stream_until_event, &retry);
+      if (r.ok() || !retry) {
+        current_ = i;
+        return r;
+      }
+      last[i] = r.status().message();
+    }
+    if (std::chrono::steady_clock::now() + std::chrono::milliseconds(100) >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::string tried;
+  for (size_t i = 0; i < n; ++i) tried += strCat(i == 0 ? "" : "; ", last[i]);
+  return internalError("etcd ", endpoint_, ": the coordinator lost its quorum: no member of the ",
+                       n, " answered ", op, " '", key, "' (", tried, ")");
+}
+
+StatusOr<std::string> EtcdClient::postTo(const std::string& endpoint, const std::string& path,
+                                         const std::string& body, const std::string& op,
+                                         const std::string& key, int64_t timeout_ms,
+                                         bool stream_until_event, bool* retry) {
   CURL* curl = static_cast<CURL*>(curl_);
-  auto where = [&] { return strCat("etcd ", endpoint_, ": ", op, " '", key, "'"); };
+  auto where = [&] { return strCat("etcd ", endpoint, ": ", op, " '", key, "'"); };
   curl_easy_reset(curl);
-  std::string url = endpoint_ + path;
+  std::string url = endpoint + path;
   Sink sink;
   sink.stream = stream_until_event;
   struct Headers {
@@ -203,6 +210,9 @@ StatusOr<std::string> EtcdClient::post(const std::string& path, const std::strin
     ~Headers() { curl_slist_free_all(list); }
   } headers;
   headers.list = curl_slist_append(nullptr, "Content-Type: application/json");
+  // A watch on a member cut off from the leader is canceled ("no leader"), not left silent.
+  if (stream_until_event)
+    headers.list = curl_slist_append(headers.list, "Grpc-Metadata-hasleader: true");
   HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_URL, url.c_str()));
   HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers.list));
   HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str()));
@@ -216,7 +226,12 @@ StatusOr<std::string> EtcdClient::post(const std::string& path, const std::strin
   HSDP_CURL_CHECK(curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink));
   CURLcode rc = curl_easy_perform(curl);
   if (stream_until_event) {
-    if (!sink.event_line.empty()) return sink.event_line;
+    if (!sink.event_line.empty()) {
+      // Canceled for want of a leader (this member is in the minority): another may serve it.
+      *retry = sink.event_line.find("no leader") != std::string::npos;
+      if (*retry) return internalError(where(), ": the watch was canceled: no leader");
+      return sink.event_line;
+    }
     if (rc == CURLE_OPERATION_TIMEDOUT) {
       long http = 0;
       curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http);
@@ -224,6 +239,7 @@ StatusOr<std::string> EtcdClient::post(const std::string& path, const std::strin
     }
   }
   if (rc != CURLE_OK) {
+    *retry = true;  // no connection, or no (complete) reply: another member may answer
     return internalError(
         where(), " failed: ", curl_easy_strerror(rc),
         rc == CURLE_OPERATION_TIMEDOUT ? strCat(" (bound ", timeout_ms, " ms)") : std::string());
@@ -233,6 +249,13 @@ StatusOr<std::string> EtcdClient::post(const std::string& path, const std::strin
   if (http != 200) {
     StatusOr<json> pj = hsdp::parseJson(sink.body, where());
     json j = pj.ok() ? std::move(*pj) : json(json::value_t::discarded);
+    // gRPC UNAVAILABLE (14; HTTP 503): no leader, the request timed out in raft, the leader
+    // changed: this member cannot serve it now, another may.
+    if (http == 503 || (!j.is_discarded() && j.is_object() && j.value("code", 0) == 14)) {
+      *retry = true;
+      return internalError(where(), ": HTTP ", http, ": ",
+                           files::quote(j.is_object() ? j.value("message", sink.body) : sink.body));
+    }
     // The gateway's gRPC error ({"error", "code", "message"}): the caller reads the code.
     if (!stream_until_event && !j.is_discarded() && j.is_object() && j.contains("error"))
       return std::move(sink.body);
@@ -335,7 +358,9 @@ StatusOr<TxnResult> EtcdClient::txn(const std::vector<Compare>& compares,
     return a;
   };
   json req = {{"compare", cmp}, {"success", ops(success)}, {"failure", ops(failure)}};
-  std::string first = compares.empty() ? std::string() : compares.front().key;
+  std::string first = !compares.empty()  ? compares.front().key
+                      : !success.empty() ? success.front().key
+                                         : std::string();
   HSDP_ASSIGN_OR_RETURN(std::string body,
                         post("/v3/kv/txn", req.dump(), "txn", first, timeout_ms_, false));
   HSDP_ASSIGN_OR_RETURN(json j,

@@ -1,4 +1,4 @@
-// A client for one etcd endpoint (etcd 3.4 or later) over its v3 JSON gateway: the v3 API as
+// A client for an etcd cluster (etcd 3.4 or later) over its v3 JSON gateway: the v3 API as
 // JSON over HTTP (POST /v3/kv/range, /v3/kv/put, /v3/kv/deleterange, /v3/kv/txn,
 // /v3/lease/grant, /v3/lease/keepalive, /v3/lease/revoke, /v3/watch), keys and values base64 in
 // the body, int64 fields as JSON strings. libcurl carries it: no gRPC or protobuf code
@@ -8,6 +8,18 @@
 // endpoint that does not accept the connection) is an error naming the endpoint, the operation
 // and the key. One client holds one libcurl handle and serialises its calls (a mutex): give each
 // thread that must not wait on another its own client.
+//
+// Several endpoints ("http://a:2379,http://b:2379,http://c:2379", the members of one cluster):
+// a request goes to the member that last answered; one that refuses the connection, drops it,
+// does not answer within the bound, or answers that it cannot serve (no leader, timed out,
+// unavailable) is failed over to the next member, each in turn, once. Every request is one HTTP
+// exchange, so a lease's keepalive goes through whichever member answers and a watch (one long
+// poll per waitForChange) is re-established on the next member. Reads are etcd's default,
+// linearizable (served through the leader); a watch asks for a leader ("hasleader" metadata), so
+// a member cut off from the majority cancels it instead of staying silent. A request sent to a
+// member that died before answering may have been applied: the quorum's writes are transactions
+// guarded by comparisons (docs/elastic.md), which makes their repetition harmless. When no
+// member answers, the error names every endpoint tried and why each failed.
 #pragma once
 
 #include <cstdint>
@@ -100,8 +112,8 @@ class EtcdClient {
     int64_t timeout_ms = 0;
   };
 
-  // A client for `endpoint` ("http://host:port"). Nothing is sent yet: an unreachable endpoint
-  // is the first call's error.
+  // A client for `endpoint` ("http://host:port", or a comma list of a cluster's members). Nothing
+  // is sent yet: an unreachable endpoint is the first call's error.
   static StatusOr<std::unique_ptr<EtcdClient>> create(std::string endpoint, Options options);
   static StatusOr<std::unique_ptr<EtcdClient>> create(std::string endpoint) {
     return create(std::move(endpoint), Options{});
@@ -110,8 +122,21 @@ class EtcdClient {
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
 
+  // The endpoints as given (comma-separated when several).
   const std::string& endpoint() const { return endpoint_; }
+  const std::vector<std::string>& endpoints() const { return endpoints_; }
   int64_t timeoutMs() const { return timeout_ms_; }
+
+  // What this client's requests cost so far (the quorum's per-step report): how many HTTP
+  // exchanges (a failed-over request counts once per member tried) and their wall time, the
+  // watches' waits apart (they wait for other groups, not for etcd).
+  struct Cost {
+    int64_t requests = 0;
+    double request_s = 0;
+    int64_t watches = 0;
+    double watch_s = 0;
+  };
+  Cost cost() const;
 
   // Sets `key` to `value`, attached to `lease` when it is not 0. Returns the new revision.
   StatusOr<int64_t> put(const std::string& key, const std::string& value, int64_t lease = 0);
@@ -139,7 +164,14 @@ class EtcdClient {
                                       int64_t timeout_ms);
 
  private:
-  EtcdClient(std::string endpoint, int64_t timeout_ms, void* curl);
+  EtcdClient(std::string endpoint, std::vector<std::string> endpoints, int64_t timeout_ms,
+             void* curl);
+  // One exchange with one member: `endpoint`'s reply, or an error naming it. *retry: true when
+  // another member may answer (no connection, no reply, or etcd's "cannot serve now").
+  StatusOr<std::string> postTo(const std::string& endpoint, const std::string& path,
+                               const std::string& body, const std::string& op,
+                               const std::string& key, int64_t timeout_ms, bool stream_until_event,
+                               bool* retry);
   // POSTs `body` to `path`; the reply's body. `op` and `key` name the request in errors. With
   // `stream_until_event`, the reply is a stream of JSON lines and the first line that carries
   // watch events ends it; a timeout then returns "" instead of an error.
@@ -148,9 +180,12 @@ class EtcdClient {
                              bool stream_until_event);
 
   std::string endpoint_;
+  std::vector<std::string> endpoints_;
+  size_t current_ = 0;  // the member that answered last
   int64_t timeout_ms_;
   void* curl_;  // CURL*
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  Cost cost_;
 };
 
 // The end of the prefix range that starts with `prefix` (etcd's range_end): `prefix` with its

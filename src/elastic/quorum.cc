@@ -11,6 +11,7 @@
 
 #include "elastic/quorum_detail.h"
 #include "hsdp/env.h"
+#include "hsdp/log.h"
 
 namespace hsdp::elastic {
 using namespace quorum_detail;
@@ -66,6 +67,9 @@ StatusOr<std::unique_ptr<Quorum>> Quorum::create(Options options) {
 }
 
 Quorum::~Quorum() {
+  // The run's coordination cost, where users see it (the log's own line, at any HSDP_DEBUG).
+  if (std::string line = stepCostLine(); !line.empty())
+    log::write(log::Level::kInfo, log::kShard, line);
   Status s = leave();
   (void)s;
 }
@@ -185,6 +189,10 @@ Status Quorum::rejoin(int64_t ready_step) {
 StatusOr<std::vector<Member>> Quorum::members(int64_t* revision) {
   HSDP_ASSIGN_OR_RETURN(RangeResult r, client_->getPrefix(prefix_ + "members/"));
   if (revision != nullptr) *revision = r.revision;
+  return parseMembers(r);
+}
+
+StatusOr<std::vector<Member>> Quorum::parseMembers(const RangeResult& r) const {
   std::vector<Member> out;
   for (const KeyValue& kv : r.kvs) {
     HSDP_ASSIGN_OR_RETURN(json j, parseValue(kv));

@@ -116,6 +116,21 @@ class Quorum {
   Status leave();
   // Whether a fail vote evicted this incarnation (it is in no quorum again: rejoin()).
   StatusOr<bool> evicted();
+  // What coordination cost this group per committed step: rank 0's wall time in etcd requests
+  // (this client's, the heartbeat's apart) from one commit to the next, the watches' waits for
+  // the other groups apart. Medians over the committed steps (the first, which waits for every
+  // group to start, left out when there are others).
+  struct StepCost {
+    int64_t steps = 0;
+    double request_ms = 0;  // median per step
+    double requests = 0;    // mean requests per step
+    double wait_ms = 0;     // median per step, waiting in watches
+  };
+  StepCost stepCost() const;
+  // "elastic: quorum+vote <x> ms per step (median over <n> steps), <k> etcd requests per step,
+  // <w> ms waiting for the other groups"; empty before the first commit. The destructor writes
+  // it to the log (stderr, whatever HSDP_DEBUG says): the end of every elastic run shows it.
+  std::string stepCostLine() const;
   // leave() then join() with the same fingerprint: a new incarnation, ready for `ready_step`
   // (how a group left out of a quorum comes back: it then heals if it missed a step).
   Status rejoin(int64_t ready_step);
@@ -123,11 +138,16 @@ class Quorum {
  private:
   explicit Quorum(Options options) : options_(std::move(options)) {}
   std::string attemptKey(int64_t step, int64_t attempt) const;
-  // Creates the attempt's quorum; nullopt while its core is smaller than min_core.
+  // Creates the attempt's quorum from `snap` (stepQuorum's one read: the attempt's quorum and
+  // outcome, the members, the evicted, step - 1's commit); nullopt while its core is smaller
+  // than min_core.
   StatusOr<std::optional<StepQuorum>> createQuorum(int64_t step, int64_t attempt, size_t min_core,
-                                                   int64_t* revision);
+                                                   const TxnResult& snap);
+  StatusOr<std::vector<Member>> parseMembers(const RangeResult& r) const;
   // The decision of the attempt from one snapshot, or "" when it is still open.
   StatusOr<std::string> decide(const StepQuorum& q, int64_t* revision, std::string* waiting);
+  // The reads of that snapshot for attempt prefix `a`: outcome, votes, members.
+  std::vector<Op> snapshotOps(const std::string& a) const;
   void beatLoop();
   void stopBeating();
 
@@ -142,6 +162,9 @@ class Quorum {
   int64_t incarnation_ = 0;
   StepQuorum current_;  // the last stepQuorum()
   bool have_current_ = false;
+  EtcdClient::Cost cost_at_commit_;           // client_'s at the last commit
+  std::vector<EtcdClient::Cost> step_costs_;  // one per committed step
+  std::optional<TxnResult> vote_snapshot_;    // decide()'s snapshot, read by the last vote
   int64_t retry_step_ = -1;  // after an abort: the step and attempt stepQuorum resumes at
   int64_t retry_attempt_ = 0;
 

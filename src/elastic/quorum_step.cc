@@ -2,6 +2,7 @@
 // vote, the commit rule, and what a (re)starting group reads. Membership (join, the lease,
 // leave) is quorum.cc's.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -50,9 +51,16 @@ StatusOr<StepQuorum> Quorum::stepQuorum(int64_t step, size_t min_core) {
   auto deadline = Clock::now() + std::chrono::milliseconds(vote_timeout_ms_);
   while (true) {
     std::string a = attemptKey(step, attempt);
-    HSDP_ASSIGN_OR_RETURN(TxnResult r,
-                          client_->txn({}, {Op::get(a + "quorum"), Op::get(a + "outcome")}, {}));
-    if (r.ranges.size() != 2) return internalError("etcd txn: ", r.ranges.size(), " ranges of 2");
+    // One read for all a creator needs too (one revision): a group that finds the quorum made
+    // reads nothing more, and one that makes it writes once.
+    HSDP_ASSIGN_OR_RETURN(
+        TxnResult r,
+        client_->txn({},
+                     {Op::get(a + "quorum"), Op::get(a + "outcome"),
+                      Op::get(prefix_ + "members/", true), Op::get(prefix_ + "evicted/", true),
+                      Op::get(strCat(prefix_, "step/", step - 1, "/committed"))},
+                     {}));
+    if (r.ranges.size() != 5) return internalError("etcd txn: ", r.ranges.size(), " ranges of 5");
     if (!r.ranges[1].kvs.empty() && r.ranges[1].kvs[0].value != "commit") {
       ++attempt;  // aborted: the step is retried in the next attempt
       continue;
@@ -61,9 +69,9 @@ StatusOr<StepQuorum> Quorum::stepQuorum(int64_t step, size_t min_core) {
     if (!r.ranges[0].kvs.empty()) {
       HSDP_ASSIGN_OR_RETURN(q, parseQuorum(r.ranges[0].kvs[0], step, attempt, options_.group));
     } else {
-      int64_t revision = 0;
+      const int64_t revision = r.revision;
       HSDP_ASSIGN_OR_RETURN(std::optional<StepQuorum> made,
-                            createQuorum(step, attempt, min_core, &revision));
+                            createQuorum(step, attempt, min_core, r));
       if (!made.has_value()) {  // too few groups hold the step's state yet: wait for more
         if (msLeft(deadline) <= 0) {
           HSDP_ASSIGN_OR_RETURN(std::vector<Member> live, members());
@@ -92,27 +100,27 @@ StatusOr<StepQuorum> Quorum::stepQuorum(int64_t step, size_t min_core) {
 }
 
 StatusOr<std::optional<StepQuorum>> Quorum::createQuorum(int64_t step, int64_t attempt,
-                                                         size_t min_core, int64_t* revision) {
+                                                         size_t min_core, const TxnResult& snap) {
   // The core: the live members that hold the step's state: those that declare it, and those
   // that were in the quorum that committed step - 1 under the same incarnation (they may not
   // have rewritten their key yet). Every other live member heals from a core member first.
-  HSDP_ASSIGN_OR_RETURN(std::vector<Member> live, members(revision));
+  HSDP_ASSIGN_OR_RETURN(std::vector<Member> live, parseMembers(snap.ranges[2]));
   std::map<std::string, int64_t> committed_prev;  // group -> incarnation
-  if (step > 0) {
-    auto pq = committedQuorum(step - 1);
-    if (pq.ok()) {
-      for (const Member& m : pq->members) committed_prev[m.group] = m.incarnation;
-    } else if (pq.status().code() != StatusCode::kNotFound) {
-      return pq.status();
+  if (step > 0 && !snap.ranges[4].kvs.empty()) {
+    HSDP_ASSIGN_OR_RETURN(json cj, parseValue(snap.ranges[4].kvs[0]));
+    const int64_t prev_attempt = cj.value("attempt", int64_t{0});
+    // The quorum this group committed step - 1 in is that attempt's: no read. Else read it.
+    if (have_current_ && current_.step == step - 1 && current_.attempt == prev_attempt) {
+      for (const Member& m : current_.members) committed_prev[m.group] = m.incarnation;
+    } else {
+      HSDP_ASSIGN_OR_RETURN(StepQuorum pq, committedQuorum(step - 1));
+      for (const Member& m : pq.members) committed_prev[m.group] = m.incarnation;
     }
   }
   // Incarnations a fail vote named gone (evicted/<group> = incarnation).
   std::map<std::string, int64_t> evicted;
-  {
-    HSDP_ASSIGN_OR_RETURN(RangeResult v, client_->getPrefix(prefix_ + "evicted/"));
-    for (const KeyValue& kv : v.kvs)
-      evicted[kv.key.substr(prefix_.size() + 8)] = std::strtoll(kv.value.c_str(), nullptr, 10);
-  }
+  for (const KeyValue& kv : snap.ranges[3].kvs)
+    evicted[kv.key.substr(prefix_.size() + 8)] = std::strtoll(kv.value.c_str(), nullptr, 10);
   std::vector<Member> core, healing;
   auto split = [&](bool drop_evicted) {
     core.clear();
@@ -220,16 +228,23 @@ Status Quorum::vote(int64_t step, bool ok, const std::vector<std::string>& suspe
   }
   std::string a = attemptKey(step, q.attempt);
   std::string member = prefix_ + "members/" + options_.group;
+  vote_snapshot_.reset();
   std::vector<Op> puts = {Op::put(a + "vote/" + options_.group, voteValue(ok, suspects))};
   for (const std::string& g : suspects)
     for (const Member& m : q.members)
       if (m.group == g && g != options_.group)
         puts.push_back(Op::put(prefix_ + "evicted/" + g, std::to_string(m.incarnation)));
+  for (Op op : snapshotOps(a)) puts.push_back(std::move(op));
   HSDP_ASSIGN_OR_RETURN(TxnResult t, client_->txn({Compare::absent(a + "outcome"),
                                                    Compare::createdAt(member, incarnation_),
                                                    Compare::absent(a + "vote/" + options_.group)},
                                                   puts, {Op::get(a + "outcome"), Op::get(member)}));
-  if (t.succeeded) return okStatus();
+  if (t.succeeded) {
+    // The snapshot decide() reads, read in the vote's own transaction (one round trip fewer).
+    vote_snapshot_ = std::move(t);
+    vote_snapshot_->ranges.erase(vote_snapshot_->ranges.begin(), vote_snapshot_->ranges.end() - 3);
+    return okStatus();
+  }
   if (t.ranges.size() == 2 &&
       (t.ranges[1].kvs.empty() || t.ranges[1].kvs[0].create_revision != incarnation_))
     return failedPrecondition(where,
@@ -246,13 +261,19 @@ Status Quorum::vote(int64_t step, bool ok, const std::vector<std::string>& suspe
   return failedPrecondition(where, ": voted already");
 }
 
+std::vector<Op> Quorum::snapshotOps(const std::string& a) const {
+  return {Op::get(a + "outcome"), Op::get(a + "vote/", true), Op::get(prefix_ + "members/", true)};
+}
+
 StatusOr<std::string> Quorum::decide(const StepQuorum& q, int64_t* revision, std::string* waiting) {
   std::string a = attemptKey(q.step, q.attempt);
-  HSDP_ASSIGN_OR_RETURN(TxnResult s,
-                        client_->txn({},
-                                     {Op::get(a + "outcome"), Op::get(a + "vote/", true),
-                                      Op::get(prefix_ + "members/", true)},
-                                     {}));
+  TxnResult s;
+  if (vote_snapshot_.has_value()) {  // read by this group's vote
+    s = std::move(*vote_snapshot_);
+    vote_snapshot_.reset();
+  } else {
+    HSDP_ASSIGN_OR_RETURN(s, client_->txn({}, snapshotOps(a), {}));
+  }
   *revision = s.revision;
   if (s.ranges.size() != 3) return internalError("etcd txn: ", s.ranges.size(), " ranges of 3");
   if (!s.ranges[0].kvs.empty()) return s.ranges[0].kvs[0].value;
@@ -318,7 +339,11 @@ StatusOr<bool> Quorum::shouldCommit(int64_t step) {
     }
     HSDP_ASSIGN_OR_RETURN(WatchResult w,
                           client_->waitForChange(prefix_, revision + 1, msLeft(deadline)));
-    (void)w;
+    // The outcome among the changes: decided, no read needed.
+    const std::string outcome = attemptKey(q.step, q.attempt) + "outcome";
+    for (const WatchEvent& e : w.events)
+      if (e.type == WatchEvent::Type::kPut && e.kv.key == outcome) decision = e.kv.value;
+    if (!decision.empty()) break;
   }
   if (decision != "commit") {
     have_current_ = false;  // the next stepQuorum(step) forms a new attempt
@@ -328,7 +353,43 @@ StatusOr<bool> Quorum::shouldCommit(int64_t step) {
   }
   // Its member key is not rewritten: the committed quorum carries the group into the next
   // step's core (createQuorum), one etcd write per group and step fewer.
+  const EtcdClient::Cost now = client_->cost();
+  step_costs_.push_back(
+      {now.requests - cost_at_commit_.requests, now.request_s - cost_at_commit_.request_s,
+       now.watches - cost_at_commit_.watches, now.watch_s - cost_at_commit_.watch_s});
+  cost_at_commit_ = now;
   return true;
+}
+
+Quorum::StepCost Quorum::stepCost() const {
+  StepCost out;
+  std::vector<EtcdClient::Cost> c(step_costs_.begin() + (step_costs_.size() > 1 ? 1 : 0),
+                                  step_costs_.end());
+  if (c.empty()) return out;
+  auto median = [&](auto field) {
+    std::vector<double> v;
+    for (const EtcdClient::Cost& e : c) v.push_back(field(e));
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  out.steps = static_cast<int64_t>(c.size());
+  out.request_ms = 1e3 * median([](const EtcdClient::Cost& e) { return e.request_s; });
+  out.wait_ms = 1e3 * median([](const EtcdClient::Cost& e) { return e.watch_s; });
+  double n = 0;
+  for (const EtcdClient::Cost& e : c) n += static_cast<double>(e.requests + e.watches);
+  out.requests = n / static_cast<double>(c.size());
+  return out;
+}
+
+std::string Quorum::stepCostLine() const {
+  const StepCost c = stepCost();
+  if (c.steps == 0) return "";
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "elastic: quorum+vote %.2f ms per step (median over %lld steps), %.1f etcd "
+                "requests per step, %.2f ms waiting for the other groups",
+                c.request_ms, static_cast<long long>(c.steps), c.requests, c.wait_ms);
+  return buf;
 }
 
 }  // namespace hsdp::elastic

@@ -5,7 +5,8 @@
 #       elastic_cluster_job.sh CASE OUT HSDP_ELASTIC PROGRAM [ARGS...]
 # starts etcd on the switch's address, then hsdp-elastic with one group per node (R ranks each,
 # mpirun through the cluster's rsh agent), PROGRAM's output per group and restart in
-# OUT/g<group>r<restart>.rank<rank>.log, the launcher's in OUT/launcher.log.
+# OUT/g<group>r<restart>.rank<rank>.log, the launcher's in OUT/launcher.log. ETCD_MEMBERS=3: a
+# 3-member etcd instead, one member per node (in its namespace, on its address).
 # CASE:
 #   run   just the job.
 #   cut   after group 2 prints step 10, its node's link goes down (the bridge port) for
@@ -26,15 +27,36 @@ np=${ELASTIC_NP:-2}
 [ "${#nodes[@]}" -ge 3 ] || { echo "elastic_cluster_job.sh: needs 3 nodes" >&2; exit 2; }
 mkdir -p "$out"
 
-url=http://$sw:2379
-etcd --data-dir "$CLUSTER_SH_RUNDIR/etcd" --listen-client-urls "$url" --advertise-client-urls "$url" \
-  --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-  --initial-cluster default=http://127.0.0.1:2380 >"$out/etcd.log" 2>&1 &
-etcd_pid=$!
+if [ "${ETCD_MEMBERS:-1}" = 3 ]; then
+  # One etcd member per node, in the node's namespace (through the rsh agent), on its address:
+  # a node cut off takes its member with it.
+  read -r -a addrs <<<"$CLUSTER_SH_HOSTS"
+  initial= url= etcd_pid=
+  for k in 0 1 2; do
+    initial+="${initial:+,}m$k=http://${addrs[$k]}:2380"
+    url+="${url:+,}http://${addrs[$k]}:2379"
+  done
+  for k in 0 1 2; do
+    "$agent" "${nodes[$k]}" etcd --name "m$k" --data-dir "$CLUSTER_SH_RUNDIR/etcd$k" \
+      --listen-client-urls "http://${addrs[$k]}:2379" --advertise-client-urls "http://${addrs[$k]}:2379" \
+      --listen-peer-urls "http://${addrs[$k]}:2380" \
+      --initial-advertise-peer-urls "http://${addrs[$k]}:2380" --initial-cluster "$initial" \
+      --initial-cluster-state new --pre-vote=true >"$out/etcd$k.log" 2>&1 &
+    etcd_pid+=" $!"
+  done
+else
+  url=http://$sw:2379
+  etcd --data-dir "$CLUSTER_SH_RUNDIR/etcd" --listen-client-urls "$url" --advertise-client-urls "$url" \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster default=http://127.0.0.1:2380 >"$out/etcd.log" 2>&1 &
+  etcd_pid=$!
+fi
 trap 'kill -9 $etcd_pid 2>/dev/null' EXIT
-for ((i = 0; i < 100; ++i)); do
-  curl -sf "$url/health" >/dev/null && break
-  sleep 0.1
+for u in ${url//,/ }; do
+  for ((i = 0; i < 200; ++i)); do
+    curl -sf "$u/health" >/dev/null && break
+    sleep 0.1
+  done
 done
 
 cat >"$out/group.sh" <<'EOF'

@@ -6,19 +6,24 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include "elastic/local_etcd.h"
 
 namespace hsdp::elastic::testing {
 
+// Why the elastic tests cannot run here (the etcd binary is absent), or "" when they can.
+inline std::string missingEtcd() {
+  auto binary = LocalEtcd::findBinary();
+  if (binary.ok()) return "";
+  return "\n*** SKIPPED: " + binary.status().message() +
+         "\n*** the elastic tests need etcd (scripts/setup installs etcd-server)";
+}
+
 class WithEtcd : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto binary = LocalEtcd::findBinary();
-    if (!binary.ok()) {
-      GTEST_SKIP() << "\n*** SKIPPED: " << binary.status().message()
-                   << "\n*** the elastic tests need etcd (scripts/setup installs etcd-server)";
-    }
+    if (std::string why = missingEtcd(); !why.empty()) GTEST_SKIP() << why;
     auto etcd = LocalEtcd::start();
     ASSERT_TRUE(etcd.ok()) << etcd.status().toString();
     etcd_ = std::move(*etcd);

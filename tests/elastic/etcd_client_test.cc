@@ -238,5 +238,91 @@ TEST_F(EtcdClientTest, EtcdStoppedMidUseIsAnErrorNotAHang) {
   EXPECT_LT(secondsSince(t0), 2.0);
 }
 
+// A 3-member cluster (LocalEtcdCluster) behind one client with the three endpoints.
+class EtcdClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = testing::missingEtcd(); !why.empty()) GTEST_SKIP() << why;
+    auto c = LocalEtcdCluster::start(3);
+    ASSERT_TRUE(c.ok()) << c.status().toString();
+    cluster_ = std::move(*c);
+  }
+  std::unique_ptr<LocalEtcdCluster> cluster_;
+};
+
+TEST_F(EtcdClusterTest, AMemberKilledBetweenRequestsIsFailedOverLeaseAndWatchIncluded) {
+  auto c = clientFor(cluster_->endpoint(), 1500);
+  ASSERT_EQ(c->endpoints().size(), 3u);
+  auto lease = c->leaseGrant(30);
+  ASSERT_TRUE(lease.ok()) << lease.status().toString();
+  auto rev = c->put("/f/a", "1", *lease);
+  ASSERT_TRUE(rev.ok()) << rev.status().toString();
+  // The client speaks to member 0 first: kill -9 it between two requests.
+  cluster_->member(0).kill();
+  auto t0 = Clock::now();
+  auto a = c->get("/f/a");
+  ASSERT_TRUE(a.ok()) << a.status().toString();
+  ASSERT_TRUE(a->has_value());
+  EXPECT_EQ((*a)->value, "1");
+  EXPECT_EQ((*a)->mod_revision, *rev);
+  // Refused at once; when it was the leader, the others elect one first (1-2 s): within the
+  // budget of one bound per member.
+  EXPECT_LT(secondsSince(t0), 3 * 1.5);
+  auto ttl = c->leaseKeepAlive(*lease);  // the lease lives on through the members left
+  ASSERT_TRUE(ttl.ok()) << ttl.status().toString();
+  EXPECT_GT(*ttl, 0);
+  // A watch on the survivors sees a write made through another client of the cluster.
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto w = clientFor(cluster_->endpoint(), 2000);
+    EXPECT_TRUE(w->put("/f/b", "2").ok());
+  });
+  auto seen = c->waitForChange("/f/", *rev + 1, 10000);
+  writer.join();
+  ASSERT_TRUE(seen.ok()) << seen.status().toString();
+  ASSERT_FALSE(seen->timed_out);
+  ASSERT_EQ(seen->events.size(), 1u);
+  EXPECT_EQ(seen->events[0].kv.key, "/f/b");
+  // A transaction's comparison holds on the survivors as on the member that died.
+  auto t = c->txn({Compare::modifiedAt("/f/a", *rev)}, {Op::put("/f/a", "3")}, {});
+  ASSERT_TRUE(t.ok()) << t.status().toString();
+  EXPECT_TRUE(t->succeeded);
+  // A client that knows only the dead member: its own error, naming it.
+  auto lone = clientFor(cluster_->member(0).endpoint(), 500);
+  auto e = lone->get("/f/a");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("etcd " + cluster_->member(0).endpoint()), std::string::npos)
+      << e.status().message();
+}
+
+TEST_F(EtcdClusterTest, TheMajorityLostIsABoundedErrorNamingEveryMember) {
+  auto c = clientFor(cluster_->endpoint(), 1000);
+  ASSERT_TRUE(c->put("/g/a", "1").ok());
+  cluster_->member(1).kill();
+  cluster_->member(2).kill();
+  auto t0 = Clock::now();
+  auto g = c->get("/g/a");  // linearizable: the one member left cannot serve it
+  const double took = secondsSince(t0);
+  ASSERT_FALSE(g.ok()) << "a read served without a majority";
+  const std::string& m = g.status().message();
+  EXPECT_NE(m.find("lost its quorum"), std::string::npos) << m;
+  EXPECT_NE(m.find("get '/g/a'"), std::string::npos) << m;
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NE(m.find("etcd " + cluster_->member(i).endpoint()), std::string::npos) << m;
+  EXPECT_GT(took, 0.9);            // the member left was asked until the budget was spent
+  EXPECT_LT(took, 3 * 1.0 + 1.0);  // one bound per member
+  auto p = c->put("/g/b", "2");
+  EXPECT_FALSE(p.ok());
+}
+
+TEST(EtcdClientList, EveryEndpointOfAListIsChecked) {
+  EXPECT_TRUE(EtcdClient::create("http://127.0.0.1:1,http://127.0.0.1:2").ok());
+  auto bad = EtcdClient::create("http://127.0.0.1:1,127.0.0.1:2");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'127.0.0.1:2'"), std::string::npos);
+  EXPECT_FALSE(EtcdClient::create("http://127.0.0.1:1,").ok());
+  EXPECT_FALSE(EtcdClient::create("http://127.0.0.1:1,http://127.0.0.1:1").ok());
+}
+
 }  // namespace
 }  // namespace hsdp::elastic

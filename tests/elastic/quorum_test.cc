@@ -288,5 +288,25 @@ TEST(QuorumSettings, BadEnvironmentValuesAreNamed) {
   }
 }
 
+// The per-step cost report: 3 groups x 40 committed steps with nothing else running. Each group's
+// requests per step are counted by its client (the truth: at least the quorum's read, the vote and
+// the decision's read or watch); the printed line is the one the end of an elastic run shows.
+TEST_F(QuorumTest, StepCostCountsEveryCommittedStepsRequests) {
+  auto qs = joinThree();
+  auto p = ptrs(qs);
+  constexpr int kSteps = 40;
+  for (int s = 0; s < kSteps; ++s)
+    for (auto& r : runStep(p, s)) ASSERT_TRUE(r.ok() && *r) << r.status().toString();
+  for (Quorum* q : p) {
+    const Quorum::StepCost c = q->stepCost();
+    EXPECT_EQ(c.steps, kSteps - 1);  // the first step (the start barrier) left out
+    EXPECT_GE(c.requests, 3.0);
+    EXPECT_LE(c.requests, 12.0);
+    EXPECT_GT(c.request_ms, 0.0);
+    EXPECT_NE(q->stepCostLine().find("elastic: quorum+vote "), std::string::npos);
+    std::printf("%s: %s\n", q->group().c_str(), q->stepCostLine().c_str());
+  }
+}
+
 }  // namespace
 }  // namespace hsdp::elastic
