@@ -54,7 +54,10 @@ Engine::~Engine() {
 
 StatusOr<const UcpEndpoint*> Engine::endpointTo(const uint8_t* address, size_t length,
                                                 bool remote) {
+  // One endpoint per peer and error mode: a communicator built from addresses wants peer-failure
+  // handling even to a peer on this host that others reach without it.
   std::string key(reinterpret_cast<const char*>(address), length);
+  key.push_back(remote ? 'P' : 'N');
   auto it = endpoints_.find(key);
   if (it == endpoints_.end()) {
     HSDP_ASSIGN_OR_RETURN(UcpEndpoint ep, UcpEndpoint::connect(worker_.get(), address, remote));
