@@ -488,5 +488,6 @@ void registerUcxTransport() {
   registerTransport("ucx", [](std::unique_ptr<Comm> bootstrap) {
     return ucx::createUcxComm(std::move(bootstrap));
   });
+  ucx::registerPeerUcx();  // the same transport built from addresses (ucx_create.cc)
 }
 }  // namespace hsdp::modules

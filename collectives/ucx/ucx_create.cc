@@ -9,6 +9,7 @@
 #include "core/progress.h"
 #include "core/watchdog/watchdog.h"
 #include "hsdp/env.h"
+#include "hsdp/transport_registry.h"
 
 namespace hsdp::ucx {
 
@@ -251,6 +252,23 @@ StatusOr<std::unique_ptr<Comm>> createUcxComm(std::unique_ptr<Comm> bootstrap) {
 StatusOr<std::unique_ptr<Comm>> createUcxComm(Comm& bootstrap) {
   HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> own, bootstrap.split(0, bootstrap.rank()));
   return createUcxComm(std::move(own));
+}
+
+void registerPeerUcx() {
+  PeerTransport t;
+  t.local_address = []() -> StatusOr<PeerAddress> {
+    HSDP_ASSIGN_OR_RETURN(UcxWorkerAddress a, UcxWorkerAddress::acquire());
+    std::vector<uint8_t> bytes = a.bytes();
+    return PeerAddress{std::move(bytes), std::make_shared<UcxWorkerAddress>(std::move(a))};
+  };
+  t.create = [](const PeerMembers& p) -> StatusOr<PeerComm> {
+    HSDP_ASSIGN_OR_RETURN(UcxOptions options, UcxOptions::fromEnv());
+    UcxMembers m{p.self, p.addresses, p.id, p.names, p.timeout_ms};
+    HSDP_ASSIGN_OR_RETURN(std::unique_ptr<UcxComm> c, UcxComm::createFromAddresses(m, options));
+    UcxComm* raw = c.get();
+    return PeerComm{std::move(c), [raw](const std::string& reason) { raw->abort(reason); }};
+  };
+  registerPeerTransport("ucx", std::move(t));
 }
 
 }  // namespace hsdp::ucx

@@ -64,6 +64,9 @@ struct ScratchSlot {
 
 class CollectiveOp;  // ucx_comm.cc: one collective in flight
 
+// Registers "ucx" as a peer transport (hsdp/transport_registry.h): createFromAddresses.
+void registerPeerUcx();
+
 struct UcxComm::State {
   std::shared_ptr<Engine> engine;  // first: outlives the endpoints and regions below
   std::unique_ptr<Comm> bootstrap;
