@@ -70,6 +70,7 @@ class CollectiveOp final : public ActiveOp {
     for (int p : peers) {
       const ucs_status_t st = comm_->eps[p] ? comm_->eps[p]->failure() : UCS_OK;
       if (st != UCS_OK) {
+        comm_->suspects.push_back(p);
         abortWaited(internalError(
             "ucx ", name_, " (", algorithmName(algorithm_), ", ", comm_->describe(),
             ", collective #", seq_, "): ", comm_->peerName(p), " failed: UCX error ",
@@ -214,6 +215,7 @@ class CollectiveOp final : public ActiveOp {
       last_progress_ = std::chrono::steady_clock::now();
       const Transfer& t = transfer(p);
       if (st != UCS_OK) {
+        if (!p.cancelled) comm_->suspects.push_back(t.peer);
         if (!p.cancelled) fail(transferError(t, p.is_recv, st));
       } else if (p.is_recv) {
         checkLength(t, info.length);

@@ -110,6 +110,10 @@ class UcxComm final : public Comm {
   // knows a member is gone; the communicator is finished afterwards.
   void abort(const std::string& reason);
   bool aborted() const;
+  // The members this communicator found failed (their endpoint failed: dead, reset), sorted. Not
+  // those a deadline waited for: in a ring or butterfly, the member after a stopped one stalls
+  // too, and its successors would name it.
+  std::vector<int> suspects() const;
 
   // Registers [p, p+bytes) with UCX once, for the communicator's lifetime or until
   // deregisterMemory(p): transfers inside it then skip per-call registration. The memory must

@@ -9,6 +9,7 @@
 #include "core/progress.h"
 #include "core/watchdog/watchdog.h"
 #include "hsdp/env.h"
+#include "hsdp/parse.h"
 #include "hsdp/transport_registry.h"
 
 namespace hsdp::ucx {
@@ -130,12 +131,7 @@ const std::vector<uint8_t>& UcxWorkerAddress::bytes() const { return engine_->ad
 namespace {
 std::string defaultName(int p, const std::vector<uint8_t>& address) {
   // The address's first bytes (UCX puts the worker's unique id there) tell workers apart.
-  std::string hex;
-  static constexpr char kDigits[] = "0123456789abcdef";
-  for (size_t i = 0; i < std::min<size_t>(address.size(), 8); ++i) {
-    hex += kDigits[address[i] >> 4];
-    hex += kDigits[address[i] & 15];
-  }
+  const std::string hex = hexBytes(address.data(), std::min<size_t>(address.size(), 8));
   return strCat("member ", p, " (ucx worker ", hex, ", ", address.size(), "-byte address)");
 }
 }  // namespace
@@ -237,6 +233,13 @@ void UcxComm::abort(const std::string& reason) {
 
 bool UcxComm::aborted() const { return s_->aborted.load(std::memory_order_acquire); }
 
+std::vector<int> UcxComm::suspects() const {
+  std::vector<int> out = s_->suspects;
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 StatusOr<std::unique_ptr<Comm>> createUcxComm(std::unique_ptr<Comm> bootstrap,
                                               const UcxOptions& options) {
   HSDP_ASSIGN_OR_RETURN(std::unique_ptr<UcxComm> c, UcxComm::create(std::move(bootstrap), options));
@@ -266,7 +269,8 @@ void registerPeerUcx() {
     UcxMembers m{p.self, p.addresses, p.id, p.names, p.timeout_ms};
     HSDP_ASSIGN_OR_RETURN(std::unique_ptr<UcxComm> c, UcxComm::createFromAddresses(m, options));
     UcxComm* raw = c.get();
-    return PeerComm{std::move(c), [raw](const std::string& reason) { raw->abort(reason); }};
+    return PeerComm{std::move(c), [raw](const std::string& reason) { raw->abort(reason); },
+                    [raw] { return raw->suspects(); }};
   };
   registerPeerTransport("ucx", std::move(t));
 }

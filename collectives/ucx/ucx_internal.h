@@ -90,6 +90,7 @@ struct UcxComm::State {
   // without progress (<= 0: none) and abort()'s flag and reason (set from any thread).
   std::vector<std::string> labels;
   int64_t timeout_ms = 0;
+  std::vector<int> suspects;  // members a failure named (peer failure, deadline), in order
   std::atomic<bool> aborted{false};
   std::mutex abort_mu;
   std::string abort_reason;

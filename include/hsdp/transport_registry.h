@@ -73,6 +73,8 @@ struct PeerComm {
   // Thread-safe, immediate: the collective in flight and every later one fail as kAborted with
   // the reason. Valid while `comm` lives.
   std::function<void(const std::string& reason)> abort;
+  // The members it found failed (dead, reset; not merely slow), sorted.
+  std::function<std::vector<int>()> suspects;
 };
 
 struct PeerTransport {
