@@ -95,6 +95,7 @@ class Engine {
   UcpContext context_;
   UcpWorker worker_;
   std::map<std::string, UcpEndpoint> endpoints_;  // by peer worker address; closed before worker_
+  std::vector<UcpEndpoint> retired_;              // failed, replaced, still held by old comms
   std::vector<uint8_t> address_;
   std::vector<std::shared_ptr<ActiveOp>> active_;
   uint32_t next_comm_id_ = 0;
