@@ -309,4 +309,29 @@ StatusOr<uint64_t> checkedAllocation(uint64_t count, uint64_t elem_bytes, std::s
   return *total;
 }
 
+std::string hexBytes(const uint8_t* p, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = kDigits[p[i] >> 4];
+    out[2 * i + 1] = kDigits[p[i] & 15];
+  }
+  return out;
+}
+
+StatusOr<std::vector<uint8_t>> parseHexBytes(std::string_view text, std::string_view what) {
+  auto digit = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  if (text.empty() || text.size() % 2)
+    return invalidArgument(what, " is not an even number of hex digits: '", text, "'");
+  std::vector<uint8_t> out(text.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int hi = digit(text[2 * i]), lo = digit(text[2 * i + 1]);
+    if (hi < 0 || lo < 0) return invalidArgument(what, " is not hex: '", text, "'");
+    out[i] = static_cast<uint8_t>(hi * 16 + lo);
+  }
+  return out;
+}
+
 }  // namespace hsdp

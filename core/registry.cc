@@ -25,6 +25,7 @@ struct Registry {
   // registration runs on first use, whichever thread that is.
   std::mutex mu;
   std::map<std::string, Entry, std::less<>> entries;
+  std::map<std::string, PeerTransport, std::less<>> peers;
 };
 
 // True while this thread registers the builtin modules: they do not replace a transport the
@@ -118,6 +119,38 @@ StatusOr<std::unique_ptr<Comm>> createTransport(std::string_view name,
     factory = it->second.factory;  // called outside the lock: it is collective and may be slow
   }
   return factory(std::move(bootstrap));
+}
+
+void registerPeerTransport(std::string name, PeerTransport transport) {
+  Registry& r = rawRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (g_registering_builtins && r.peers.count(name)) return;
+  r.peers[std::move(name)] = std::move(transport);
+}
+
+namespace {
+StatusOr<PeerTransport> peerTransport(std::string_view name) {
+  Registry& r = loaded();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.peers.find(name);
+  if (it != r.peers.end()) return it->second;
+  std::string names;
+  for (const auto& [n, t] : r.peers) names += (names.empty() ? "" : ", ") + n;
+  return notFound("'", name, "' is not an available peer transport (available: ",
+                  names.empty() ? "none; this hsdp was built without UCX" : names, ")");
+}
+}  // namespace
+
+bool hasPeerTransport(std::string_view name) { return peerTransport(name).ok(); }
+
+StatusOr<PeerAddress> peerTransportAddress(std::string_view name) {
+  HSDP_ASSIGN_OR_RETURN(PeerTransport t, peerTransport(name));
+  return t.local_address();
+}
+
+StatusOr<PeerComm> createPeerTransport(std::string_view name, const PeerMembers& members) {
+  HSDP_ASSIGN_OR_RETURN(PeerTransport t, peerTransport(name));
+  return t.create(members);
 }
 
 }  // namespace hsdp

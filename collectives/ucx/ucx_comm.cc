@@ -1,6 +1,7 @@
 // The UCX transport's collectives: a CollectiveOp executes a Schedule (schedule.h) with tagged
 // UCP messages; communicators are built in ucx_create.cc, the shared state is in ucx_internal.h.
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -48,13 +49,46 @@ class CollectiveOp final : public ActiveOp {
   // The communicator is going away with this collective unfinished: cancel what is posted and
   // finish with an error.
   void abandon() {
-    fail(failedPrecondition("ucx ", name_, " (", comm_->describe(),
-                            "): communicator destroyed while the collective was in flight"));
-    for (Pending& p : pending_) {
-      if (p.req != nullptr) ucp_request_free(p.req);  // released by UCX once cancelled
-      p.req = nullptr;
+    abortWith(failedPrecondition("ucx ", name_, " (", comm_->describe(),
+                                 "): communicator destroyed while the collective was in flight"));
+  }
+
+  // Called while waiting: ends the collective at once when its communicator was aborted, or when
+  // nothing of it has completed for the communicator's deadline (communicators built from
+  // addresses), naming the members it was still waiting for.
+  void police() {
+    if (done_) return;
+    if (comm_->aborted.load(std::memory_order_acquire)) {
+      abortWaited(comm_->abortedStatus(name_));
+      return;
     }
-    finish();
+    // A receive is bound to no endpoint, so UCX never fails it when its sender dies: the
+    // sender's endpoint says so instead (peer-failure handling).
+    std::vector<int> peers;
+    for (const Pending& p : pending_)
+      if (p.req != nullptr) peers.push_back(transfer(p).peer);
+    for (int p : peers) {
+      const ucs_status_t st = comm_->eps[p] ? comm_->eps[p]->failure() : UCS_OK;
+      if (st != UCS_OK) {
+        comm_->suspects.push_back(p);
+        abortWaited(internalError(
+            "ucx ", name_, " (", algorithmName(algorithm_), ", ", comm_->describe(),
+            ", collective #", seq_, "): ", comm_->peerName(p), " failed: UCX error ",
+            static_cast<int>(st), " (", ucs_status_string(st), ") on the endpoint to it"));
+        return;
+      }
+    }
+    if (comm_->timeout_ms <= 0 || std::chrono::steady_clock::now() - last_progress_ <
+                                      std::chrono::milliseconds(comm_->timeout_ms))
+      return;
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    std::string who;
+    for (int p : peers) who += (who.empty() ? "" : ", ") + comm_->peerName(p);
+    abortWaited(failedPrecondition("ucx ", name_, " (", algorithmName(algorithm_), ", ",
+                                   comm_->describe(), ", collective #", seq_, "): no progress for ",
+                                   comm_->timeout_ms, " ms (HSDP_REPLICA_TIMEOUT_MS); waiting for ",
+                                   who.empty() ? "nobody (a local stall)" : who));
   }
 
  private:
@@ -101,6 +135,22 @@ class CollectiveOp final : public ActiveOp {
                             "; ranks started different collectives or counts (every "
                             "rank must start the same collectives, in the same order, with the "
                             "same counts)"));
+  }
+
+  // Fails, cancels and releases what is posted (UCX frees a request once it completes; a send
+  // to a stopped peer may still read its buffer later) and finishes now.
+  void abortWith(Status s) {
+    fail(std::move(s));
+    for (Pending& p : pending_) {
+      if (p.req != nullptr) ucp_request_free(p.req);
+      p.req = nullptr;
+    }
+    finish();
+  }
+  // From a wait (not from the engine's own round): abortWith, and out of the engine's list now.
+  void abortWaited(Status s) {
+    abortWith(std::move(s));
+    comm_->engine->forget(this);
   }
 
   void fail(Status s) {
@@ -162,8 +212,10 @@ class CollectiveOp final : public ActiveOp {
       }
       ucp_request_free(p.req);
       p.req = nullptr;
+      last_progress_ = std::chrono::steady_clock::now();
       const Transfer& t = transfer(p);
       if (st != UCS_OK) {
+        if (!p.cancelled) comm_->suspects.push_back(t.peer);
         if (!p.cancelled) fail(transferError(t, p.is_recv, st));
       } else if (p.is_recv) {
         checkLength(t, info.length);
@@ -193,6 +245,7 @@ class CollectiveOp final : public ActiveOp {
   ScratchSlot* scratch_ = nullptr;
   Status status_;
   bool done_ = false;
+  std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
 };
 
 namespace {
@@ -205,13 +258,17 @@ class UcxWork final : public Work {
   Status wait() override {
     auto lock = progressLock();
     watchdog::CommWait watched(trace_, seq_, "ucx wait");
-    engine_->progressUntil([this] { return op_->done(); });
+    engine_->progressUntil([this] {
+      op_->police();
+      return op_->done();
+    });
     return op_->status();
   }
 
   StatusOr<bool> test() override {
     auto lock = progressLock();
     if (!op_->done()) engine_->progress();
+    op_->police();
     if (!op_->done()) return false;
     if (!op_->status().ok()) return op_->status();
     return true;
@@ -229,6 +286,7 @@ class UcxWork final : public Work {
 template <typename Build>
 StatusOr<std::shared_ptr<CollectiveOp>> UcxComm::State::start(const char* name, Algorithm algorithm,
                                                               size_t scratch_bytes, Build build) {
+  if (aborted.load(std::memory_order_acquire)) return abortedStatus(name);
   auto op = std::make_shared<CollectiveOp>(*this, name, algorithm, seq++);
   void* buf = nullptr;
   if (scratch_bytes > 0) {
@@ -243,7 +301,10 @@ StatusOr<std::shared_ptr<CollectiveOp>> UcxComm::State::start(const char* name, 
 }
 
 Status UcxComm::State::wait(CollectiveOp& op) {
-  engine->progressUntil([&op] { return op.done(); });
+  engine->progressUntil([&op] {
+    op.police();
+    return op.done();
+  });
   return op.status();
 }
 
@@ -360,18 +421,6 @@ Status UcxComm::runBarrier() {
 
 // ---- communicators, memory ---------------------------------------------------------------------
 
-StatusOr<std::unique_ptr<Comm>> UcxComm::split(int color, int key) {
-  auto lock = progressLock();
-  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> sub, s_->bootstrap->split(color, key));
-  return createUcxComm(std::move(sub), s_->options);
-}
-
-StatusOr<std::unique_ptr<Comm>> UcxComm::splitByHost() {
-  auto lock = progressLock();
-  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> sub, s_->bootstrap->splitByHost());
-  return createUcxComm(std::move(sub), s_->options);
-}
-
 Status UcxComm::reserveScratch(size_t bytes) {
   auto lock = progressLock();
   State& s = *s_;
@@ -402,11 +451,6 @@ size_t UcxComm::scratchBytes() const {
   size_t total = 0;
   for (const auto& slot : s_->scratch) total += slot ? slot->buffer.size() : 0;
   return total;
-}
-
-void UcxComm::abortJob(int code) {
-  s_->bootstrap->abortJob(code);
-  std::abort();  // the bootstrap's abortJob does not return; keeps [[noreturn]] honest
 }
 
 Status UcxComm::registerMemory(const void* p, size_t bytes) {
@@ -446,5 +490,6 @@ void registerUcxTransport() {
   registerTransport("ucx", [](std::unique_ptr<Comm> bootstrap) {
     return ucx::createUcxComm(std::move(bootstrap));
   });
+  ucx::registerPeerUcx();  // the same transport built from addresses (ucx_create.cc)
 }
 }  // namespace hsdp::modules

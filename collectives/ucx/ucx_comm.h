@@ -7,6 +7,12 @@
 // has the bootstrap's members in the bootstrap's rank order. The bootstrap is kept for split(),
 // splitByHost() and abortJob(); collectives never touch it.
 //
+// Or, without any bootstrap (the replica level between elastic groups, which share no MPI job):
+// from the members' worker addresses, published out of band (UcxWorkerAddress; elastic groups
+// put it in their etcd member record), and an id the members agree on (createFromAddresses).
+// Such a communicator handles peer failure on every endpoint, bounds every wait by a deadline
+// without progress, and can be aborted from another thread (abort()); it cannot split.
+//
 // Collectives are Schedules (schedule.h) run over tagged point-to-point messages: ring for large
 // messages; recursive doubling (all-reduce, reduce-scatter, power-of-two all-gather) or Bruck
 // (other all-gathers) at or below HSDP_UCX_SMALL_BYTES. Every collective is nonblocking
@@ -28,11 +34,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "hsdp/status.h"
 #include "hsdp/transport.h"
 
 namespace hsdp::ucx {
+
+class Engine;  // ucx_engine.h
 
 struct UcxOptions {
   // Messages of at most this many bytes (all-gather, reduce-scatter: the whole n*count buffer;
@@ -42,8 +52,37 @@ struct UcxOptions {
   static StatusOr<UcxOptions> fromEnv();
 };
 
+// This process's UCP worker, held open so that its address stays valid: the bytes a member
+// publishes for the others to reach it. Every UCX communicator of the process shares the worker.
+class UcxWorkerAddress {
+ public:
+  static StatusOr<UcxWorkerAddress> acquire();
+  const std::vector<uint8_t>& bytes() const;
+
+ private:
+  std::shared_ptr<Engine> engine_;
+};
+
+// The members of a communicator built from addresses.
+struct UcxMembers {
+  int self = 0;                                 // this process's index
+  std::vector<std::vector<uint8_t>> addresses;  // every member's UcxWorkerAddress::bytes()
+  // Equal on every member and different from that of every earlier communicator of the same
+  // processes still able to deliver a message (e.g. the quorum's step and attempt, hashed): the
+  // tags carry it modulo 2^15, so a stale message of an aborted communicator never matches.
+  uint64_t id = 0;
+  // How errors name each member (e.g. "group 2 (host:port)"); empty: "member i (worker ...)".
+  std::vector<std::string> names;
+  // No collective waits longer than this without a message of it completing; <= 0: forever.
+  int64_t timeout_ms = 0;
+};
+
 class UcxComm final : public Comm {
  public:
+  // Collective over the members (every member calls it with the same addresses and id); ends
+  // with a first barrier, so a member that does not come fails creation by the deadline, named.
+  static StatusOr<std::unique_ptr<UcxComm>> createFromAddresses(const UcxMembers& members,
+                                                                const UcxOptions& options);
   // Collective over `bootstrap`, which the new communicator owns from now on.
   static StatusOr<std::unique_ptr<UcxComm>> create(std::unique_ptr<Comm> bootstrap,
                                                    const UcxOptions& options);
@@ -63,7 +102,18 @@ class UcxComm final : public Comm {
   // blocks per slot, like the MPI transport's ring); slots are registered once and reused.
   Status reserveScratch(size_t bytes) override;
   size_t scratchBytes() const override;
+  // Without a bootstrap: logs and aborts this process only.
   [[noreturn]] void abortJob(int code) override;
+
+  // Thread-safe, returns at once: the collective in flight (being waited for) and every later
+  // one fail with kAborted and `reason` (the first one given). For a coordinator that already
+  // knows a member is gone; the communicator is finished afterwards.
+  void abort(const std::string& reason);
+  bool aborted() const;
+  // The members this communicator found failed (their endpoint failed: dead, reset), sorted. Not
+  // those a deadline waited for: in a ring or butterfly, the member after a stopped one stalls
+  // too, and its successors would name it.
+  std::vector<int> suspects() const;
 
   // Registers [p, p+bytes) with UCX once, for the communicator's lifetime or until
   // deregisterMemory(p): transfers inside it then skip per-call registration. The memory must
@@ -72,7 +122,7 @@ class UcxComm final : public Comm {
   Status registerMemory(const void* p, size_t bytes);
   Status deregisterMemory(const void* p);
 
-  Comm& bootstrap();
+  Comm& bootstrap();  // not for communicators built from addresses
   const UcxOptions& options() const;
   // This communicator's id in the message tags (equal on every member).
   uint32_t id() const;

@@ -6,8 +6,11 @@
 #include <vector>
 
 #include "collectives/ucx/ucx_internal.h"
+#include "core/progress.h"
 #include "core/watchdog/watchdog.h"
 #include "hsdp/env.h"
+#include "hsdp/parse.h"
+#include "hsdp/transport_registry.h"
 
 namespace hsdp::ucx {
 
@@ -115,6 +118,128 @@ StatusOr<std::unique_ptr<UcxComm>> UcxComm::create(std::unique_ptr<Comm> bootstr
   return comm;
 }
 
+// ---- from addresses (no bootstrap) -------------------------------------------------------------
+
+StatusOr<UcxWorkerAddress> UcxWorkerAddress::acquire() {
+  UcxWorkerAddress a;
+  HSDP_ASSIGN_OR_RETURN(a.engine_, Engine::acquire());
+  return a;
+}
+
+const std::vector<uint8_t>& UcxWorkerAddress::bytes() const { return engine_->address(); }
+
+namespace {
+std::string defaultName(int p, const std::vector<uint8_t>& address) {
+  // The address's first bytes (UCX puts the worker's unique id there) tell workers apart.
+  const std::string hex = hexBytes(address.data(), std::min<size_t>(address.size(), 8));
+  return strCat("member ", p, " (ucx worker ", hex, ", ", address.size(), "-byte address)");
+}
+}  // namespace
+
+StatusOr<std::unique_ptr<UcxComm>> UcxComm::createFromAddresses(const UcxMembers& m,
+                                                                const UcxOptions& options) {
+  const int n = static_cast<int>(m.addresses.size());
+  if (n < 1 || n > kMaxRanks)
+    return outOfRange("createUcxCommFromAddresses: ", n, " members; 1 to ", kMaxRanks,
+                      " are supported");
+  if (m.self < 0 || m.self >= n)
+    return invalidArgument("createUcxCommFromAddresses: self ", m.self, " is not one of the ", n,
+                           " members");
+  if (!m.names.empty() && static_cast<int>(m.names.size()) != n)
+    return invalidArgument("createUcxCommFromAddresses: ", m.names.size(), " names for ", n,
+                           " members");
+  for (int p = 0; p < n; ++p)
+    if (m.addresses[p].empty())
+      return invalidArgument("createUcxCommFromAddresses: member ", p, " has an empty address");
+  HSDP_ASSIGN_OR_RETURN(std::shared_ptr<Engine> engine, Engine::acquire());
+  if (m.addresses[m.self] != engine->address())
+    return invalidArgument("createUcxCommFromAddresses: the address of member ", m.self,
+                           " (self) is not this process's UCX worker (", m.addresses[m.self].size(),
+                           " bytes, the worker's ", engine->address().size(),
+                           "): publish UcxWorkerAddress::bytes()");
+
+  auto state = std::make_unique<State>();
+  state->engine = std::move(engine);
+  state->options = options;
+  state->rank = m.self;
+  state->size = n;
+  state->id = kAddressedBit | static_cast<uint32_t>(m.id % kMaxCommIds);
+  state->timeout_ms = m.timeout_ms;
+  for (int p = 0; p < n; ++p)
+    state->labels.push_back(m.names.empty() ? defaultName(p, m.addresses[p]) : m.names[p]);
+  state->eps.assign(n, nullptr);
+  for (int p = 0; p < n; ++p) {
+    if (p == m.self) continue;
+    // Peer-failure handling on every endpoint, same host or not: a member's death must become
+    // a Status here, never abort this process (UcpEndpoint::connect; on one host this costs the
+    // shared-memory transports, the members talk over tcp loopback).
+    auto ep = state->engine->endpointTo(m.addresses[p].data(), m.addresses[p].size(),
+                                        /*remote=*/true);
+    if (!ep.ok()) return ep.status().withContext(strCat("endpoint to ", state->labels[p]));
+    state->eps[p] = *ep;
+  }
+  if (n > 1) {
+    state->slot_bytes = initialSlotBytes(options);
+    HSDP_ASSIGN_OR_RETURN(auto slot, state->newSlot(state->slot_bytes));
+    state->scratch.push_back(std::move(slot));
+  }
+  std::unique_ptr<UcxComm> comm(new UcxComm(std::move(state)));
+  HSDP_RETURN_IF_ERROR(comm->barrier().withContext("first barrier over the members' addresses"));
+  HSDP_INFO(kColl, "ucx communicator ", comm->s_->describe(), " ready from ", n,
+            " addresses; deadline without progress ", m.timeout_ms, " ms");
+  return comm;
+}
+
+// ---- communicators ----------------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<Comm>> UcxComm::split(int color, int key) {
+  auto lock = progressLock();
+  if (s_->bootstrap == nullptr)
+    return unimplemented("split of ucx ", s_->describe(),
+                         ": built from addresses, it has no bootstrap to split (build another "
+                         "from the members' addresses)");
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> sub, s_->bootstrap->split(color, key));
+  return createUcxComm(std::move(sub), s_->options);
+}
+
+StatusOr<std::unique_ptr<Comm>> UcxComm::splitByHost() {
+  auto lock = progressLock();
+  if (s_->bootstrap == nullptr)
+    return unimplemented("splitByHost of ucx ", s_->describe(),
+                         ": built from addresses, it has no bootstrap to split");
+  HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> sub, s_->bootstrap->splitByHost());
+  return createUcxComm(std::move(sub), s_->options);
+}
+
+void UcxComm::abortJob(int code) {
+  if (s_->bootstrap == nullptr) {
+    // Built from addresses: no job launcher behind it to end the others; this process ends and
+    // its peers see it fail (their collectives name it, or reach their deadline).
+    HSDP_WARN(kColl, "ucx ", s_->describe(), ": abortJob(", code, ")");
+    std::abort();
+  }
+  s_->bootstrap->abortJob(code);
+  std::abort();  // the bootstrap's abortJob does not return; keeps [[noreturn]] honest
+}
+
+void UcxComm::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> g(s_->abort_mu);
+    if (s_->aborted.load(std::memory_order_relaxed)) return;  // the first reason stays
+    s_->abort_reason = reason;
+  }
+  s_->aborted.store(true, std::memory_order_release);
+}
+
+bool UcxComm::aborted() const { return s_->aborted.load(std::memory_order_acquire); }
+
+std::vector<int> UcxComm::suspects() const {
+  std::vector<int> out = s_->suspects;
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 StatusOr<std::unique_ptr<Comm>> createUcxComm(std::unique_ptr<Comm> bootstrap,
                                               const UcxOptions& options) {
   HSDP_ASSIGN_OR_RETURN(std::unique_ptr<UcxComm> c, UcxComm::create(std::move(bootstrap), options));
@@ -130,6 +255,24 @@ StatusOr<std::unique_ptr<Comm>> createUcxComm(std::unique_ptr<Comm> bootstrap) {
 StatusOr<std::unique_ptr<Comm>> createUcxComm(Comm& bootstrap) {
   HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> own, bootstrap.split(0, bootstrap.rank()));
   return createUcxComm(std::move(own));
+}
+
+void registerPeerUcx() {
+  PeerTransport t;
+  t.local_address = []() -> StatusOr<PeerAddress> {
+    HSDP_ASSIGN_OR_RETURN(UcxWorkerAddress a, UcxWorkerAddress::acquire());
+    std::vector<uint8_t> bytes = a.bytes();
+    return PeerAddress{std::move(bytes), std::make_shared<UcxWorkerAddress>(std::move(a))};
+  };
+  t.create = [](const PeerMembers& p) -> StatusOr<PeerComm> {
+    HSDP_ASSIGN_OR_RETURN(UcxOptions options, UcxOptions::fromEnv());
+    UcxMembers m{p.self, p.addresses, p.id, p.names, p.timeout_ms};
+    HSDP_ASSIGN_OR_RETURN(std::unique_ptr<UcxComm> c, UcxComm::createFromAddresses(m, options));
+    UcxComm* raw = c.get();
+    return PeerComm{std::move(c), [raw](const std::string& reason) { raw->abort(reason); },
+                    [raw] { return raw->suspects(); }};
+  };
+  registerPeerTransport("ucx", std::move(t));
 }
 
 }  // namespace hsdp::ucx

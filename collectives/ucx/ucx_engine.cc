@@ -49,13 +49,27 @@ Engine::~Engine() {
   if (!active_.empty())
     HSDP_WARN(kColl, "ucx engine destroyed with ", active_.size(), " collectives in flight");
   active_.clear();
+  retired_.clear();
   endpoints_.clear();  // before the worker (declaration order would do it too; explicit here)
 }
 
 StatusOr<const UcpEndpoint*> Engine::endpointTo(const uint8_t* address, size_t length,
                                                 bool remote) {
+  // One endpoint per peer and error mode: a communicator built from addresses wants peer-failure
+  // handling even to a peer on this host that others reach without it.
   std::string key(reinterpret_cast<const char*>(address), length);
+  key.push_back(remote ? 'P' : 'N');
   auto it = endpoints_.find(key);
+  if (it != endpoints_.end() && it->second.failure() != UCS_OK) {
+    // Failed (the peer was cut off, or reset): UCX never revives an endpoint, but the same
+    // worker may be reachable again (a cut link restored). A new communicator gets a new one;
+    // the failed one stays alive for the communicators still holding it.
+    HSDP_INFO(kColl, "ucx: endpoint failed earlier (", ucs_status_string(it->second.failure()),
+              "); connecting again");
+    retired_.push_back(std::move(it->second));
+    endpoints_.erase(it);
+    it = endpoints_.end();
+  }
   if (it == endpoints_.end()) {
     HSDP_ASSIGN_OR_RETURN(UcpEndpoint ep, UcpEndpoint::connect(worker_.get(), address, remote));
     it = endpoints_.emplace(std::move(key), std::move(ep)).first;

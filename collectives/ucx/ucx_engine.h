@@ -52,8 +52,8 @@ class Engine {
   // first use and shared by every communicator that reaches that worker: a process keeps one
   // connection per peer process however many communicators it builds, and endpoints close once,
   // when the engine goes (ucx_resources.h says how).
-  // `remote`: the peer is on another host (UcpEndpoint::connect); a peer is on one host or the
-  // other for every communicator, so the first caller's answer holds for all.
+  // `remote`: peer-failure handling (UcpEndpoint::connect: a peer on another host, or any member
+  // of a communicator built from addresses); one endpoint per peer and mode.
   StatusOr<const UcpEndpoint*> endpointTo(const uint8_t* address, size_t length, bool remote);
 
   // Communicator ids: members agree on an id no member has used yet (the largest of their next
@@ -95,6 +95,7 @@ class Engine {
   UcpContext context_;
   UcpWorker worker_;
   std::map<std::string, UcpEndpoint> endpoints_;  // by peer worker address; closed before worker_
+  std::vector<UcpEndpoint> retired_;              // failed, replaced, still held by old comms
   std::vector<uint8_t> address_;
   std::vector<std::shared_ptr<ActiveOp>> active_;
   uint32_t next_comm_id_ = 0;

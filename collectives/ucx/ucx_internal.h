@@ -7,8 +7,10 @@
 #include <ucs/memory/memory_type.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,9 +27,12 @@ namespace hsdp::ucx {
 // | message id within the collective | sender rank. Receives match all 64 bits, so a message can
 // only land in the receive posted for it, whatever else is in flight on the worker. The
 // sequence number wraps, which is safe while fewer than 65536 collectives of one communicator
-// are in flight at once.
+// are in flight at once. Communicator ids: the low half for communicators built over a bootstrap
+// (agreed through it), the high half (kAddressedBit set) for those built from addresses
+// (createUcxCommFromAddresses: the id its members were given), so the two never share a tag.
 constexpr uint64_t kFullMask = ~0ull;
-constexpr uint32_t kMaxCommIds = 1u << 16;
+constexpr uint32_t kMaxCommIds = 1u << 15;
+constexpr uint32_t kAddressedBit = 1u << 15;
 // Sender ranks need 16 bits, and the ring all-reduce uses 2(n-1) message ids.
 constexpr int kMaxRanks = 1 << 15;
 
@@ -59,6 +64,9 @@ struct ScratchSlot {
 
 class CollectiveOp;  // ucx_comm.cc: one collective in flight
 
+// Registers "ucx" as a peer transport (hsdp/transport_registry.h): createFromAddresses.
+void registerPeerUcx();
+
 struct UcxComm::State {
   std::shared_ptr<Engine> engine;  // first: outlives the endpoints and regions below
   std::unique_ptr<Comm> bootstrap;
@@ -78,9 +86,24 @@ struct UcxComm::State {
 
   std::vector<int> world;  // world ranks by rank, from the watchdog's trace (empty: untraced)
 
+  // Built from addresses (no bootstrap): how each member is named in errors, the deadline
+  // without progress (<= 0: none) and abort()'s flag and reason (set from any thread).
+  std::vector<std::string> labels;
+  int64_t timeout_ms = 0;
+  std::vector<int> suspects;  // members a failure named (peer failure, deadline), in order
+  std::atomic<bool> aborted{false};
+  std::mutex abort_mu;
+  std::string abort_reason;
+
   std::string describe() const { return strCat("comm ", id, ", rank ", rank, " of ", size); }
   std::string peerName(int p) const {
+    if (!labels.empty()) return labels[p];
     return world.empty() ? strCat("rank ", p) : strCat("rank ", p, " (world rank ", world[p], ")");
+  }
+  Status abortedStatus(const char* what) {
+    std::lock_guard<std::mutex> g(abort_mu);
+    return Status(StatusCode::kAborted,
+                  strCat("ucx ", what, " (", describe(), "): aborted: ", abort_reason));
   }
 
   ucp_mem_h memhFor(const void* p, size_t bytes) const {

@@ -136,6 +136,16 @@ StatusOr<UcpEndpoint> UcpEndpoint::connect(ucp_worker_h worker, const uint8_t* a
   // transfers to it, which the collective reports naming the peer; with NONE, UCX aborts this
   // process on the connection reset, and the job's first report names the wrong rank.
   params.err_mode = remote ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  if (remote) {
+    // Records the failure for failure() (the collectives in flight name the peer from it); UCX
+    // logs an error for a failed endpoint without a handler.
+    e.failure_ = std::make_unique<std::atomic<int>>(UCS_OK);
+    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t st) {
+      static_cast<std::atomic<int>*>(arg)->store(st, std::memory_order_relaxed);
+    };
+    params.err_handler.arg = e.failure_.get();
+  }
   HSDP_UCX_CHECK(ucp_ep_create(worker, &params, &e.h_));
   return e;
 }
@@ -170,13 +180,16 @@ void UcpEndpoint::close() {
 UcpEndpoint::~UcpEndpoint() { close(); }
 
 UcpEndpoint::UcpEndpoint(UcpEndpoint&& o) noexcept
-    : h_(std::exchange(o.h_, nullptr)), worker_(std::exchange(o.worker_, nullptr)) {}
+    : h_(std::exchange(o.h_, nullptr)),
+      worker_(std::exchange(o.worker_, nullptr)),
+      failure_(std::move(o.failure_)) {}
 
 UcpEndpoint& UcpEndpoint::operator=(UcpEndpoint&& o) noexcept {
   if (this != &o) {
     close();
     h_ = std::exchange(o.h_, nullptr);
     worker_ = std::exchange(o.worker_, nullptr);
+    failure_ = std::move(o.failure_);
   }
   return *this;
 }

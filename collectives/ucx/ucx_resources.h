@@ -6,8 +6,10 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -80,6 +82,11 @@ class UcpEndpoint {
   UcpEndpoint& operator=(const UcpEndpoint&) = delete;
 
   ucp_ep_h get() const { return h_; }
+  // UCS_OK, or the error UCX reported on this endpoint (peer-failure handling: the peer died,
+  // reset the connection or stopped answering UCX's keepalive); set while the worker progresses.
+  ucs_status_t failure() const {
+    return failure_ ? static_cast<ucs_status_t>(failure_->load(std::memory_order_relaxed)) : UCS_OK;
+  }
   // What UCX chose for this endpoint (transports per lane), for TRACE logs.
   std::string describe() const;
 
@@ -87,6 +94,7 @@ class UcpEndpoint {
   void close();
   ucp_ep_h h_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  std::unique_ptr<std::atomic<int>> failure_;  // the error handler's (stable across moves)
 };
 
 class UcpMemRegion {

@@ -130,6 +130,11 @@ uint64_t allocatableBytes();
 // may allocate (physical memory)").
 StatusOr<uint64_t> checkedAllocation(uint64_t count, uint64_t elem_bytes, std::string_view what);
 
+// Bytes as lowercase hex ({0x0a, 0xff} -> "0aff"), and back: text that is empty or not an even
+// number of hex digits is an InvalidArgument naming `what` and the text.
+std::string hexBytes(const uint8_t* p, size_t n);
+StatusOr<std::vector<uint8_t>> parseHexBytes(std::string_view text, std::string_view what);
+
 // ---- templates ----------------------------------------------------------------------------------
 namespace detail {
 // "--dims '32,x,10': " + the element's own message (named "element 2").

@@ -12,6 +12,7 @@
 //   });
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -46,5 +47,45 @@ bool hasTransport(std::string_view name);
 // transport's reason as FailedPrecondition.
 StatusOr<std::unique_ptr<Comm>> createTransport(std::string_view name,
                                                 std::unique_ptr<Comm> bootstrap);
+
+// ---- peer transports: communicators built from published addresses, with no bootstrap --------
+// The replica level between elastic groups: the groups share no job launcher, each member
+// publishes its address (etcd), and every member builds the communicator from the same list.
+
+// This process's address in a peer transport, valid while `hold` lives.
+struct PeerAddress {
+  std::vector<uint8_t> bytes;
+  std::shared_ptr<void> hold;
+};
+
+struct PeerMembers {
+  int self = 0;                                 // this process's index in `addresses`
+  std::vector<std::vector<uint8_t>> addresses;  // every member's PeerAddress::bytes
+  // Equal on every member, different from every earlier communicator's of the same processes
+  // (e.g. derived from the quorum's step and attempt): stale messages never match a new one.
+  uint64_t id = 0;
+  std::vector<std::string> names;  // how errors name each member; empty: by index and address
+  int64_t timeout_ms = 0;          // a wait without progress fails after this, naming the peer
+};
+
+struct PeerComm {
+  std::unique_ptr<Comm> comm;
+  // Thread-safe, immediate: the collective in flight and every later one fail as kAborted with
+  // the reason. Valid while `comm` lives.
+  std::function<void(const std::string& reason)> abort;
+  // The members it found failed (dead, reset; not merely slow), sorted.
+  std::function<std::vector<int>()> suspects;
+};
+
+struct PeerTransport {
+  std::function<StatusOr<PeerAddress>()> local_address;
+  std::function<StatusOr<PeerComm>(const PeerMembers&)> create;  // collective over the members
+};
+
+void registerPeerTransport(std::string name, PeerTransport transport);
+bool hasPeerTransport(std::string_view name);
+// NotFound naming the available peer transports for an unknown name.
+StatusOr<PeerAddress> peerTransportAddress(std::string_view name);
+StatusOr<PeerComm> createPeerTransport(std::string_view name, const PeerMembers& members);
 
 }  // namespace hsdp

@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cstring>
 #include <sstream>
+#include <thread>  // std::this_thread::yield
 
 #include "engine/transition.h"
+#include "hsdp/env.h"
 #include "hsdp/log.h"
 #include "hsdp/parse.h"
 
@@ -13,7 +15,11 @@ namespace hsdp::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kAddressLen = 64;  // one rank's "host:port" in the group's address list
+
+const env::StringParam kReplicaTransport{
+    "HSDP_REPLICA_TRANSPORT", env::StringParam::Kind::kEnum, "auto",
+    "Elastic groups: the transport of the replica gradient average: auto (the UCX peer transport "
+    "when this hsdp has it, else the TCP ring), ucx, or ring (docs/elastic.md)."};
 
 std::vector<std::string> splitList(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -105,16 +111,34 @@ void ElasticGroup::workLoop() {
     busy_ = true;
     const bool skip = !work_status_.ok();  // the ring is broken: the step fails anyway
     lock.unlock();
-    Status st =
-        skip ? okStatus() : ring_->allReduce(g.data(), g.size(), elastic::ReplicaRing::Op::kAvg);
+    Status st = skip ? okStatus() : average(g);
     lock.lock();
     if (!st.ok() && work_status_.ok()) {
       work_status_ = st;
-      work_culprits_ = ring_->culprits();
+      work_culprits_ = suspects();
     }
     busy_ = false;
     cv_.notify_all();
   }
+}
+
+Status ElasticGroup::average(std::span<float> g) {
+  if (!replica_.comm) return ring_->allReduce(g.data(), g.size(), elastic::ReplicaRing::Op::kAvg);
+  // Polled, not waited: test() holds the progress lock briefly; the main thread's go on beside.
+  HSDP_ASSIGN_OR_RETURN(
+      WorkHandle w, replica_.comm->iallReduce(g.data(), g.size(), DType::kFloat32, RedOp::kAvg));
+  while (true) {
+    HSDP_ASSIGN_OR_RETURN(bool done, w->test());
+    if (done) return okStatus();
+    std::this_thread::yield();
+  }
+}
+
+std::vector<int> ElasticGroup::suspects() const {
+  std::vector<int> out = ring_ ? ring_->culprits() : std::vector<int>{};
+  for (int s : replica_.comm ? replica_.suspects() : std::vector<int>{})
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  return out;
 }
 
 Status ElasticGroup::startAverage(std::span<float> grad) {
@@ -147,19 +171,35 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
                                                ? "the replica listener"
                                                : "EngineConfig::elastic.host (HSDP_ELASTIC_HOST)");
     g->listener_ = std::move(*listener);
-    if (g->listener_->address().size() >= kAddressLen)
-      return invalidArgument("replica address '", g->listener_->address(), "' is too long");
+    const std::string transport = kReplicaTransport.get();
+    if (transport != "auto" && transport != "ucx" && transport != "ring")
+      return invalidArgument("HSDP_REPLICA_TRANSPORT='", transport,
+                             "' is not one of auto, ucx, ring");
+    if (transport == "ucx" || (transport == "auto" && hasPeerTransport("ucx"))) {
+      g->peer_transport_ = "ucx";
+      HSDP_ASSIGN_OR_RETURN(g->peer_address_, peerTransportAddress("ucx"));
+    }
     return okStatus();
   }();
   HSDP_RETURN_IF_ERROR(control.agree(local));
-  std::vector<char> mine(kAddressLen, 0), all(kAddressLen * control.controlSize());
-  std::memcpy(mine.data(), g->listener_->address().data(), g->listener_->address().size());
-  HSDP_RETURN_IF_ERROR(
-      control.controlAllGather(mine.data(), all.data(), kAddressLen, DType::kUInt8));
-  std::string addresses;  // the group's member address: every rank's, in rank order
+  // The group's member address: every rank's entry, in rank order (lengths first, then the
+  // entries padded to the longest).
+  std::string entry = g->listener_->address();
+  // One rank's entry: "host:port" (the ring's listener), then "/" and its peer-transport
+  // address in hex when the averages run on one.
+  const std::vector<uint8_t>& peer = g->peer_address_.bytes;
+  if (!g->peer_transport_.empty()) entry += "/" + hexBytes(peer.data(), peer.size());
+  int64_t len = static_cast<int64_t>(entry.size());
+  std::vector<int64_t> lens(control.controlSize());
+  HSDP_RETURN_IF_ERROR(control.controlAllGather(&len, lens.data(), 1, DType::kInt64));
+  const size_t width = static_cast<size_t>(*std::max_element(lens.begin(), lens.end()));
+  std::vector<char> mine(width, 0), all(width * control.controlSize());
+  std::memcpy(mine.data(), entry.data(), entry.size());
+  HSDP_RETURN_IF_ERROR(control.controlAllGather(mine.data(), all.data(), width, DType::kUInt8));
+  std::string addresses;
   for (int r = 0; r < control.controlSize(); ++r) {
     if (r > 0) addresses += ',';
-    addresses += std::string(&all[r * kAddressLen]);
+    addresses += std::string(&all[r * width], static_cast<size_t>(lens[r]));
   }
   // Rank 0 speaks for the group in etcd.
   Status joined = okStatus();
@@ -244,6 +284,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
   // members at the same addresses and nobody heals (every member then decides alike: the
   // commit needed every member's all-reduce to succeed).
   std::unique_ptr<elastic::ReplicaRing> kept = std::move(ring_);
+  PeerComm kept_comm = std::move(replica_);
   const elastic::StepQuorum last = q_;
   bool continuing = kept && committed_.step == local_step - 1;
   while (true) {
@@ -307,6 +348,8 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
         return internalError("elastic: group ", name_, " holds step ", local_step,
                              " but the quorum counts it among the groups at step ", q_.step);
       std::vector<std::string> addrs;
+      PeerMembers peers;
+      peers.self = self_;
       for (const elastic::Member& m : q_.members) {
         // From etcd: checked as any list (an empty element is an error naming the group).
         HSDP_ASSIGN_OR_RETURN(std::vector<std::string> ranks,
@@ -314,12 +357,28 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
         if (static_cast<int>(ranks.size()) != control_.controlSize())
           return invalidArgument("elastic group ", m.group, " has ", ranks.size(),
                                  " ranks; this group has ", control_.controlSize());
-        addrs.push_back(ranks[control_.controlRank()]);
+        std::string entry = ranks[control_.controlRank()];
+        const size_t slash = entry.find('/');
+        if (!peer_transport_.empty()) {
+          const std::string what = strCat(peer_transport_, " address of elastic group ", m.group,
+                                          " rank ", control_.controlRank());
+          if (slash == std::string::npos)
+            return invalidArgument(what, " is missing (published: '", entry,
+                                   "'; every group must run the same HSDP_REPLICA_TRANSPORT)");
+          HSDP_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes,
+                                parseHexBytes(entry.substr(slash + 1), what));
+          peers.addresses.push_back(std::move(bytes));
+        }
+        if (slash != std::string::npos) entry.resize(slash);
+        peers.names.push_back(strCat("group ", m.group, " (", entry, ")"));
+        addrs.push_back(std::move(entry));
       }
       if (same()) {
         ring_ = std::move(kept);
+        replica_ = std::move(kept_comm);
       } else {
         kept.reset();
+        kept_comm = PeerComm{};
         elastic::ReplicaRing::Options o;
         o.job = *policy_.job;
         o.step = q_.step;
@@ -327,6 +386,12 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
         o.refused_is_dead = true;  // every member's listener is open before it joins
         HSDP_ASSIGN_OR_RETURN(
             ring_, elastic::ReplicaRing::create(self_, addrs, *listener_, o, &culprits_));
+        if (!peer_transport_.empty()) {
+          // An id no earlier quorum of these processes had: (step, attempt) only grow.
+          peers.id = static_cast<uint64_t>(q_.step) * 64 + static_cast<uint64_t>(q_.attempt % 64);
+          peers.timeout_ms = ring_->timeoutMs();
+          HSDP_ASSIGN_OR_RETURN(replica_, createPeerTransport(peer_transport_, peers));
+        }
       }
       t0 = Clock::now();  // the heal's own time, from here
       // The heal: a member that does not hold the step's state receives every buffer, then the
@@ -358,7 +423,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       }
       return okStatus();
     }();
-    if (!local.ok() && ring_) culprits_ = ring_->culprits();
+    if (!local.ok()) culprits_ = suspects();
     int64_t failed = local.ok() ? 0 : 1;
     HSDP_RETURN_IF_ERROR(control_.controlSum(&failed, 1));
     if (failed == 0) {
@@ -382,6 +447,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
     if (committed)
       return internalError("elastic: step ", q_.step, " committed although group ", name_,
                            " voted fail");
+    replica_ = PeerComm{};
     ring_.reset();
   }
 }
@@ -399,6 +465,7 @@ StatusOr<bool> ElasticGroup::commit() {
   }
   HSDP_ASSIGN_OR_RETURN(bool commit, voteAndDecide(local));
   if (!commit) {
+    replica_ = PeerComm{};
     ring_.reset();
     return false;
   }

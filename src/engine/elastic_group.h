@@ -2,7 +2,9 @@
 // group is one MPI job; its rank 0 speaks for it in etcd (elastic/quorum.h: membership, each
 // step's quorum, the commit vote) and tells the other ranks over the group's control plane
 // (UnitCollectives' control collectives); every rank i runs the replica level with rank i of the
-// other groups on a TCP ring (elastic/replica_ring.h) built from each step's quorum.
+// other groups: the gradient averages on a peer-transport Comm (UCX built from the addresses the
+// groups publish; hsdp/transport_registry.h), the heals on a TCP ring (elastic/replica_ring.h),
+// both built from each step's quorum. HSDP_REPLICA_TRANSPORT=ring keeps the averages on the ring.
 //
 //   begin(step)      the step's quorum (waiting out attempts this group is not in), the ring,
 //                    and the heal: a member that does not hold the step's state receives it from
@@ -42,6 +44,7 @@
 #include "hsdp/config.h"
 #include "hsdp/sharded_model.h"
 #include "hsdp/transport.h"
+#include "hsdp/transport_registry.h"
 
 namespace hsdp::engine {
 
@@ -105,12 +108,21 @@ class ElasticGroup {
   std::unique_ptr<elastic::ReplicaListener> listener_;
   std::unique_ptr<elastic::Quorum> quorum_;  // rank 0 only
   std::unique_ptr<elastic::ReplicaRing> ring_;
+  // The averages' Comm (a peer transport; empty with HSDP_REPLICA_TRANSPORT=ring), rebuilt with
+  // the ring; this process's address in it, published beside the ring's.
+  std::string peer_transport_;
+  PeerAddress peer_address_;
+  PeerComm replica_;
   elastic::StepQuorum q_;      // the step's quorum, as rank 0 read it
   int self_ = -1;              // this group's index in q_.members
   std::vector<int> culprits_;  // members this rank found gone in its last failed call
   GroupState state_ = GroupState::kJoined;
   int64_t local_step_ = 0;
   Committed committed_;
+
+  // Averages `g` over the quorum's groups on replica_ (or the ring).
+  [[nodiscard]] Status average(std::span<float> g);
+  std::vector<int> suspects() const;
 
   // The replica worker: the averages of a step, one after the other, on ring_ (which the main
   // thread changes only while the worker is idle: in begin() and after commit()'s wait).

@@ -4,13 +4,18 @@
 //                 layout: intra, inter, shard group, replica (each set of members once)
 //   Ucx           the same members as UCX communicators, plus the world with the small-message
 //                 limit at 0 (ring everywhere) and at 1 GiB (recursive doubling / Bruck
-//                 everywhere), so both families of algorithms meet MPI at every size
+//                 everywhere), so both families of algorithms meet MPI at every size, plus the
+//                 world and the replica groups built from worker addresses exchanged out of band
+//                 (MPI_Allgather standing in for etcd), with no bootstrap (the replica level's
+//                 form, UcxComm::createFromAddresses)
 //   Hierarchical  the two-level schedules over every two-level mesh's shard group: one chunk and
 //   three
 //                 pipelined chunks with the inter level on MPI, three with it on UCX (UCX
 //                 builds); their oracle is the flat shard group in shard order
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "collectives/mpi/mpi_comm.h"
 #include "hsdp/hier_collectives.h"
@@ -146,6 +151,33 @@ std::unique_ptr<Comm> ucxOver(Comm& members, const ucx::UcxOptions* options = nu
   EXPECT_EQ((*c)->rank(), members.rank());
   return std::move(*c);
 }
+
+// The members' worker addresses through MPI_Allgather (only as the out-of-band channel: the
+// communicator keeps nothing of it), then a communicator built from them alone.
+std::unique_ptr<Comm> ucxFromAddresses(Comm& members, uint64_t id) {
+  auto mine = ucx::UcxWorkerAddress::acquire();
+  EXPECT_TRUE(mine.ok()) << mine.status().toString();
+  if (!mine.ok()) return nullptr;
+  const int n = members.size();
+  int len = static_cast<int>(mine->bytes().size());
+  std::vector<int> lens(n);
+  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, raw(members));
+  const int width = *std::max_element(lens.begin(), lens.end());
+  std::vector<uint8_t> padded(width), all(static_cast<size_t>(n) * width);
+  std::copy(mine->bytes().begin(), mine->bytes().end(), padded.begin());
+  MPI_Allgather(padded.data(), width, MPI_BYTE, all.data(), width, MPI_BYTE, raw(members));
+  ucx::UcxMembers m;
+  m.self = members.rank();
+  m.id = id;
+  m.timeout_ms = 120000;  // a bound for a hang, far above any case's time on a loaded machine
+  for (int p = 0; p < n; ++p)
+    m.addresses.emplace_back(all.begin() + p * width, all.begin() + p * width + lens[p]);
+  auto c = ucx::UcxComm::createFromAddresses(m, ucx::UcxOptions{});
+  EXPECT_TRUE(c.ok()) << c.status().toString();
+  if (!c.ok()) return nullptr;
+  EXPECT_EQ((*c)->rank(), members.rank());
+  return std::move(*c);
+}
 #endif
 
 struct UcxBackend : HostBackend {
@@ -158,8 +190,9 @@ struct UcxBackend : HostBackend {
       auto* v = new std::vector<Case>();
 #if HSDP_HAVE_UCX
       auto& owned = g_owned;
-      auto add = [&](const std::string& name, Comm& members, const ucx::UcxOptions* o) {
-        owned.push_back(ucxOver(members, o));
+      auto add = [&](const std::string& name, Comm& members, const ucx::UcxOptions* o,
+                     uint64_t address_id = 0) {
+        owned.push_back(address_id ? ucxFromAddresses(members, address_id) : ucxOver(members, o));
         if (!owned.back()) return;
         // The suite's largest block (100003 elements of up to 8 bytes): no growth on the hot path.
         Status s = owned.back()->reserveScratch(100003 * sizeof(int64_t));
@@ -172,6 +205,11 @@ struct UcxBackend : HostBackend {
       if (wanted("world/ring")) add("world/ring", world(), &ring);
       if (wanted("world/small")) add("world/small", world(), &small);
       for (auto& [name, comm] : meshes().comms) add(name, *comm, nullptr);
+      // From addresses: the world, and every replica group (ids agreed by construction).
+      uint64_t id = 1;
+      if (wanted("world/addresses")) add("world/addresses", world(), nullptr, id++);
+      for (auto& [name, comm] : meshes().comms)
+        if (name.rfind("replica", 0) == 0) add(name + "/addresses", *comm, nullptr, id++);
 #endif
       return v;
     }();
