@@ -64,14 +64,6 @@ launch() {  # launch STEPS [hsdp-elastic flags...]: in the background, its stder
     --steps "$steps" >"$tmp/launcher.out" 2>"$tmp/launcher.log" &
   launcher=$!
 }
-show() {
-  echo "--- launcher"
-  cat "$tmp/launcher.log"
-  for f in "$tmp"/g*.rank0.log; do
-    echo "--- $(basename "$f")"
-    grep -aE "elastic|parity|error|^ +(1|10|11|12) " "$f" | cut -c1-300 | head -20
-  done
-}
 
 case $case_name in
   kill)
@@ -242,7 +234,7 @@ print(" ".join(str(x.getsockname()[1]) for x in s))')
     ;;
 esac
 if [ "$fails" -ne 0 ]; then
-  show
+  show_logs "$tmp"
   echo "elastic $case_name: $fails failure(s)"
   exit 1
 fi
