@@ -304,7 +304,7 @@ TEST_F(EtcdClusterTest, TheMajorityLostIsABoundedErrorNamingEveryMember) {
   auto g = c->get("/g/a");  // linearizable: the one member left cannot serve it
   const double took = secondsSince(t0);
   ASSERT_FALSE(g.ok()) << "a read served without a majority";
-  const std::string& m = g.status().message();
+  const std::string m = g.status().message();  // a copy: status() returns by value
   EXPECT_NE(m.find("lost its quorum"), std::string::npos) << m;
   EXPECT_NE(m.find("get '/g/a'"), std::string::npos) << m;
   for (int i = 0; i < 3; ++i)
