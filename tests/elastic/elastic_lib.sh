@@ -113,3 +113,12 @@ show_logs() {
     grep -aE "elastic|parity|rror" "$f" | cut -c1-400 | tail -8
   done
 }
+# verdict NAME: exits 1 after the logs when a check failed, else prints "NAME: OK".
+verdict() {
+  if [ "$fails" -ne 0 ]; then
+    show_logs "$tmp"
+    echo "$1: $fails failure(s)"
+    exit 1
+  fi
+  echo "$1: OK"
+}
