@@ -76,16 +76,19 @@ double secondsSince(Clock::time_point t0) {
 using G = GroupState;
 // Every move of the group's lifecycle (elastic_group.h draws it), as (from, to).
 constexpr std::pair<G, G> kGroupMoves[] = {
-    {G::kJoined, G::kInQuorum},
-    {G::kInQuorum, G::kInStep},
-    {G::kInStep, G::kDecided},
-    {G::kDecided, G::kInQuorum},
+    {G::kJoined, G::kInQuorum},    // begin: a quorum with this group
+    {G::kInQuorum, G::kInStep},    // begin: the ring is up, the heal done
+    {G::kInStep, G::kCommitted},   // commit: the quorum committed
+    {G::kInStep, G::kDecided},     // commit aborted, or begin again: the step given up
+    {G::kCommitted, G::kDecided},  // applied: the engine applied the step
+    {G::kDecided, G::kInQuorum},   // begin: the next step's quorum
 };
 
 }  // namespace
 
 const char* stateName(GroupState s) {
-  constexpr const char* kNames[] = {"Joined", "InQuorum", "InStep", "Decided"};  // GroupState's
+  constexpr const char* kNames[] = {"Joined", "InQuorum", "InStep", "Committed",
+                                    "Decided"};  // GroupState's
   return kNames[static_cast<int>(s)];
 }
 
@@ -454,7 +457,8 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
 }
 
 StatusOr<bool> ElasticGroup::commit() {
-  HSDP_RETURN_IF_ERROR(transition(G::kDecided, "elastic step", "call beginStep() before step()"));
+  HSDP_RETURN_IF_ERROR(requireState(strCat("elastic group ", name_), state_, G::kInStep,
+                                    "elastic step", "call beginStep() before step()"));
   Status local;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -464,7 +468,12 @@ StatusOr<bool> ElasticGroup::commit() {
     work_status_ = okStatus();
     work_culprits_.clear();
   }
-  HSDP_ASSIGN_OR_RETURN(bool commit, voteAndDecide(local));
+  // Committed until the engine applies the step; Decided when aborted, or when the vote itself
+  // failed (the step is given up).
+  StatusOr<bool> decided = voteAndDecide(local);
+  const bool commit = decided.ok() && *decided;
+  HSDP_RETURN_IF_ERROR(transition(commit ? G::kCommitted : G::kDecided, "elastic step"));
+  if (!decided.ok()) return decided.status();
   if (!commit) {
     replica_ = PeerComm{};
     ring_.reset();
@@ -474,6 +483,10 @@ StatusOr<bool> ElasticGroup::commit() {
   committed_.present.clear();
   for (const elastic::Member& m : q_.members) committed_.present.push_back(groupIndexOf(m.group));
   return true;
+}
+
+Status ElasticGroup::applied() {
+  return transition(G::kDecided, "elastic step applied", "commit first");
 }
 
 Status ElasticGroup::readyAt(int64_t step) {

@@ -19,9 +19,13 @@
 //   Joined --begin: a quorum with this group--> InQuorum   (the job's first step no longer waits
 //                                                          for every group)
 //   InQuorum --begin: the ring is up, the heal done--> InStep
-//   InStep --commit: the quorum decided (commit or abort)--> Decided
+//   InStep --commit: the quorum committed--> Committed
+//   InStep --commit: the quorum aborted--> Decided
 //   InStep --begin again, without commit: the step is given up--> Decided
+//   Committed --applied: the engine applied the step's average--> Decided
 //   Decided --begin: the next step's quorum--> InQuorum
+// (Committed is a state of its own because gradNorm() commits before step() applies: begin()
+// from Committed is refused, and step() after gradNorm() does not vote again.)
 // A begin whose ring or heal fails stays InQuorum for its next attempt; one that fails outright
 // leaves the state where it was.
 #pragma once
@@ -48,7 +52,7 @@
 
 namespace hsdp::engine {
 
-enum class GroupState : uint8_t { kJoined, kInQuorum, kInStep, kDecided };
+enum class GroupState : uint8_t { kJoined, kInQuorum, kInStep, kCommitted, kDecided };
 const char* stateName(GroupState s);
 
 // The state a heal moves: every buffer of this rank (same order and sizes on every group's
@@ -74,8 +78,13 @@ class ElasticGroup {
   // order, which is the same on every group (reduceGrad's).
   [[nodiscard]] Status startAverage(std::span<float> grad);
   // Waits for every average started, then the vote and the quorum's decision (true: apply).
+  // True: the group is Committed until applied(); false: Decided (aborted).
   StatusOr<bool> commit();
   bool begun() const { return state_ == GroupState::kInStep; }
+  // Committed and not yet applied (gradNorm() took the decision; step() applies it).
+  bool committedPending() const { return state_ == GroupState::kCommitted; }
+  // The engine applied the committed step: Committed -> Decided.
+  [[nodiscard]] Status applied();
   // The last step this group committed and the groups of its quorum (what a save names).
   struct Committed {
     int64_t step = -1;

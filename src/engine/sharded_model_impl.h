@@ -106,9 +106,8 @@ struct ShardedModel::Impl {
 
   // ---- elastic mode (step.cc): this rank's part of its replica group; null when off ----
   std::unique_ptr<engine::ElasticGroup> elastic;
-  // gradNorm() already had the step's gradient averaged over the quorum and committed: step()
-  // applies it without voting again.
-  bool elastic_committed = false;
+  // (Its state says whether gradNorm() already had the step committed: Committed, which step()
+  // applies without voting again.)
 
   // ---- checkpoints (checkpoint/save.cc, checkpoint/load.cc) ----
   // Declared last: destroyed first, so the writer thread is joined while everything it may
@@ -179,7 +178,7 @@ struct ShardedModel::Impl {
   // finalize(): joins the elastic job (when configured) with the model's fingerprint.
   Status startElastic(uint64_t signature);
   // step() or gradNorm(), once per step: the replica average over the groups and the quorum's
-  // decision. OK: committed (elastic_committed set); kAborted: not committed, every unit's
+  // decision. OK: committed (the group is Committed); kAborted: not committed, every unit's
   // gradient dropped (the loop runs the step again from beginStep()).
   Status elasticCommit(const char* what);
 

@@ -223,7 +223,8 @@ StatusOr<float> ShardedModel::gradNorm() {
     // Elastic mode: the norm is that of the quorum's average gradient, which exists once the
     // quorum committed the step; so the average and the decision come here (step() then applies
     // without voting again), and a step not committed is kAborted here, as step() would be.
-    if (m.elastic && !m.elastic_committed) HSDP_RETURN_IF_ERROR(m.elasticCommit("gradNorm"));
+    if (m.elastic && !m.elastic->committedPending())
+      HSDP_RETURN_IF_ERROR(m.elasticCommit("gradNorm"));
     HSDP_RETURN_IF_ERROR(m.computeNorm());
     HSDP_RETURN_IF_ERROR(m.opt->readNorm());
     m.norm_ready = true;
@@ -238,8 +239,8 @@ Status ShardedModel::step() {
   HSDP_RETURN_IF_ERROR(m.reducedGradients("step"));
   // Elastic mode: the replica average over the groups of the step's quorum, and its decision
   // (unless gradNorm() took it). Not committed: kAborted, nothing applied.
-  if (m.elastic && !m.elastic_committed) HSDP_RETURN_IF_ERROR(m.elasticCommit("step"));
-  m.elastic_committed = false;
+  if (m.elastic && !m.elastic->committedPending()) HSDP_RETURN_IF_ERROR(m.elasticCommit("step"));
+  if (m.elastic) HSDP_RETURN_IF_ERROR(m.elastic->applied());
   ++m.step;
   for (Unit& u : m.units)  // parameters change: the next gather is full
     HSDP_RETURN_IF_ERROR(forgetNodeBlock(u.name, m.paramsOf(u).life, "step"));
@@ -304,10 +305,7 @@ Status ShardedModel::Impl::startElastic(uint64_t signature) {
 Status ShardedModel::Impl::elasticCommit(const char* what) {
   // Every unit's average was started as its reduce-scatter landed (grad_reducer.cc).
   HSDP_ASSIGN_OR_RETURN(bool commit, elastic->commit());
-  if (commit) {
-    elastic_committed = true;
-    return okStatus();
-  }
+  if (commit) return okStatus();  // the group is Committed until step() applies it
   // Not committed: nothing is applied, the gradients are dropped, the loop repeats the step.
   for (Unit& u : units)
     if (!u.frozen)
@@ -331,7 +329,7 @@ StatusOr<StepStart> ShardedModel::beginStep() {
     return out;
   }
   HSDP_RETURN_IF_ERROR(m.checkIdle("beginStep"));
-  if (m.elastic_committed)
+  if (m.elastic->committedPending())
     return failedPrecondition("beginStep: elastic step ", m.step,
                               " was committed by gradNorm() and not applied; call step() first");
   // A heal writes the training state: a save in flight must have copied it first.
