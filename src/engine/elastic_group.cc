@@ -96,66 +96,6 @@ Status ElasticGroup::transition(GroupState to, std::string_view verb, std::strin
   return moveAlong(kGroupMoves, strCat("elastic group ", name_), state_, to, verb, hint);
 }
 
-ElasticGroup::~ElasticGroup() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
-}
-
-void ElasticGroup::workLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (true) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop_
-    std::span<float> g = queue_.front();
-    queue_.pop_front();
-    busy_ = true;
-    const bool skip = !work_status_.ok();  // the ring is broken: the step fails anyway
-    lock.unlock();
-    Status st = skip ? okStatus() : average(g);
-    lock.lock();
-    if (!st.ok() && work_status_.ok()) {
-      work_status_ = st;
-      work_culprits_ = suspects();
-    }
-    busy_ = false;
-    cv_.notify_all();
-  }
-}
-
-Status ElasticGroup::average(std::span<float> g) {
-  if (!replica_.comm) return ring_->allReduce(g.data(), g.size(), elastic::ReplicaRing::Op::kAvg);
-  // Polled, not waited: test() holds the progress lock briefly; the main thread's go on beside.
-  HSDP_ASSIGN_OR_RETURN(
-      WorkHandle w, replica_.comm->iallReduce(g.data(), g.size(), DType::kFloat32, RedOp::kAvg));
-  while (true) {
-    HSDP_ASSIGN_OR_RETURN(bool done, w->test());
-    if (done) return okStatus();
-    std::this_thread::yield();
-  }
-}
-
-std::vector<int> ElasticGroup::suspects() const {
-  std::vector<int> out = ring_ ? ring_->culprits() : std::vector<int>{};
-  for (int s : replica_.comm ? replica_.suspects() : std::vector<int>{})
-    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
-  return out;
-}
-
-Status ElasticGroup::startAverage(std::span<float> grad) {
-  HSDP_RETURN_IF_ERROR(requireState(strCat("elastic group ", name_), state_, G::kInStep,
-                                    "elastic gradient average", "beginStep first"));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(grad);
-  }
-  cv_.notify_all();
-  return okStatus();
-}
-
 StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy& policy,
                                                              UnitCollectives& control,
                                                              const std::string& fingerprint) {
@@ -435,7 +375,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       out.step = q_.step;
       out.attempt = q_.attempt;
       out.group = *policy_.group_index;
-      for (const elastic::Member& m : q_.members) out.present.push_back(groupIndexOf(m.group));
+      out.present = presentGroups();
       const bool keep = *policy_.data == ElasticData::kKeepSlice;
       out.slot = keep ? out.group : self_;
       out.slots = keep ? *policy_.groups : static_cast<int>(q_.members.size());
@@ -456,37 +396,10 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
   }
 }
 
-StatusOr<bool> ElasticGroup::commit() {
-  HSDP_RETURN_IF_ERROR(requireState(strCat("elastic group ", name_), state_, G::kInStep,
-                                    "elastic step", "call beginStep() before step()"));
-  Status local;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
-    local = work_status_;
-    culprits_ = work_culprits_;
-    work_status_ = okStatus();
-    work_culprits_.clear();
-  }
-  // Committed until the engine applies the step; Decided when aborted, or when the vote itself
-  // failed (the step is given up).
-  StatusOr<bool> decided = voteAndDecide(local);
-  const bool commit = decided.ok() && *decided;
-  HSDP_RETURN_IF_ERROR(transition(commit ? G::kCommitted : G::kDecided, "elastic step"));
-  if (!decided.ok()) return decided.status();
-  if (!commit) {
-    replica_ = PeerComm{};
-    ring_.reset();
-    return false;
-  }
-  committed_.step = q_.step;
-  committed_.present.clear();
-  for (const elastic::Member& m : q_.members) committed_.present.push_back(groupIndexOf(m.group));
-  return true;
-}
-
-Status ElasticGroup::applied() {
-  return transition(G::kDecided, "elastic step applied", "commit first");
+std::vector<int> ElasticGroup::presentGroups() const {
+  std::vector<int> out;
+  for (const elastic::Member& m : q_.members) out.push_back(groupIndexOf(m.group));
+  return out;
 }
 
 Status ElasticGroup::readyAt(int64_t step) {

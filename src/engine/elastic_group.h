@@ -1,6 +1,7 @@
-// Internal to the engine: this process's part of an elastic replica group (docs/elastic.md). One
-// group is one MPI job; its rank 0 speaks for it in etcd (elastic/quorum.h: membership, each
-// step's quorum, the commit vote) and tells the other ranks over the group's control plane
+// Internal to the engine: this process's part of an elastic replica group (docs/elastic.md;
+// elastic_group.cc, and elastic_worker.cc: the averages and the commit). One group is one MPI
+// job; its rank 0 speaks for it in etcd (elastic/quorum.h: membership, each step's quorum, the
+// commit vote) and tells the other ranks over the group's control plane
 // (UnitCollectives' control collectives); every rank i runs the replica level with rank i of the
 // other groups: the gradient averages on a peer-transport Comm (UCX built from the addresses the
 // groups publish; hsdp/transport_registry.h), the heals on a TCP ring (elastic/replica_ring.h),
@@ -132,6 +133,8 @@ class ElasticGroup {
   // Averages `g` over the quorum's groups on replica_ (or the ring).
   [[nodiscard]] Status average(std::span<float> g);
   std::vector<int> suspects() const;
+  // The group indexes of the step's quorum (q_), in its order.
+  std::vector<int> presentGroups() const;
 
   // The replica worker: the averages of a step, one after the other, on ring_ (which the main
   // thread changes only while the worker is idle: in begin() and after commit()'s wait).
