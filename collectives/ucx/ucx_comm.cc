@@ -14,6 +14,10 @@
 
 namespace hsdp::ucx {
 
+// How long an aborted collective of a communicator built from addresses waits for UCX to
+// complete its transfers once their endpoints are closed (CollectiveOp::drain).
+constexpr auto kDrainTimeout = std::chrono::seconds(2);
+
 // One collective in flight: executes its Schedule step by step with tagged UCP messages. The
 // engine calls advance() on every progress round; the Work handle (or a blocking call) waits
 // for done().
@@ -61,6 +65,39 @@ class CollectiveOp final : public ActiveOp {
     if (comm_->aborted.load(std::memory_order_acquire)) {
       abortWaited(comm_->abortedStatus(name_));
       return;
+    }
+    // A member of a communicator built from addresses aborted it (its notice, drain()).
+    if (!comm_->own_eps.empty()) {
+      ucp_tag_recv_info_t info{};
+      ucp_worker_h worker = comm_->engine->worker();
+      ucp_tag_message_h notice = ucp_tag_probe_nb(
+          worker, makeTag(comm_->id, kAbortNotice, kAbortNotice, 0), kNoticeMask, 1, &info);
+      if (notice != nullptr) {
+        // Taken off UCX's unexpected queue (a few bytes: eager, received at once), so that a
+        // later communicator given the same id does not see it. Its payload: the members the
+        // sender found failed, which become this member's suspects too.
+        std::vector<int32_t> failed(std::min<size_t>(info.length / sizeof(int32_t), 64));
+        ucp_request_param_t rp{};
+        ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker, failed.data(),
+                                                  failed.size() * sizeof(int32_t), notice, &rp);
+        if (UCS_PTR_IS_PTR(r)) {
+          while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker);
+          ucp_request_free(r);
+        }
+        std::string named;
+        for (int32_t f : failed) {
+          if (f < 0 || f >= comm_->size) continue;
+          comm_->suspects.push_back(f);
+          named += (named.empty() ? "" : ", ") + comm_->peerName(f);
+        }
+        const int who = static_cast<int>(info.sender_tag & 0xffff);
+        abortWaited(Status(StatusCode::kAborted,
+                           strCat("ucx ", name_, " (", algorithmName(algorithm_), ", ",
+                                  comm_->describe(), ", collective #", seq_,
+                                  "): ", comm_->peerName(who), " aborted this communicator",
+                                  named.empty() ? "" : strCat(" (it found ", named, " failed)"))));
+        return;
+      }
     }
     // A receive is bound to no endpoint, so UCX never fails it when its sender dies: the
     // sender's endpoint says so instead (peer-failure handling).
@@ -137,15 +174,71 @@ class CollectiveOp final : public ActiveOp {
                             "same counts)"));
   }
 
-  // Fails, cancels and releases what is posted (UCX frees a request once it completes; a send
-  // to a stopped peer may still read its buffer later) and finishes now.
+  // Fails, cancels and releases what is posted, and finishes now. A communicator built from
+  // addresses (the replica level, which outlives its failures) first drains: a receive matched
+  // in the middle of a rendezvous cannot be cancelled, and a send is never cancelled, so UCX
+  // would go on writing into (or reading from) buffers the caller reuses and scratch that is
+  // freed with the communicator. Its own endpoints to every peer with a transfer in flight are
+  // force-closed (UCX completes those transfers as cancelled; the peers' endpoints of this
+  // communicator fail) and the worker progressed until each request has completed, for at most
+  // kDrainTimeout. Other communicators abort only when the job ends: their requests are released
+  // (UCX frees a request once it completes; a send to a stopped peer may still read its buffer).
   void abortWith(Status s) {
     fail(std::move(s));
+    if (!comm_->own_eps.empty()) drain();
     for (Pending& p : pending_) {
       if (p.req != nullptr) ucp_request_free(p.req);
       p.req = nullptr;
     }
     finish();
+  }
+  void drain() {
+    ucp_worker_h worker = comm_->engine->worker();
+    // First the notice to every member (a member waiting for a message this rank will now never
+    // send learns it at once, not at its deadline), flushed within a short bound; then every
+    // endpoint closed.
+    std::vector<void*> notices;
+    ucp_request_param_t np{};
+    comm_->notice.assign(comm_->suspects.begin(), comm_->suspects.end());
+    const size_t bytes = comm_->notice.size() * sizeof(int32_t);
+    for (size_t p = 0; p < comm_->own_eps.size(); ++p) {
+      if (!comm_->own_eps[p] || comm_->own_eps[p]->get() == nullptr) continue;
+      ucs_status_ptr_t r =
+          ucp_tag_send_nbx(comm_->own_eps[p]->get(), comm_->notice.data(), bytes,
+                           makeTag(comm_->id, kAbortNotice, kAbortNotice, comm_->rank), &np);
+      if (UCS_PTR_IS_PTR(r)) notices.push_back(r);
+    }
+    const auto flushed = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    for (void* r : notices) {
+      while (ucp_request_check_status(r) == UCS_INPROGRESS &&
+             std::chrono::steady_clock::now() < flushed)
+        ucp_worker_progress(worker);
+      ucp_request_free(r);
+    }
+    for (auto& ep : comm_->own_eps)
+      if (ep) ep->close();
+    const auto deadline = std::chrono::steady_clock::now() + kDrainTimeout;
+    bool all_done = false;
+    while (!all_done) {
+      ucp_worker_progress(worker);
+      all_done = true;
+      for (Pending& p : pending_) {
+        if (p.req == nullptr) continue;
+        if (ucp_request_check_status(p.req) != UCS_INPROGRESS) {
+          ucp_request_free(p.req);
+          p.req = nullptr;
+        } else {
+          all_done = false;
+        }
+      }
+      if (!all_done && std::chrono::steady_clock::now() > deadline) {
+        HSDP_WARN(kColl, "ucx ", name_, " (", comm_->describe(),
+                  "): ", "transfers still in flight ",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(kDrainTimeout).count(),
+                  " ms after the abort closed their endpoints; released to UCX");
+        break;
+      }
+    }
   }
   // From a wait (not from the engine's own round): abortWith, and out of the engine's list now.
   void abortWaited(Status s) {
@@ -185,6 +278,12 @@ class CollectiveOp final : public ActiveOp {
     }
     for (uint32_t i = st.send_begin; i < st.send_end && status_.ok(); ++i) {
       const Transfer& t = schedule_.sendAt(i);
+      if (comm_->eps[t.peer]->get() == nullptr) {  // closed by an earlier abort (drain)
+        fail(failedPrecondition("ucx ", name_, " (", comm_->describe(), "): the endpoint to ",
+                                comm_->peerName(t.peer),
+                                " was closed by an earlier abort of this communicator"));
+        break;
+      }
       ucp_request_param_t p = params(t.buf, t.bytes);
       ucs_status_ptr_t r = ucp_tag_send_nbx(comm_->eps[t.peer]->get(), t.buf, t.bytes,
                                             makeTag(id, seq_, t.msg, comm_->rank), &p);

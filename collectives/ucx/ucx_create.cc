@@ -173,10 +173,12 @@ StatusOr<std::unique_ptr<UcxComm>> UcxComm::createFromAddresses(const UcxMembers
     // Peer-failure handling on every endpoint, same host or not: a member's death must become
     // a Status here, never abort this process (UcpEndpoint::connect; on one host this costs the
     // shared-memory transports, the members talk over tcp loopback).
-    auto ep = state->engine->endpointTo(m.addresses[p].data(), m.addresses[p].size(),
-                                        /*remote=*/true);
+    auto ep = UcpEndpoint::connect(state->engine->worker(), m.addresses[p].data(),
+                                   /*remote=*/true);
     if (!ep.ok()) return ep.status().withContext(strCat("endpoint to ", state->labels[p]));
-    state->eps[p] = *ep;
+    state->own_eps.resize(n);
+    state->own_eps[p] = std::make_unique<UcpEndpoint>(std::move(*ep));
+    state->eps[p] = state->own_eps[p].get();
   }
   if (n > 1) {
     state->slot_bytes = initialSlotBytes(options);

@@ -60,11 +60,11 @@ StatusOr<const UcpEndpoint*> Engine::endpointTo(const uint8_t* address, size_t l
   std::string key(reinterpret_cast<const char*>(address), length);
   key.push_back(remote ? 'P' : 'N');
   auto it = endpoints_.find(key);
-  if (it != endpoints_.end() && it->second.failure() != UCS_OK) {
+  if (it != endpoints_.end() && it->second->failure() != UCS_OK) {
     // Failed (the peer was cut off, or reset): UCX never revives an endpoint, but the same
     // worker may be reachable again (a cut link restored). A new communicator gets a new one;
     // the failed one stays alive for the communicators still holding it.
-    HSDP_INFO(kColl, "ucx: endpoint failed earlier (", ucs_status_string(it->second.failure()),
+    HSDP_INFO(kColl, "ucx: endpoint failed earlier (", ucs_status_string(it->second->failure()),
               "); connecting again");
     retired_.push_back(std::move(it->second));
     endpoints_.erase(it);
@@ -72,9 +72,9 @@ StatusOr<const UcpEndpoint*> Engine::endpointTo(const uint8_t* address, size_t l
   }
   if (it == endpoints_.end()) {
     HSDP_ASSIGN_OR_RETURN(UcpEndpoint ep, UcpEndpoint::connect(worker_.get(), address, remote));
-    it = endpoints_.emplace(std::move(key), std::move(ep)).first;
+    it = endpoints_.emplace(std::move(key), std::make_unique<UcpEndpoint>(std::move(ep))).first;
   }
-  return &it->second;
+  return it->second.get();
 }
 
 void Engine::start(std::shared_ptr<ActiveOp> op) {

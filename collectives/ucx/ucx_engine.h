@@ -94,8 +94,10 @@ class Engine {
   // Declaration order is teardown order reversed: the worker goes before the context.
   UcpContext context_;
   UcpWorker worker_;
-  std::map<std::string, UcpEndpoint> endpoints_;  // by peer worker address; closed before worker_
-  std::vector<UcpEndpoint> retired_;              // failed, replaced, still held by old comms
+  // By peer worker address; closed before worker_. Owned by pointer: communicators hold the
+  // endpoint's address, which must outlive its retirement.
+  std::map<std::string, std::unique_ptr<UcpEndpoint>> endpoints_;
+  std::vector<std::unique_ptr<UcpEndpoint>> retired_;  // failed or closed, held by old comms
   std::vector<uint8_t> address_;
   std::vector<std::shared_ptr<ActiveOp>> active_;
   uint32_t next_comm_id_ = 0;

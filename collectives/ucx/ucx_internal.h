@@ -36,6 +36,10 @@ constexpr uint32_t kAddressedBit = 1u << 15;
 // Sender ranks need 16 bits, and the ring all-reduce uses 2(n-1) message ids.
 constexpr int kMaxRanks = 1 << 15;
 
+// A communicator built from addresses that aborts tells its members with one empty message of
+// this sequence and message number (no collective uses both), matched by comm id alone.
+constexpr uint32_t kAbortNotice = 0xffff;
+constexpr uint64_t kNoticeMask = ~0xffffull;  // every field but the sender
 inline uint64_t makeTag(uint32_t comm, uint32_t seq, uint32_t msg, int sender) {
   return (static_cast<uint64_t>(comm & 0xffff) << 48) |
          (static_cast<uint64_t>(seq & 0xffff) << 32) | (static_cast<uint64_t>(msg & 0xffff) << 16) |
@@ -75,14 +79,21 @@ struct UcxComm::State {
   int size = 1;
   uint32_t id = 0;
   uint32_t seq = 0;
-  // By rank, owned by the engine (shared with other communicators reaching the same peers); our
-  // own stays null: no algorithm sends to itself.
+  // By rank, owned by the engine (shared with other communicators reaching the same peers), or
+  // by own_eps for a communicator built from addresses; our own stays null: no algorithm sends
+  // to itself.
   std::vector<const UcpEndpoint*> eps;
+  // A communicator built from addresses connects its own endpoints: an abort force-closes them
+  // (CollectiveOp::drain), which fails the peers' endpoints of the same communicator too, and
+  // the next communicator of the same members must start on fresh ones on both sides. Declared
+  // after `engine` (closed before it goes).
+  std::vector<std::unique_ptr<UcpEndpoint>> own_eps;
   std::vector<std::unique_ptr<ScratchSlot>> scratch;
   size_t slot_bytes = 0;  // size of a new slot: reserveScratch's promise, or the small paths'
   std::vector<UcpMemRegion> registered;  // registerMemory()
   std::vector<CollectiveOp*> in_flight;  // started and not finished; owned by the engine/Work
   uint8_t token = 0;                     // the barrier's (empty) message buffer
+  std::vector<int32_t> notice;  // an abort notice's payload: the members this one found failed
 
   std::vector<int> world;  // world ranks by rank, from the watchdog's trace (empty: untraced)
 

@@ -89,9 +89,11 @@ class UcpEndpoint {
   }
   // What UCX chose for this endpoint (transports per lane), for TRACE logs.
   std::string describe() const;
+  // The destructor's close, now (Engine::retire: with transfers in flight, which FORCE
+  // completes as cancelled). Idempotent.
+  void close();
 
  private:
-  void close();
   ucp_ep_h h_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   std::unique_ptr<std::atomic<int>> failure_;  // the error handler's (stable across moves)

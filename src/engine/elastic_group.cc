@@ -104,8 +104,8 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
   g->name_ = strCat("g", *policy.group_index);
   // Every rank: a listener for the replica transport, at the configured address or the one
   // that routes to etcd (the address other nodes can reach).
+  std::string host = *policy.host;
   Status local = [&]() -> Status {
-    std::string host = *policy.host;
     if (host.empty()) {
       HSDP_ASSIGN_OR_RETURN(host, elastic::localAddressToward(*policy.endpoint));
     }
@@ -126,6 +126,15 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
     return okStatus();
   }();
   HSDP_RETURN_IF_ERROR(control.agree(local));
+  // The alarm between this group's ranks (group_alarm.h): what a sibling sends is kept for the
+  // replica worker, which aborts the attempt's average when it is the one named.
+  HSDP_ASSIGN_OR_RETURN(
+      g->alarm_,
+      GroupAlarm::create(control, host, [p = g.get()](uint64_t tag, const std::string& why) {
+        std::lock_guard<std::mutex> lock(p->alarm_mu_);
+        p->alarm_reason_ = why;
+        p->alarm_tag_.store(tag, std::memory_order_release);
+      }));
   // The group's member address: every rank's entry, in rank order (lengths first, then the
   // entries padded to the longest).
   std::string entry = g->listener_->address();

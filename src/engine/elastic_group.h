@@ -31,6 +31,7 @@
 // leaves the state where it was.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -45,6 +46,7 @@
 
 #include "elastic/quorum.h"
 #include "elastic/replica_ring.h"
+#include "engine/group_alarm.h"
 #include "engine/unit_collectives.h"
 #include "hsdp/config.h"
 #include "hsdp/sharded_model.h"
@@ -130,8 +132,20 @@ class ElasticGroup {
   int64_t local_step_ = 0;
   Committed committed_;
 
-  // Averages `g` over the quorum's groups on replica_ (or the ring).
+  // Averages `g` over the quorum's groups on replica_ (or the ring); on replica_, ends at once
+  // when a sibling rank raised the alarm for the same attempt.
   [[nodiscard]] Status average(std::span<float> g);
+  // The step's attempt as the alarm names it (never 0).
+  uint64_t attemptTag() const {
+    return ((static_cast<uint64_t>(q_.step) + 1) << 16) |
+           (static_cast<uint64_t>(q_.attempt) & 0xffff);
+  }
+  // The group's alarm (group_alarm.h): raised by the worker when an average fails; what it
+  // received, for the worker: the attempt's tag (0: none) and the sender's reason.
+  std::unique_ptr<GroupAlarm> alarm_;
+  std::atomic<uint64_t> alarm_tag_{0};
+  std::mutex alarm_mu_;  // guards alarm_reason_
+  std::string alarm_reason_;
   std::vector<int> suspects() const;
   // The group indexes of the step's quorum (q_), in its order.
   std::vector<int> presentGroups() const;

@@ -32,6 +32,11 @@ void ElasticGroup::workLoop() {
     const bool skip = !work_status_.ok();  // the ring is broken: the step fails anyway
     lock.unlock();
     Status st = skip ? okStatus() : average(g);
+    // This rank saw the failure first: its sibling ranks may be waiting on a member that is
+    // alive but stuck (the failed group's other ranks), so they are told to abort now.
+    const uint64_t tag = attemptTag();
+    if (!st.ok() && alarm_tag_.load(std::memory_order_acquire) != tag && alarm_)
+      alarm_->raise(tag, st.message());
     lock.lock();
     if (!st.ok() && work_status_.ok()) {
       work_status_ = st;
@@ -47,7 +52,18 @@ Status ElasticGroup::average(std::span<float> g) {
   // Polled, not waited: test() holds the progress lock briefly; the main thread's go on beside.
   HSDP_ASSIGN_OR_RETURN(
       WorkHandle w, replica_.comm->iallReduce(g.data(), g.size(), DType::kFloat32, RedOp::kAvg));
+  const uint64_t tag = attemptTag();
+  bool aborted = false;
   while (true) {
+    if (!aborted && alarm_tag_.load(std::memory_order_acquire) == tag) {
+      std::string why;
+      {
+        std::lock_guard<std::mutex> lock(alarm_mu_);
+        why = alarm_reason_;
+      }
+      replica_.abort(strCat("the group's alarm: ", why));  // test() now ends with it
+      aborted = true;
+    }
     HSDP_ASSIGN_OR_RETURN(bool done, w->test());
     if (done) return okStatus();
     std::this_thread::yield();
