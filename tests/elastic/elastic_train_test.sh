@@ -85,8 +85,8 @@ case $case_name in
     train=$train_gpt
     model=(--preset tiny --mode zero3 --intra-shard 2 --inter-shard 1 --batch 24 --lr 3e-4
       --clip-norm 0 --check)
-    launch 30
-    wait_for "$tmp/g1r0.rank0.log" "^ +10/30 " 120 || fail "group 1 never reached step 10"
+    launch 36
+    wait_for "$tmp/g1r0.rank0.log" "^ +10/36 " 120 || fail "group 1 never reached step 10"
     kill -9 $(ranks_of "$train" 1 0 | tail -1)
     finish
     [ "$rc" = 0 ] || fail "hsdp-elastic exit $rc (want 0)"
