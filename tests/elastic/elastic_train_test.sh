@@ -168,9 +168,10 @@ case $case_name in
     # 200 steps (~15 s unloaded, 100 s at a load of 18): the others must still be training when
     # group 2 is back. Its etcd request in flight across the cut may time out
     # (HSDP_ETCD_TIMEOUT_MS, 5 s: TCP's retransmission after a 4 s cut comes at 6.2 s); it then
-    # exits and hsdp-elastic restarts it, and the restart heals from them (around step 50 at a
-    # load of 18). With 150 steps and a 6 s cut a CI run's groups 0 and 1 had finished (11 s)
-    # before the restart, which could not heal.
+    # exits and hsdp-elastic restarts it, and the restart heals from them (step 48 of 300 at a
+    # load of 18 with the 6 s cut before; with the 4 s cut it rejoined without a restart, by step
+    # 19, in the 3 runs since). With 150 steps and a 6 s cut a CI run's groups 0 and 1 had
+    # finished (11 s) before the restart, which could not heal.
     here=$(cd "$(dirname "$0")" && pwd)
     export HSDP_ELASTIC_LEASE_S=2 HSDP_REPLICA_TIMEOUT_MS=1500 CUT_SECONDS=4
     bash "$here/../cluster/cluster.sh" --nodes 3 --ranks-per-node 2 --timeout 200 --exec -- \
