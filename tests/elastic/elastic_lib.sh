@@ -19,11 +19,14 @@ margs="--oversubscribe --bind-to none"
 
 # ranks_of PATTERN GROUP RESTART [EXE]: the pids of group GROUP's ranks of restart RESTART
 # (their environment says which) among the processes whose command line matches PATTERN (and
-# whose executable's path matches EXE, when given: a rank that is a script's interpreter).
+# whose executable's path matches EXE, when given: a rank that is a script's interpreter). With
+# elastic_job set, only the ranks of that job (HSDP_ELASTIC_JOB): other elastic tests may run
+# the same program beside this one.
 ranks_of() {
   local p env
   for p in $(pgrep -f "$1"); do
     env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
+    [ -z "${elastic_job:-}" ] || grep -qx "HSDP_ELASTIC_JOB=$elastic_job" <<<"$env" || continue
     grep -qx "HSDP_ELASTIC_GROUP_INDEX=$2" <<<"$env" || continue
     grep -qx "HSDP_ELASTIC_RESTARTS=$3" <<<"$env" || continue
     [ -z "${4:-}" ] || readlink "/proc/$p/exe" | grep -q "$4" || continue

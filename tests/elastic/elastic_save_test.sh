@@ -77,10 +77,8 @@ check_dir() {
 t0=$(date +%s)
 launch one 3 60
 wait_for "$tmp/one.g0r0.rank0.log" "^ +5 " 60 || fail "group 0 never reached step 5"
-# A rank of this job's group 0 (its environment names the job: other jobs may run the same binary).
-victim=$(for p in $(ranks_of "$train" 0 0); do
-  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "HSDP_ELASTIC_JOB=$job-one" && echo "$p"
-done | tail -1)
+# A rank of this job's group 0 (ranks_of: its environment names the job).
+victim=$(elastic_job=$job-one ranks_of "$train" 0 0 | tail -1)
 [ -n "$victim" ] || fail "no rank of group 0 found"
 kill -9 $victim
 finish 120

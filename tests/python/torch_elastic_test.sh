@@ -29,7 +29,8 @@ exec "$@" >"$out/g${HSDP_ELASTIC_GROUP_INDEX}r${HSDP_ELASTIC_RESTARTS}.rank${OMP
 EOF
 chmod +x "$tmp/group.sh"
 
-"$elastic" --groups 3 --np 2 --job "torch-$$" --launcher "$mpirun" --launcher-args "$margs" \
+elastic_job="torch-$$"  # ranks_of: this job's ranks only
+"$elastic" --groups 3 --np 2 --job "$elastic_job" --launcher "$mpirun" --launcher-args "$margs" \
   --grace 3 -- "$tmp/group.sh" "$tmp" "$run" "$build" --torch elastic.py "$@" \
   >"$tmp/launcher.out" 2>"$tmp/launcher.log" &
 launcher=$!
