@@ -62,7 +62,8 @@ StatusOr<int64_t> intField(const json& o, const char* key, int64_t lo, int64_t h
     return bad(file, hsdp::strCat(where, ": '", key, "' is missing or not an integer"));
   const int64_t v = it->get<int64_t>();
   if (v < lo || v > hi)
-    return bad(file, hsdp::strCat(where, ": '", key, "' = ", v, " is outside [", lo, ", ", hi, "]"));
+    return bad(file,
+               hsdp::strCat(where, ": '", key, "' = ", v, " is outside [", lo, ", ", hi, "]"));
   return v;
 }
 
@@ -78,14 +79,17 @@ Status readRank(const std::string& file, int file_rank, Trace* t) {
     return bad(file, "no 'otherData' object (not an hsdp trace)");
   if (events == doc.end() || !events->is_array()) return bad(file, "no 'traceEvents' array");
   Rank r;
-  HSDP_ASSIGN_OR_RETURN(int64_t rank, intField(*other, "rank", 0, kMaxRanks - 1, file, "otherData"));
+  HSDP_ASSIGN_OR_RETURN(int64_t rank,
+                        intField(*other, "rank", 0, kMaxRanks - 1, file, "otherData"));
   if (rank != file_rank)
-    return bad(file, hsdp::strCat("otherData: rank ", rank, " but the file is rank ", file_rank, "'s"));
+    return bad(file,
+               hsdp::strCat("otherData: rank ", rank, " but the file is rank ", file_rank, "'s"));
   r.rank = static_cast<int>(rank);
-  HSDP_ASSIGN_OR_RETURN(int64_t node, intField(*other, "node", 0, kMaxRanks - 1, file, "otherData"));
+  HSDP_ASSIGN_OR_RETURN(int64_t node,
+                        intField(*other, "node", 0, kMaxRanks - 1, file, "otherData"));
   r.node = static_cast<int>(node);
-  HSDP_ASSIGN_OR_RETURN(r.offset,
-                        intField(*other, "clock_offset_us", -kMaxTime, kMaxTime, file, "otherData"));
+  HSDP_ASSIGN_OR_RETURN(
+      r.offset, intField(*other, "clock_offset_us", -kMaxTime, kMaxTime, file, "otherData"));
   for (size_t k = 0; k < events->size(); ++k) {
     const json& e = (*events)[k];
     const std::string where = hsdp::strCat("traceEvents[", k, "]");
@@ -157,32 +161,52 @@ StatusOr<Trace> readDir(const std::string& dir) {
 Status merge(const Trace& t, const std::string& out) {
   json events = json::array();
   for (const Rank& r : t.ranks) {
-    events.push_back({{"ph", "M"}, {"pid", r.rank}, {"tid", 0}, {"name", "process_name"},
+    events.push_back({{"ph", "M"},
+                      {"pid", r.rank},
+                      {"tid", 0},
+                      {"name", "process_name"},
                       {"args", {{"name", r.process}}}});
-    events.push_back({{"ph", "M"}, {"pid", r.rank}, {"tid", 0}, {"name", "process_sort_index"},
+    events.push_back({{"ph", "M"},
+                      {"pid", r.rank},
+                      {"tid", 0},
+                      {"name", "process_sort_index"},
                       {"args", {{"sort_index", r.rank}}}});
     for (const auto& [tid, name] : r.lanes)
-      events.push_back({{"ph", "M"}, {"pid", r.rank}, {"tid", tid}, {"name", "thread_name"},
+      events.push_back({{"ph", "M"},
+                        {"pid", r.rank},
+                        {"tid", tid},
+                        {"name", "thread_name"},
                         {"args", {{"name", name}}}});
   }
   for (const Event& e : t.events)
-    events.push_back({{"ph", "X"}, {"pid", e.rank}, {"tid", e.lane}, {"name", e.name},
-                      {"cat", e.name}, {"ts", e.ts}, {"dur", e.dur}, {"args", e.args}});
+    events.push_back({{"ph", "X"},
+                      {"pid", e.rank},
+                      {"tid", e.lane},
+                      {"name", e.name},
+                      {"cat", e.name},
+                      {"ts", e.ts},
+                      {"dur", e.dur},
+                      {"args", e.args}});
   json doc = {{"displayTimeUnit", "ms"},
-              {"otherData", {{"format", "hsdp-trace merged 1"},
-                             {"ranks", t.ranks.size()},
-                             {"clock", "rank 0's steady clock, us"}}},
+              {"otherData",
+               {{"format", "hsdp-trace merged 1"},
+                {"ranks", t.ranks.size()},
+                {"clock", "rank 0's steady clock, us"}}},
               {"traceEvents", std::move(events)}};
   return hsdp::files::writeFileAtomically(out, hsdp::dumpJsonEscaped(doc) + "\n");
 }
 
 const char* colourOf(const std::string& kind) {
-  static const std::map<std::string, const char*> kColours = {
-      {"compute", "#4e79a7"},        {"wait gather", "#e15759"},
-      {"wait reduce-scatter", "#e15759"}, {"wait replica", "#e15759"},
-      {"optimizer", "#59a14f"},      {"gather", "#f28e2b"},
-      {"reduce-scatter", "#edc948"}, {"replica all-reduce", "#b07aa1"},
-      {"snapshot", "#9c755f"},       {"step", "#bab0ac"}};
+  static const std::map<std::string, const char*> kColours = {{"compute", "#4e79a7"},
+                                                              {"wait gather", "#e15759"},
+                                                              {"wait reduce-scatter", "#e15759"},
+                                                              {"wait replica", "#e15759"},
+                                                              {"optimizer", "#59a14f"},
+                                                              {"gather", "#f28e2b"},
+                                                              {"reduce-scatter", "#edc948"},
+                                                              {"replica all-reduce", "#b07aa1"},
+                                                              {"snapshot", "#9c755f"},
+                                                              {"step", "#bab0ac"}};
   auto it = kColours.find(kind);
   return it == kColours.end() ? "#76b7b2" : it->second;
 }
@@ -190,11 +214,16 @@ const char* colourOf(const std::string& kind) {
 std::string xmlEscape(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else if (static_cast<unsigned char>(c) >= 0x20) o += c;
+    if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '&')
+      o += "&amp;";
+    else if (c == '"')
+      o += "&quot;";
+    else if (static_cast<unsigned char>(c) >= 0x20)
+      o += c;
   }
   return o;
 }
@@ -248,8 +277,7 @@ Status svg(const Trace& t, const std::string& out, int first, int last) {
                     "%s step %d unit %s: %.3f ms</title></rect>\n",
                     x, kTop + k * kRow + 2, w, kRow - 4, colourOf(e->name),
                     xmlEscape(e->name).c_str(), e->step,
-                    e->args.contains("unit") ? e->args["unit"].dump().c_str() : "-",
-                    e->dur / 1e3);
+                    e->args.contains("unit") ? e->args["unit"].dump().c_str() : "-", e->dur / 1e3);
       s += b;
     }
     s += "</g>\n";
