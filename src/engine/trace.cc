@@ -19,7 +19,7 @@ const env::StringParam kTrace{
     "examples' --trace DIR sets it (docs/trace.md)."};
 const env::IntParam kTraceEvents{
     "HSDP_TRACE_EVENTS", int64_t{1} << 18, 1024, int64_t{1} << 26,
-    "Events each rank's trace ring holds (56 bytes each, allocated at finalize when HSDP_TRACE "
+    "Events each rank's trace ring holds (48 bytes each, allocated at finalize when HSDP_TRACE "
     "is set): past that the oldest are overwritten and the file counts them as dropped."};
 
 constexpr const char* kKindNames[] = {

@@ -64,6 +64,8 @@ struct TraceEvent {
   TraceLevel level = TraceLevel::kNone;
 };
 
+static_assert(sizeof(TraceEvent) == 48, "docs/trace.md and HSDP_TRACE_EVENTS say 48 bytes");
+
 class Tracer {
  public:
   static int64_t nowUs() {
