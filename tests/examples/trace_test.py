@@ -13,7 +13,8 @@ Checked against closed forms of the configuration, not against the program's own
     all ranks overlap in time: the ranks meet in its collectives);
   - the split under each step row adds up to the step time;
   - the SVG parses as XML (libxml2, trace_svg_rows) with one row per rank x lane;
-  - bad input to hsdp-trace: a clear error naming the file, exit 2, no hang.
+  - bad input to hsdp-trace: a clear error naming the file, exit 2, no hang; a --trace directory
+    that cannot be made: an error naming it on every rank.
 usage: trace_test.py --mpirun "mpirun ..." --train-mlp BIN --tool hsdp-trace --svg-rows BIN
 """
 import argparse
@@ -169,6 +170,14 @@ def main():
     bad("steps", {}, "--steps '5:1'", ("--steps", "5:1"))
     b = run([a.tool, "merge", os.path.join(tmp, "missing"), "-o", merged], timeout=30)
     check(b.returncode == 2 and "missing: not a directory" in b.stderr, f"missing dir: {b.stderr}")
+
+    # A trace directory that cannot be made: an error on every rank naming it, no hang.
+    nd = os.path.join(tmp, "file-not-dir")
+    open(nd, "w").close()
+    b = run(shlex.split(a.mpirun) + ["-np", "2", a.train_mlp, "--steps", "1", "--trace",
+                                     os.path.join(nd, "x")], timeout=120)
+    check(b.returncode != 0 and "trace directory (HSDP_TRACE, --trace)" in b.stdout + b.stderr,
+          f"bad --trace: rc {b.returncode}, {(b.stdout + b.stderr)[-500:]!r}")
 
     if failures:
         print(f"trace_test: FAIL ({len(failures)} checks)")
