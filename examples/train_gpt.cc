@@ -20,6 +20,7 @@
 #include "common/reference.h"
 #include "common/report.h"
 #include "common/session.h"
+#include "common/step_split.h"
 #include "common/stopping.h"
 #include "gpt/data.h"
 #include "gpt/gpt_options.h"
@@ -205,6 +206,7 @@ int train(const gpt::Options& opt, hsdp::Comm& world) {
       // beginStep() (the same data and rate: both follow the committed step).
       examples::printAbortedStep(world, start, loss.status());
       model.takeExposedCommSeconds();  // this attempt's timers are not the next one's
+      (void)model.takeStepAccounting();
       double ot = 0, oe = 0;
       model.takeOptimizerSeconds(&ot, &oe);
       continue;
@@ -215,7 +217,12 @@ int train(const gpt::Options& opt, hsdp::Comm& world) {
     const gpt::StepStats stats = measure(model, *loss, lr, seconds, &optim_total, &optim_exposed);
     hsdp::StatusOr<gpt::StepRow> row = gpt::gatherStepRow(world, model, stats);
     if (!row.ok()) fail.alone(row.status());
+    // exposed_ms and comm%: the split's exposed communication (docs/trace.md, "Accounting").
+    auto split = examples::gatherStepSplit(world, seconds * 1e3, model.takeStepAccounting());
+    if (!split.ok()) fail.alone(split.status());
+    row->exposed_ms = split->exposed_ms();
     gpt::printStepRow(world, setup, step, *row);
+    examples::printStepSplit(world, *split);
 
     // A loss or gradient norm that is not finite ends training here, unless --allow-nonfinite.
     // Both are global (the mean over the ranks, the global norm), so every rank stops alike.
@@ -241,6 +248,7 @@ int train(const gpt::Options& opt, hsdp::Comm& world) {
   // h.0.attn.c_attn.weight, ...: "<unit>.<param>").
   if (hsdp::Status s = ckpt.finish(); !s.ok()) fail.alone(s);
   examples::printOffloadSummary(world, setup.engine, steps, optim_total, optim_exposed);
+  if (hsdp::Status s = model.writeTrace(); !s.ok()) fail.alone(s);  // --trace, HSDP_TRACE
 
   // The trained parameters in full (collective), for the sample and the parity check.
   std::vector<std::vector<float>> full(run.units.size());

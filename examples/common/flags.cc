@@ -14,6 +14,10 @@ void addStepFlags(CLI::App& app, Options& opt, const char* batch_help, const cha
                      hsdp::RealRange::atLeast(0));
   hsdp::cli::addInt(app, "--max-gathered", opt.max_gathered,
                     "Rate limiter: at most N units gathered at once, 0 = no limit (zero3)", 0);
+  app.add_option("--trace", opt.trace,
+                 "Write each rank's step timeline to DIR/trace.rank<N>.json (Chrome trace "
+                 "events; hsdp-trace merge|svg DIR; default HSDP_TRACE)")
+      ->type_name("DIR");
 }
 
 void addOptimizerFlags(CLI::App& app, Options& opt, const char* lr_help, const char* wd_help) {

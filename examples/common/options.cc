@@ -41,6 +41,7 @@ hsdp::Status configure(const Options& opt, int world_size, hsdp::EngineConfig* c
   if (opt.max_gathered < 0)
     return hsdp::invalidArgument("--max-gathered ", opt.max_gathered, " must be >= 0");
   cfg->pipeline.max_gathered_units = opt.max_gathered;
+  cfg->trace_dir = opt.trace;
   HSDP_RETURN_IF_ERROR(hsdp::cli::engineConfig(opt, cfg, mesh_spec));
   if (opt.check && !opt.ckpt.init_from.empty())
     return hsdp::invalidArgument(

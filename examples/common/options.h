@@ -29,6 +29,8 @@ struct Options : hsdp::cli::EngineFlags {
   std::string optimizer = "adamw";
   uint64_t seed = 1234;
   double tolerance = 1e-5;
+  // --trace DIR: each rank's step timeline in DIR (EngineConfig::trace_dir, docs/trace.md).
+  std::string trace;
   // --steps is the total: a resumed run trains from the checkpoint's step up to it (ckpt, the
   // checkpoint flags, is EngineFlags').
 };

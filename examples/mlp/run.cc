@@ -9,6 +9,7 @@
 #include "common/failure.h"
 #include "common/reference.h"
 #include "common/report.h"
+#include "common/step_split.h"
 #include "common/stopping.h"
 #include "hsdp/dtype.h"
 #include "mlp/options.h"
@@ -145,6 +146,7 @@ int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_com
     auto t1 = std::chrono::steady_clock::now();
     if (!loss.ok() && loss.status().code() == hsdp::StatusCode::kAborted) {
       examples::printAbortedStep(world, *begin, loss.status());
+      (void)model.takeStepAccounting();  // this attempt's waits are not the next one's
       continue;  // the quorum did not commit: the same step again, from beginStep()
     }
     if (!loss.ok()) fail.alone(loss.status());
@@ -156,7 +158,12 @@ int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_com
     optim_exposed += oe;
     auto row = gatherStepRow(world, model, *loss, ms, exposed_ms);
     if (!row.ok()) fail.alone(row.status());
+    // exposed_comm_ms: the split's exposed communication (docs/trace.md, "Accounting").
+    auto split = examples::gatherStepSplit(world, ms, model.takeStepAccounting());
+    if (!split.ok()) fail.alone(split.status());
+    row->max_exposed_ms = split->exposed_ms();
     printStepRow(world, *row, step, c.batch);
+    examples::printStepSplit(world, *split);
     // The loss and the norm are global: every rank stops here alike.
     if (hsdp::Status s = examples::checkFinite(c.allow_nonfinite, step, row->loss, row->grad_norm);
         !s.ok())
@@ -178,6 +185,7 @@ int trainAndReport(const char* program, hsdp::Comm& world, hsdp::Comm& abort_com
   }
   if (hsdp::Status s = ckpt.finish(); !s.ok()) return fail.agreed(s, examples::exitCodeOf(s));
   examples::printOffloadSummary(world, cfg, c.steps, optim_total, optim_exposed);
+  if (hsdp::Status s = model.writeTrace(); !s.ok()) fail.alone(s);  // --trace, HSDP_TRACE
   std::vector<uint64_t> numels;
   for (int l = 0; l < spec.layers(); ++l)
     numels.push_back(uint64_t(spec.dims[l + 1]) * (spec.dims[l] + 1));

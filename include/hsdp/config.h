@@ -183,6 +183,9 @@ struct EngineConfig {
   CheckpointPolicy checkpoint;
   FailurePolicy failure;
   ElasticPolicy elastic;
+  // Step timeline: each rank writes <trace_dir>/trace.rank<N>.json (docs/trace.md). "": the
+  // HSDP_TRACE variable's, unset = no trace.
+  std::string trace_dir;
 };
 
 // `cfg` with every unset optional filled from its HSDP_* variable, else its default, so that every

@@ -133,6 +133,17 @@ struct StepStart {
   double heal_seconds = 0;
 };
 
+// One rank's step, split by what its caller's thread did (ShardedModel::takeStepAccounting;
+// docs/trace.md): seconds blocked on each kind of collective and in the optimizer step. The rest
+// of the step is the caller's own compute. The same waits are the trace's events.
+struct StepAccounting {
+  double wait_gather_s = 0;   // waitForUnshard / reshard (and zero1/2's post-step gathers)
+  double wait_reduce_s = 0;   // step() waiting for reduce-scatters
+  double wait_replica_s = 0;  // step() waiting for replica all-reduces (elastic: the groups')
+  double optimizer_s = 0;     // step(): the norm, Adam inline, or the wait for offloaded steps
+  double waits() const { return wait_gather_s + wait_reduce_s + wait_replica_s; }
+};
+
 class ShardedModel {
  public:
   // `mesh` must outlive the model. Errors: invalid optimizer settings; kNone with a shard group
@@ -232,6 +243,13 @@ class ShardedModel {
   // Seconds spent blocked on communication (waitForUnshard, reshard of an in-flight unit, the
   // reductions step() waits for) since the last call: the communication not hidden by compute.
   double takeExposedCommSeconds();
+  // The split of the caller's time since the last call (StepAccounting), from the same waits
+  // the trace records.
+  StepAccounting takeStepAccounting();
+  // With a trace directory (EngineConfig::trace_dir, HSDP_TRACE): writes this rank's events so
+  // far to DIR/trace.rank<N>.json (docs/trace.md); nothing otherwise. The destructor writes
+  // it too (a failure there is a warning).
+  [[nodiscard]] Status writeTrace();
 
   // Global L2 norm of the averaged gradient at the last step() (before clipping).
   float lastGradNorm() const;

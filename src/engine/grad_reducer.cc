@@ -51,14 +51,20 @@ Status GradReducer::ensure(int unit, const char* verb, std::string_view param) {
 Status GradReducer::poll(bool block) {
   std::optional<watchdog::WaitScope> wait;
   if (block) wait.emplace("step: gradient reductions");
+  Tracer& tr = coll_.tracer();
   for (Pending& p : pending_) {
     const Unit& u = units_[p.unit];
     UnitGrad& ug = grads_[p.unit];
     if (!p.scatter_done) {
       if (p.scatter) {
         // On a device this orders the reduce lane after the scatter and is true at once.
+        const int64_t t0 = block ? Tracer::nowUs() : 0;
         HSDP_ASSIGN_OR_RETURN(bool done, coll_.reached(p.scatter, Lane::kReduce, block));
+        if (block) tr.wait(TraceKind::kWaitReduce, p.unit, t0);
         if (!done) break;  // later ones start their all-reduce after this one: keep order
+        tr.collective(TraceKind::kReduceScatter, coll_.shardLevel(), p.unit,
+                      u.layout.paddedNumel() * (ug.life.block16 != nullptr ? 2 : 4),
+                      p.scatter_issued);
         if (opt_.pooled) HSDP_RETURN_IF_ERROR(pool_.release(ug.life.full, Lane::kReduce));
         if (ug.life.block16 != nullptr) {  // bf16 reduce: upcast the shard, free the wire copy
           HSDP_RETURN_IF_ERROR(space_.castToFloat(ug.shard16.as<bf16>(), ug.shard.as<float>(),
@@ -76,14 +82,19 @@ Status GradReducer::poll(bool block) {
         HSDP_ASSIGN_OR_RETURN(p.replicate,
                               coll_.replicaReduce(ug.shard.data(), u.layout.shardNumel(),
                                                   ug.replica_residual.as<float>()));
+        p.replicate_issued = Tracer::nowUs();
       }
     }
   }
   while (!pending_.empty() && pending_.front().scatter_done) {
     Pending& p = pending_.front();
     if (p.replicate) {
+      const int64_t t0 = block ? Tracer::nowUs() : 0;
       HSDP_ASSIGN_OR_RETURN(bool done, coll_.reached(p.replicate, Lane::kReduce, block));
+      if (block) tr.wait(TraceKind::kWaitReplica, p.unit, t0);
       if (!done) break;
+      tr.collective(TraceKind::kReplica, TraceLevel::kReplica, p.unit,
+                    units_[p.unit].layout.shardNumel() * sizeof(float), p.replicate_issued);
     }
     const int unit = p.unit;
     HSDP_RETURN_IF_ERROR(transition(units_[unit].name, grads_[unit].life.state, GradState::kReduced,
@@ -109,6 +120,7 @@ Status GradReducer::reduce(int unit) {
     // On a device the scatter waits for the compute stream: the backward kernels that wrote
     // the gradient (and the bf16 rounding below) come first.
     watchdog::Label label(u.name, "shard group");
+    p.scatter_issued = Tracer::nowUs();
     StatusOr<WorkHandle> w = [&]() -> StatusOr<WorkHandle> {
       if (!opt_.bf16)
         return coll_.reduceScatter(ug.life.full, ug.shard.data(), u.layout.shardNumel(),

@@ -75,6 +75,7 @@ class GradReducer {
     WorkHandle scatter;    // full gradient -> shard (shard group), null in mode none
     WorkHandle replicate;  // shard all-reduce over the data-parallel replicas
     bool scatter_done = false;
+    int64_t scatter_issued = 0, replicate_issued = 0;  // the trace's (Tracer::nowUs)
   };
 
   const std::vector<Unit>& units_;

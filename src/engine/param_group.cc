@@ -32,6 +32,9 @@ Status ParamGroup::issueGather(int unit, std::string_view verb) {
   const bool node_block = p.rest == ParamState::kNodeBlockKept;
   HSDP_ASSIGN_OR_RETURN(void* block, pool_.acquire(/*zero=*/false));
   p.full = static_cast<float*>(block);
+  p.issued_us = Tracer::nowUs();
+  // The gathered unit: every shard-group rank's shard (bf16 on a bf16 wire).
+  p.wire_bytes = u.layout.paddedNumel() * (opt_.bf16 && !node_block ? 2 : 4);
   // The unit's name goes into the fingerprints of the collectives below.
   watchdog::Label label(u.name, node_block ? "hpZ node group" : "shard group");
   StatusOr<WorkHandle> w = [&]() -> StatusOr<WorkHandle> {
@@ -152,8 +155,7 @@ Status ParamGroup::waitForUnshard(int unit) {
   if (p.state != ParamState::kGathering) return okStatus();
   if (p.work) {  // on a device: the compute stream waits for the gather, the host does not
     watchdog::WaitScope wait("waitForUnshard", u.name);
-    HSDP_RETURN_IF_ERROR(blockOn(p.work).withContext(strCat("all-gather of unit '", u.name, "'")));
-    p.work.reset();
+    HSDP_RETURN_IF_ERROR(blockOn(unit).withContext(strCat("all-gather of unit '", u.name, "'")));
   }
   if (p.block16 != nullptr) {  // compute runs in fp32 on the bf16-rounded parameters
     HSDP_RETURN_IF_ERROR(space_.castToFloat(static_cast<const bf16*>(p.block16), p.full,
@@ -163,6 +165,20 @@ Status ParamGroup::waitForUnshard(int unit) {
   }
   return transition(u.name, p.state, ParamState::kGathered, "waitForUnshard",
                     {ParamState::kGathering});
+}
+
+// The unit's gather, waited for on the caller's thread: the wait and the gather are the trace's.
+Status ParamGroup::blockOn(int unit) {
+  ParamLifecycle& p = params_[unit].life;
+  Tracer& tr = coll_.tracer();
+  const int64_t t0 = Tracer::nowUs();
+  HSDP_RETURN_IF_ERROR(coll_.reached(p.work, Lane::kCompute, /*block=*/true).status());
+  p.work.reset();
+  tr.wait(TraceKind::kWaitGather, unit, t0);
+  const TraceLevel level =
+      p.rest == ParamState::kNodeBlockKept ? TraceLevel::kIntra : coll_.shardLevel();
+  tr.collective(TraceKind::kGather, level, unit, p.wire_bytes, p.issued_us);
+  return okStatus();
 }
 
 Status ParamGroup::reshard(int unit) {
@@ -176,8 +192,7 @@ Status ParamGroup::reshard(int unit) {
   }
   if (p.work) {  // resharding a unit whose gather is still in flight: let it land first
     watchdog::WaitScope wait("reshard", u.name);
-    HSDP_RETURN_IF_ERROR(blockOn(p.work));
-    p.work.reset();
+    HSDP_RETURN_IF_ERROR(blockOn(unit));
   }
   if (p.block16 != nullptr) {
     HSDP_RETURN_IF_ERROR(pool16_.release(p.block16));

@@ -103,10 +103,9 @@ class ParamGroup {
   Status issueGather(int unit, std::string_view verb);
   // Issues deferred gathers, oldest first, while the limit allows.
   Status issueDeferred();
-  // Waits (host) or orders the compute lane (device) for `w`, counting host waiting as exposed.
-  Status blockOn(WorkHandle& w) {
-    return coll_.reached(w, Lane::kCompute, /*block=*/true).status();
-  }
+  // Waits (host) or orders the compute lane (device) for the unit's gather, counting host
+  // waiting as exposed (and in the trace); the work is released.
+  Status blockOn(int unit);
 
   const std::vector<Unit>& units_;
   MemorySpace& space_;

@@ -27,7 +27,11 @@ Status ShardedModel::Impl::checkUnit(int u, const char* verb) const {
 }
 
 ShardedModel::ShardedModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-ShardedModel::~ShardedModel() = default;
+ShardedModel::~ShardedModel() {
+  if (!impl_ || !impl_->coll) return;
+  Status s = impl_->coll->tracer().write();
+  if (!s.ok()) HSDP_WARN(kShard, "writing the trace failed: ", s.message());
+}
 
 StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
                                                              EngineConfig config) {
@@ -408,6 +412,8 @@ Status ShardedModel::finalize() {
   }
   HSDP_RETURN_IF_ERROR(m.coll->reserve(max_shard, m.bf16Params() || m.bf16Reduce()));
   m.coll->group().reserve(m.units.size());
+  // The trace (docs/trace.md): the clock offsets to rank 0, the ring, its directory made.
+  HSDP_RETURN_IF_ERROR(m.agree(m.coll->startTrace(engine::Tracer::directory(m.cfg.trace_dir))));
   HSDP_RETURN_IF_ERROR(m.startElastic(registrationSignature(m.units)));
   m.finalized = true;
   HSDP_INFO(kShard, "finalized ", m.units.size(), " units, mode ", shardModeName(m.cfg.mode),

@@ -110,6 +110,10 @@ void ShardedModel::takeOptimizerSeconds(double* total, double* exposed) {
 
 double ShardedModel::takeExposedCommSeconds() { return impl_->coll->takeExposedSeconds(); }
 
+StepAccounting ShardedModel::takeStepAccounting() { return impl_->coll->tracer().take(); }
+
+Status ShardedModel::writeTrace() { return impl_->coll->tracer().write(); }
+
 // setLearningRate and setClipNorm: with CPU offload and no clipping a unit steps as soon as its
 // gradient is reduced, so neither setting may change once the step's first unit started.
 static Status checkNotStepping(const std::vector<Unit>& units, const engine::GradReducer& grads,
@@ -169,10 +173,16 @@ Status ShardedModel::Impl::gatherReplicated(bool frozen_too) {
           CollectiveOp::allGather(master(u), paramsOf(u).whole.data(), n, DType::kFloat32));
     }
   }
+  const int64_t issued = engine::Tracer::nowUs();
   HSDP_ASSIGN_OR_RETURN(WorkHandle gathers, coll->gatherGroup());
   // On a device the compute stream waits for them: step() returns without the host waiting.
   watchdog::WaitScope wait("step: parameter all-gathers");
   HSDP_RETURN_IF_ERROR(blockOn(gathers).withContext("parameter all-gathers after the step"));
+  engine::Tracer& tr = coll->tracer();
+  tr.wait(engine::TraceKind::kWaitGather, -1, issued);
+  uint64_t bytes = 0;
+  for (const CollectiveOp& o : g.ops) bytes += o.count * dtypeSize(o.dtype) * shards;
+  tr.collective(engine::TraceKind::kGather, coll->shardLevel(), -1, bytes, issued);
   for (size_t k = 0; k < g.blocks16.size(); ++k) {
     Unit& u = units[g.units[k]];
     // The compute copy holds the bf16 rounding, as every other rank's; our own slice of the
@@ -239,8 +249,14 @@ Status ShardedModel::step() {
   HSDP_RETURN_IF_ERROR(m.reducedGradients("step"));
   // Elastic mode: the replica average over the groups of the step's quorum, and its decision
   // (unless gradNorm() took it). Not committed: kAborted, nothing applied.
-  if (m.elastic && !m.elastic->committedPending()) HSDP_RETURN_IF_ERROR(m.elasticCommit("step"));
+  engine::Tracer& tr = m.coll->tracer();
+  if (m.elastic && !m.elastic->committedPending()) {  // waits for the groups' averages
+    const int64_t t0 = engine::Tracer::nowUs();
+    HSDP_RETURN_IF_ERROR(m.elasticCommit("step"));
+    tr.wait(engine::TraceKind::kWaitReplica, -1, t0);
+  }
   if (m.elastic) HSDP_RETURN_IF_ERROR(m.elastic->applied());
+  const int64_t optimizer_t0 = engine::Tracer::nowUs();
   ++m.step;
   for (Unit& u : m.units)  // parameters change: the next gather is full
     HSDP_RETURN_IF_ERROR(forgetNodeBlock(u.name, m.paramsOf(u).life, "step"));
@@ -276,7 +292,9 @@ Status ShardedModel::step() {
                                       {GradState::kStepped}));
     }
   }
+  tr.wait(engine::TraceKind::kOptimizer, -1, optimizer_t0);
   if (m.replicatedParams()) HSDP_RETURN_IF_ERROR(m.gatherReplicated(/*frozen_too=*/false));
+  tr.endStep();
   return okStatus();
 }
 

@@ -1,6 +1,7 @@
 // UnitCollectives: every route a unit's parameters and gradients take (unit_collectives.h).
 #include "engine/unit_collectives.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/elastic_group.h"
@@ -31,6 +32,11 @@ StatusOr<std::unique_ptr<UnitCollectives>> UnitCollectives::create(
   c->hier_ = std::make_unique<HierarchicalCollectives>(mesh.intraShard(), mesh.interShard());
   c->hier_reduce_ =
       std::make_unique<HierarchicalCollectives>(mesh.intraShardReduce(), mesh.interShardReduce());
+  const bool intra = mesh.intraShard().size() > 1, inter = mesh.interShard().size() > 1;
+  c->shard_level_ = intra && inter ? TraceLevel::kIntraInter
+                    : inter        ? TraceLevel::kInter
+                    : intra        ? TraceLevel::kIntra
+                                   : TraceLevel::kNone;
   HSDP_RETURN_IF_ERROR(c->hier_->setOptions(options.gather));
   HSDP_RETURN_IF_ERROR(c->hier_reduce_->setOptions(options.reduce));
   return c;
@@ -155,6 +161,31 @@ StatusOr<WorkHandle> UnitCollectives::replicaReduce(void* shard, size_t count, f
 Status UnitCollectives::startGroupAverage(float* shard, size_t count) {
   if (groups_ == nullptr) return okStatus();
   return groups_->startAverage({shard, count});
+}
+
+Status UnitCollectives::startTrace(const std::string& dir) {
+  Comm& world = mesh_.control();
+  const int n = world.size(), me = world.rank();
+  int64_t offset = 0;
+  if (!dir.empty() && n > 1) {
+    // Every rank leaves an all-gather within a hop of the last one's arrival: the exit times of
+    // a few rounds, exchanged, give each rank's offset to rank 0 (median against outliers).
+    constexpr int kRounds = 7;
+    int64_t mine[kRounds];
+    uint8_t token = 0;
+    std::vector<uint8_t> tokens(n);
+    for (int k = 0; k < kRounds; ++k) {
+      HSDP_RETURN_IF_ERROR(world.allGather(&token, tokens.data(), 1, DType::kUInt8));
+      mine[k] = Tracer::nowUs();
+    }
+    std::vector<int64_t> all(static_cast<size_t>(n) * kRounds);
+    HSDP_RETURN_IF_ERROR(world.allGather(mine, all.data(), kRounds, DType::kInt64));
+    int64_t d[kRounds];
+    for (int k = 0; k < kRounds; ++k) d[k] = all[me * kRounds + k] - all[k];
+    std::sort(d, d + kRounds);
+    offset = d[kRounds / 2];
+  }
+  return tracer_.start(dir, me, mesh_.coords().node, n, offset);
 }
 
 Status UnitCollectives::agree(const Status& local, bool secondary) {

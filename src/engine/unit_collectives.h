@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/memory_space.h"
+#include "engine/trace.h"
 #include "hsdp/config.h"
 #include "hsdp/hier_collectives.h"
 #include "hsdp/mesh.h"
@@ -116,6 +117,15 @@ class UnitCollectives {
   // `values` summed over every rank, in place.
   [[nodiscard]] Status controlSum(int64_t* values, size_t count);
 
+  // ---- the trace and the step's accounting (trace.h): every event of a collective goes here ----
+  Tracer& tracer() { return tracer_; }
+  // finalize(), collective over the control communicator: each rank's clock offset to rank 0's
+  // (the median over rounds of the exit of an all-gather), then the tracer's ring (off with "").
+  [[nodiscard]] Status startTrace(const std::string& dir);
+  // The links a unit's gather and reduce-scatter cross (intra, inter or both), the hpZ node
+  // group's (intra).
+  TraceLevel shardLevel() const { return shard_level_; }
+
   // ---- the gradient norm ----
   // What step()'s squared gradient norm is summed over (StepKernels::normReduce): the shard
   // group, whose shards make up the gradient (the replicas hold the same ones); null with a
@@ -152,6 +162,8 @@ class UnitCollectives {
   std::unique_ptr<HierarchicalCollectives> replica_;
   Group group_;
   ElasticGroup* groups_ = nullptr;
+  Tracer tracer_;
+  TraceLevel shard_level_ = TraceLevel::kNone;
 };
 
 }  // namespace hsdp::engine

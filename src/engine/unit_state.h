@@ -42,6 +42,8 @@ struct ParamLifecycle {
   float* full = nullptr;    // Gathering/Gathered: the full parameters (pool block, or the shard)
   void* block16 = nullptr;  // Gathering with bf16 parameters: the pool block the gather fills
   WorkHandle work;          // Gathering: the all-gather in flight
+  int64_t issued_us = 0;    // Gathering: when the all-gather was issued (the trace's)
+  uint64_t wire_bytes = 0;  // Gathering: the bytes it gathers (the trace's)
 };
 
 // The gradient state and what it holds.

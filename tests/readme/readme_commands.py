@@ -37,6 +37,8 @@ SKIP = {
     "scripts/device-bundle": "packs the CUDA build for a GPU host (needs the CUDA build)",
     "build/examples/train_mlp_gpu": "needs a GPU",
     "build/examples/train_gpt --preset small": "prose: the program scripts/demo runs (run above)",
+    "scripts/demo --trace": "the demo again with --trace (70 s); ctest trace.mlp.6x2x3 runs "
+    "--trace and both hsdp-trace subcommands on the files it writes",
 }
 ROOT_ONLY = ("tests/cluster/cluster.sh",)  # network namespaces: root only
 # The Python package's environment: made by scripts/python-env, which scripts/test runs first.

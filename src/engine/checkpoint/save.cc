@@ -293,6 +293,11 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
   s.result.step = m.step;
   s.result.writer_group = writer;
   s.result.snapshot_seconds = std::chrono::duration<double>(engine::Clock::now() - t0).count();
+  {  // the trace's copies lane: the snapshot, from the call to here
+    const int64_t end = engine::Tracer::nowUs();
+    m.coll->tracer().snapshot(s.plan.bytes,
+                              end - static_cast<int64_t>(s.result.snapshot_seconds * 1e6), end);
+  }
   s.status = okStatus();
   {
     std::lock_guard<std::mutex> lock(s.mu);
