@@ -55,8 +55,6 @@ def parse(argv):
     ap.add_argument("--mode", default="zero3")
     ap.add_argument("--intra", type=int, default=0)
     ap.add_argument("--inter", type=int, default=1)
-    ap.add_argument("--rpn", type=int, default=0,
-                    help="the mesh's ranks_per_node (default HSDP_RANKS_PER_NODE)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--batch", type=int, default=0, help="global batch (default 2 per rank)")
     ap.add_argument("--accum", type=int, default=1)
@@ -140,8 +138,7 @@ def run(name, a, comm, session):
     idle_barrier(comm)
     ref, ref2 = comm.bcast(ref, root=0), comm.bcast(ref2, root=floor_rank)
 
-    mesh = session.mesh(intra_shard=a.intra, inter_shard=a.inter,
-                        ranks_per_node=a.rpn or None)
+    mesh = session.mesh(intra_shard=a.intra, inter_shard=a.inter)
     units = list(model.transformer.h) if a.model == "gpt2" else list(model.blocks)
     if a.no_units:
         units = []
