@@ -13,7 +13,10 @@ root=$(cd -P "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export HSDP_BUILD_DIR=$build
 if [ "${1:-}" = "--torch" ]; then
   shift
-  if [ ! -x "$py" ] || ! "$py" -c "import hsdp, torch" 2>/dev/null; then
+  # find_spec, not import: importing torch costs each rank seconds of CPU (a broken install
+  # still fails the test, in the program's own import).
+  if [ ! -x "$py" ] || ! "$py" -c "import importlib.util as u, sys
+sys.exit(not (u.find_spec('hsdp') and u.find_spec('torch')))" 2>/dev/null; then
     echo "torch tests: no hsdp or torch in $build/pyenv (run scripts/python-env); skipped"
     exit 77
   fi

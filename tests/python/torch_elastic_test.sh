@@ -15,7 +15,8 @@ if ! command -v etcd >/dev/null; then
   echo "*** SKIPPED: the etcd binary is not in PATH (scripts/setup installs etcd-server)"
   exit 77
 fi
-if ! "$build/pyenv/bin/python" -c "import hsdp, torch" 2>/dev/null; then
+if ! "$build/pyenv/bin/python" -c "import importlib.util as u, sys
+sys.exit(not (u.find_spec('hsdp') and u.find_spec('torch')))" 2>/dev/null; then
   echo "*** SKIPPED: no hsdp or torch in $build/pyenv (run scripts/python-env)"
   exit 77
 fi

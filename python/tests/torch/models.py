@@ -100,13 +100,18 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
-def verdict(comm, ok: bool, line: str, sharded, session) -> int:
+def agreed(comm, ok: bool, line: str) -> bool:
     """Every rank's `ok` agreed over MPI (one failing rank fails all); rank 0 prints `line`
-    followed by PASS or FAIL; the model and session closed. The program's exit code."""
+    followed by PASS or FAIL. True when every rank's was."""
     failed = comm.allreduce(0 if ok else 1)  # mpi4py's default op: the sum
     if comm.Get_rank() == 0:
         print(f"{line} {'PASS' if failed == 0 else 'FAIL'}", flush=True)
+    return failed == 0
+
+
+def verdict(comm, ok: bool, line: str, sharded, session) -> int:
+    """agreed(), then the model and session closed. The program's exit code."""
+    passed = agreed(comm, ok, line)
     sharded.close()
     session.close()
-    return 0 if failed == 0 else 1
-
+    return 0 if passed else 1

@@ -14,6 +14,15 @@ rank) must equal torch.nn.utils.clip_grad_norm_'s on the reference within the sa
 
     mpirun -np 8 -x HSDP_RANKS_PER_NODE=4 python parity.py --model gpt2 --mode zero3 \
         --intra 4 --inter 1 [--offload] [--bf16] [--accum 2] [--checkpointing] [--hpz] [--steps K]
+    mpirun -np 8 -x HSDP_RANKS_PER_NODE=4 python parity.py "4x1 --model gpt2 --intra 4" \
+        "int8 --model mlp --intra 4 --inter 2 --wire int8 --steps 3" ...
+
+The second form runs several configurations one after another in the same processes (one
+import of torch and transformers per rank for all of them), each named in its output lines
+("[int8] step 1/3 ...", "[int8] parity vs plain PyTorch: ... PASS"); the exit code is 1 when
+any failed, and the last line names those. The plain PyTorch runs are computed once, on rank 0
+(the reference) and rank 1 (the noise floor), and broadcast to every rank before the sharded
+run, which every rank checks against them.
 """
 
 import argparse
@@ -21,9 +30,11 @@ import contextlib
 import copy
 import math
 import os
+import shlex
 import shutil
 import sys
 import tempfile
+import time
 
 from mpi4py import MPI
 
@@ -32,11 +43,11 @@ import torch
 import hsdp
 import hsdp.checkpoint
 import hsdp.torch
-from models import build, batch_loss, global_batch, no_decay_names, rel, verdict
+from models import agreed, build, batch_loss, global_batch, no_decay_names, rel
 from reduce_tree import bf16_tree, rank_gradients
 
 
-def main() -> int:
+def parse(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", choices=["gpt2", "mlp", "mlp_root"], default="gpt2")
     ap.add_argument("--no-units", action="store_true",
@@ -58,9 +69,41 @@ def main() -> int:
                     help="reduce_dtype bf16, against a reference that follows the reduction tree")
     ap.add_argument("--wire", choices=["int8", "int4"],
                     help="the inter-node parameter and gradient wires (a convergence bound)")
-    a = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def configs(argv):
+    """[(name, args)]: the command line's options as one configuration ("parity"), or each
+    argument "NAME --opt ..." one configuration, run one after another in these processes."""
+    if not argv or argv[0].startswith("-"):
+        return [("parity", parse(argv))]
+    out = []
+    for c in argv:
+        words = shlex.split(c)
+        out.append((words[0], parse(words[1:])))
+    return out
+
+
+def main() -> int:
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
+    session = hsdp.Session.attach()
+    failed = []
+    for name, a in configs(sys.argv[1:]):
+        if comm.Get_rank() == 0:
+            print(f"[{name}] {vars(a)}", flush=True)
+        ok, line, sharded = run(name, a, comm, session)
+        if not agreed(comm, ok, f"[{name}] {line}"):
+            failed.append(name)
+        sharded.close()
+    session.close()
+    if failed and comm.Get_rank() == 0:
+        print(f"failed: {' '.join(failed)}", flush=True)
+    return 1 if failed else 0
+
+
+def run(name, a, comm, session):
+    """One configuration: (this rank's ok, the verdict line, the sharded model)."""
     rank, world = comm.Get_rank(), comm.Get_size()
     batch = a.batch or 2 * world * a.accum
     # bf16 parameters: 1e-2 (train_gpt's). bf16 reduction: 1e-2, the C++ tests' bound for the
@@ -75,7 +118,8 @@ def main() -> int:
         # parameters, one for the gradient), the parameters in absolute terms below.
         tol = 2 / (254 if a.wire == "int8" else 14)
     if a.reduce_bf16 and (a.intra * a.inter != world or a.accum != 1):
-        raise SystemExit("--reduce-bf16: intra x inter must be the world (one replica), no --accum")
+        raise SystemExit(f"[{name}] --reduce-bf16: intra x inter must be the world (one "
+                         "replica), no --accum")
 
     torch.manual_seed(1234)
     model = build(a.model, checkpointing=a.checkpointing)
@@ -83,12 +127,17 @@ def main() -> int:
         for n, p in model.named_parameters():
             if "wpe" in n or n in ("fc0.bias", "temperature"):
                 p.requires_grad_(False)
-    ref = copy.deepcopy(model)
-    ref2 = copy.deepcopy(model)  # the noise floor: the same steps, another summation order
     hp = dict(kind="adamw", lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     nd = no_decay_names(model)
+    # The plain PyTorch runs, each once on one rank and broadcast (every rank checks against
+    # them): the reference on rank 0, the noise floor (the same steps, another summation order)
+    # on rank 1 (rank 0 in a world of 1). The others wait asleep, leaving the cores to them.
+    floor_rank = 1 % world
+    ref = plain(a, model, nd, hp, world, batch, False) if rank == 0 else None
+    ref2 = plain(a, model, nd, hp, world, batch, True) if rank == floor_rank else None
+    idle_barrier(comm)
+    ref, ref2 = comm.bcast(ref, root=0), comm.bcast(ref2, root=floor_rank)
 
-    session = hsdp.Session.attach()
     mesh = session.mesh(intra_shard=a.intra, inter_shard=a.inter)
     units = list(model.transformer.h) if a.model == "gpt2" else list(model.blocks)
     if a.no_units:
@@ -102,15 +151,6 @@ def main() -> int:
                                offload="cpu" if a.offload else None, optimizer=hp, no_decay=nd,
                                clip_norm=a.clip if a.offload else 0.0, hpz=a.hpz, wires=wires)
 
-    def adamw(m):
-        decay = [p for n, p in m.named_parameters() if n not in nd and p.requires_grad]
-        plain = [p for n, p in m.named_parameters() if n in nd and p.requires_grad]
-        return torch.optim.AdamW([{"params": decay}, {"params": plain, "weight_decay": 0.0}],
-                                 lr=hp["lr"], betas=hp["betas"], eps=hp["eps"],
-                                 weight_decay=hp["weight_decay"])
-
-    opt, opt2 = adamw(ref), adamw(ref2)
-
     per = batch // world // a.accum
     worst_loss = worst_norm = 0.0
     for step in range(a.steps):
@@ -119,7 +159,7 @@ def main() -> int:
         for k in range(a.accum):
             micro = x[k * (batch // a.accum):(k + 1) * (batch // a.accum)]
             mine = micro[rank * per:(rank + 1) * per]
-            ctx = sharded.no_sync() if k + 1 < a.accum else _nullcontext()
+            ctx = sharded.no_sync() if k + 1 < a.accum else contextlib.nullcontext()
             with ctx:
                 loss = batch_loss(model, a.model, mine) / a.accum
                 loss.backward()
@@ -128,47 +168,26 @@ def main() -> int:
         norms = comm.allgather(norm.item())
         sharded.step()
         mean = comm.allreduce(loss_sum, op=MPI.SUM) / world
-
-        if a.reduce_bf16:  # the engine's reduction tree, rank by rank (reduce_tree.py)
-            with torch.no_grad():
-                ref_loss = batch_loss(ref, a.model, x)
-            for m, once in ((ref, False), (ref2, True)):
-                per_rank = rank_gradients(m, lambda mm, xx: batch_loss(mm, a.model, xx), x,
-                                          world, one_at_a_time=once)
-                for n, g in bf16_tree(per_rank, a.intra, a.inter).items():
-                    dict(m.named_parameters())[n].grad = g
-        else:
-            with bf16_compute(ref, a.bf16):
-                ref_loss = batch_loss(ref, a.model, x)
-                ref_loss.backward()
-            with bf16_compute(ref2, a.bf16):
-                for r in range(batch):  # one sequence at a time: another summation order
-                    (batch_loss(ref2, a.model, x[r:r + 1]) / batch).backward()
-        ref_norms = []
-        for m, o in ((ref, opt), (ref2, opt2)):
-            # max_norm inf: the norm, nothing clipped (torch's clip at 0 would zero the gradient)
-            ref_norms.append(torch.nn.utils.clip_grad_norm_(m.parameters(), a.clip or math.inf))
-            o.step()
-            o.zero_grad(set_to_none=True)
+        ref_loss = ref["losses"][step]
         # clip_grad_norm_'s norm: a float32 scalar tensor, the same on every rank, torch's own
         # within the tolerance or 10x the two plain runs' distance.
-        want_norm, floor = ref_norms[0].item(), abs(ref_norms[1].item() - ref_norms[0].item())
+        want_norm = ref["norms"][step]
+        floor = abs(ref2["norms"][step] - want_norm)
         norm_err = abs(norm.item() - want_norm) / max(want_norm, 1e-12)
         if not (norm.dtype == torch.float32 and norm.dim() == 0 and len(set(norms)) == 1
                 and norm_err <= max(tol, 10 * floor / max(want_norm, 1e-12))):
             worst_norm = math.inf
-            print(f"rank {rank} step {step + 1}: clip_grad_norm_ {norm!r} (ranks {norms}), "
-                  f"torch {want_norm:.6g}", flush=True)
+            print(f"[{name}] rank {rank} step {step + 1}: clip_grad_norm_ {norm!r} "
+                  f"(ranks {norms}), torch {want_norm:.6g}", flush=True)
         worst_norm = max(worst_norm, norm_err)
-        err = abs(mean - ref_loss.item()) / max(abs(ref_loss.item()), 1e-12)
+        err = abs(mean - ref_loss) / max(abs(ref_loss), 1e-12)
         worst_loss = max(worst_loss, err)
         if rank == 0:
-            print(f"step {step + 1}/{a.steps} loss {mean:.6f} ref {ref_loss.item():.6f} "
+            print(f"[{name}] step {step + 1}/{a.steps} loss {mean:.6f} ref {ref_loss:.6f} "
                   f"grad_norm {norm.item():.6f} ref {want_norm:.6f}", flush=True)
 
     full = sharded.full_state_dict()
-    want = {n: p.detach() for n, p in ref.named_parameters()}
-    other = {n: p.detach() for n, p in ref2.named_parameters()}
+    want, other = ref["params"], ref2["params"]
     worst, where, over = 0.0, "", 0.0  # over: the worst error / the tensor's allowance
     for n, t in full.items():
         e = rel(t, want[n])
@@ -187,10 +206,57 @@ def main() -> int:
     ok = (exported_ok and over <= 1 and worst_loss <= tol and worst_norm != math.inf
           and len(full) == len(want))
     kind = "max_abs_err" if a.wire else "max_rel_err"
-    return verdict(comm, ok,
-                   f"parity vs plain PyTorch: {kind}={worst:.3e} ({where}; {over:.2f} of its "
-                   f"allowance) loss_rel_err={worst_loss:.3e} norm_rel_err={worst_norm:.3e} "
-                   f"tol={tol:g} bytes_copied={stats['bytes_copied']}", sharded, session)
+    return ok, (f"parity vs plain PyTorch: {kind}={worst:.3e} ({where}; {over:.2f} of its "
+                f"allowance) loss_rel_err={worst_loss:.3e} norm_rel_err={worst_norm:.3e} "
+                f"tol={tol:g} bytes_copied={stats['bytes_copied']}"), sharded
+
+
+def plain(a, model, nd, hp, world, batch, floor):
+    """Plain PyTorch on a copy of `model`: every step on the whole global batch, its gradient
+    norm by torch.nn.utils.clip_grad_norm_, torch.optim.AdamW. floor: the noise floor's run
+    (one sequence at a time: another summation order). {losses, norms, params}."""
+    m = copy.deepcopy(model)
+    decay = [p for n, p in m.named_parameters() if n not in nd and p.requires_grad]
+    no_decay = [p for n, p in m.named_parameters() if n in nd and p.requires_grad]
+    opt = torch.optim.AdamW([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=hp["lr"], betas=hp["betas"], eps=hp["eps"],
+                            weight_decay=hp["weight_decay"])
+    losses, norms = [], []
+    for step in range(a.steps):
+        x = global_batch(a.model, step, batch)
+        loss = math.nan
+        if a.reduce_bf16:  # the engine's reduction tree, rank by rank (reduce_tree.py)
+            if not floor:
+                with torch.no_grad():
+                    loss = batch_loss(m, a.model, x).item()
+            per_rank = rank_gradients(m, lambda mm, xx: batch_loss(mm, a.model, xx), x,
+                                      world, one_at_a_time=floor)
+            for n, g in bf16_tree(per_rank, a.intra, a.inter).items():
+                dict(m.named_parameters())[n].grad = g
+        else:
+            with bf16_compute(m, a.bf16):
+                if not floor:
+                    whole = batch_loss(m, a.model, x)
+                    whole.backward()
+                    loss = whole.item()
+                else:
+                    for r in range(batch):
+                        (batch_loss(m, a.model, x[r:r + 1]) / batch).backward()
+        # max_norm inf: the norm, nothing clipped (torch's clip at 0 would zero the gradient)
+        norms.append(torch.nn.utils.clip_grad_norm_(m.parameters(), a.clip or math.inf).item())
+        losses.append(loss)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return dict(losses=losses, norms=norms,
+                params={n: p.detach().clone() for n, p in m.named_parameters()})
+
+
+def idle_barrier(comm):
+    """A barrier whose waiters sleep (MPI's blocking wait spins: on a shared machine the ranks
+    computing the reference would get a fraction of a core)."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(0.005)
 
 
 def exported(sharded, full, comm) -> bool:
@@ -231,14 +297,6 @@ def bf16_compute(model, on: bool):
     yield
     for p, m in masters:
         p.data.copy_(m)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return None
 
 
 if __name__ == "__main__":
