@@ -61,8 +61,9 @@ Status Tracer::start(const std::string& dir, int rank, int node, int world,
   const int64_t now = nowUs();
   step_start_ = now;
   std::fill(std::begin(lane_end_), std::end(lane_end_), now);
-  if (dir.empty()) return okStatus();
+  // Read even when tracing is off: a bad value is an error wherever it is set (bad input).
   HSDP_ASSIGN_OR_RETURN(int64_t n, kTraceEvents.value());
+  if (dir.empty()) return okStatus();
   dir_ = dir;
   HSDP_RETURN_IF_ERROR(files::makeDirs(dir_).withContext("trace directory (HSDP_TRACE, --trace)"));
   ring_.assign(static_cast<size_t>(n), TraceEvent{});
