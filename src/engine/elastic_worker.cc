@@ -19,6 +19,9 @@ ElasticGroup::~ElasticGroup() {
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
+  // The alarm's thread calls into alarm_mu_/alarm_reason_, declared after alarm_ (so destroyed
+  // before it): it is stopped first.
+  alarm_.reset();
 }
 
 void ElasticGroup::workLoop() {
@@ -35,7 +38,9 @@ void ElasticGroup::workLoop() {
     // This rank saw the failure first: its sibling ranks may be waiting on a member that is
     // alive but stuck (the failed group's other ranks), so they are told to abort now.
     const uint64_t tag = attemptTag();
-    if (!st.ok() && alarm_tag_.load(std::memory_order_acquire) != tag && alarm_)
+    // (Only on the peer-transport Comm: the ring's averages cannot be aborted, so nobody acts
+    // on an alarm there.)
+    if (!st.ok() && replica_.comm && alarm_tag_.load(std::memory_order_acquire) != tag && alarm_)
       alarm_->raise(tag, st.message());
     lock.lock();
     if (!st.ok() && work_status_.ok()) {

@@ -39,6 +39,10 @@ SKIP = {
     "build/examples/train_gpt --preset small": "prose: the program scripts/demo runs (run above)",
     "scripts/demo --trace": "the demo again with --trace (70 s); ctest trace.mlp.6x2x3 runs "
     "--trace and both hsdp-trace subcommands on the files it writes",
+    "build/tools/hsdp-trace merge /tmp/hsdp-trace": "reads the trace of the demo --trace run "
+    "above (not run here); ctest trace.mlp.6x2x3 runs merge on the files it writes",
+    "build/tools/hsdp-trace svg /tmp/hsdp-trace": "reads the trace of the demo --trace run "
+    "above (not run here); ctest trace.mlp.6x2x3 runs svg on the files it writes",
 }
 ROOT_ONLY = ("tests/cluster/cluster.sh",)  # network namespaces: root only
 # The Python package's environment: made by scripts/python-env, which scripts/test runs first.
