@@ -144,6 +144,12 @@ StatusOr<Trace> readDir(const std::string& dir) {
     if (!std::regex_match(name, m, kName)) continue;
     const int rank = std::stoi(m[1]);
     if (rank >= kMaxRanks) return bad(it->path().string(), "rank beyond the limit");
+    // A trace file is a regular file of ours: a link, FIFO, device or socket is refused by name
+    // (file_size would block on none of them, but it fails with a message naming no file).
+    const fs::file_status st = it->symlink_status(ec);
+    if (ec) break;
+    if (!fs::is_regular_file(st))
+      return bad(it->path().string(), "not a regular file (a link, FIFO, device or socket)");
     const uint64_t size = it->file_size(ec);
     if (ec) break;
     total += size;

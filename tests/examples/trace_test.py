@@ -168,6 +168,17 @@ def main():
         "'dur' = -5 is outside")
     bad("huge_tid", {f0: good.replace('"tid":1,', '"tid":99999999,', 1)}, "'tid' = 99999999")
     bad("steps", {}, "--steps '5:1'", ("--steps", "5:1"))
+    # A FIFO and a link in the trace's name: refused by name, never opened (no hang).
+    for kind in ("fifo", "link"):
+        d = os.path.join(tmp, "bad-" + kind)
+        os.makedirs(d)
+        if kind == "fifo":
+            os.mkfifo(os.path.join(d, f0))
+        else:
+            os.symlink(os.path.join(tdir, f0), os.path.join(d, f0))
+        b = run([a.tool, "merge", d, "-o", os.path.join(tmp, kind + ".json")], timeout=30)
+        check(b.returncode == 2 and f0 + ": not a regular file" in b.stderr,
+              f"bad input {kind}: rc {b.returncode}, stderr {b.stderr!r}")
     b = run([a.tool, "merge", os.path.join(tmp, "missing"), "-o", merged], timeout=30)
     check(b.returncode == 2 and "missing: not a directory" in b.stderr, f"missing dir: {b.stderr}")
 
