@@ -53,6 +53,9 @@ for a in "$@"; do
   args+=("$a")
   prev=$a
 done
+# RESTART_DELAY_S: a restarted group starts this late, so that the others commit steps without it
+# (on an idle machine a restart once healed before they had: gpt-kill's "ran without" check).
+[ "$r" -gt 0 ] && [ -n "${RESTART_DELAY_S:-}" ] && sleep "$RESTART_DELAY_S"
 exec "${args[@]}" >"$out/g${g}r${r}.rank${rank}.log" 2>&1
 EOF
 chmod +x "$tmp/group.sh"
@@ -85,6 +88,7 @@ case $case_name in
     train=$train_gpt
     model=(--preset tiny --mode zero3 --intra-shard 2 --inter-shard 1 --batch 24 --lr 3e-4
       --clip-norm 0 --check)
+    export RESTART_DELAY_S=3
     launch 36
     wait_for "$tmp/g1r0.rank0.log" "^ +10/36 " 120 || fail "group 1 never reached step 10"
     kill -9 $(ranks_of "$train" 1 0 | tail -1)
