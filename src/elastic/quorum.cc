@@ -173,9 +173,18 @@ Status Quorum::leave() {
   return beat_->leaseRevoke(lease);
 }
 
-StatusOr<bool> Quorum::evicted() {
-  HSDP_ASSIGN_OR_RETURN(auto e, client_->get(prefix_ + "evicted/" + options_.group));
-  return e.has_value() && std::strtoll(e->value.c_str(), nullptr, 10) == incarnation_;
+StatusOr<bool> Quorum::outOfJob() {
+  // One read of both keys: the eviction record and this group's member key.
+  HSDP_ASSIGN_OR_RETURN(TxnResult t, client_->txn({},
+                                                  {Op::get(prefix_ + "evicted/" + options_.group),
+                                                   Op::get(prefix_ + "members/" + options_.group)},
+                                                  {}));
+  if (t.ranges.size() != 2) return internalError("etcd txn: ", t.ranges.size(), " ranges of 2");
+  const std::vector<KeyValue>& ev = t.ranges[0].kvs;
+  const std::vector<KeyValue>& me = t.ranges[1].kvs;
+  if (!ev.empty() && std::strtoll(ev[0].value.c_str(), nullptr, 10) == incarnation_) return true;
+  // Its lease ended while it was stopped or cut off (nobody named it: no eviction record).
+  return me.empty() || me[0].create_revision != incarnation_;
 }
 
 Status Quorum::rejoin(int64_t ready_step) {

@@ -114,8 +114,9 @@ class Quorum {
   // The heartbeat thread's last error (OK while it keeps the lease).
   Status heartbeatStatus();
   Status leave();
-  // Whether a fail vote evicted this incarnation (it is in no quorum again: rejoin()).
-  StatusOr<bool> evicted();
+  // Whether this incarnation is out of the job: a fail vote evicted it, or its member key is
+  // gone (its lease ended while it was stopped or cut off). It is in no quorum again: rejoin().
+  StatusOr<bool> outOfJob();
   // What coordination cost this group per committed step: rank 0's wall time in etcd requests
   // (this client's, the heartbeat's apart) from one commit to the next, the watches' waits for
   // the other groups apart. Medians over the committed steps (the first, which waits for every

@@ -49,7 +49,8 @@ std::string encode(const elastic::StepQuorum& q) {
   std::ostringstream o;
   o << q.step << ' ' << q.attempt << ' ' << q.members.size() << '\n';
   for (const elastic::Member& m : q.members)
-    o << m.group << ' ' << m.address << ' ' << (m.heal_from.empty() ? "-" : m.heal_from) << '\n';
+    o << m.group << ' ' << m.incarnation << ' ' << m.address << ' '
+      << (m.heal_from.empty() ? "-" : m.heal_from) << '\n';
   return o.str();
 }
 
@@ -60,7 +61,7 @@ StatusOr<elastic::StepQuorum> decode(const std::string& text, const std::string&
   if (!(in >> q.step >> q.attempt >> n)) return internalError("elastic: bad quorum message");
   for (size_t i = 0; i < n; ++i) {
     elastic::Member m;
-    if (!(in >> m.group >> m.address >> m.heal_from))
+    if (!(in >> m.group >> m.incarnation >> m.address >> m.heal_from))
       return internalError("elastic: bad quorum message");
     if (m.heal_from == "-") m.heal_from.clear();
     q.members.push_back(std::move(m));
@@ -131,9 +132,7 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
   HSDP_ASSIGN_OR_RETURN(
       g->alarm_,
       GroupAlarm::create(control, host, [p = g.get()](uint64_t tag, const std::string& why) {
-        std::lock_guard<std::mutex> lock(p->alarm_mu_);
-        p->alarm_reason_ = why;
-        p->alarm_tag_.store(tag, std::memory_order_release);
+        p->noteAlarm(tag, why);
       }));
   // The group's member address: every rank's entry, in rank order (lengths first, then the
   // entries padded to the longest).
@@ -169,6 +168,16 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
     }();
   }
   HSDP_RETURN_IF_ERROR(control.agree(joined));
+  if (control.controlRank() == 0 && !g->peer_transport_.empty()) {
+    // Best effort: without it a gone member is found at the transport's deadline, as before.
+    auto watch = elastic::MemberWatch::create(*policy.endpoint, *policy.job);
+    if (watch.ok()) {
+      g->watch_ = std::move(*watch);
+      g->watcher_ = std::thread([p = g.get()] { p->watchLoop(); });
+    } else {
+      HSDP_WARN(kShard, "elastic: no abort watch: ", watch.status().message());
+    }
+  }
   g->worker_ = std::thread([p = g.get()] { p->workLoop(); });
   HSDP_INFO(kShard, "elastic: group ", g->name_, " joined job '", *policy.job, "' at ",
             *policy.endpoint, " (replica address ", g->listener_->address(), ")");
@@ -231,7 +240,10 @@ StatusOr<bool> ElasticGroup::voteAndDecide(const Status& local) {
 
 StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& state) {
   // A step begun and not committed is given up.
-  if (state_ == G::kInStep) HSDP_RETURN_IF_ERROR(transition(G::kDecided, "beginStep"));
+  if (state_ == G::kInStep) {
+    disarmWatch();
+    HSDP_RETURN_IF_ERROR(transition(G::kDecided, "beginStep"));
+  }
   local_step_ = local_step;
   // The ring of the step this group just committed, kept while the next quorum has the same
   // members at the same addresses and nobody heals (every member then decides alike: the
@@ -267,11 +279,11 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
                   "'s quorum (", q_.names(), "); waiting for its outcome");
         HSDP_ASSIGN_OR_RETURN(std::string outcome, quorum_->waitDecided(s, q_.attempt));
         (void)outcome;
-        // Evicted (a peer found it gone): come back as a new incarnation, as no quorum takes
-        // the evicted one again. Either way, having missed a committed step, it heals in the
-        // next quorum.
-        HSDP_ASSIGN_OR_RETURN(bool evicted, quorum_->evicted());
-        if (evicted) return quorum_->rejoin(local_step);
+        // Evicted (a peer found it gone), or its lease ended while it was stopped (its member
+        // key is gone, so no quorum can take it): come back as a new incarnation. Either way,
+        // having missed a committed step, it heals in the next quorum.
+        HSDP_ASSIGN_OR_RETURN(bool out, quorum_->outOfJob());
+        if (out) return quorum_->rejoin(local_step);
         return okStatus();
       }();
     }
@@ -392,6 +404,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
         HSDP_INFO(kShard, "elastic: ", name_, " healed to step ", q_.step, " from ", me.heal_from,
                   ": ", out.heal_bytes, " bytes on rank 0 in ", out.heal_seconds, " s");
       HSDP_RETURN_IF_ERROR(transition(G::kInStep, "beginStep"));
+      armWatch();
       return out;
     }
     // The ring or a heal failed on some rank: vote fail (naming who is gone), then the next

@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "elastic/member_watch.h"
 #include "elastic/quorum.h"
 #include "elastic/replica_ring.h"
 #include "engine/group_alarm.h"
@@ -146,7 +147,29 @@ class ElasticGroup {
   std::atomic<uint64_t> alarm_tag_{0};
   std::mutex alarm_mu_;  // guards alarm_reason_
   std::string alarm_reason_;
+  // What the alarm's handler does with an alarm, and the watch with what it saw (any thread).
+  void noteAlarm(uint64_t tag, const std::string& why);
   std::vector<int> suspects() const;
+
+  // The coordinator's abort watch (elastic_watch.cc; rank 0, on the peer-transport Comm only:
+  // the ring's averages cannot be aborted). A thread on elastic::MemberWatch; while the step's
+  // averages may run (armed by begin(), disarmed by commit() once they are done), a member of
+  // the step's quorum whose incarnation ended in etcd (its lease ran out, it left, a restart
+  // replaced it) raises the alarm for the attempt, on this rank and on the group's others.
+  void watchLoop();
+  void armWatch();
+  void disarmWatch();
+  // Under watch_mu_: the armed attempt's tag and the reason when a member of its quorum ended
+  // (then disarmed: one alarm per attempt), else 0.
+  uint64_t endedLocked(std::string* why);
+  std::unique_ptr<elastic::MemberWatch> watch_;
+  std::mutex watch_mu_;  // guards what follows
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;
+  uint64_t watch_tag_ = 0;                      // the armed attempt (0: none)
+  std::vector<elastic::Member> watch_members_;  // its quorum's other members
+  std::deque<elastic::MemberEnd> ended_;        // the latest ends seen (bounded)
+  std::thread watcher_;
   // The group indexes of the step's quorum (q_), in its order.
   std::vector<int> presentGroups() const;
 

@@ -14,6 +14,12 @@ using G = GroupState;
 
 ElasticGroup::~ElasticGroup() {
   {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    watch_stop_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();  // at most one watch wait (kWatchWaitMs)
+  {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
@@ -100,6 +106,7 @@ StatusOr<bool> ElasticGroup::commit() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    disarmWatch();  // the averages are done: nothing left for a gone member to stall
     local = work_status_;
     culprits_ = work_culprits_;
     work_status_ = okStatus();

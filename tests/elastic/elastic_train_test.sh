@@ -150,8 +150,12 @@ case $case_name in
       fail "group 2's third run did not heal"
     expect_pass g0r0.rank0.log g1r1.rank0.log g2r2.rank0.log
     ;;
-  stop)
-    export HSDP_ELASTIC_LEASE_S=2 HSDP_REPLICA_TIMEOUT_MS=1500
+  stop | stop-watch)
+    # stop-watch (on UCX): a replica deadline far beyond the wait below, so only the
+    # coordinator's abort watch (the lease ended) can end the survivors' averages in time.
+    timeout_ms=1500
+    [ "$case_name" = stop-watch ] && timeout_ms=60000
+    export HSDP_ELASTIC_LEASE_S=2 HSDP_REPLICA_TIMEOUT_MS=$timeout_ms
     launch 40
     wait_for "$tmp/g2r0.rank0.log" "^ +10 " 60 || fail "group 2 never reached step 10"
     stopped=$(ranks_of "$train" 2 0)
@@ -159,6 +163,14 @@ case $case_name in
     kill -STOP $stopped
     wait_for "$tmp/g0r0.rank0.log" "groups 0,1 present" 10 ||
       fail "group 2 was not dropped within the lease (+ the replica timeout)"
+    # Where the stop caught group 2 decides how the survivors learn it: an average in flight
+    # (the abort watch must then have ended it, naming group 2; a 60 s deadline could not have
+    # within the wait above), or a vote (its lease ran out unvoted).
+    if [ "$case_name" = stop-watch ] &&
+      grep -qa "ucx allReduce .*aborted" "$tmp"/g[01]r0.rank*.log; then
+      grep -qa "the coordinator: group g2 (incarnation [0-9]*) is gone" "$tmp"/g[01]r0.rank*.log ||
+        fail "a survivor's average was aborted, but not by the abort watch naming group 2"
+    fi
     sleep 1
     kill -CONT $stopped
     finish

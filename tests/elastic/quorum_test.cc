@@ -10,6 +10,7 @@
 #include <future>
 #include <thread>
 
+#include "elastic/member_watch.h"
 #include "tests/elastic/elastic_test_util.h"
 
 namespace hsdp::elastic {
@@ -173,6 +174,14 @@ TEST_F(QuorumTest, AStoppedGroupIsDroppedWithinItsLeaseAndNeverCommits) {
   auto now = qs[2]->stepQuorum(1);
   ASSERT_TRUE(now.ok());
   EXPECT_FALSE(now->includes_self);
+  // Nobody evicted it, but its member key is gone: it is out of the job (it must rejoin), and
+  // the survivors are not.
+  auto out = qs[2]->outOfJob();
+  ASSERT_TRUE(out.ok()) << out.status().toString();
+  EXPECT_TRUE(*out);
+  EXPECT_EQ(raw("/hsdp/job1/evicted/g2"), "<absent>");
+  auto in = qs[0]->outOfJob();
+  ASSERT_TRUE(in.ok() && !*in) << in.status().toString();
   auto commit = qs[2]->shouldCommit(1);
   EXPECT_EQ(commit.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(commit.status().message().find("not in the quorum (g0, g1)"), std::string::npos)
@@ -306,6 +315,46 @@ TEST_F(QuorumTest, StepCostCountsEveryCommittedStepsRequests) {
     EXPECT_NE(q->stepCostLine().find("elastic: quorum+vote "), std::string::npos);
     std::printf("%s: %s\n", q->group().c_str(), q->stepCostLine().c_str());
   }
+}
+
+// The abort watch's eyes (member_watch.h): a lease that ends ends that incarnation, and a rejoin
+// (a new incarnation) ends the old one but not itself; a live member is never ended. Truth: the
+// incarnations the quorum reads.
+TEST_F(QuorumTest, TheMemberWatchSeesALeaseEndAndARejoin) {
+  auto g0 = make("g0");
+  auto g1 = make("g1", /*beat_thread=*/false);  // nobody refreshes its lease
+  ASSERT_TRUE(g0->join(kPrint).ok());
+  ASSERT_TRUE(g1->join(kPrint).ok());
+  auto watch = MemberWatch::create(etcd_->endpoint(), "job1");
+  ASSERT_TRUE(watch.ok()) << watch.status().toString();
+  auto before = g0->members();
+  ASSERT_TRUE(before.ok() && before->size() == 2u);
+  const Member m0 = (*before)[0], m1 = (*before)[1];
+  auto endsOf = [&](const Member& m, double seconds) {
+    auto t0 = Clock::now();
+    while (secondsSince(t0) < seconds) {
+      auto ends = (*watch)->next(500);
+      if (!ends.ok()) continue;
+      for (const MemberEnd& e : *ends) {
+        EXPECT_FALSE(e.ends(m0)) << "g0 is alive";
+        if (e.ends(m)) return true;
+      }
+    }
+    return false;
+  };
+  EXPECT_TRUE(endsOf(m1, kTtl + 3.0)) << "g1's lease ended";
+  ASSERT_TRUE(g1->rejoin(0).ok());  // its lease is gone: a new incarnation
+  auto after = g0->members();
+  ASSERT_TRUE(after.ok() && after->size() == 2u);
+  const Member m1b = (*after)[1];
+  EXPECT_GT(m1b.incarnation, m1.incarnation);
+  Member old = m1b;
+  old.incarnation = m1.incarnation;
+  auto ends = (*watch)->next(2000);  // the join's put
+  ASSERT_TRUE(ends.ok() && !ends->empty()) << ends.status().toString();
+  EXPECT_TRUE(ends->back().ends(old));
+  EXPECT_FALSE(ends->back().ends(m1b));
+  ASSERT_TRUE(g1->leave().ok());
 }
 
 }  // namespace
