@@ -40,7 +40,7 @@ SKIP = {
     # The demo with arguments: what differs from `scripts/demo` (run above) is only the
     # train_gpt command line the demo builds, which ctest readme.demo_args checks for each of
     # them; train_gpt at those meshes and modes: gpt_parity.8x2x4.zero3.i2.j2.accum3 and
-    # gpt_parity.8x2x4.none. (Two more demo runs: about 80 s of CI.)
+    # gpt_parity.8x2x4.none. (Running both took 130 s of CPU: docs/design.md, Test time.)
     "scripts/demo --intra-shard 2 --inter-shard 2 --steps 10": "the demo's arguments only: "
     "ctest readme.demo_args; train_gpt at 2 x 2: gpt_parity.8x2x4.zero3.i2.j2.accum3",
     "scripts/demo --mode none --steps 10": "the demo's arguments only: ctest readme.demo_args; "
