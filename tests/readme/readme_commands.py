@@ -37,6 +37,14 @@ SKIP = {
     "scripts/device-bundle": "packs the CUDA build for a GPU host (needs the CUDA build)",
     "build/examples/train_mlp_gpu": "needs a GPU",
     "build/examples/train_gpt --preset small": "prose: the program scripts/demo runs (run above)",
+    # The demo with arguments: what differs from `scripts/demo` (run above) is only the
+    # train_gpt command line the demo builds, which ctest readme.demo_args checks for each of
+    # them; train_gpt at those meshes and modes: gpt_parity.8x2x4.zero3.i2.j2.accum3 and
+    # gpt_parity.8x2x4.none. (Running both took 130 s of CPU: docs/design.md, Test time.)
+    "scripts/demo --intra-shard 2 --inter-shard 2 --steps 10": "the demo's arguments only: "
+    "ctest readme.demo_args; train_gpt at 2 x 2: gpt_parity.8x2x4.zero3.i2.j2.accum3",
+    "scripts/demo --mode none --steps 10": "the demo's arguments only: ctest readme.demo_args; "
+    "train_gpt in mode none on 2 x 4: gpt_parity.8x2x4.none",
     "scripts/demo --trace": "the demo again with --trace (70 s); ctest trace.mlp.6x2x3 runs "
     "--trace and both hsdp-trace subcommands on the files it writes",
     "build/tools/hsdp-trace merge /tmp/hsdp-trace": "reads the trace of the demo --trace run "

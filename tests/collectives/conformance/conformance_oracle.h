@@ -248,20 +248,31 @@ inline int worldRank() {
   return r;
 }
 
-// float's large count: 100003, or HSDP_CONFORMANCE_FLOAT_LARGE (the sanitizer passes,
-// scripts/sanitize: 20011, the other types' large count, still past every large-message path:
-// UCX's ring above HSDP_UCX_SMALL_BYTES = 32 KiB, pipelined chunks). A bad value ends the
+// A count from the environment, or `fallback` when the variable is unset. A bad value ends the
 // suite naming it.
-inline size_t largeFloatCount() {
-  const char* v = std::getenv("HSDP_CONFORMANCE_FLOAT_LARGE");
-  if (v == nullptr) return 100003;
-  auto n = parseInteger<size_t>(v, "HSDP_CONFORMANCE_FLOAT_LARGE", 1001, size_t{1} << 24);
+inline size_t envCount(const char* name, size_t fallback, size_t min) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return fallback;
+  auto n = parseInteger<size_t>(v, name, min, size_t{1} << 24);
   if (!n.ok()) {
     std::fprintf(stderr, "%s\n", n.status().message().c_str());
     std::_Exit(2);  // not exit(): MPI's threads are running
   }
   return *n;
 }
+
+// float's large count: 100003, or HSDP_CONFORMANCE_FLOAT_LARGE (20011, the other types' large
+// count, in the sanitizer passes (scripts/sanitize) and in the release layouts that do not run
+// the whole sweep (tests/collectives/CMakeLists.txt): still past every large-message path: UCX's
+// ring above HSDP_UCX_SMALL_BYTES = 32 KiB, pipelined chunks, more than one 64 KiB
+// cross-memory-attach tile per block).
+inline size_t largeFloatCount() { return envCount("HSDP_CONFORMANCE_FLOAT_LARGE", 100003, 1001); }
+
+// The longest run of the collectives of runs (conformance_runs.h; its stride is a quarter
+// longer, plus one): 40000, or HSDP_CONFORMANCE_RUN_LARGE (17011 in the release layouts that do
+// not run the whole sweep: over one 64 KiB cross-memory-attach tile of floats and UCX's 32 KiB
+// small-message limit; the sanitizer passes keep 40000, bf16 runs over a tile included).
+inline size_t largeRun() { return envCount("HSDP_CONFORMANCE_RUN_LARGE", 40000, 1001); }
 
 // Element counts: odd, uneven, and one large enough for every transport's large-message path
 // (pipelined chunks, rings); float gets the largest, the other types a smaller large one.

@@ -18,8 +18,9 @@ TYPED_TEST_P(Conformance, ReduceScatterRunsMatchesMpiOfThePackedBlocks) {
   struct Layout {
     size_t run, runs, stride;
   };
+  const size_t big = largeRun();
   const Layout layouts[] = {{0, 2, 5},       {1, 1, 1},      {7, 1, 9},
-                            {1000, 2, 1500}, {101, 3, 4099}, {40000, 2, 50001}};
+                            {1000, 2, 1500}, {101, 3, 4099}, {big, 2, big + big / 4 + 1}};
   for (const Case& c : TypeParam::cases()) {
     const size_t n = static_cast<size_t>(c.comm->size());
     for (const Layout& l : layouts) {
@@ -86,8 +87,14 @@ TYPED_TEST_P(Conformance, AllGatherRunsMatchesMpiAllgatherPlacedInRuns) {
   struct Layout {
     size_t run, runs, stride;
   };
-  const Layout layouts[] = {{0, 2, 5},       {1, 1, 1},      {7, 1, 9},        {3, 4, 3},
-                            {1000, 2, 1500}, {101, 3, 4099}, {40000, 2, 50001}};
+  const size_t big = largeRun();
+  const Layout layouts[] = {{0, 2, 5},
+                            {1, 1, 1},
+                            {7, 1, 9},
+                            {3, 4, 3},
+                            {1000, 2, 1500},
+                            {101, 3, 4099},
+                            {big, 2, big + big / 4 + 1}};
   for (const Case& c : TypeParam::cases()) {
     const size_t n = static_cast<size_t>(c.comm->size()), r = static_cast<size_t>(c.comm->rank());
     for (const Layout& l : layouts) {
