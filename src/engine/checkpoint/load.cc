@@ -138,6 +138,7 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
   if (saveInFlight()) HSDP_RETURN_IF_ERROR(waitForSave().status());
   LoadResult result;
   Status local = m.checkIdle("load");
+  if (local.ok()) local = m.outer->checkpointable("load");
   if (local.ok() && m.elastic && m.elastic->started())
     local = failedPrecondition(
         "load: an elastic group loads a checkpoint before its first beginStep(); after it, its "
