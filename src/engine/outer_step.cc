@@ -79,7 +79,8 @@ Status OuterSync::sync(std::span<const Shard> due) {
       buf = s.scratch;
     }
     watchdog::Label label("outer sync", "replica group");
-    HSDP_ASSIGN_OR_RETURN(WorkHandle w, coll_.replicaReduce(buf, s.n, /*residual=*/nullptr));
+    // local_sgd's parameters get no error feedback: what one sync dropped is not owed to the next.
+    HSDP_ASSIGN_OR_RETURN(WorkHandle w, coll_.replicaReduce(buf, s.n, dl ? s.residual : nullptr));
     work_.push_back(std::move(w));
   }
   Tracer& tr = coll_.tracer();
@@ -122,7 +123,8 @@ Status ShardedModel::Impl::outerStep() {
   for (Unit& u : units) {
     const int k = indexOf(u);
     if (u.frozen || !outer->syncsAfter(k, step)) continue;
-    due.push_back({k, master(u), gradOf(u).shard.as<float>(), u.layout.shardNumel()});
+    due.push_back({k, master(u), gradOf(u).shard.as<float>(), u.layout.shardNumel(),
+                   gradOf(u).replica_residual.as<float>()});
   }
   if (due.empty()) return okStatus();
   HSDP_RETURN_IF_ERROR(outer->sync(due));

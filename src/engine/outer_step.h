@@ -50,12 +50,15 @@ class OuterSync {
   void capture(int unit, const float* master, size_t n);
 
   // One unit to sync: its fp32 master shard and a scratch of the same size (the gradient shard,
-  // free after the inner step).
+  // free after the inner step); diloco on an encoded replica wire: the error feedback of the
+  // outer gradient (the unit's replica residual, which the gradient path does not use here), or
+  // null.
   struct Shard {
     int unit = 0;
     float* master = nullptr;
     float* scratch = nullptr;
     size_t n = 0;
+    float* residual = nullptr;
   };
   // After inner step `t`: the replica average of every shard in `due` (all issued, then waited
   // for in order), and the outer update. The caller refreshes what derives from the masters.
