@@ -151,11 +151,7 @@ void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh&
       hsdp::shardModeName(cfg.mode), hsdp::optimizerName(cfg.adam.kind), cfg.adam.lr,
       cfg.adam.weight_decay, spec.paramCount(), spec.layers(), opt.dims.c_str(), opt.common.batch,
       opt.common.batch / world.size());
-  const hsdp::ReplicaSyncPolicy& rs = cfg.replica_sync;
-  if (rs.policy != hsdp::ReplicaPolicy::kSync)
-    std::printf("replica policy %s: sync every %d steps, outer lr %g momentum %g, %d fragments\n",
-                hsdp::replicaPolicyName(rs.policy), rs.sync_every, rs.outer_lr, rs.outer_momentum,
-                rs.fragments);
+  examples::printReplicaPolicy(cfg);
   if (!extra_line.empty()) std::printf("%s\n", extra_line.c_str());
   std::printf("\n%6s %10s %10s %10s %12s %14s\n", "step", "loss", "grad_norm", "time_ms",
               "samples/s", "exposed_comm_ms");

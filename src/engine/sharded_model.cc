@@ -174,6 +174,9 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
   if (m.stagedOffload() && !u.frozen)  // the host master mirrors the shard
     HSDP_RETURN_IF_ERROR(
         sp.copyToHost(u.host_master.data(), m.master(u), u.layout.shardNumel() * sizeof(float)));
+  // Semi-sync (diloco): the unit's anchor follows (the whole unit's shard; before the first step
+  // the anchors are taken then).
+  if (m.outer->anchored() && !u.frozen) m.outer->capture(unit, m.master(u), u.layout.shardNumel());
   HSDP_RETURN_IF_ERROR(m.refreshEncoded(u));
   return m.refresh16(u);
 }

@@ -258,6 +258,7 @@ Status ShardedModel::loadWeights(const std::string& path, const LoadWeightsOptio
   local =
       readToStaging(plan, ckpt::tensorList(units), 1, read, static_cast<char*>(m.stagingData()));
   HSDP_RETURN_IF_ERROR(m.agree(local.ok() ? local : local.withContext("loadWeights")));
+  m.outer->setAnchored(false);  // semi-sync: anchors are taken again before the next inner step
   return m.agree(m.installFromStaging(1));
 }
 
