@@ -113,7 +113,8 @@ ReplicaReferenceResult trainReplicaReference(const Spec& spec, const hsdp::AdamC
                                              int steps, int global_batch, float clip_norm,
                                              int accum, int world,
                                              const std::vector<std::vector<int>>& replica_ranks,
-                                             const hsdp::ReplicaSyncPolicy& policy) {
+                                             const hsdp::ReplicaSyncPolicy& policy,
+                                             bool bf16_params) {
   const int L = spec.layers(), R = static_cast<int>(replica_ranks.size());
   const int micro = global_batch / accum, per_rank = micro / world;
   std::vector<std::vector<float>> init(L);
@@ -137,14 +138,17 @@ ReplicaReferenceResult trainReplicaReference(const Spec& spec, const hsdp::AdamC
     for (int g = 0; g < R; ++g) {
       // The replica's gradient: each rank's mean over its micro-steps, averaged over the ranks.
       const std::vector<int>& ranks = replica_ranks[g];
+      std::vector<std::vector<float>> compute = r.params[g];  // what forward/backward see
+      if (bf16_params)
+        for (auto& p : compute)
+          for (float& x : p) x = hsdp::toFloat(hsdp::toBf16(x));
       std::vector<std::vector<float>> grads(L);
       for (int l = 0; l < L; ++l) grads[l].assign(init[l].size(), 0.0f);
       for (int q : ranks) {
         std::vector<std::vector<float>> acc(L), gq;
         for (int l = 0; l < L; ++l) acc[l].assign(init[l].size(), 0.0f);
         for (int k = 0; k < accum; ++k) {
-          gradients(spec, r.params[g], makeBatch(spec, step, k * micro + q * per_rank, per_rank),
-                    &gq);
+          gradients(spec, compute, makeBatch(spec, step, k * micro + q * per_rank, per_rank), &gq);
           for (int l = 0; l < L; ++l)
             for (size_t i = 0; i < gq[l].size(); ++i) acc[l][i] += gq[l][i] / float(accum);
         }

@@ -36,7 +36,8 @@ ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, i
 // its own copy on its ranks' slices of each step's global batch (replica_ranks[r]: the world
 // ranks of replica r, of `world` ranks; rank q's slice of micro-batch k is as in train_mlp), with
 // its own Adam and its own clipping; after inner step t the layers whose fragment is due sync
-// (examples::OuterReference). Returns each replica's parameters, and the outer state.
+// (examples::OuterReference). bf16_params: forward and backward see the parameters rounded to
+// bf16. Returns each replica's parameters, and the outer state.
 struct ReplicaReferenceResult {
   std::vector<std::vector<std::vector<float>>> params;  // [replica][layer]
   examples::OuterReference outer;
@@ -45,6 +46,7 @@ ReplicaReferenceResult trainReplicaReference(const Spec& spec, const hsdp::AdamC
                                              int steps, int global_batch, float clip_norm,
                                              int accum, int world,
                                              const std::vector<std::vector<int>>& replica_ranks,
-                                             const hsdp::ReplicaSyncPolicy& policy);
+                                             const hsdp::ReplicaSyncPolicy& policy,
+                                             bool bf16_params = false);
 
 }  // namespace mlp

@@ -53,8 +53,8 @@ void printStepRow(const hsdp::Comm& world, const StepRow& row, int step, int bat
 // schedule (mlp::trainReplicaReference; the model is small enough) and compares its own replica's
 // parameters; the worst error over every rank decides. Returns 0 on PASS, 1 on FAIL.
 int checkReplicaParity(const examples::Failure& fail, hsdp::Comm& world, const hsdp::Mesh& mesh,
-                       const std::vector<std::vector<float>>& mine, const Spec& spec,
-                       const hsdp::EngineConfig& cfg, const Options& opt) {
+                       const hsdp::ShardedModel& model, const std::vector<std::vector<float>>& mine,
+                       const Spec& spec, const hsdp::EngineConfig& cfg, const Options& opt) {
   const examples::Options& c = opt.common;
   const int me = mesh.coords().replica_rank;
   std::vector<int32_t> replica_of(world.size());
@@ -62,9 +62,10 @@ int checkReplicaParity(const examples::Failure& fail, hsdp::Comm& world, const h
     fail.alone(s);
   std::vector<std::vector<int>> replica_ranks(mesh.shape().replicas());
   for (int q = 0; q < world.size(); ++q) replica_ranks.at(replica_of[q]).push_back(q);
-  const ReplicaReferenceResult ref =
-      trainReplicaReference(spec, cfg.adam, c.steps, c.batch, c.clip_norm, c.accum, world.size(),
-                            replica_ranks, cfg.replica_sync);
+  const ReplicaReferenceResult ref = trainReplicaReference(
+      spec, cfg.adam, c.steps, c.batch, c.clip_norm, c.accum, world.size(), replica_ranks,
+      cfg.replica_sync,
+      model.shardCount() > 1 && cfg.precision.param_dtype == hsdp::DType::kBFloat16);
   float err = static_cast<float>(examples::maxRelativeError(mine, ref.params[me]));
   if (!std::isfinite(err)) err = INFINITY;
   std::vector<float> all(world.size());
@@ -96,7 +97,7 @@ int checkParity(const examples::Failure& fail, hsdp::Comm& world, const hsdp::Me
   for (int l = 0; l < spec.layers(); ++l)
     if (hsdp::Status s = model.gatherFullParameters(l, &mine[l]); !s.ok()) fail.alone(s);
   if (cfg.replica_sync.policy != hsdp::ReplicaPolicy::kSync)
-    return checkReplicaParity(fail, world, mesh, mine, spec, cfg, opt);
+    return checkReplicaParity(fail, world, mesh, model, mine, spec, cfg, opt);
   // Elastic with each group keeping its slice: the reference replays which groups each step
   // averaged, those of a resumed checkpoint's steps included (redistribute trains on the whole
   // batch every step: the plain reference).
