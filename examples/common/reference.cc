@@ -44,6 +44,26 @@ void applyGradReduction(const GradReduction& tree,
   }
 }
 
+void OuterReference::sync(const std::vector<int>& due,
+                          std::vector<std::vector<std::vector<float>>>* replicas) {
+  auto& reps = *replicas;
+  const float inv = 1.0f / static_cast<float>(reps.size());
+  for (int t : due) {
+    for (size_t i = 0; i < reps[0][t].size(); ++i) {
+      float acc = 0.0f;
+      for (auto& r : reps) acc += diloco ? anchor[t][i] - r[t][i] : r[t][i];
+      float p = acc * inv;
+      if (diloco) {
+        const float g = p;
+        momentum[t][i] = mu * momentum[t][i] + g;
+        p = anchor[t][i] - lr * (g + mu * momentum[t][i]);
+        anchor[t][i] = p;
+      }
+      for (auto& r : reps) r[t][i] = p;
+    }
+  }
+}
+
 void clipGradients(float clip_norm, std::vector<std::vector<float>>* grads) {
   double sumsq = 0;
   for (const auto& g : *grads)

@@ -52,6 +52,18 @@ struct EigenAdam {
 void applyGradReduction(const GradReduction& tree,
                         std::vector<std::vector<std::vector<float>>>* val);
 
+// Semi-synchronous replicas' outer step on whole tensors, as the engine takes it on shards
+// (docs/semi_sync.md): (*replicas)[r][t] is replica r's tensor t; the tensors in `due` sync.
+// local_sgd (`diloco` false): every replica holds the float mean over the replicas (summed in
+// replica order, divided by their count). diloco: g = that mean of (anchor - p_r); m = mu*m + g;
+// p = anchor - lr*(g + mu*m) for every replica; anchor = p. `anchor` and `momentum` are per tensor.
+struct OuterReference {
+  bool diloco = false;
+  float lr = 0.7f, mu = 0.9f;
+  std::vector<std::vector<float>> anchor, momentum;
+  void sync(const std::vector<int>& due, std::vector<std::vector<std::vector<float>>>* replicas);
+};
+
 // torch.nn.utils.clip_grad_norm_: when the global L2 norm (in double) exceeds clip_norm, every
 // gradient is scaled by clip_norm / (norm + 1e-6).
 void clipGradients(float clip_norm, std::vector<std::vector<float>>* grads);

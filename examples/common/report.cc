@@ -21,6 +21,14 @@ std::string bytesStr(size_t b) {
 
 }  // namespace
 
+void printReplicaPolicy(const hsdp::EngineConfig& cfg) {
+  const hsdp::ReplicaSyncPolicy& rs = cfg.replica_sync;
+  if (rs.policy == hsdp::ReplicaPolicy::kSync) return;
+  std::printf("replica policy %s: sync every %d steps, outer lr %g momentum %g, %d fragments\n",
+              hsdp::replicaPolicyName(rs.policy), rs.sync_every, rs.outer_lr, rs.outer_momentum,
+              rs.fragments);
+}
+
 void printNodeMap(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh) {
   const hsdp::NodeLayout& nl = mesh.layout();
   std::printf("hsdp %s: %d ranks on %d %snodes (", program, world.size(), nl.num_nodes,

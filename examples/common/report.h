@@ -18,6 +18,9 @@ namespace examples {
 //   hsdp <program>: <n> ranks on <k> [virtual ]nodes (<names>)
 //   mesh: <Mesh::describe()>
 void printNodeMap(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh);
+// Semi-synchronous replicas (docs/semi_sync.md): the policy's header line, printed only when it
+// is not sync (the default's output is unchanged). The caller prints on rank 0.
+void printReplicaPolicy(const hsdp::EngineConfig& cfg);
 
 // With CPU offload, rank 0 prints how much CPU Adam time per step the run spent and how much of
 // it step() waited for (the totals of ShardedModel::takeOptimizerSeconds over `steps` steps).

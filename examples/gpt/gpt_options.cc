@@ -32,6 +32,7 @@ std::optional<int> parseCommandLine(const char* program, int argc, char** argv, 
       "own slice)",
       "Micro-steps per optimizer step (gradient accumulation)");
   hsdp::cli::addFailureFlags(app, c);
+  hsdp::cli::addReplicaFlags(app, c);
   hsdp::cli::addPrecisionFlags(app, c);
   hsdp::cli::addOffloadFlags(app, c);
   app.add_flag("--check", c.check, "Train the single-process reference and compare parameters");
@@ -111,6 +112,12 @@ hsdp::Status configure(const Options& opt, int world_size, Setup* out) {
         hsdp::strCat("--layers ", m.layers, " --d-model ", m.d_model, " --context ", m.context,
                      " --batch ", opt.common.batch, opt.common.check ? " with --check" : "")));
   }
+  // The GPT reference trains the synchronous schedule only (train_mlp --check replays local_sgd
+  // and diloco: mlp::trainReplicaReference).
+  if (opt.common.check && out->engine.replica_sync.policy != hsdp::ReplicaPolicy::kSync)
+    return hsdp::invalidArgument(
+        "--check with --replica-policy ", hsdp::replicaPolicyName(out->engine.replica_sync.policy),
+        ": train_gpt's reference trains the sync schedule only (train_mlp --check replays it)");
   if (opt.eval_every < 0)
     return hsdp::invalidArgument("--eval-every ", opt.eval_every, " must be >= 0");
   if (opt.eval_batches < 0)

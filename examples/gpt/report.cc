@@ -32,6 +32,7 @@ void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh&
       t.schedule.warmup, t.schedule.min_lr, e.adam.beta1, e.adam.beta2, e.adam.weight_decay,
       t.clip_norm, t.batch, m.context, t.batch / world.size(), t.accum, opt.prefetch,
       t.checkpoint ? "on" : "off");
+  examples::printReplicaPolicy(e);
   std::printf("\n%9s %9s %8s %9s %9s %9s %10s %7s", "step", "lr", "loss", "grad_norm", "time_ms",
               "tokens/s", "exposed_ms", "comm%");
   if (e.offload.cpu) std::printf(" %8s", "adam_hid");

@@ -33,6 +33,7 @@ std::optional<int> parseCommandLine(const char* program, const char* description
       app, c, "Global batch size (a multiple of the world size)",
       "Micro-steps per optimizer step (gradient accumulation; batch / accum per step)");
   hsdp::cli::addFailureFlags(app, c);
+  hsdp::cli::addReplicaFlags(app, c);
   hsdp::cli::addPrecisionFlags(app, c);
   hsdp::cli::addOffloadFlags(app, c);
   app.add_flag("--check", c.check, "Train the Eigen reference and compare parameters");

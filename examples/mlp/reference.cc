@@ -109,4 +109,71 @@ ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, i
   return r;
 }
 
+ReplicaReferenceResult trainReplicaReference(const Spec& spec, const hsdp::AdamConfig& adam,
+                                             int steps, int global_batch, float clip_norm,
+                                             int accum, int world,
+                                             const std::vector<std::vector<int>>& replica_ranks,
+                                             const hsdp::ReplicaSyncPolicy& policy,
+                                             bool bf16_params) {
+  const int L = spec.layers(), R = static_cast<int>(replica_ranks.size());
+  const int micro = global_batch / accum, per_rank = micro / world;
+  std::vector<std::vector<float>> init(L);
+  for (int l = 0; l < L; ++l) {
+    std::vector<float> w, b;
+    initLayer(spec, l, &w, &b);
+    init[l] = w;
+    init[l].insert(init[l].end(), b.begin(), b.end());
+  }
+  ReplicaReferenceResult r;
+  r.params.assign(R, init);
+  r.outer.diloco = policy.policy == hsdp::ReplicaPolicy::kDiloco;
+  r.outer.lr = policy.outer_lr;
+  r.outer.mu = policy.outer_momentum;
+  r.outer.anchor = init;
+  for (int l = 0; l < L; ++l) r.outer.momentum.emplace_back(init[l].size(), 0.0f);
+  std::vector<std::vector<examples::EigenAdam>> opt(
+      R, std::vector<examples::EigenAdam>(L, examples::EigenAdam{adam, {}, {}}));
+  const int64_t H = policy.sync_every, F = policy.fragments;
+  for (int step = 0; step < steps; ++step) {
+    for (int g = 0; g < R; ++g) {
+      // The replica's gradient: each rank's mean over its micro-steps, averaged over the ranks.
+      const std::vector<int>& ranks = replica_ranks[g];
+      std::vector<std::vector<float>> compute = r.params[g];  // what forward/backward see
+      if (bf16_params)
+        for (auto& p : compute)
+          for (float& x : p) x = hsdp::toFloat(hsdp::toBf16(x));
+      std::vector<std::vector<float>> grads(L);
+      for (int l = 0; l < L; ++l) grads[l].assign(init[l].size(), 0.0f);
+      for (int q : ranks) {
+        std::vector<std::vector<float>> acc(L), gq;
+        for (int l = 0; l < L; ++l) acc[l].assign(init[l].size(), 0.0f);
+        for (int k = 0; k < accum; ++k) {
+          gradients(spec, compute, makeBatch(spec, step, k * micro + q * per_rank, per_rank), &gq);
+          for (int l = 0; l < L; ++l)
+            for (size_t i = 0; i < gq[l].size(); ++i) acc[l][i] += gq[l][i] / float(accum);
+        }
+        for (int l = 0; l < L; ++l)
+          for (size_t i = 0; i < acc[l].size(); ++i) grads[l][i] += acc[l][i];
+      }
+      const float inv = 1.0f / static_cast<float>(ranks.size());
+      for (auto& t : grads)
+        for (float& x : t) x *= inv;
+      if (clip_norm > 0) examples::clipGradients(clip_norm, &grads);
+      for (int l = 0; l < L; ++l) {
+        Eigen::Map<Eigen::ArrayXf> p(r.params[g][l].data(), r.params[g][l].size());
+        opt[g][l].step(p, Eigen::Map<Eigen::ArrayXf>(grads[l].data(), grads[l].size()), step + 1);
+      }
+    }
+    // The layers whose fragment is due after inner step t (outer_step.h's schedule).
+    const int64_t t = step + 1;
+    std::vector<int> due;
+    for (int l = 0; l < L; ++l) {
+      const int64_t off = (int64_t{l} * F / L) * H / F;
+      if (t >= off && (t - off) % H == 0) due.push_back(l);
+    }
+    r.outer.sync(due, &r.params);
+  }
+  return r;
+}
+
 }  // namespace mlp

@@ -7,6 +7,7 @@
 
 #include "common/membership.h"
 #include "common/reference.h"
+#include "hsdp/config.h"
 #include "hsdp/optimizer.h"
 #include "mlp/mlp.h"
 
@@ -30,5 +31,22 @@ ReferenceResult trainReference(const Spec& spec, const hsdp::AdamConfig& adam, i
                                int global_batch, float clip_norm = 0.0f, bool bf16_params = false,
                                const examples::GradReduction* bf16_grads = nullptr, int accum = 1,
                                const Membership* membership = nullptr);
+
+// Semi-synchronous replicas (hsdp::ReplicaSyncPolicy, docs/semi_sync.md): every replica trains
+// its own copy on its ranks' slices of each step's global batch (replica_ranks[r]: the world
+// ranks of replica r, of `world` ranks; rank q's slice of micro-batch k is as in train_mlp), with
+// its own Adam and its own clipping; after inner step t the layers whose fragment is due sync
+// (examples::OuterReference). bf16_params: forward and backward see the parameters rounded to
+// bf16. Returns each replica's parameters, and the outer state.
+struct ReplicaReferenceResult {
+  std::vector<std::vector<std::vector<float>>> params;  // [replica][layer]
+  examples::OuterReference outer;
+};
+ReplicaReferenceResult trainReplicaReference(const Spec& spec, const hsdp::AdamConfig& adam,
+                                             int steps, int global_batch, float clip_norm,
+                                             int accum, int world,
+                                             const std::vector<std::vector<int>>& replica_ranks,
+                                             const hsdp::ReplicaSyncPolicy& policy,
+                                             bool bf16_params = false);
 
 }  // namespace mlp

@@ -2,6 +2,7 @@
 // parity check, and trainAndReport, which train_mlp and train_mlp_gpu both run.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -48,6 +49,42 @@ void printStepRow(const hsdp::Comm& world, const StepRow& row, int step, int bat
   std::fflush(stdout);
 }
 
+// --check with semi-synchronous replicas (local_sgd, diloco): every rank replays every replica's
+// schedule (mlp::trainReplicaReference; the model is small enough) and compares its own replica's
+// parameters; the worst error over every rank decides. Returns 0 on PASS, 1 on FAIL.
+int checkReplicaParity(const examples::Failure& fail, hsdp::Comm& world, const hsdp::Mesh& mesh,
+                       const hsdp::ShardedModel& model, const std::vector<std::vector<float>>& mine,
+                       const Spec& spec, const hsdp::EngineConfig& cfg, const Options& opt) {
+  const examples::Options& c = opt.common;
+  const int me = mesh.coords().replica_rank;
+  std::vector<int32_t> replica_of(world.size());
+  if (hsdp::Status s = world.allGather(&me, replica_of.data(), 1, hsdp::DType::kInt32); !s.ok())
+    fail.alone(s);
+  std::vector<std::vector<int>> replica_ranks(mesh.shape().replicas());
+  for (int q = 0; q < world.size(); ++q) replica_ranks.at(replica_of[q]).push_back(q);
+  const ReplicaReferenceResult ref = trainReplicaReference(
+      spec, cfg.adam, c.steps, c.batch, c.clip_norm, c.accum, world.size(), replica_ranks,
+      cfg.replica_sync,
+      model.shardCount() > 1 && cfg.precision.param_dtype == hsdp::DType::kBFloat16);
+  float err = static_cast<float>(examples::maxRelativeError(mine, ref.params[me]));
+  if (!std::isfinite(err)) err = INFINITY;
+  std::vector<float> all(world.size());
+  if (hsdp::Status s = world.allGather(&err, all.data(), 1, hsdp::DType::kFloat32); !s.ok())
+    fail.alone(s);
+  float worst = 0;
+  for (float e : all) worst = std::max(worst, e);  // non-finite errors were sent as inf
+  const bool pass = worst <= c.tolerance;
+  if (world.rank() == 0) {
+    std::printf(
+        "\nreplica policy %s, H %d, %zu replicas: every rank against its replica's "
+        "reference\nparity vs eigen reference: max_rel_err=%.3g %s\n",
+        hsdp::replicaPolicyName(cfg.replica_sync.policy), cfg.replica_sync.sync_every,
+        replica_ranks.size(), worst, pass ? "PASS" : "FAIL");
+    std::fflush(stdout);
+  }
+  return pass ? 0 : 1;
+}
+
 // --check: gathers every unit's parameters (collective over the mesh), trains the Eigen reference
 // on rank 0 with the roundings this configuration applies (mlp::trainReference, the bf16 tree of
 // the mesh), shares the verdict over `world`, and rank 0 prints it. Returns 0 on PASS, 1 on FAIL.
@@ -59,6 +96,8 @@ int checkParity(const examples::Failure& fail, hsdp::Comm& world, const hsdp::Me
   std::vector<std::vector<float>> mine(spec.layers());
   for (int l = 0; l < spec.layers(); ++l)
     if (hsdp::Status s = model.gatherFullParameters(l, &mine[l]); !s.ok()) fail.alone(s);
+  if (cfg.replica_sync.policy != hsdp::ReplicaPolicy::kSync)
+    return checkReplicaParity(fail, world, mesh, model, mine, spec, cfg, opt);
   // Elastic with each group keeping its slice: the reference replays which groups each step
   // averaged, those of a resumed checkpoint's steps included (redistribute trains on the whole
   // batch every step: the plain reference).
@@ -113,6 +152,7 @@ void printHeader(const char* program, const hsdp::Comm& world, const hsdp::Mesh&
       hsdp::shardModeName(cfg.mode), hsdp::optimizerName(cfg.adam.kind), cfg.adam.lr,
       cfg.adam.weight_decay, spec.paramCount(), spec.layers(), opt.dims.c_str(), opt.common.batch,
       opt.common.batch / world.size());
+  examples::printReplicaPolicy(cfg);
   if (!extra_line.empty()) std::printf("%s\n", extra_line.c_str());
   std::printf("\n%6s %10s %10s %10s %12s %14s\n", "step", "loss", "grad_norm", "time_ms",
               "samples/s", "exposed_comm_ms");

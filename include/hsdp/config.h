@@ -162,6 +162,29 @@ struct ElasticPolicy {
   std::optional<ElasticData> data;
 };
 
+// Semi-synchronous replicas (docs/semi_sync.md): how the replica groups (the shard groups of the
+// mesh) keep their copies of the model together. kSync averages every step's gradient over the
+// replicas (today's data parallelism). The other two reduce gradients inside the shard group only
+// and let each replica take `sync_every` (H) inner optimizer steps on its own data, then: kLocalSgd
+// averages the parameter shards over the replicas; kDiloco averages the outer gradient (the
+// parameters at the last sync minus the current ones) and applies it with outer Nesterov SGD
+// (outer_lr, outer_momentum; the momentum and the anchor sharded like the inner state).
+enum class ReplicaPolicy { kSync, kLocalSgd, kDiloco };
+StatusOr<ReplicaPolicy> parseReplicaPolicy(std::string_view name);  // sync, local_sgd, diloco
+const char* replicaPolicyName(ReplicaPolicy p);
+
+struct ReplicaSyncPolicy {
+  ReplicaPolicy policy = ReplicaPolicy::kSync;
+  // H: inner steps between two syncs (>= 1); ignored by kSync.
+  int sync_every = 1;
+  // kDiloco's outer Nesterov SGD (the DiLoCo paper's values): lr finite and > 0, momentum in
+  // [0, 1).
+  float outer_lr = 0.7f;
+  float outer_momentum = 0.9f;
+  // Streaming: the units split into F fragments synced at staggered steps; in [1, units].
+  int fragments = 1;
+};
+
 struct EngineConfig {
   ShardMode mode = ShardMode::kZero3;
   AdamConfig adam;
@@ -183,6 +206,7 @@ struct EngineConfig {
   CheckpointPolicy checkpoint;
   FailurePolicy failure;
   ElasticPolicy elastic;
+  ReplicaSyncPolicy replica_sync;
   // Step timeline: each rank writes <trace_dir>/trace.rank<N>.json (docs/trace.md). "": the
   // HSDP_TRACE variable's, unset = no trace.
   std::string trace_dir;

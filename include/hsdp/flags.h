@@ -7,6 +7,7 @@
 //   checkpoint  --save-dir --save-every --async-save --keep --resume --export --init-from
 //               --optimizer-from
 //   failure     --allow-nonfinite
+//   replicas    --replica-policy --sync-every --outer-lr --outer-momentum --fragments
 // and engineConfig(): the parsed flags checked and mapped onto EngineConfig and MeshSpec, once.
 // Errors read as everywhere else (hsdp/cli.h): "--intra-shard 0 must be positive",
 // "--offload: gpu not in {none,cpu}", "--save-every, --async-save and --keep need --save-dir".
@@ -59,6 +60,12 @@ struct EngineFlags {
   std::string offload = "none";
   // failure
   bool allow_nonfinite = false;  // train on through a nan/inf loss or gradient norm
+  // replicas (EngineConfig::replica_sync, docs/semi_sync.md)
+  std::string replica_policy = "sync";
+  int sync_every = 1;
+  float outer_lr = 0.7f;
+  float outer_momentum = 0.9f;
+  int fragments = 1;
   CheckpointFlags ckpt;
 };
 
@@ -140,6 +147,24 @@ inline CLI::Option* addAllowNonfiniteFlag(CLI::App& app, bool& allow) {
                       "with an error naming the step)");
 }
 
+// --replica-policy sync|local_sgd|diloco and its settings (EngineConfig::replica_sync).
+inline void addReplicaFlags(CLI::App& app, EngineFlags& f) {
+  detail::addName(
+      app, "--replica-policy", f.replica_policy,
+      "sync | local_sgd | diloco: how replica groups stay together (sync: gradients "
+      "averaged every step; local_sgd: parameters averaged every --sync-every steps; "
+      "diloco: outer Nesterov step on the averaged parameter change; docs/semi_sync.md)",
+      {"sync", "local_sgd", "diloco"}, true);
+  addInt(app, "--sync-every", f.sync_every,
+         "H: inner steps between replica syncs (local_sgd, diloco)", 1, kMaxShardFactor);
+  addReal(app, "--outer-lr", f.outer_lr, "diloco's outer learning rate", RealRange::above(0));
+  addReal(app, "--outer-momentum", f.outer_momentum, "diloco's outer Nesterov momentum",
+          RealRange::halfOpen(0, 1));
+  addInt(app, "--fragments", f.fragments,
+         "F: units split into F fragments synced at staggered steps (streaming; 1: all at once)", 1,
+         kMaxShardFactor);
+}
+
 inline void addCheckpointFlags(CLI::App& app, CheckpointFlags& flags) {
   app.add_option("--save-dir", flags.save_dir,
                  "Checkpoint root: <dir>/step-NNNNNNNN per save, <dir>/latest names the newest");
@@ -190,9 +215,9 @@ inline void addFailureFlags(CLI::App& app, EngineFlags& f) {
   return okStatus();
 }
 
-// The flags checked and mapped: cfg->mode, hpz, precision and offload.cpu; the shard factors
-// into *mesh (mode none: 1 and 1 where not given; otherwise 0, the mesh's default, stays); the
-// checkpoint flags' combination. Every other field of cfg and *mesh is left as it is (the
+// The flags checked and mapped: cfg->mode, hpz, precision, offload.cpu and replica_sync; the shard
+// factors into *mesh (mode none: 1 and 1 where not given; otherwise 0, the mesh's default, stays);
+// the checkpoint flags' combination. Every other field of cfg and *mesh is left as it is (the
 // program's own flags: the optimizer, clipping, the rate limiter, the device). A non-OK Status
 // is bad input that every rank sees alike.
 [[nodiscard]] inline Status engineConfig(const EngineFlags& f, EngineConfig* cfg, MeshSpec* mesh) {
@@ -206,6 +231,18 @@ inline void addFailureFlags(CLI::App& app, EngineFlags& f) {
   if (f.inter_shard < 0)
     return invalidArgument("--inter-shard ", f.inter_shard, " must be positive");
   HSDP_RETURN_IF_ERROR(checkCheckpointFlags(f.ckpt));
+  HSDP_ASSIGN_OR_RETURN(cfg->replica_sync.policy, parseReplicaPolicy(f.replica_policy));
+  cfg->replica_sync.sync_every = f.sync_every;
+  cfg->replica_sync.outer_lr = f.outer_lr;
+  cfg->replica_sync.outer_momentum = f.outer_momentum;
+  cfg->replica_sync.fragments = f.fragments;
+  // Refused before training rather than at the first save (the engine refuses it too).
+  if (cfg->replica_sync.policy != ReplicaPolicy::kSync &&
+      (!f.ckpt.save_dir.empty() || !f.ckpt.resume.empty()))
+    return invalidArgument(f.ckpt.save_dir.empty() ? "--resume" : "--save-dir",
+                           " with --replica-policy ", f.replica_policy,
+                           ": checkpoints of replica policy ", f.replica_policy,
+                           " are not built yet (docs/semi_sync.md)");
   mesh->intra_shard = f.intra_shard;
   mesh->inter_shard = f.inter_shard;
   if (cfg->mode == ShardMode::kNone) {  // plain data parallel: nothing is sharded

@@ -143,6 +143,26 @@ const char* elasticDataName(ElasticData d) {
   return d == ElasticData::kKeepSlice ? "keep" : "redistribute";
 }
 
+StatusOr<ReplicaPolicy> parseReplicaPolicy(std::string_view name) {
+  if (name == "sync") return ReplicaPolicy::kSync;
+  if (name == "local_sgd") return ReplicaPolicy::kLocalSgd;
+  if (name == "diloco") return ReplicaPolicy::kDiloco;
+  return invalidArgument("unknown replica policy '", name,
+                         "' (expected sync, local_sgd or diloco)");
+}
+
+const char* replicaPolicyName(ReplicaPolicy p) {
+  switch (p) {
+    case ReplicaPolicy::kSync:
+      return "sync";
+    case ReplicaPolicy::kLocalSgd:
+      return "local_sgd";
+    case ReplicaPolicy::kDiloco:
+      return "diloco";
+  }
+  return "?";
+}
+
 StatusOr<EngineConfig> resolveEngineConfig(EngineConfig cfg) {
   if (!cfg.pipeline.hierarchical) {
     HSDP_ASSIGN_OR_RETURN(cfg.pipeline.hierarchical, kHier.get());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/memory_space.h"
+#include "engine/outer_step.h"
 #include "hsdp/quantize.h"
 
 namespace hsdp::engine {
@@ -115,6 +116,16 @@ Status checkConfig(const Mesh& mesh, const EngineConfig& cfg) {
     if (t != DType::kFloat32 && t != DType::kBFloat16)
       return invalidArgument("mixed precision dtype ", dtypeName(t), " is not float or bf16");
   HSDP_RETURN_IF_ERROR(checkClipNorm(cfg.clip_norm));
+  HSDP_RETURN_IF_ERROR(checkReplicaSync(cfg.replica_sync, s.replicas()));
+  if (cfg.replica_sync.policy != ReplicaPolicy::kSync) {
+    const char* name = replicaPolicyName(cfg.replica_sync.policy);
+    if (cfg.device != Device::kHost)
+      return unimplemented("replica policy ", name, " runs on host memory only (device ",
+                           deviceName(cfg.device), "); use sync");
+    if (!cfg.elastic.endpoint->empty())
+      return unimplemented("replica policy ", name,
+                           " with elastic mode (HSDP_ELASTIC_ENDPOINT) is not built; use sync");
+  }
   if (cfg.pipeline.max_gathered_units < 0)
     return invalidArgument("EngineConfig::pipeline.max_gathered_units=",
                            cfg.pipeline.max_gathered_units, " must be >= 0");

@@ -77,7 +77,7 @@ Status GradReducer::poll(bool block) {
       p.scatter_done = true;
       // Elastic mode: the average over the replica groups, on the group's replica worker.
       HSDP_RETURN_IF_ERROR(coll_.startGroupAverage(ug.shard.as<float>(), u.layout.shardNumel()));
-      if (coll_.hasReplicas()) {
+      if (opt_.replica_average && coll_.hasReplicas()) {
         watchdog::Label label(u.name, "replica group");
         HSDP_ASSIGN_OR_RETURN(p.replicate,
                               coll_.replicaReduce(ug.shard.data(), u.layout.shardNumel(),

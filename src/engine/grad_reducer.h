@@ -42,6 +42,8 @@ class GradReducer {
     int shards = 1;       // shard group size (1 in mode none: the full gradient is the shard)
     bool pooled = false;  // zero2/zero3: full gradients from the pool, returned after the scatter
     bool bf16 = false;    // reduce in bf16: round the full gradient, reduce 2-byte data
+    // The shard's all-reduce over the replicas (false: semi-synchronous replicas, outer_step.h).
+    bool replica_average = true;
   };
   // Called once a unit's reductions have landed (Reducing -> Reduced), in reduceGrad order.
   using OnReduced = std::function<Status(int unit)>;

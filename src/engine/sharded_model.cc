@@ -85,6 +85,8 @@ StatusOr<std::unique_ptr<ShardedModel>> ShardedModel::create(const Mesh& mesh,
   ropt.shards = impl->shards;
   ropt.pooled = impl->pooledGrads();
   ropt.bf16 = impl->bf16Reduce();
+  ropt.replica_average = cfg.replica_sync.policy == ReplicaPolicy::kSync;
+  impl->outer = std::make_unique<engine::OuterSync>(cfg.replica_sync, *impl->coll);
   Impl* m = impl.get();
   impl->reducer = std::make_unique<engine::GradReducer>(
       impl->units, *impl->space, *impl->coll, impl->params->pool(), impl->params->pool16(), ropt,
@@ -172,6 +174,9 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
   if (m.stagedOffload() && !u.frozen)  // the host master mirrors the shard
     HSDP_RETURN_IF_ERROR(
         sp.copyToHost(u.host_master.data(), m.master(u), u.layout.shardNumel() * sizeof(float)));
+  // Semi-sync (diloco): the unit's anchor follows (the whole unit's shard; before the first step
+  // the anchors are taken then).
+  if (m.outer->anchored() && !u.frozen) m.outer->capture(unit, m.master(u), u.layout.shardNumel());
   HSDP_RETURN_IF_ERROR(m.refreshEncoded(u));
   return m.refresh16(u);
 }
@@ -329,6 +334,8 @@ Status ShardedModel::finalize() {
                              std::dec, "); every rank must add the same units and parameters");
   }
   if (m.units.empty()) return failedPrecondition("finalize(): no units registered");
+  HSDP_RETURN_IF_ERROR(engine::checkReplicaSync(m.cfg.replica_sync, m.mesh->shape().replicas(),
+                                                static_cast<int>(m.units.size())));
   HSDP_RETURN_IF_ERROR(m.coll->connectReplicas());
 
   size_t max_shard = 0, max_padded = 0;
@@ -396,6 +403,7 @@ Status ShardedModel::finalize() {
     }
     HSDP_RETURN_IF_ERROR(m.allocateResiduals(u));
   }
+  m.outer->allocate(m.units);
   // The encoded master starts current (zeros, or what setParameter/load write next).
   for (Unit& u : m.units) HSDP_RETURN_IF_ERROR(m.refreshEncoded(u));
   if (m.bf16Params() || m.bf16Reduce()) {

@@ -37,6 +37,7 @@
 #include "engine/grad_reducer.h"
 #include "engine/memory_space.h"
 #include "engine/optimizer_step.h"
+#include "engine/outer_step.h"
 #include "engine/param_group.h"
 #include "engine/unit.h"
 #include "engine/unit_collectives.h"
@@ -103,6 +104,13 @@ struct ShardedModel::Impl {
   // gradNorm() computed the norm of the gradients step() is about to apply (reduceGrad and
   // step() clear it): step() clips with it instead of computing it again.
   bool norm_ready = false;
+
+  // ---- semi-synchronous replicas (outer_step.cc): the outer state and the sync schedule ----
+  std::unique_ptr<engine::OuterSync> outer;
+  // Before the first inner step since finalize or load: anchors := masters.
+  Status anchorOuter();
+  // After inner step `step`: the due units' replica sync and outer update.
+  Status outerStep();
 
   // ---- elastic mode (step.cc): this rank's part of its replica group; null when off ----
   std::unique_ptr<engine::ElasticGroup> elastic;

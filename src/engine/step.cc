@@ -76,6 +76,7 @@ Status ShardedModel::Impl::launchStep(Unit& u, int64_t t, float scale) {
 // (Clipping needs the global norm of every gradient first, so then step() launches them all.)
 // (Elastic mode: not before the quorum commits the step.)
 Status ShardedModel::Impl::onReduced(int unit) {
+  HSDP_RETURN_IF_ERROR(anchorOuter());  // semi-sync: the anchor before the first inner step
   if (opt->offloaded() && cfg.clip_norm <= 0 && !elastic)
     return launchStep(units[unit], step + 1, 1.0f);
   return okStatus();
@@ -265,6 +266,7 @@ Status ShardedModel::step() {
   m.norm_ready = false;
   // The scale is fused into the Adam pass.
   const float coef = opt.clipCoefficient(m.cfg.clip_norm);
+  HSDP_RETURN_IF_ERROR(m.anchorOuter());
   for (Unit& u : m.units) {
     if (u.frozen) continue;
     if (opt.offloaded()) {
@@ -292,6 +294,7 @@ Status ShardedModel::step() {
                                       {GradState::kStepped}));
     }
   }
+  HSDP_RETURN_IF_ERROR(m.outerStep());  // semi-sync replicas: the sync points (outer_step.cc)
   tr.wait(engine::TraceKind::kOptimizer, -1, optimizer_t0);
   if (m.replicatedParams()) HSDP_RETURN_IF_ERROR(m.gatherReplicated(/*frozen_too=*/false));
   tr.endStep();

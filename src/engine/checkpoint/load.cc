@@ -138,6 +138,7 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
   if (saveInFlight()) HSDP_RETURN_IF_ERROR(waitForSave().status());
   LoadResult result;
   Status local = m.checkIdle("load");
+  if (local.ok()) local = m.outer->checkpointable("load");
   if (local.ok() && m.elastic && m.elastic->started())
     local = failedPrecondition(
         "load: an elastic group loads a checkpoint before its first beginStep(); after it, its "
@@ -257,6 +258,7 @@ Status ShardedModel::loadWeights(const std::string& path, const LoadWeightsOptio
   local =
       readToStaging(plan, ckpt::tensorList(units), 1, read, static_cast<char*>(m.stagingData()));
   HSDP_RETURN_IF_ERROR(m.agree(local.ok() ? local : local.withContext("loadWeights")));
+  m.outer->setAnchored(false);  // semi-sync: anchors are taken again before the next inner step
   return m.agree(m.installFromStaging(1));
 }
 

@@ -164,6 +164,7 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
   const auto t0 = engine::Clock::now();
   if (saveInFlight()) HSDP_RETURN_IF_ERROR(waitForSave().status());
   Status local = m.checkIdle("save");
+  if (local.ok()) local = m.outer->checkpointable("save");
   if (local.ok() && root.empty()) local = invalidArgument("save: empty checkpoint root");
   if (local.ok() && options.keep_last < 0)
     local = invalidArgument("save: keep_last=", options.keep_last, " must be >= 0");

@@ -1,0 +1,171 @@
+// Semi-synchronous replicas in the library (EngineConfig::replica_sync, docs/semi_sync.md), on
+// every mesh of the job, against closed forms (train_mlp --check replays whole runs against the
+// Eigen reference: the semi_sync.* tests):
+//  - the settings' errors: a Status naming the field and its value, or the policy (no replicas,
+//    fragments > units, checkpoints);
+//  - one inner step and a sync (H = 1) with an Adam probe (beta 0, lr 1, eps 1e6: p -= g/(g+1e6)),
+//    each replica's gradient the mean of its own ranks' only: local_sgd gives the mean of the
+//    replicas' parameters, diloco the outer Nesterov step on the mean outer gradient;
+//  - H = 2: no sync after the first step (each replica keeps its own parameters).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "hsdp/sharded_model.h"
+#include "tests/common/for_each_mesh.h"
+#include "tests/common/mpi_test_main.h"
+
+namespace hsdp {
+namespace {
+
+using testing::forEachMesh;
+using testing::world;
+
+constexpr size_t kN = 53;  // a size no shard count here divides
+
+float rankGrad(int rank, size_t i) { return float(rank + 1) * float(i % 7 + 1); }
+float initial(size_t i) { return 0.01f * float(i % 13) - 0.05f; }
+
+EngineConfig probe(ShardMode mode, ReplicaPolicy policy, int h) {
+  EngineConfig cfg;
+  cfg.mode = mode;
+  cfg.adam.kind = OptimizerKind::kAdam;
+  cfg.adam.lr = 1.0f;
+  cfg.adam.beta1 = 0.0f;
+  cfg.adam.beta2 = 0.0f;
+  cfg.adam.eps = 1e6f;
+  cfg.adam.weight_decay = 0.0f;
+  cfg.replica_sync.policy = policy;
+  cfg.replica_sync.sync_every = h;
+  cfg.replica_sync.outer_lr = 0.5f;
+  cfg.replica_sync.outer_momentum = 0.25f;
+  return cfg;
+}
+
+// The world ranks of every replica (replica_rank of each rank, gathered).
+std::vector<std::vector<int>> replicaRanks(const Mesh& mesh) {
+  int me = mesh.coords().replica_rank;
+  std::vector<int> all(world().size());
+  EXPECT_TRUE(world().allGather(&me, all.data(), 1, DType::kInt32).ok());
+  std::vector<std::vector<int>> out(mesh.shape().replicas());
+  for (int q = 0; q < world().size(); ++q) out[all[q]].push_back(q);
+  return out;
+}
+
+// Replica r's parameter after one probe step: initial - g_r/(g_r + 1e6), g_r its ranks' mean.
+double afterInner(const std::vector<int>& ranks, size_t i) {
+  double g = 0;
+  for (int q : ranks) g += rankGrad(q, i);
+  g /= double(ranks.size());
+  return initial(i) - g / (g + 1e6);
+}
+
+TEST(SemiSync, SettingsAreCheckedByName) {
+  forEachMesh([](const Mesh& mesh) {
+    const int replicas = mesh.shape().replicas();
+    EngineConfig cfg = probe(ShardMode::kZero3, ReplicaPolicy::kDiloco, 2);
+    if (replicas == 1) {
+      auto m = ShardedModel::create(mesh, cfg);
+      ASSERT_FALSE(m.ok());
+      EXPECT_NE(m.status().message().find("replica policy diloco needs replica groups"),
+                std::string::npos)
+          << m.status().toString();
+      return;
+    }
+    auto expectError = [&](EngineConfig c, const std::string& want) {
+      auto m = ShardedModel::create(mesh, c);
+      ASSERT_FALSE(m.ok()) << want;
+      EXPECT_NE(m.status().message().find(want), std::string::npos) << m.status().toString();
+    };
+    EngineConfig c = cfg;
+    c.replica_sync.sync_every = 0;
+    expectError(c, "replica_sync.sync_every=0 must be >= 1");
+    c = cfg;
+    c.replica_sync.outer_lr = NAN;
+    expectError(c, "replica_sync.outer_lr=nan must be finite and > 0");
+    c.replica_sync.outer_lr = -1;
+    expectError(c, "replica_sync.outer_lr=-1 must be finite and > 0");
+    c = cfg;
+    c.replica_sync.outer_momentum = 1;
+    expectError(c, "replica_sync.outer_momentum=1 must be in [0, 1)");
+    // F > units: at finalize(), when the units are known.
+    c = cfg;
+    c.replica_sync.fragments = 3;
+    auto m = ShardedModel::create(mesh, c);
+    ASSERT_TRUE(m.ok()) << m.status().toString();
+    ASSERT_TRUE((*m)->addUnit("a", {{"w", {kN}}}).ok());
+    ASSERT_TRUE((*m)->addUnit("b", {{"w", {kN}}}).ok());
+    Status f = (*m)->finalize();
+    EXPECT_NE(f.message().find("replica_sync.fragments=3 exceeds the model's 2 units"),
+              std::string::npos)
+        << f.toString();
+  });
+}
+
+// One step of every replica on its own ranks' gradients, then (H = 1) the sync; with H = 2 none.
+void oneStep(const Mesh& mesh, ShardMode mode, ReplicaPolicy policy, int h) {
+  SCOPED_TRACE(strCat(shardModeName(mode), " ", replicaPolicyName(policy), " H=", h));
+  auto model = ShardedModel::create(mesh, probe(mode, policy, h));
+  ASSERT_TRUE(model.ok()) << model.status().toString();
+  ShardedModel& m = **model;
+  ASSERT_TRUE(m.addUnit("u", {{"w", {kN}}}).ok());
+  ASSERT_TRUE(m.finalize().ok());
+  std::vector<float> init(kN);
+  for (size_t i = 0; i < kN; ++i) init[i] = initial(i);
+  ASSERT_TRUE(m.setParameter(0, "w", init.data(), init.size()).ok());
+  ASSERT_TRUE(m.unshard(0).ok());
+  ASSERT_TRUE(m.waitForUnshard(0).ok());
+  auto g = m.grad(0, "w");
+  ASSERT_TRUE(g.ok()) << g.status().toString();
+  for (size_t i = 0; i < kN; ++i) g->data[i] = rankGrad(world().rank(), i);
+  ASSERT_TRUE(m.reduceGrad(0).ok());
+  ASSERT_TRUE(m.reshard(0).ok());
+  ASSERT_TRUE(m.step().ok());
+  std::vector<float> full;
+  ASSERT_TRUE(m.gatherFullParameters(0, &full).ok());
+  const auto ranks = replicaRanks(mesh);
+  const int me = mesh.coords().replica_rank;
+  const double lr = 0.5, mu = 0.25;
+  for (size_t i = 0; i < kN; ++i) {
+    double want = afterInner(ranks[me], i);
+    if (h == 1) {
+      double mean = 0;  // local_sgd: the replicas' mean; diloco: the mean outer gradient
+      for (const auto& r : ranks) mean += afterInner(r, i) / double(ranks.size());
+      const double gout = initial(i) - mean;  // anchor - mean p_r
+      want = policy == ReplicaPolicy::kLocalSgd ? mean : initial(i) - lr * (gout + mu * gout);
+    }
+    ASSERT_NEAR(full[i], want, 1e-6) << "element " << i;
+  }
+}
+
+TEST(SemiSync, OneStepAgainstClosedForms) {
+  forEachMesh([](const Mesh& mesh) {
+    if (mesh.shape().replicas() < 2) return;
+    std::vector<ShardMode> modes = {ShardMode::kZero1, ShardMode::kZero2, ShardMode::kZero3};
+    if (mesh.shape().shardGroupSize() == 1) modes.push_back(ShardMode::kNone);
+    for (ShardMode mode : modes)
+      for (ReplicaPolicy p : {ReplicaPolicy::kLocalSgd, ReplicaPolicy::kDiloco})
+        for (int h : {1, 2}) oneStep(mesh, mode, p, h);
+  });
+}
+
+TEST(SemiSync, CheckpointsAreRefusedByName) {
+  forEachMesh([](const Mesh& mesh) {
+    if (mesh.shape().replicas() < 2) return;
+    auto model = ShardedModel::create(mesh, probe(ShardMode::kZero3, ReplicaPolicy::kLocalSgd, 2));
+    ASSERT_TRUE(model.ok());
+    ASSERT_TRUE((*model)->addUnit("u", {{"w", {kN}}}).ok());
+    ASSERT_TRUE((*model)->finalize().ok());
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / "hsdp_semi_sync_ckpt").string();
+    auto s = (*model)->save(dir);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find("checkpoints of replica policy local_sgd"),
+              std::string::npos)
+        << s.status().toString();
+  });
+}
+
+}  // namespace
+}  // namespace hsdp
