@@ -54,11 +54,11 @@ Status GradReducer::poll(bool block) {
   if (block) wait.emplace("step: gradient reductions");
   Tracer& tr = coll_.tracer();
   // The chains move in the progress loop; one pass here, so that a poll moves them too.
-  if (!pending_.empty() && pending_.back().chain != nullptr) (void)ProgressiveWork::progressAll();
+  if (!pending_.empty() && pending_.back().chain) (void)ProgressiveWork::progressAll();
   for (Pending& p : pending_) {
     const Unit& u = units_[p.unit];
     UnitGrad& ug = grads_[p.unit];
-    if (p.chain != nullptr) {
+    if (p.chain) {
       HSDP_RETURN_IF_ERROR(pollChain(p, block));
       if (!p.scatter_done) break;
       continue;
@@ -96,15 +96,10 @@ Status GradReducer::poll(bool block) {
   }
   while (!pending_.empty() && pending_.front().scatter_done) {
     Pending& p = pending_.front();
-    if (p.chain != nullptr) {
-      HSDP_ASSIGN_OR_RETURN(bool done, coll_.reached(p.replicate, Lane::kReduce, false));
-      if (!done) break;
-      tr.collective(TraceKind::kReplica, TraceLevel::kReplica, p.unit,
-                    units_[p.unit].layout.shardNumel() * sizeof(float), p.replicate_issued);
-    } else if (p.replicate) {
-      const int64_t t0 = block ? Tracer::nowUs() : 0;
+    if (p.replicate || p.chain) {  // a chain's view is gone once pollChain waited for it
+      const int64_t t0 = block && p.replicate ? Tracer::nowUs() : 0;
       HSDP_ASSIGN_OR_RETURN(bool done, coll_.reached(p.replicate, Lane::kReduce, block));
-      if (block) tr.wait(TraceKind::kWaitReplica, p.unit, t0);
+      if (t0 != 0) tr.wait(TraceKind::kWaitReplica, p.unit, t0);
       if (!done) break;
       tr.collective(TraceKind::kReplica, TraceLevel::kReplica, p.unit,
                     units_[p.unit].layout.shardNumel() * sizeof(float), p.replicate_issued);
@@ -158,10 +153,13 @@ Status GradReducer::reduce(int unit) {
     watchdog::Label label(u.name, "shard group");
     p.scatter_issued = Tracer::nowUs();
     StatusOr<WorkHandle> w = [&]() -> StatusOr<WorkHandle> {
-      if (!opt_.bf16 && coll_.chainsReplica())  // the replica all-reduce follows by itself
-        return coll_.reduceThenReplicate(ug.life.full, ug.shard.as<float>(), u.layout.shardNumel(),
-                                         ug.residual.as<float>(), ug.replica_residual.as<float>(),
-                                         u.name, &p.chain);
+      if (!opt_.bf16 && coll_.chainsReplica()) {  // the replica all-reduce follows by itself
+        HSDP_ASSIGN_OR_RETURN(
+            p.chain, coll_.reduceThenReplicate(ug.life.full, ug.shard.as<float>(),
+                                               u.layout.shardNumel(), ug.residual.as<float>(),
+                                               ug.replica_residual.as<float>(), u.name));
+        return p.chain->view();
+      }
       if (!opt_.bf16)
         return coll_.reduceScatter(ug.life.full, ug.shard.data(), u.layout.shardNumel(),
                                    DType::kFloat32, ug.residual.as<float>());
@@ -174,7 +172,7 @@ Status GradReducer::reduce(int unit) {
                                  ug.residual.as<float>());
     }();
     if (!w.ok()) return w.status().withContext(strCat("reduce-scatter of unit '", u.name, "'"));
-    (p.chain != nullptr ? p.replicate : p.scatter) = std::move(*w);
+    (p.chain ? p.replicate : p.scatter) = std::move(*w);
   }
   // Mode none all-reduces the gradient where backward wrote it: the reduce lane (the replica
   // all-reduce's caller) must come after the compute stream's work so far. Zero1-3 need it

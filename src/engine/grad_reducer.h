@@ -76,8 +76,8 @@ class GradReducer {
     WorkHandle scatter;    // full gradient -> shard (shard group), null in mode none
     WorkHandle replicate;  // shard all-reduce over the data-parallel replicas
     // Host fp32 with replicas (UnitCollectives::chainsReplica): the scatter and the replica
-    // all-reduce as one chain the progress loop drives, owned by `replicate`; `scatter` is null.
-    ReduceChain* chain = nullptr;
+    // all-reduce as one chain the progress loop drives; `replicate` is its view, `scatter` null.
+    std::unique_ptr<ReduceChain> chain;
     bool scatter_done = false;
     int64_t scatter_issued = 0, replicate_issued = 0;  // the trace's (Tracer::nowUs)
   };

@@ -24,6 +24,20 @@ ReduceChain::ReduceChain(UnitCollectives& coll, WorkHandle scatter, float* shard
 
 ReduceChain::~ReduceChain() { waitForDestruction(); }
 
+namespace {
+class ChainView final : public Work {
+ public:
+  explicit ChainView(Work& w) : w_(w) {}
+  Status wait() override { return w_.wait(); }
+  StatusOr<bool> test() override { return w_.test(); }
+
+ private:
+  Work& w_;
+};
+}  // namespace
+
+WorkHandle ReduceChain::view() { return std::make_unique<ChainView>(*this); }
+
 bool ReduceChain::scatterLanded() const {
   auto lock = progressLock();
   return landed_;

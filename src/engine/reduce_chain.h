@@ -37,6 +37,9 @@ class ReduceChain final : public ProgressiveWork {
   // Read under progressLock() (the progress thread writes them): whether the scatter has landed
   // (the full gradient's memory is free) and when, and when the first replica chunk went out.
   bool scatterLanded() const;
+  // A Work that waits for and tests this chain without owning it (what reached() may reset
+  // while the owner still reads the chain's times).
+  WorkHandle view();
   int64_t landedUs() const { return landed_us_; }
   int64_t replicaIssuedUs() const { return replica_issued_us_; }
 

@@ -170,18 +170,14 @@ StatusOr<WorkHandle> UnitCollectives::replicaReduce(void* shard, size_t count, f
   return space_->iallReduce(dataParallel(), shard, count, DType::kFloat32, RedOp::kAvg);
 }
 
-StatusOr<WorkHandle> UnitCollectives::reduceThenReplicate(const float* full, float* shard,
-                                                          size_t count, float* residual,
-                                                          float* replica_residual,
-                                                          std::string_view label,
-                                                          ReduceChain** chain) {
+StatusOr<std::unique_ptr<ReduceChain>> UnitCollectives::reduceThenReplicate(
+    const float* full, float* shard, size_t count, float* residual, float* replica_residual,
+    std::string_view label) {
   HSDP_ASSIGN_OR_RETURN(WorkHandle scatter,
                         reduceScatter(full, shard, count, DType::kFloat32, residual));
   auto lock = progressLock();  // the progress thread may advance the chain at once
-  auto c = std::make_unique<ReduceChain>(*this, std::move(scatter), shard, count, replica_chunk_,
-                                         replica_residual, std::string(label), replica_next_++);
-  *chain = c.get();
-  return WorkHandle(std::move(c));
+  return std::make_unique<ReduceChain>(*this, std::move(scatter), shard, count, replica_chunk_,
+                                       replica_residual, std::string(label), replica_next_++);
 }
 
 namespace {

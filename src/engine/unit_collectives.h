@@ -149,10 +149,11 @@ class UnitCollectives {
   }
   // The reduce-scatter of `full` into `shard` and, once it lands, the shard's replica all-reduce
   // in chunks of HSDP_REPLICA_CHUNK_BYTES, as one Work the progress loop drives
-  // (engine/reduce_chain.h); `*chain` is set to it (owned by the returned handle).
-  StatusOr<WorkHandle> reduceThenReplicate(const float* full, float* shard, size_t count,
-                                           float* residual, float* replica_residual,
-                                           std::string_view label, ReduceChain** chain);
+  // (engine/reduce_chain.h).
+  StatusOr<std::unique_ptr<ReduceChain>> reduceThenReplicate(const float* full, float* shard,
+                                                             size_t count, float* residual,
+                                                             float* replica_residual,
+                                                             std::string_view label);
   // The chains' turns on the replica communicator (call order, the same on every rank).
   bool replicaTurn(uint64_t seq) const { return seq == replica_turn_; }
   void replicaIssued(uint64_t seq) { replica_turn_ = seq + 1; }
