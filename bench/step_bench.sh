@@ -8,7 +8,7 @@
 #      no engine, the slowest rank); target <= 1.15x;
 #  (b) the same two steps with a CPU hog of --hog threads (busy loops) started beside the job:
 #      hsdp's slowdown against PyTorch FSDP2's under the same hog (bench/torch_bench.py --impl
-#      fsdp2, when torch and transformers are installed in the python of HSDP_PYTHON or
+#      fsdp2, when torch, transformers and hsdp.torch are installed in the python of HSDP_PYTHON or
 #      build/pyenv); target: no worse;
 #  (c) weak scaling: 1, 2 and 4 nodes x 2 ranks, one sequence per rank (the same work per rank),
 #      HSDP intra 2 x inter 1: step / compute alone of the same processes per size; target: the
@@ -41,7 +41,7 @@ for b in examples/train_gpt bench/gpt_bench; do
 done
 py=${HSDP_PYTHON:-$build/pyenv/bin/python}
 torch=0
-[ -x "$py" ] && "$py" -c "import torch, transformers" 2>/dev/null && torch=1
+[ -x "$py" ] && "$py" -c "import torch, transformers, hsdp.torch" 2>/dev/null && torch=1
 tmp=$(mktemp -d /tmp/hsdp-step-bench.XXXXXX)
 hog_pids=()
 stop_hog() {
