@@ -13,6 +13,10 @@
 //                    reductions and step with no compute), and the real step with prefetch
 //                    --prefetch (default 1) and with prefetch 0; hidden share of communication =
 //                    1 - (step - compute) / comm
+//   --part alone     under mpirun or cluster.sh: only the compute alone of every rank (the same
+//                    forward+backward on local full parameters, no engine, no communication),
+//                    the slowest rank per repeat, its median: "result compute_alone_ms=..."
+//                    (bench/step_bench.sh's baseline for the step of the same processes)
 //   --part sharding  under mpirun on one machine: tokens/s of mode none against zero3 over all
 //                    ranks (one node: intra_shard = world), the same batch per rank
 #include <algorithm>
@@ -246,6 +250,31 @@ int partOverlap(const Args& a, hsdp::Comm& world, const hsdp::NodeLayout& layout
   return 0;
 }
 
+int partAlone(const Args& a, hsdp::Comm& world, const gpt::Config& c, const gpt::Corpus& corpus) {
+  Local local(c);
+  gpt::Model net(c, false);
+  std::vector<int32_t> tokens, targets;
+  gpt::fillBatch(corpus, c, 1, 0, world.rank() * a.batch, a.batch, &tokens, &targets);
+  std::vector<double> tc;
+  for (int r = -1; r < a.repeats; ++r) {  // one warm-up
+    auto s = slowest(world, [&]() -> hsdp::Status {
+      gpt::modelGradients(net, local.units, local.params, a.batch, tokens.data(), targets.data(),
+                          1.0f, &local.grads);
+      return hsdp::okStatus();
+    });
+    if (!s.ok()) {
+      std::fprintf(stderr, "gpt_bench [rank %d]: %s\n", world.rank(),
+                   s.status().toString().c_str());
+      return 3;
+    }
+    if (r >= 0) tc.push_back(*s);
+  }
+  if (world.rank() == 0)
+    std::printf("result compute_alone_ms=%.1f ranks=%d batch=%d repeats=%d\n", median(tc) * 1e3,
+                world.size(), a.batch, a.repeats);
+  return 0;
+}
+
 int partSharding(const Args& a, hsdp::Comm& world, const hsdp::NodeLayout& layout,
                  const gpt::Config& c, const gpt::Corpus& corpus) {
   Engine none, z3;
@@ -296,8 +325,8 @@ int main(int argc, char** argv) {
   Args a;
   CLI::App app{"train_gpt's step measured: compute efficiency, overlap, sharding overhead",
                "gpt_bench"};
-  app.add_option("--part", a.part, "compute | overlap | sharding")
-      ->check(CLI::IsMember({"compute", "overlap", "sharding"}));
+  app.add_option("--part", a.part, "compute | overlap | alone | sharding")
+      ->check(CLI::IsMember({"compute", "overlap", "alone", "sharding"}));
   app.add_option("--preset", a.preset, "tiny | small");
   hsdp::cli::addInt(app, "--batch", a.batch, "Sequences per rank per step", 1, 1 << 16);
   hsdp::cli::addInt(app, "--repeats", a.repeats, "Measured rounds (medians)", 1, 10000);
@@ -324,6 +353,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (a.part == "compute") return (*world)->rank() == 0 ? partCompute(a, *cfg, *corpus) : 0;
+  if (a.part == "alone") return partAlone(a, **world, *cfg, *corpus);
   auto layout = hsdp::groupRanksIntoNodes(**world);
   if (!layout.ok()) return 2;
   if (a.part == "overlap") return partOverlap(a, **world, *layout, *cfg, *corpus);

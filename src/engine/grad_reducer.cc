@@ -2,6 +2,7 @@
 // group, and the reductions in flight.
 #include "engine/grad_reducer.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -52,9 +53,16 @@ Status GradReducer::poll(bool block) {
   std::optional<watchdog::WaitScope> wait;
   if (block) wait.emplace("step: gradient reductions");
   Tracer& tr = coll_.tracer();
+  // The chains move in the progress loop; one pass here, so that a poll moves them too.
+  if (!pending_.empty() && pending_.back().chain) (void)ProgressiveWork::progressAll();
   for (Pending& p : pending_) {
     const Unit& u = units_[p.unit];
     UnitGrad& ug = grads_[p.unit];
+    if (p.chain) {
+      HSDP_RETURN_IF_ERROR(pollChain(p, block));
+      if (!p.scatter_done) break;
+      continue;
+    }
     if (!p.scatter_done) {
       if (p.scatter) {
         // On a device this orders the reduce lane after the scatter and is true at once.
@@ -88,10 +96,10 @@ Status GradReducer::poll(bool block) {
   }
   while (!pending_.empty() && pending_.front().scatter_done) {
     Pending& p = pending_.front();
-    if (p.replicate) {
-      const int64_t t0 = block ? Tracer::nowUs() : 0;
+    if (p.replicate || p.chain) {  // a chain's view is gone once pollChain waited for it
+      const int64_t t0 = block && p.replicate ? Tracer::nowUs() : 0;
       HSDP_ASSIGN_OR_RETURN(bool done, coll_.reached(p.replicate, Lane::kReduce, block));
-      if (block) tr.wait(TraceKind::kWaitReplica, p.unit, t0);
+      if (t0 != 0) tr.wait(TraceKind::kWaitReplica, p.unit, t0);
       if (!done) break;
       tr.collective(TraceKind::kReplica, TraceLevel::kReplica, p.unit,
                     units_[p.unit].layout.shardNumel() * sizeof(float), p.replicate_issued);
@@ -102,6 +110,29 @@ Status GradReducer::poll(bool block) {
     HSDP_RETURN_IF_ERROR(on_reduced_(unit));
     pending_.pop_front();
   }
+  return okStatus();
+}
+
+Status GradReducer::pollChain(Pending& p, bool block) {
+  if (p.scatter_done) return okStatus();
+  const Unit& u = units_[p.unit];
+  UnitGrad& ug = grads_[p.unit];
+  Tracer& tr = coll_.tracer();
+  if (block) {  // the whole chain: its wait is the scatter's up to its landing, then the replica's
+    const int64_t t0 = Tracer::nowUs();
+    HSDP_RETURN_IF_ERROR(coll_.reached(p.replicate, Lane::kReduce, true).status());
+    const int64_t landed = std::max(t0, p.chain->landedUs());
+    if (landed > t0) tr.wait(TraceKind::kWaitReduce, p.unit, t0, landed);
+    tr.wait(TraceKind::kWaitReplica, p.unit, landed);
+  } else if (!p.chain->scatterLanded()) {
+    return okStatus();
+  }
+  tr.collective(TraceKind::kReduceScatter, coll_.shardLevel(), p.unit,
+                u.layout.paddedNumel() * sizeof(float), p.scatter_issued, p.chain->landedUs());
+  p.replicate_issued = p.chain->replicaIssuedUs();
+  if (opt_.pooled) HSDP_RETURN_IF_ERROR(pool_.release(ug.life.full, Lane::kReduce));
+  ug.life.full = nullptr;
+  p.scatter_done = true;
   return okStatus();
 }
 
@@ -122,6 +153,13 @@ Status GradReducer::reduce(int unit) {
     watchdog::Label label(u.name, "shard group");
     p.scatter_issued = Tracer::nowUs();
     StatusOr<WorkHandle> w = [&]() -> StatusOr<WorkHandle> {
+      if (!opt_.bf16 && coll_.chainsReplica()) {  // the replica all-reduce follows by itself
+        HSDP_ASSIGN_OR_RETURN(
+            p.chain, coll_.reduceThenReplicate(ug.life.full, ug.shard.as<float>(),
+                                               u.layout.shardNumel(), ug.residual.as<float>(),
+                                               ug.replica_residual.as<float>(), u.name));
+        return p.chain->view();
+      }
       if (!opt_.bf16)
         return coll_.reduceScatter(ug.life.full, ug.shard.data(), u.layout.shardNumel(),
                                    DType::kFloat32, ug.residual.as<float>());
@@ -134,7 +172,7 @@ Status GradReducer::reduce(int unit) {
                                  ug.residual.as<float>());
     }();
     if (!w.ok()) return w.status().withContext(strCat("reduce-scatter of unit '", u.name, "'"));
-    p.scatter = std::move(*w);
+    (p.chain ? p.replicate : p.scatter) = std::move(*w);
   }
   // Mode none all-reduces the gradient where backward wrote it: the reduce lane (the replica
   // all-reduce's caller) must come after the compute stream's work so far. Zero1-3 need it

@@ -15,6 +15,7 @@
 
 #include "core/memory_space.h"
 #include "engine/buffer_pool.h"
+#include "engine/reduce_chain.h"
 #include "engine/unit.h"
 #include "engine/unit_collectives.h"
 #include "engine/unit_state.h"
@@ -76,6 +77,9 @@ class GradReducer {
     int unit = 0;
     WorkHandle scatter;    // full gradient -> shard (shard group), null in mode none
     WorkHandle replicate;  // shard all-reduce over the data-parallel replicas
+    // Host fp32 with replicas (UnitCollectives::chainsReplica): the scatter and the replica
+    // all-reduce as one chain the progress loop drives; `replicate` is its view, `scatter` null.
+    std::unique_ptr<ReduceChain> chain;
     bool scatter_done = false;
     int64_t scatter_issued = 0, replicate_issued = 0;  // the trace's (Tracer::nowUs)
   };
@@ -89,6 +93,10 @@ class GradReducer {
   OnReduced on_reduced_;
   std::vector<UnitGrad> grads_;  // per unit
   std::deque<Pending> pending_;
+
+  // poll() of a chained reduction: its scatter's landing (the trace's event, the pool block
+  // back), and with `block` the wait for the whole chain, split between the two kinds.
+  [[nodiscard]] Status pollChain(Pending& p, bool block);
 };
 
 }  // namespace hsdp::engine

@@ -51,6 +51,10 @@ Status ParamGroup::issueGather(int unit, std::string_view verb) {
   }();
   if (!w.ok()) return w.status().withContext(strCat("all-gather of unit '", u.name, "'"));
   p.work = std::move(*w);
+  // A gather across nodes holds back the replica chunks behind it (engine/reduce_chain.h).
+  const TraceLevel level = coll_.shardLevel();
+  coll_.trackGather(
+      p.work, !node_block && (level == TraceLevel::kInter || level == TraceLevel::kIntraInter));
   ++gathered_alive_;
   // A gather that left nothing in flight (no work, no bf16 block to upcast) is readable now.
   const ParamState to =

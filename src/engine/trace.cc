@@ -82,8 +82,8 @@ void Tracer::computeGap(int64_t until) {
   end = std::max(end, until);
 }
 
-int64_t Tracer::wait(TraceKind kind, int unit, int64_t t0) {
-  const int64_t now = nowUs();
+int64_t Tracer::wait(TraceKind kind, int unit, int64_t t0, int64_t t1) {
+  const int64_t now = t1 >= 0 ? t1 : nowUs();
   seconds_[static_cast<int>(kind)] += static_cast<double>(now - t0) * 1e-6;
   if (on()) {
     computeGap(t0);

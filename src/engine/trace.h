@@ -85,10 +85,13 @@ class Tracer {
 
   // A wait on the caller's thread from `t0` to now, of kind kWait* or kOptimizer: counted in the
   // accounting, and (on) recorded with the compute gap before it. Returns now.
-  int64_t wait(TraceKind kind, int unit, int64_t t0);
-  // A collective seen complete now (issued at `issued`), on its lane.
-  void collective(TraceKind kind, TraceLevel level, int unit, uint64_t bytes, int64_t issued) {
-    if (on()) collectiveSlow(kind, level, unit, bytes, issued, nowUs());
+  // With `t1` >= 0 the wait ended then (a wait split between two kinds).
+  int64_t wait(TraceKind kind, int unit, int64_t t0, int64_t t1 = -1);
+  // A collective seen complete now (issued at `issued`), on its lane; or at `ended`, when the
+  // progress loop saw it (engine/reduce_chain.h).
+  void collective(TraceKind kind, TraceLevel level, int unit, uint64_t bytes, int64_t issued,
+                  int64_t ended = -1) {
+    if (on()) collectiveSlow(kind, level, unit, bytes, issued, ended >= 0 ? ended : nowUs());
   }
   // A snapshot's copy [t0, t1].
   void snapshot(uint64_t bytes, int64_t t0, int64_t t1) {

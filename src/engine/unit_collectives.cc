@@ -4,10 +4,20 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/progress.h"
 #include "engine/elastic_group.h"
+#include "engine/reduce_chain.h"
+#include "hsdp/env.h"
 #include "hsdp/watchdog.h"
 
 namespace hsdp::engine {
+
+namespace {
+const env::IntParam kReplicaChunkBytes{
+    "HSDP_REPLICA_CHUNK_BYTES", 4 << 20, 0, int64_t{1} << 40,
+    "bytes per chunk of a unit's replica all-reduce, which starts as soon as its reduce-scatter "
+    "lands; chunks after the first wait while a cross-node gather is in flight (0: one piece)"};
+}  // namespace
 
 UnitCollectives::UnitCollectives(const Mesh& mesh, std::unique_ptr<SpaceCollectives> space,
                                  const Options& options)
@@ -60,6 +70,8 @@ Status UnitCollectives::connectReplicas() {
 }
 
 Status UnitCollectives::reserve(size_t max_shard, bool bf16) {
+  HSDP_ASSIGN_OR_RETURN(int64_t chunk, kReplicaChunkBytes.value());
+  replica_chunk_ = static_cast<size_t>(chunk) / sizeof(float);
   if (opt_.shards > 1) {
     if (opt_.hierarchical) {
       for (DType t : {DType::kBFloat16, DType::kFloat32}) {
@@ -156,6 +168,52 @@ StatusOr<WorkHandle> UnitCollectives::reduceScatter(const void* full, void* shar
 StatusOr<WorkHandle> UnitCollectives::replicaReduce(void* shard, size_t count, float* residual) {
   if (replica_) return replica_->iallReduce(shard, count, DType::kFloat32, RedOp::kAvg, residual);
   return space_->iallReduce(dataParallel(), shard, count, DType::kFloat32, RedOp::kAvg);
+}
+
+StatusOr<std::unique_ptr<ReduceChain>> UnitCollectives::reduceThenReplicate(
+    const float* full, float* shard, size_t count, float* residual, float* replica_residual,
+    std::string_view label) {
+  HSDP_ASSIGN_OR_RETURN(WorkHandle scatter,
+                        reduceScatter(full, shard, count, DType::kFloat32, residual));
+  auto lock = progressLock();  // the progress thread may advance the chain at once
+  return std::make_unique<ReduceChain>(*this, std::move(scatter), shard, count, replica_chunk_,
+                                       replica_residual, std::string(label), replica_next_++);
+}
+
+namespace {
+// A gather, listed in UnitCollectives::gathers_ while it lives.
+class TrackedGather final : public Work {
+ public:
+  TrackedGather(UnitCollectives& coll, WorkHandle w) : coll_(coll), w_(std::move(w)) {}
+  ~TrackedGather() override { coll_.untrackGather(w_.get()); }
+  Status wait() override { return w_->wait(); }
+  StatusOr<bool> test() override { return w_->test(); }
+
+ private:
+  UnitCollectives& coll_;
+  WorkHandle w_;
+};
+}  // namespace
+
+void UnitCollectives::trackGather(WorkHandle& w, bool cross_node) {
+  if (w == nullptr || !cross_node || !chainsReplica()) return;
+  auto lock = progressLock();
+  gathers_.push_back(w.get());
+  w = std::make_unique<TrackedGather>(*this, std::move(w));
+}
+
+void UnitCollectives::untrackGather(Work* w) {
+  auto lock = progressLock();
+  gathers_.erase(std::remove(gathers_.begin(), gathers_.end(), w), gathers_.end());
+}
+
+bool UnitCollectives::crossNodeGatherInFlight() {
+  auto lock = progressLock();
+  for (Work* w : gathers_) {
+    StatusOr<bool> done = ProgressiveWork::isComplete(*w);
+    if (done.ok() && !*done) return true;  // a failed one is its waiter's to report
+  }
+  return false;
 }
 
 Status UnitCollectives::startGroupAverage(float* shard, size_t count) {

@@ -26,6 +26,7 @@
 namespace hsdp::engine {
 
 class ElasticGroup;
+class ReduceChain;
 
 class UnitCollectives {
  public:
@@ -140,6 +141,28 @@ class UnitCollectives {
   // The fp32 shard averaged in place over the replicas: the transport's exact all-reduce, or
   // the encoded replica wire (with `residual`, replicaResidualCount floats, for error feedback).
   StatusOr<WorkHandle> replicaReduce(void* shard, size_t count, float* residual);
+  // Whether reduceThenReplicate() is the gradient's road: fp32 shards on the host with replicas,
+  // outside elastic mode (a device orders its lanes instead; bf16 upcasts and the elastic
+  // average run between the two on the caller's thread).
+  bool chainsReplica() const {
+    return opt_.shards > 1 && !opt_.on_device && groups_ == nullptr && hasReplicas();
+  }
+  // The reduce-scatter of `full` into `shard` and, once it lands, the shard's replica all-reduce
+  // in chunks of HSDP_REPLICA_CHUNK_BYTES, as one Work the progress loop drives
+  // (engine/reduce_chain.h).
+  StatusOr<std::unique_ptr<ReduceChain>> reduceThenReplicate(const float* full, float* shard,
+                                                             size_t count, float* residual,
+                                                             float* replica_residual,
+                                                             std::string_view label);
+  // The chains' turns on the replica communicator (call order, the same on every rank).
+  bool replicaTurn(uint64_t seq) const { return seq == replica_turn_; }
+  void replicaIssued(uint64_t seq) { replica_turn_ = seq + 1; }
+  // A gather of the parameter path that crosses nodes (`cross_node`) is wrapped in a Work that
+  // is listed until it is destroyed; crossNodeGatherInFlight(): one of them has not landed (the
+  // chains hold their next chunk).
+  void trackGather(WorkHandle& w, bool cross_node);
+  void untrackGather(Work* w);  // the wrapper's destructor
+  bool crossNodeGatherInFlight();
   // Elastic mode: the replica groups (ElasticGroup, not owned; it goes before this object).
   void attachGroups(ElasticGroup* groups) { groups_ = groups; }
   // The fp32 shard averaged over the elastic replica groups, started on the group's replica
@@ -163,6 +186,10 @@ class UnitCollectives {
   Group group_;
   ElasticGroup* groups_ = nullptr;
   Tracer tracer_;
+  // The replica chains (guarded by progressLock(): the progress thread reads them).
+  size_t replica_chunk_ = 0;  // elements per replica chunk (finalize(): HSDP_REPLICA_CHUNK_BYTES)
+  uint64_t replica_next_ = 0, replica_turn_ = 0;
+  std::vector<Work*> gathers_;  // the wrapped gathers' own works, alive
   TraceLevel shard_level_ = TraceLevel::kNone;
 };
 

@@ -128,7 +128,8 @@ TEST(EngineFeatures, WeightDecayMaskAndLearningRateSchedule) {
             EXPECT_NE(late.message().find("before the step's first reduceGrad"), std::string::npos)
                 << late.message();
           }
-          ASSERT_TRUE(m.step().ok());
+          Status last = m.step();
+          ASSERT_TRUE(last.ok()) << last.toString();
         }
       }
     }
