@@ -153,7 +153,9 @@ Status GradReducer::reduce(int unit) {
     watchdog::Label label(u.name, "shard group");
     p.scatter_issued = Tracer::nowUs();
     StatusOr<WorkHandle> w = [&]() -> StatusOr<WorkHandle> {
-      if (!opt_.bf16 && coll_.chainsReplica()) {  // the replica all-reduce follows by itself
+      // The replica all-reduce follows by itself (not under a semi-sync policy: the
+      // gradient stops at the shard group, engine/outer_step.h).
+      if (!opt_.bf16 && opt_.replica_average && coll_.chainsReplica()) {
         HSDP_ASSIGN_OR_RETURN(
             p.chain, coll_.reduceThenReplicate(ug.life.full, ug.shard.as<float>(),
                                                u.layout.shardNumel(), ug.residual.as<float>(),
