@@ -7,7 +7,8 @@
 //
 //   HSDP_WAIT_SPIN_US       microseconds of spinning (sched_yield between rounds) after the last
 //                           progress before the first sleep (default 50)
-//   HSDP_WAIT_SLEEP_MIN_US  the first sleep (default 20); each sleep without progress doubles it
+//   HSDP_WAIT_SLEEP_MIN_US  the first sleep (default 20); each sleep without progress is 1.25x
+//                           the last
 //   HSDP_WAIT_SLEEP_MAX_US  the longest sleep (default 1000; 0: never sleep, the old
 //                           spin-and-yield)
 //
