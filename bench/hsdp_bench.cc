@@ -400,11 +400,14 @@ int main(int argc, char** argv) {
                "Instead of the table: the CPU ranks use while they wait for a late rank 0 in an "
                "all-reduce of -b bytes (bench/hsdp_bench_wait.h), -n rounds");
   hsdp::cli::addList(app, "--wait-transports", wo.transports, "--wait-cpu: transports (mpi,ucx)");
-  hsdp::cli::addInt(app, "--wait-ms", wo.wait_ms, "--wait-cpu: rank 0's compute before it joins",
-                    1, 600000);
+  hsdp::cli::addInt(app, "--wait-ms", wo.wait_ms, "--wait-cpu: rank 0's compute before it joins", 1,
+                    600000);
   hsdp::cli::addReal(app, "--wait-max-cpu", wo.max_cpu_percent,
                      "--wait-cpu: exit 1 if a waiter used more than this % of a core (0: no bound)",
                      hsdp::RealRange::closed(0, 10000));
+  hsdp::cli::addReal(app, "--wait-min-sleeps", wo.min_sleeps_per_s,
+                     "--wait-cpu: exit 1 if a waiter slept fewer times a second (0: no bound)",
+                     hsdp::RealRange::closed(0, 1e6));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

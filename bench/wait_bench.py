@@ -52,9 +52,9 @@ def wait_cpu(binary, thread):
     rows = {}
     for line in out.splitlines():
         f = line.split()
-        if line.startswith("#") or len(f) != 6:
+        if line.startswith("#") or len(f) != 7:
             continue
-        rows[(f[0], f[1], "on" if thread else "off")] = (float(f[2]), float(f[3]), float(f[4]))
+        rows[(f[0], f[1], "on" if thread else "off")] = tuple(float(x) for x in f[2:6])
     return rows
 
 
@@ -100,16 +100,16 @@ def main():
                 print(f"| {k[0]} | {k[1]} | {m['before']:.1f} | {m['after']:.1f} | "
                       f"{m['after'] / m['before']:.2f} |")
     if not a.skip_cpu:
-        print("\n## --wait-cpu: waiters' CPU (% of a core; mean, worst) and rank 0's share of its "
-              "compute, medians over rounds\n")
-        print("| transport | call | progress thread | before mean / worst / r0 | "
-              "after mean / worst / r0 |")
+        print("\n## --wait-cpu: waiters' CPU (% of a core; mean, worst), rank 0's share of its "
+              "compute (%) and the waiters' fewest sleeps a second, medians over rounds\n")
+        print("| transport | call | progress thread | before mean / worst / r0 / sleeps | "
+              "after mean / worst / r0 / sleeps |")
         print("|---|---|---|---:|---:|")
         for k in sorted(cpu["before"][0]):
             cells = []
             for b in builds:
-                v = [statistics.median(x[k][i] for x in cpu[b]) for i in range(3)]
-                cells.append(f"{v[0]:.1f} / {v[1]:.1f} / {v[2]:.0f}")
+                v = [statistics.median(x[k][i] for x in cpu[b]) for i in range(4)]
+                cells.append(f"{v[0]:.1f} / {v[1]:.1f} / {v[2]:.0f} / {v[3]:.0f}")
             print(f"| {k[0]} | {k[1]} | {k[2]} | {cells[0]} | {cells[1]} |")
 
 

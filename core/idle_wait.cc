@@ -12,7 +12,7 @@ namespace hsdp {
 namespace {
 
 const env::IntParam kSpinUs{
-    "HSDP_WAIT_SPIN_US", 50, 0, 1000000,
+    "HSDP_WAIT_SPIN_US", 1000, 0, 1000000,
     "Microseconds a wait for a collective spins (yielding the core between rounds) after its "
     "last progress before it starts sleeping in the kernel (core/idle_wait.h)."};
 const env::IntParam kSleepMinUs{

@@ -6,7 +6,9 @@
 // engine, which sleeps on its worker's event descriptor instead of a plain timer.
 //
 //   HSDP_WAIT_SPIN_US       microseconds of spinning (sched_yield between rounds) after the last
-//                           progress before the first sleep (default 50)
+//                           progress before the first sleep (default 1000: Open MPI's
+//                           nonblocking collectives move between rounds only inside MPI calls,
+//                           which hsdp cannot see as progress; docs/collectives.md)
 //   HSDP_WAIT_SLEEP_MIN_US  the first sleep (default 20); each sleep without progress is 1.25x
 //                           the last
 //   HSDP_WAIT_SLEEP_MAX_US  the longest sleep (default 1000; 0: never sleep, the old
@@ -25,7 +27,7 @@
 namespace hsdp {
 
 struct IdleWaitSettings {
-  int64_t spin_us = 50;
+  int64_t spin_us = 1000;
   int64_t sleep_min_us = 20;
   int64_t sleep_max_us = 1000;
 };
