@@ -161,8 +161,7 @@ Status ProgressiveWork::wait() {
         advance();  // nested inside a pass: only this work can move here
         continue;
       }
-      progressAll();
-      if (done_) continue;
+      if (progressAll() || done_) continue;  // something completed: look again at once
     }
     backoff.sawProgress();
     backoff.pause();
