@@ -35,6 +35,7 @@
 #include <sstream>
 
 #include "bench/hsdp_bench_ops.h"
+#include "bench/hsdp_bench_wait.h"
 #include "collectives/mpi/mpi_comm.h"
 #include "core/host_buffer.h"
 #include "core/watchdog/watchdog.h"
@@ -393,11 +394,32 @@ int main(int argc, char** argv) {
                          "Smallest pipeline chunk of the full buffer (fewer chunks below; 0: off)",
                          /*zero_ok=*/true);
   app.add_flag("--json", o.json, "One JSON array instead of the table");
+  bool wait_cpu = false;
+  hsdp_bench::WaitCpuOptions wo;
+  app.add_flag("--wait-cpu", wait_cpu,
+               "Instead of the table: the CPU ranks use while they wait for a late rank 0 in an "
+               "all-reduce of -b bytes (bench/hsdp_bench_wait.h), -n rounds");
+  hsdp::cli::addList(app, "--wait-transports", wo.transports, "--wait-cpu: transports (mpi,ucx)");
+  hsdp::cli::addInt(app, "--wait-ms", wo.wait_ms, "--wait-cpu: rank 0's compute before it joins", 1,
+                    600000);
+  hsdp::cli::addReal(app, "--wait-max-cpu", wo.max_cpu_percent,
+                     "--wait-cpu: exit 1 if a waiter used more than this % of a core (0: no bound)",
+                     hsdp::RealRange::closed(0, 10000));
+  hsdp::cli::addReal(app, "--wait-min-sleeps", wo.min_sleeps_per_s,
+                     "--wait-cpu: exit 1 if a waiter slept fewer times a second (0: no bound)",
+                     hsdp::RealRange::closed(0, 1e6));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rank = (*world)->rank();
     return hsdp::cli::reportParseError(app, e, "hsdp-bench", rank, rank == 0);
+  }
+  if (wait_cpu) {
+    auto bytes = hsdp::parseByteSize(o.min_bytes, "-b");
+    if (!bytes.ok()) return fail((*world)->rank(), bytes.status().message());
+    wo.bytes = *bytes;
+    wo.rounds = o.iters;
+    return hsdp_bench::waitCpuMain(wo, **world);
   }
   return benchMain(o, **world);
 }

@@ -1,7 +1,5 @@
 #include "core/progress.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "core/comm_observer.h"
+#include "core/idle_wait.h"
 
 namespace hsdp {
 namespace {
@@ -43,6 +42,9 @@ struct Thread {
   std::chrono::microseconds interval{100};
 
   void run() {
+    // While works are in flight: a pass every `interval`, longer (up to HSDP_WAIT_SLEEP_MAX_US)
+    // while nothing moves, so that a collective waiting on a late peer costs no core.
+    IdleBackoff backoff;
     for (;;) {
       uint64_t seen;
       {
@@ -53,17 +55,22 @@ struct Thread {
       }
       bool pending = false;
       if (g_waiters.load() > 0) {
-        pending = true;  // a waiter is advancing everything; look again after the interval
+        pending = true;  // a waiter is advancing everything; look again after the pause
       } else {
         auto lock = progressLock();
         pending = !active().empty();
         if (pending) ProgressiveWork::progressAll();
       }
       if (pending) {
-        std::this_thread::sleep_for(interval);
+        backoff.sawProgress();
+        const auto pause = std::max(interval, std::chrono::microseconds(backoff.nextPauseUs()));
+        std::unique_lock<std::mutex> l(m);
+        if (wake.wait_for(l, pause, [&] { return stop || generation != seen; }))
+          backoff.progressed();  // a new work: look at it soon
       } else {
         std::unique_lock<std::mutex> l(m);
         wake.wait(l, [&] { return stop || generation != seen; });
+        backoff.progressed();
       }
     }
   }
@@ -106,6 +113,7 @@ ProgressiveWork::~ProgressiveWork() {
 void ProgressiveWork::finish(Status s) {
   status_ = std::move(s);
   done_ = true;
+  noteProgress();
 }
 
 bool ProgressiveWork::progressAll() {
@@ -142,6 +150,9 @@ Status ProgressiveWork::wait() {
   struct Leave {
     ~Leave() { g_waiters.fetch_sub(1); }
   } leave;
+  // Spins while the transports report progress, then sleeps (core/idle_wait.h): ranks may
+  // outnumber cores (virtual nodes), and the peers we wait for need them.
+  IdleBackoff backoff;
   for (;;) {
     {
       auto lock = progressLock();
@@ -150,11 +161,10 @@ Status ProgressiveWork::wait() {
         advance();  // nested inside a pass: only this work can move here
         continue;
       }
-      if (progressAll() || done_) continue;
+      if (progressAll() || done_) continue;  // something completed: look again at once
     }
-    // Ranks may outnumber cores (virtual nodes): let the peers we wait for run (and, between
-    // passes, the progress thread take the lock).
-    sched_yield();
+    backoff.sawProgress();
+    backoff.pause();
   }
 }
 

@@ -6,10 +6,11 @@
 //
 // Between hsdp calls nothing advances, unless the progress thread runs (HSDP_PROGRESS_THREAD=1,
 // started by mpi::Session): it advances the list every HSDP_PROGRESS_INTERVAL_US while anything
-// is in flight, so a gather prefetched before a layer's compute moves during that compute. Two
-// threads then touch the communication state, so every entry point of a transport (MpiComm,
-// UcxComm and their works) and of the hierarchical schedules holds progressLock(), and MPI runs
-// at MPI_THREAD_MULTIPLE (the user's own MPI calls may overlap the thread's).
+// is in flight (backing off to HSDP_WAIT_SLEEP_MAX_US while nothing moves, core/idle_wait.h),
+// so a gather prefetched before a layer's compute moves during that compute. Two threads then
+// touch the communication state, so every entry point of a transport (MpiComm, UcxComm and their
+// works) and of the hierarchical schedules holds progressLock(), and MPI runs at
+// MPI_THREAD_MULTIPLE (the user's own MPI calls may overlap the thread's).
 #pragma once
 
 #include <mutex>

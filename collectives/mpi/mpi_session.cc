@@ -9,6 +9,7 @@
 
 #include "collectives/mpi/mpi_check.h"
 #include "collectives/mpi/mpi_comm.h"
+#include "core/idle_wait.h"
 #include "core/launcher.h"
 #include "core/progress.h"
 #include "core/watchdog/watchdog.h"
@@ -193,6 +194,7 @@ StatusOr<SessionEnv> readSessionEnv() {
   HSDP_RETURN_IF_ERROR(log::checkSettings());
   HSDP_ASSIGN_OR_RETURN(e.progress_thread, kProgressThread.get());
   HSDP_ASSIGN_OR_RETURN(e.interval_us, kProgressIntervalUs.value());
+  HSDP_RETURN_IF_ERROR(idleWaitSettings().status());  // HSDP_WAIT_*: read by every wait
   HSDP_ASSIGN_OR_RETURN(e.wd, watchdog::resolveConfig({}));
   return e;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "collectives/mpi/mpi_check.h"
+#include "core/idle_wait.h"
 #include "hsdp/log.h"
 
 namespace hsdp::mpi {
@@ -34,7 +35,8 @@ struct Poll {
     const int rc = MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &outcount, done.data(),
                                 MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) return false;
-    if (outcount == MPI_UNDEFINED) return true;
+    if (outcount == MPI_UNDEFINED || outcount == 0) return true;
+    noteProgress();  // a waiter keeps spinning while requests land (core/idle_wait.h)
     for (int i = 0; i < outcount; ++i) *where[done[i]] = reqs[done[i]];  // MPI_REQUEST_NULL
     return true;
   }

@@ -1,6 +1,8 @@
 #include "collectives/ucx/ucx_engine.h"
 
+#include <poll.h>
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 
@@ -36,6 +38,11 @@ StatusOr<std::shared_ptr<Engine>> Engine::acquire() {
   HSDP_ASSIGN_OR_RETURN(e->context_, UcpContext::create(e->settings_));
   HSDP_ASSIGN_OR_RETURN(e->worker_, UcpWorker::create(e->context_.get()));
   HSDP_ASSIGN_OR_RETURN(e->address_, e->worker_.address());
+  if (ucs_status_t st = ucp_worker_get_efd(e->worker_.get(), &e->efd_); st != UCS_OK) {
+    HSDP_INFO(kInit, "ucx: no worker event descriptor (", ucs_status_string(st),
+              "); waits sleep on a timer");
+    e->efd_ = -1;
+  }
   HSDP_INFO(kInit, "ucx ", ucp_get_version_string(), " context ready: transports ",
             e->settings_.tls.empty() ? "from UCX_TLS (default: all)"
                                      : strCat("HSDP_UCX_TLS=", e->settings_.tls),
@@ -98,9 +105,24 @@ bool Engine::progress() {
       ++i;
     }
   }
+  if (moved) noteProgress();
   return moved;
 }
 
 void Engine::yield() { sched_yield(); }
+
+void Engine::sleepOnWorker(int64_t us) {
+  const timespec timeout{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
+  if (efd_ >= 0) {
+    const ucs_status_t st = ucp_worker_arm(worker_.get());
+    if (st == UCS_ERR_BUSY) return;  // events pending: progress them
+    if (st == UCS_OK) {
+      pollfd p{efd_, POLLIN, 0};
+      ppoll(&p, 1, &timeout, nullptr);  // an event, the timeout or a signal: progress again
+      return;
+    }
+  }
+  nanosleep(&timeout, nullptr);
+}
 
 }  // namespace hsdp::ucx

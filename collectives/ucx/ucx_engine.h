@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "collectives/ucx/ucx_resources.h"
+#include "core/idle_wait.h"
 #include "hsdp/status.h"
 
 namespace hsdp::ucx {
@@ -69,14 +70,24 @@ class Engine {
   // One round: progresses the worker, then advances every op in flight, oldest first.
   // Returns whether anything happened.
   bool progress();
-  // progress() until done(); after a run of idle rounds it yields the CPU, which matters when
-  // ranks outnumber cores (tests run 8 ranks on 2 cores).
+  // progress() until done(). Spins while things move; once nothing has moved for a while
+  // (core/idle_wait.h) it arms the worker and sleeps on its event descriptor, with a timeout
+  // that grows to HSDP_WAIT_SLEEP_MAX_US, so that a rank waiting on a late peer leaves the core
+  // to the ranks that compute (tests run 8 ranks on 2 cores).
   template <typename Done>
   void progressUntil(Done done) {
+    IdleBackoff backoff;
     int idle = 0;
     while (!done()) {
       if (progress()) {
+        backoff.progressed();
         idle = 0;
+        continue;
+      }
+      backoff.sawProgress();  // another transport's progress counts too
+      const int64_t pause_us = backoff.nextPauseUs();
+      if (pause_us > 0) {
+        sleepOnWorker(pause_us);
       } else if (++idle >= kSpinsBeforeYield) {
         yield();
         idle = 0;
@@ -89,6 +100,9 @@ class Engine {
   static constexpr int kSpinsBeforeYield = 64;
   Engine() = default;
   static void yield();
+  // Arms the worker and waits up to `us` for an event on its descriptor (a plain sleep where
+  // UCX gave none); returns at once if events are pending.
+  void sleepOnWorker(int64_t us);
 
   ContextSettings settings_;
   // Declaration order is teardown order reversed: the worker goes before the context.
@@ -101,6 +115,7 @@ class Engine {
   std::vector<uint8_t> address_;
   std::vector<std::shared_ptr<ActiveOp>> active_;
   uint32_t next_comm_id_ = 0;
+  int efd_ = -1;  // the worker's event descriptor (ucp_worker_get_efd); -1: none
 };
 
 }  // namespace hsdp::ucx

@@ -38,7 +38,8 @@ StatusOr<UcpContext> UcpContext::create(const ContextSettings& settings) {
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                       UCP_PARAM_FIELD_TAG_SENDER_MASK | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_TAG;
+  // WAKEUP: a waiting rank sleeps on the worker's event descriptor (Engine::progressUntil).
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   // The low 16 bits of every hsdp tag are the sender's rank (see ucx_comm.cc); telling UCX lets
   // it attribute unexpected messages to their sender.
