@@ -15,7 +15,8 @@
 #                                  [--repeats N] [--build DIR]
 set -uo pipefail
 rate=1gbit steps=20 preset=small batch=12 reps=1 build=./build
-bad() { echo "elastic_cluster_bench: $*" >&2; exit 2; }
+bench_name=elastic_cluster_bench
+source "$(dirname "${BASH_SOURCE[0]}")/bench_args.sh"
 while [ $# -gt 0 ]; do
   case $1 in
     --rate) rate=${2:-}; shift 2 ;;
@@ -25,17 +26,17 @@ while [ $# -gt 0 ]; do
     --repeats) reps=${2:-}; shift 2 ;;
     --build) build=${2:-}; shift 2 ;;
     -h | --help) sed -n '2,/^#   bench/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) bad "unknown flag '$1'" ;;
+    *) die "unknown flag '$1'" ;;
   esac
 done
-[[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge 8 ] || bad "--steps '$steps' must be an integer >= 8"
-[[ $reps =~ ^[0-9]+$ ]] && [ "$reps" -ge 1 ] || bad "--repeats '$reps' must be >= 1"
+posint --steps "$steps" 8
+posint --repeats "$reps" 1
 [[ $batch =~ ^[0-9]+$ ]] && [ $((batch % 6)) -eq 0 ] && [ "$batch" -gt 0 ] ||
-  bad "--batch '$batch' must be a positive multiple of 6 (3 groups x 2 ranks)"
-case $preset in tiny | small) ;; *) bad "--preset '$preset' is not tiny or small" ;; esac
+  die "--batch '$batch' must be a positive multiple of 6 (3 groups x 2 ranks)"
+case $preset in tiny | small) ;; *) die "--preset '$preset' is not tiny or small" ;; esac
 here=$(cd "$(dirname "$0")/.." && pwd)
 gpt=$build/examples/train_gpt elastic=$build/tools/hsdp-elastic
-[ -x "$gpt" ] && [ -x "$elastic" ] || bad "--build '$build' has no examples/train_gpt and tools/hsdp-elastic"
+[ -x "$gpt" ] && [ -x "$elastic" ] || die "--build '$build' has no examples/train_gpt and tools/hsdp-elastic"
 cluster=$here/tests/cluster/cluster.sh job=$here/tests/elastic/elastic_cluster_job.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -18,7 +18,8 @@
 set -uo pipefail
 rates=1gbit,100mbit steps=100 preset=small batch=12 every=10 out=./semi_sync_bench build=./build
 configs=sync,sync+int8,diloco10,diloco10+int8,diloco50,diloco50+int8,stream10x3,stream10x3+int8
-bad() { echo "semi_sync_bench: $*" >&2; exit 2; }
+bench_name=semi_sync_bench
+source "$(dirname "${BASH_SOURCE[0]}")/bench_args.sh"
 while [ $# -gt 0 ]; do
   case $1 in
     --rates) rates=${2:-}; shift 2 ;;
@@ -30,18 +31,18 @@ while [ $# -gt 0 ]; do
     --out) out=${2:-}; shift 2 ;;
     --build) build=${2:-}; shift 2 ;;
     -h | --help) sed -n '2,/^# --configs/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) bad "unknown flag '$1'" ;;
+    *) die "unknown flag '$1'" ;;
   esac
 done
-[[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge 4 ] || bad "--steps '$steps' must be an integer >= 4"
-[[ $every =~ ^[0-9]+$ ]] && [ "$every" -ge 1 ] || bad "--eval-every '$every' must be >= 1"
+posint --steps "$steps" 4
+posint --eval-every "$every" 1
 [[ $batch =~ ^[0-9]+$ ]] && [ $((batch % 6)) -eq 0 ] && [ "$batch" -gt 0 ] ||
-  bad "--batch '$batch' must be a positive multiple of 6 (3 nodes x 2 ranks)"
-case $preset in tiny | small) ;; *) bad "--preset '$preset' is not tiny or small" ;; esac
+  die "--batch '$batch' must be a positive multiple of 6 (3 nodes x 2 ranks)"
+case $preset in tiny | small) ;; *) die "--preset '$preset' is not tiny or small" ;; esac
 here=$(cd "$(dirname "$0")/.." && pwd)
 gpt=$build/examples/train_gpt cluster=$here/tests/cluster/cluster.sh
-[ -x "$gpt" ] || bad "--build '$build' has no examples/train_gpt"
-mkdir -p "$out" || bad "--out '$out' cannot be made"
+[ -x "$gpt" ] || die "--build '$build' has no examples/train_gpt"
+mkdir -p "$out" || die "--out '$out' cannot be made"
 echo "config,rate,step,tokens,val_loss" >"$out/runs.csv"
 
 # The flags of a configuration name (and its wire, after '+').
@@ -65,7 +66,7 @@ IFS=, read -ra cfgs <<<"$configs"
 IFS=, read -ra rts <<<"$rates"
 for rate in "${rts[@]}"; do
   for c in "${cfgs[@]}"; do
-    pa=$(policy_args "$c") || bad "--configs: '$c' is not sync, diloco10, diloco50 or stream10x3"
+    pa=$(policy_args "$c") || die "--configs: '$c' is not sync, diloco10, diloco50 or stream10x3"
     wire=fp32
     [[ $c == *+int8 ]] && wire=int8
     log=$out/$c.$rate.log

@@ -13,8 +13,8 @@ set -euo pipefail
 root=$(cd -P "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${HSDP_BUILD_DIR:-$root/build}
 rounds=3 steps=8 warmup=2 rates="1gbit none"
-die() { echo "torch_bench: $*" >&2; exit 2; }
-posint() { [[ $2 =~ ^[0-9]+$ ]] && (($2 >= $3)) || die "$1 '$2' must be an integer >= $3"; }
+bench_name=torch_bench
+source "$root/bench/bench_args.sh"
 while (($#)); do
   case $1 in
     --rounds) posint --rounds "${2-}" 1; rounds=$2; shift 2 ;;
