@@ -119,7 +119,8 @@ Status ShardedModel::Impl::anchorOuter() {
 
 Status ShardedModel::Impl::outerStep() {
   if (!outer->active()) return okStatus();
-  std::vector<engine::OuterSync::Shard> due;
+  std::vector<engine::OuterSync::Shard>& due = outer_due;
+  due.clear();
   for (Unit& u : units) {
     const int k = indexOf(u);
     if (u.frozen || !outer->syncsAfter(k, step)) continue;

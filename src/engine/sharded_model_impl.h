@@ -107,6 +107,7 @@ struct ShardedModel::Impl {
 
   // ---- semi-synchronous replicas (outer_step.cc): the outer state and the sync schedule ----
   std::unique_ptr<engine::OuterSync> outer;
+  std::vector<engine::OuterSync::Shard> outer_due;  // outerStep()'s list, reused every step
   // Before the first inner step since finalize or load: anchors := masters.
   Status anchorOuter();
   // After inner step `step`: the due units' replica sync and outer update.
