@@ -1,7 +1,7 @@
 // Internal to hsdp: the CUDA memory space (core/memory_space.h) and the parts of its bundle that
 // need only CUDA: the step's kernels (Adam, the gradient norm) and the host copies (CPU offload's
 // trip, checkpoint snapshots). The collectives on its buffers need NCCL and live beside the NCCL
-// transport (collectives/nccl/nccl_space.cc), which builds the bundle and registers it as "cuda".
+// transport (cuda/nccl_space.cc), which builds the bundle and registers it as "cuda".
 //
 // Lanes (core/memory_space.h) on one device:
 //   kCompute  the user's compute stream (ShardedModel::setComputeStream; default the legacy

@@ -7,7 +7,7 @@
 //    loops and the CPU Adam; collectives are waited for on the host. This is the engine as it
 //    was before the seam, operation for operation, so host results are bit for bit unchanged.
 //  - CUDA (cuda/cuda_space.h: device buffers, kernels from cuda/kernels.h, the offload and
-//    snapshot copies; collectives/nccl/nccl_space.cc: NCCL collectives on them and the
+//    snapshot copies; cuda/nccl_space.cc: NCCL collectives on them and the
 //    registration as "cuda", in CUDA builds only): "waiting" for a collective is a stream waiting
 //    on an event, so the host runs ahead and only waits where the public contract needs a host
 //    value.
