@@ -141,6 +141,7 @@ std::string checkpointSummaryJson(const std::string& dir, const Manifest& m,
                       {"files", files},
                       {"user", user},
                       {"checksums_ok", nullptr}};
+  if (m.semi_sync) j["replica_sync"] = saved["replica_sync"];  // format_version 2
   if (checks) j["checksums_ok"] = all_ok;
   // Names that are not UTF-8 (a path, a hand-edited manifest) print as U+FFFD, never throw;
   // control bytes and 0x7f as \u001b, \u007f.
