@@ -196,8 +196,8 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
     const ReplicaSyncDesc& r = m.replica_sync;
     s += strCat("  replica policy ", r.policy, ": ", r.replicas, " replicas of ", r.model_units,
                 " units, sync every ", r.sync_every, " steps (step ", r.step_in_period,
-                " of the period), fragments ", r.fragments, ", outer lr ", r.outer_lr,
-                " momentum ", r.outer_momentum, "\n");
+                " of the period), fragments ", r.fragments, ", outer lr ", r.outer_lr, " momentum ",
+                r.outer_momentum, "\n");
   }
   if (!d.elastic_job.empty()) {  // an elastic group's save: the membership it was saved under
     std::string present;

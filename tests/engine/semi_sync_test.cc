@@ -165,8 +165,7 @@ void probeStep(ShardedModel& m) {
   ASSERT_TRUE(m.step().ok());
 }
 
-std::unique_ptr<ShardedModel> probeModel(const Mesh& mesh, ShardMode mode, ReplicaPolicy p,
-                                         int h) {
+std::unique_ptr<ShardedModel> probeModel(const Mesh& mesh, ShardMode mode, ReplicaPolicy p, int h) {
   auto model = ShardedModel::create(mesh, probe(mode, p, h));
   EXPECT_TRUE(model.ok()) << model.status().toString();
   if (!model.ok()) return nullptr;
@@ -181,8 +180,7 @@ std::unique_ptr<ShardedModel> probeModel(const Mesh& mesh, ShardMode mode, Repli
 // bit for bit. A model with another H, another policy or sync refuses it by name.
 void resumeMidPeriod(const Mesh& mesh, ShardMode mode, ReplicaPolicy policy) {
   SCOPED_TRACE(strCat(shardModeName(mode), " ", replicaPolicyName(policy)));
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / "hsdp_semi_sync_ckpt").string();
+  const std::string dir = (std::filesystem::temp_directory_path() / "hsdp_semi_sync_ckpt").string();
   auto a = probeModel(mesh, mode, policy, 2);
   ASSERT_TRUE(a);
   std::vector<float> init(kN);

@@ -178,7 +178,8 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
     char* staging = static_cast<char*>(m.stagingData());
     std::vector<ckpt::TensorReader::Request> requests;
     // Semi-sync: this rank's replica's own units (checkpoint/semi_sync.cc).
-    const int unit0 = m.outer->active() ? m.mesh->coords().replica_rank * static_cast<int>(m.units.size()) : 0;
+    const int unit0 =
+        m.outer->active() ? m.mesh->coords().replica_rank * static_cast<int>(m.units.size()) : 0;
     for (const ckpt::PlannedChunk& c : plan.chunks) {
       const ckpt::TensorDesc& t = tensors[c.tensor];
       if (static_cast<int>(t.state) >= states) continue;

@@ -105,8 +105,7 @@ ckpt::ReplicaSyncDesc ShardedModel::Impl::replicaSyncDesc() const {
   return d;
 }
 
-Status ShardedModel::Impl::checkSavedPolicy(const ckpt::Manifest& m,
-                                            const std::string& dir) const {
+Status ShardedModel::Impl::checkSavedPolicy(const ckpt::Manifest& m, const std::string& dir) const {
   const ckpt::ReplicaSyncDesc mine = replicaSyncDesc();
   auto differ = [&](auto&&... what) {
     return invalidArgument("load: checkpoint '", dir, "' was saved with ", what...,
