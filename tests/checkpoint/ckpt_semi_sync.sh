@@ -26,15 +26,6 @@ train() {  # NP RPN ARGS...
 expect() {  # PATTERN TEXT
   echo "$2" | grep -q -- "$1" || { echo "$2"; echo "FAIL: expected '$1'"; exit 1; }
 }
-same_files() {  # DIR_A DIR_B: every data file byte-identical
-  local n=0
-  for f in "$1"/data-*.bin; do
-    cmp "$f" "$2/$(basename "$f")" || { echo "FAIL: $(basename "$f") differs"; exit 1; }
-    n=$((n + 1))
-  done
-  [ "$n" -gt 0 ] || { echo "FAIL: no data files in $1"; exit 1; }
-  echo "ok: $n data files identical"
-}
 resume_case() {  # NAME NP RPN K SAVE_FLAG ARGS...: straight 8 vs K + resume to 8
   local name=$1 np=$2 rpn=$3 k=$4 save=$5; shift 5
   local d="$work/$name" out

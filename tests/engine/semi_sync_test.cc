@@ -106,6 +106,18 @@ TEST(SemiSync, SettingsAreCheckedByName) {
   });
 }
 
+// One probe step: every rank's own gradient (rankGrad), reduced in its shard group, stepped.
+void probeStep(ShardedModel& m) {
+  ASSERT_TRUE(m.unshard(0).ok());
+  ASSERT_TRUE(m.waitForUnshard(0).ok());
+  auto g = m.grad(0, "w");
+  ASSERT_TRUE(g.ok()) << g.status().toString();
+  for (size_t i = 0; i < kN; ++i) g->data[i] = rankGrad(world().rank(), i);
+  ASSERT_TRUE(m.reduceGrad(0).ok());
+  ASSERT_TRUE(m.reshard(0).ok());
+  ASSERT_TRUE(m.step().ok());
+}
+
 // One step of every replica on its own ranks' gradients, then (H = 1) the sync; with H = 2 none.
 void oneStep(const Mesh& mesh, ShardMode mode, ReplicaPolicy policy, int h) {
   SCOPED_TRACE(strCat(shardModeName(mode), " ", replicaPolicyName(policy), " H=", h));
@@ -117,14 +129,7 @@ void oneStep(const Mesh& mesh, ShardMode mode, ReplicaPolicy policy, int h) {
   std::vector<float> init(kN);
   for (size_t i = 0; i < kN; ++i) init[i] = initial(i);
   ASSERT_TRUE(m.setParameter(0, "w", init.data(), init.size()).ok());
-  ASSERT_TRUE(m.unshard(0).ok());
-  ASSERT_TRUE(m.waitForUnshard(0).ok());
-  auto g = m.grad(0, "w");
-  ASSERT_TRUE(g.ok()) << g.status().toString();
-  for (size_t i = 0; i < kN; ++i) g->data[i] = rankGrad(world().rank(), i);
-  ASSERT_TRUE(m.reduceGrad(0).ok());
-  ASSERT_TRUE(m.reshard(0).ok());
-  ASSERT_TRUE(m.step().ok());
+  probeStep(m);
   std::vector<float> full;
   ASSERT_TRUE(m.gatherFullParameters(0, &full).ok());
   const auto ranks = replicaRanks(mesh);
@@ -151,18 +156,6 @@ TEST(SemiSync, OneStepAgainstClosedForms) {
       for (ReplicaPolicy p : {ReplicaPolicy::kLocalSgd, ReplicaPolicy::kDiloco})
         for (int h : {1, 2}) oneStep(mesh, mode, p, h);
   });
-}
-
-// One probe step: every rank's own gradient (rankGrad), reduced in its shard group, stepped.
-void probeStep(ShardedModel& m) {
-  ASSERT_TRUE(m.unshard(0).ok());
-  ASSERT_TRUE(m.waitForUnshard(0).ok());
-  auto g = m.grad(0, "w");
-  ASSERT_TRUE(g.ok()) << g.status().toString();
-  for (size_t i = 0; i < kN; ++i) g->data[i] = rankGrad(world().rank(), i);
-  ASSERT_TRUE(m.reduceGrad(0).ok());
-  ASSERT_TRUE(m.reshard(0).ok());
-  ASSERT_TRUE(m.step().ok());
 }
 
 std::unique_ptr<ShardedModel> probeModel(const Mesh& mesh, ShardMode mode, ReplicaPolicy p, int h) {
