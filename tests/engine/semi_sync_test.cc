@@ -15,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "hsdp/checkpoint_offline.h"
 #include "hsdp/sharded_model.h"
 #include "tests/common/for_each_mesh.h"
 #include "tests/common/mpi_test_main.h"
@@ -182,6 +183,32 @@ void resumeMidPeriod(const Mesh& mesh, ShardMode mode, ReplicaPolicy policy) {
   probeStep(*a);
   auto saved = a->save(dir);
   ASSERT_TRUE(saved.ok()) << saved.status().toString();
+  const auto ranks = replicaRanks(mesh);
+  {  // The files, read offline: every replica's own parameters, the outer state once.
+    auto rd = CheckpointReader::open(dir);
+    ASSERT_TRUE(rd.ok()) << rd.status().toString();
+    EXPECT_EQ((*rd)->find("u.w"), -1);
+    auto tensor = [&](const std::string& name) {
+      const int t = (*rd)->find(name);
+      EXPECT_GE(t, 0) << name;
+      std::vector<float> v(kN, -1.0f);
+      if (t >= 0) EXPECT_TRUE((*rd)->readInto(t, TensorState::kParam, v.data()).ok()) << name;
+      return v;
+    };
+    for (size_t q = 0; q < ranks.size(); ++q) {
+      const std::vector<float> w = tensor(strCat("replica", q, "/u.w"));
+      for (size_t i = 0; i < kN; ++i) ASSERT_NEAR(w[i], afterInner(ranks[q], i), 1e-6) << q;
+    }
+    EXPECT_EQ((*rd)->find("outer_anchor/u.w") >= 0, policy == ReplicaPolicy::kDiloco);
+    if (policy == ReplicaPolicy::kDiloco) {
+      const std::vector<float> anchor = tensor("outer_anchor/u.w");
+      const std::vector<float> momentum = tensor("outer_momentum/u.w");
+      for (size_t i = 0; i < kN; ++i) {
+        ASSERT_EQ(anchor[i], initial(i)) << i;
+        ASSERT_EQ(momentum[i], 0.0f) << i;
+      }
+    }
+  }
   auto b = probeModel(mesh, mode, policy, 2);
   ASSERT_TRUE(b);
   auto loaded = b->load(dir);
@@ -189,7 +216,6 @@ void resumeMidPeriod(const Mesh& mesh, ShardMode mode, ReplicaPolicy policy) {
   EXPECT_EQ(loaded->step, 1);
   std::vector<float> fa, fb;
   ASSERT_TRUE(b->gatherFullParameters(0, &fb).ok());
-  const auto ranks = replicaRanks(mesh);
   for (size_t i = 0; i < kN; ++i)
     ASSERT_NEAR(fb[i], afterInner(ranks[mesh.coords().replica_rank], i), 1e-6) << i;
   probeStep(*a);
