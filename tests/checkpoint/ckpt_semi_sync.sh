@@ -6,7 +6,7 @@
 # and momentum, the step), and the resumed run's --check holds against mlp::trainReplicaReference
 # (every rank against its own replica's reference). Saves mid-period (K = 2, 4, 5) and at sync
 # points (K = 3, 6); diloco and local_sgd; 2 and 3 replicas; zero3 + CPU offload; fragments;
-# mode none; an async save. Then hsdp-ckpt on it (verify, inspect, diff read it; reshard and
+# mode none; an async save; train_gpt with each policy. Then hsdp-ckpt on it (verify, inspect, diff read it; reshard and
 # export refuse it by name), and resuming under another policy, H, F, outer lr or replica count,
 # or a semi-synchronous job resuming a sync checkpoint: refused naming the value on every rank.
 #   ckpt_semi_sync.sh BUILD_DIR WORK_DIR EXPECT_ERROR_SH
@@ -52,6 +52,18 @@ resume_case diloco.3rep.offload.mid 6 2 5 "" "${z3[@]}" --offload cpu --replica-
 resume_case diloco.2rep.f2.mid 4 2 4 "" "${z3[@]}" --replica-policy diloco --sync-every 3 \
   --fragments 2
 resume_case diloco.3rep.none.mid 3 1 2 "" --mode none --replica-policy diloco --sync-every 3
+# train_gpt (tiny; its lr schedule follows --steps, so both runs give --steps 8): 8 steps saving
+# at 4 (mid-period) and 8, against a new job resuming the step-4 checkpoint to 8.
+for policy in diloco local_sgd; do
+  d="$work/gpt.$policy"
+  gpt=("$mpirun" --oversubscribe --bind-to none -np 4 -x HSDP_RANKS_PER_NODE=2
+       "$build/examples/train_gpt" --preset tiny --batch 8 --eval-batches 0 --mode zero3
+       --intra-shard 2 --replica-policy "$policy" --sync-every 3 --steps 8)
+  "${gpt[@]}" --save-dir "$d/straight" --save-every 4 --keep 0 >"$work/last.log" 2>&1
+  "${gpt[@]}" --resume "$d/straight/step-00000004" --save-dir "$d/resumed" >"$work/last.log" 2>&1
+  echo -n "train_gpt $policy (saved at step 4): "
+  same_files "$d/straight/step-00000008" "$d/resumed/step-00000008"
+done
 
 # The offline tool on a diloco checkpoint saved mid-period (2 replicas x 2 shards).
 ck="$work/diloco.2rep.mid/first/step-00000004"
