@@ -236,13 +236,6 @@ inline void addFailureFlags(CLI::App& app, EngineFlags& f) {
   cfg->replica_sync.outer_lr = f.outer_lr;
   cfg->replica_sync.outer_momentum = f.outer_momentum;
   cfg->replica_sync.fragments = f.fragments;
-  // Refused before training rather than at the first save (the engine refuses it too).
-  if (cfg->replica_sync.policy != ReplicaPolicy::kSync &&
-      (!f.ckpt.save_dir.empty() || !f.ckpt.resume.empty()))
-    return invalidArgument(f.ckpt.save_dir.empty() ? "--resume" : "--save-dir",
-                           " with --replica-policy ", f.replica_policy,
-                           ": checkpoints of replica policy ", f.replica_policy,
-                           " are not built yet (docs/semi_sync.md)");
   mesh->intra_shard = f.intra_shard;
   mesh->inter_shard = f.inter_shard;
   if (cfg->mode == ShardMode::kNone) {  // plain data parallel: nothing is sharded

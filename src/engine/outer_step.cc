@@ -61,13 +61,6 @@ void OuterSync::capture(int unit, const float* master, size_t n) {
   if (diloco() && !anchor_[unit].empty()) std::copy(master, master + n, anchor_[unit].begin());
 }
 
-Status OuterSync::checkpointable(const char* verb) const {
-  if (!active()) return okStatus();
-  return unimplemented(verb, ": checkpoints of replica policy ", replicaPolicyName(p_.policy),
-                       " are not built yet (each replica's parameters between syncs and its "
-                       "inner optimizer state differ; a checkpoint holds one copy); use sync");
-}
-
 Status OuterSync::sync(std::span<const Shard> due) {
   work_.clear();
   const bool dl = diloco();

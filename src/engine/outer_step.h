@@ -64,10 +64,6 @@ class OuterSync {
   // for in order), and the outer update. The caller refreshes what derives from the masters.
   [[nodiscard]] Status sync(std::span<const Shard> due);
 
-  // Checkpoints (save, load: `verb`) are not built for local_sgd and diloco: the replicas'
-  // parameters (between syncs) and inner optimizer states differ, and a checkpoint holds one
-  // copy split over the replicas. Unimplemented naming the policy; OK for sync.
-  [[nodiscard]] Status checkpointable(const char* verb) const;
   // Checkpoints: a unit's outer state (diloco; empty spans otherwise).
   std::span<float> anchor(int unit) { return anchor_[unit]; }
   std::span<float> momentum(int unit) { return momentum_[unit]; }

@@ -43,6 +43,7 @@
 #include "engine/unit_collectives.h"
 #include "engine/unit_state.h"
 #include "hsdp/sharded_model.h"
+#include "storage/io.h"
 
 // The checkpoint format's types the save/load methods below return (storage/format.h, included
 // by the checkpoint's files only: the model's state does not depend on the format).
@@ -206,8 +207,33 @@ struct ShardedModel::Impl {
   ckpt::SavedUnder savedUnder() const;
   // Elastic mode: the group that writes a checkpoint of the current state (save.cc); -1 when off.
   int checkpointWriter() const;
-  int pieceReplicas() const { return mesh->shape().replicas(); }
+  // How many replicas split a shard's piece of a checkpoint: all of them (sync: each writes 1/R),
+  // or 1 with a semi-synchronous policy (each replica writes its own state whole).
+  int pieceReplicas() const { return outer->active() ? 1 : mesh->shape().replicas(); }
+  // The model's chunks this rank loads and installs (indexed by unitDescs()'s tensors).
   ckpt::FilePlan myPlan() const;
+  // ---- semi-synchronous checkpoints (checkpoint/semi_sync.cc; docs/checkpoint.md) ----
+  // The units a checkpoint holds: unitDescs(), or (local_sgd, diloco) the model's once per
+  // replica, then (diloco) the outer anchor and momentum of every trainable unit.
+  std::vector<ckpt::UnitDesc> checkpointUnits() const;
+  // The data file of the rank at (shard, replica), indexed by checkpointUnits()'s tensors: sync,
+  // its piece; semi-sync, its replica's whole shard, then (replica 0, diloco) the outer state's.
+  ckpt::FilePlan savePlan(int shard, int replica) const;
+  // Tensor `t` of checkpointUnits(): its unit's shard buffer (`host`: in host memory), `*unit`.
+  const float* saveSource(const ckpt::TensorDesc& t, bool* host, const engine::Unit** unit);
+  // The manifest's `replica_sync` (semi-sync), and load's check of a manifest's against the
+  // model's: another policy, H, F, outer lr or momentum, or replica count is InvalidArgument
+  // naming the value.
+  ckpt::ReplicaSyncDesc replicaSyncDesc() const;
+  [[nodiscard]] Status checkSavedPolicy(const ckpt::Manifest& m, const std::string& dir) const;
+  // Load (diloco): the requests that read this rank's shard of the outer state into `staged`
+  // (per unit), and installing it once every rank's read succeeded.
+  struct OuterStaged {
+    std::vector<std::vector<float>> anchor, momentum;
+  };
+  std::vector<ckpt::TensorReader::Request> outerRequests(const ckpt::Manifest& m,
+                                                         OuterStaged* staged) const;
+  void installOuter(const OuterStaged& staged);
   // The snapshot/staging buffer, sized for myPlan() (allocated on first use, then reused).
   Status ensureSaver();
   // Returns once the save in flight (if any) has copied what it reads from the training state

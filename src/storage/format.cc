@@ -186,7 +186,7 @@ std::string serializeManifest(const Manifest& m) {
                     {"bytes", e.bytes},
                     {"xxh64", hex64(e.xxh64)}});
   json j = {{"format", kFormatName},
-            {"format_version", m.version},
+            {"format_version", m.semi_sync ? kSemiSyncFormatVersion : m.version},
             {"step", m.step},
             {"created", m.created},
             {"model", {{"units", units}}},
@@ -195,6 +195,17 @@ std::string serializeManifest(const Manifest& m) {
             {"files", files},
             {"tensors", tensors},
             {"user", user}};
+  if (m.semi_sync) {
+    const ReplicaSyncDesc& r = m.replica_sync;
+    j["replica_sync"] = {{"policy", r.policy},
+                         {"sync_every", r.sync_every},
+                         {"fragments", r.fragments},
+                         {"outer_lr", r.outer_lr},
+                         {"outer_momentum", r.outer_momentum},
+                         {"replicas", r.replicas},
+                         {"model_units", r.model_units},
+                         {"step_in_period", r.step_in_period}};
+  }
   return j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 }  // namespace hsdp::ckpt

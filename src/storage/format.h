@@ -17,6 +17,9 @@
 namespace hsdp::ckpt {
 
 constexpr int kFormatVersion = 1;
+// A semi-synchronous save (docs/checkpoint.md, "Semi-synchronous replicas"): the same layout
+// rules, other units (every replica's own copy, and the outer state), and `replica_sync`.
+constexpr int kSemiSyncFormatVersion = 2;
 constexpr const char* kFormatName = "hsdp-checkpoint";
 // Size limits of the small files of a checkpoint (docs/checkpoint.md, "File rules").
 constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
@@ -120,6 +123,21 @@ struct UserEntry {
   uint64_t xxh64 = 0;
 };
 
+// The manifest's `replica_sync` object (format_version 2 only): the policy a semi-synchronous
+// checkpoint was saved under. Its units are the model's once per replica
+// (replicaUnitName) and, for diloco, the outer anchor and momentum of every trainable unit
+// (outerUnitName), frozen (one state each).
+struct ReplicaSyncDesc {
+  std::string policy;  // local_sgd or diloco
+  int sync_every = 1, fragments = 1, replicas = 2;
+  float outer_lr = 0, outer_momentum = 0;
+  int64_t step_in_period = 0;  // step % sync_every
+  int model_units = 0;         // units per replica
+};
+// "replica<r>/<unit>", "outer_anchor/<unit>", "outer_momentum/<unit>".
+std::string replicaUnitName(int replica, std::string_view unit);
+std::string outerUnitName(bool momentum, std::string_view unit);
+
 struct Manifest {
   int version = kFormatVersion;
   int64_t step = 0;
@@ -130,6 +148,8 @@ struct Manifest {
   std::vector<FileDesc> files;
   std::vector<TensorDesc> tensors;  // unit order, then parameter order, then state order
   std::vector<UserEntry> user;
+  bool semi_sync = false;  // format_version 2: `replica_sync` holds the policy
+  ReplicaSyncDesc replica_sync;
 
   // Index into `tensors` of (unit, param, state); -1 when absent (a frozen unit's moments).
   int tensorIndex(int unit, int param, State s) const;
@@ -144,6 +164,11 @@ struct Manifest {
 // and the field.
 StatusOr<Manifest> parseManifest(std::string_view json, const std::string& where);
 std::string serializeManifest(const Manifest& m);
+// A semi-synchronous checkpoint holds one copy of the model per replica: the tools that read it as
+// one model (reshard, export, the tensor reader) refuse it, naming `verb`, the directory and the
+// policy. OK for any other checkpoint.
+[[nodiscard]] Status refuseSemiSync(const Manifest& m, const std::string& dir,
+                                    std::string_view verb);
 // "<dir>/manifest.json", read and parsed; a missing file is NotFound naming it.
 StatusOr<Manifest> readManifest(const std::string& dir);
 

@@ -145,3 +145,25 @@ FilePlan planFile(const std::vector<UnitDesc>& units, int shards, int replicas, 
 }
 
 }  // namespace hsdp::ckpt
+
+namespace hsdp::ckpt {
+
+std::string replicaUnitName(int replica, std::string_view unit) {
+  return strCat("replica", replica, "/", unit);
+}
+
+std::string outerUnitName(bool momentum, std::string_view unit) {
+  return strCat(momentum ? "outer_momentum/" : "outer_anchor/", unit);
+}
+
+Status refuseSemiSync(const Manifest& m, const std::string& dir, std::string_view verb) {
+  if (!m.semi_sync) return okStatus();
+  return invalidArgument(verb, ": checkpoint '", dir, "' was saved with replica policy ",
+                         m.replica_sync.policy, " (", m.replica_sync.replicas,
+                         " replicas, each its own parameters and moments; format_version ",
+                         kSemiSyncFormatVersion,
+                         "), not one copy of the model: only a job with the same policy loads "
+                         "it (verify, inspect and diff read it)");
+}
+
+}  // namespace hsdp::ckpt

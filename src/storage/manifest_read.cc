@@ -209,6 +209,25 @@ void readOptim(Reader& r, const json& j, OptimDesc& o) {
   o.clip_norm = r.f32(j, "clip_norm", "optimizer");
 }
 
+// format_version 2: the replica policy; step_in_period is checked against step once both are read.
+void readReplicaSync(Reader& r, const json& j, Manifest& m) {
+  ReplicaSyncDesc& d = m.replica_sync;
+  const std::string c = "replica_sync";
+  d.policy = r.str(j, "policy", c);
+  if (r.ok() && d.policy != "local_sgd" && d.policy != "diloco")
+    r.fail(c + ".policy", strCat("is '", files::quote(d.policy, 64), "', not local_sgd or diloco"));
+  d.sync_every = r.i32(j, "sync_every", c, 1 << 30);
+  d.fragments = r.i32(j, "fragments", c, 1 << 24);
+  d.replicas = r.i32(j, "replicas", c, 1 << 24);
+  d.model_units = r.i32(j, "model_units", c, 1 << 24);
+  d.outer_lr = r.f32(j, "outer_lr", c);
+  d.outer_momentum = r.f32(j, "outer_momentum", c);
+  d.step_in_period = static_cast<int64_t>(r.u64(j, "step_in_period", c, uint64_t{1} << 30));
+  if (r.ok() && (d.sync_every < 1 || d.fragments < 1 || d.replicas < 2))
+    r.fail(c, strCat("has sync_every ", d.sync_every, ", fragments ", d.fragments, " and replicas ",
+                     d.replicas, " (need >= 1, >= 1 and >= 2)"));
+}
+
 void readFiles(Reader& r, const json& files, Manifest& m) {
   for (size_t i = 0; i < files.size() && r.ok(); ++i) {
     const std::string c = strCat("files[", i, "]");
@@ -283,9 +302,14 @@ StatusOr<Manifest> parseManifest(std::string_view text, const std::string& where
     return invalidArgument(where, ": not an hsdp checkpoint manifest (format is not '", kFormatName,
                            "')");
   m.version = r.i32(j, "format_version", "", 1 << 30);
-  if (r.ok() && m.version != kFormatVersion)
-    return invalidArgument(where, ": format_version ", m.version, "; this hsdp reads version ",
-                           kFormatVersion);
+  if (r.ok() && m.version != kFormatVersion && m.version != kSemiSyncFormatVersion)
+    return invalidArgument(where, ": format_version ", m.version, "; this hsdp reads versions ",
+                           kFormatVersion, " and ", kSemiSyncFormatVersion);
+  m.semi_sync = m.version == kSemiSyncFormatVersion;
+  if (r.ok() && m.semi_sync != j.contains("replica_sync"))
+    return invalidArgument(where, ": format_version ", m.version,
+                           m.semi_sync ? " needs" : " has no", " field 'replica_sync'");
+  if (r.ok() && m.semi_sync) readReplicaSync(r, j["replica_sync"], m);
   const json* step = r.get(j, "step", "");
   if (step && !step->is_number_integer()) r.fail("step", "is not an integer");
   if (step && r.ok()) m.step = step->get<int64_t>();
@@ -310,6 +334,18 @@ StatusOr<Manifest> parseManifest(std::string_view text, const std::string& where
     }
   }
   if (!r.ok()) return r.err;
+  if (m.semi_sync) {  // the units: every replica's copy, then (diloco) two per trainable unit
+    const ReplicaSyncDesc& d = m.replica_sync;
+    if (d.step_in_period != m.step % d.sync_every)
+      return invalidArgument(where, ": replica_sync.step_in_period ", d.step_in_period,
+                             " is not step ", m.step, " mod sync_every ", d.sync_every);
+    const uint64_t base = uint64_t(d.model_units) * d.replicas;
+    if (base > m.units.size() || (d.policy == "local_sgd" && base != m.units.size()) ||
+        (d.policy == "diloco" && (m.units.size() - base) % 2 != 0))
+      return invalidArgument(where, ": ", m.units.size(), " units do not fit replica_sync (",
+                             d.replicas, " replicas of ", d.model_units, " units, policy ",
+                             d.policy, ")");
+  }
   HSDP_RETURN_IF_ERROR(checkTensorNames(m.units, where));
   HSDP_RETURN_IF_ERROR(m.finish(where));
   return m;

@@ -141,6 +141,7 @@ std::string checkpointSummaryJson(const std::string& dir, const Manifest& m,
                       {"files", files},
                       {"user", user},
                       {"checksums_ok", nullptr}};
+  if (m.semi_sync) j["replica_sync"] = saved["replica_sync"];  // format_version 2
   if (checks) j["checksums_ok"] = all_ok;
   // Names that are not UTF-8 (a path, a hand-edited manifest) print as U+FFFD, never throw;
   // control bytes and 0x7f as \u001b, \u007f.
@@ -191,6 +192,13 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
       "\n  optimizer: ", files::quote(m.optim.kind, 64), " lr ", m.optim.lr, " betas (",
       m.optim.beta1, ", ", m.optim.beta2, ") eps ", m.optim.eps, " weight_decay ",
       m.optim.weight_decay, " clip_norm ", m.optim.clip_norm, "\n");
+  if (m.semi_sync) {  // every replica's own copy, and the outer state (docs/checkpoint.md)
+    const ReplicaSyncDesc& r = m.replica_sync;
+    s += strCat("  replica policy ", r.policy, ": ", r.replicas, " replicas of ", r.model_units,
+                " units, sync every ", r.sync_every, " steps (step ", r.step_in_period,
+                " of the period), fragments ", r.fragments, ", outer lr ", r.outer_lr, " momentum ",
+                r.outer_momentum, "\n");
+  }
   if (!d.elastic_job.empty()) {  // an elastic group's save: the membership it was saved under
     std::string present;
     for (int g : d.elastic_present) present += strCat(present.empty() ? "" : ",", g);
@@ -271,6 +279,7 @@ StatusOr<CheckpointDiff> diffCheckpoints(const std::string& pa, const std::strin
 StatusOr<std::vector<std::string>> exportCheckpoint(const std::string& path, const std::string& out,
                                                     const ExportOptions& options) {
   HSDP_ASSIGN_OR_RETURN(Opened o, openCheckpoint(path));
+  HSDP_RETURN_IF_ERROR(refuseSemiSync(o.m, o.dir, "export"));
   std::vector<SafetensorsWriter::Tensor> list;
   for (const UnitDesc& u : o.m.units)
     for (const ParamDesc& p : u.params) list.push_back({joinedName(u.name, p.name), p.shape});

@@ -164,6 +164,7 @@ class OutFiles {
 Status reshardCheckpoint(const std::string& in, const std::string& out, const MeshTarget& t) {
   HSDP_ASSIGN_OR_RETURN(std::string dir, resolveCheckpointDir(in));
   HSDP_ASSIGN_OR_RETURN(Manifest src, readManifest(dir));
+  HSDP_RETURN_IF_ERROR(refuseSemiSync(src, dir, "reshard"));
   // The ranks as consecutive nodes of ranks_per_node, as a job under HSDP_RANKS_PER_NODE.
   HSDP_RETURN_IF_ERROR(checkConsecutiveNodes(t.world_size, t.ranks_per_node));
   const int rpn = t.ranks_per_node;

@@ -46,7 +46,7 @@ case_ nomanifest "has no manifest.json (not a committed checkpoint)" --resume "$
 damaged corrupt; head -c 300 "$good/manifest.json" >"$work/corrupt/manifest.json"
 case_ corrupt "corrupt/manifest.json: not valid JSON (corrupt manifest)" --resume "$work/corrupt" --steps 4
 damaged version; sed -i 's/"format_version": 1/"format_version": 99/' "$work/version/manifest.json"
-case_ version "format_version 99; this hsdp reads version 1" --resume "$work/version" --steps 4
+case_ version "format_version 99; this hsdp reads versions 1 and 2" --resume "$work/version" --steps 4
 case_ other_model "does not match the model: parameter 'fc1.weight' has shape [333, 1000] in the checkpoint, [300, 1000] in the model" \
   --resume "$good" --dims 32,1000,300,128,10 --steps 4
 case_ past_steps "the checkpoint is at step 2, past --steps 1" --resume "$good" --steps 1

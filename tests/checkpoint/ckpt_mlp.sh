@@ -10,9 +10,8 @@
 #                                            saved again equals the offline reshard
 set -eEuo pipefail
 what=$1; build=$2; work=$3
-mpirun=${MPIEXEC:-mpirun}
-rm -rf "$work" && mkdir -p "$work"
-trap 'rm -rf "$work"' EXIT
+# shellcheck source=ckpt_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ckpt_common.sh"
 # A failing command shows what the last job printed.
 trap 'echo "FAIL (line $LINENO); the last job printed:"; cat "$work/last.log"' ERR
 train() {  # NP RPN ARGS...
@@ -20,16 +19,6 @@ train() {  # NP RPN ARGS...
   echo "+ train_mlp -np $np $*" >"$work/last.log"
   "$mpirun" --oversubscribe --bind-to none -np "$np" -x HSDP_RANKS_PER_NODE="$rpn" \
     "$build/examples/train_mlp" "$@" 2>&1 | tee -a "$work/last.log"
-}
-ckpt="$build/tools/hsdp-ckpt"
-same_files() {  # DIR_A DIR_B: every data file byte-identical
-  local n=0
-  for f in "$1"/data-*.bin; do
-    cmp "$f" "$2/$(basename "$f")" || { echo "FAIL: $(basename "$f") differs"; exit 1; }
-    n=$((n + 1))
-  done
-  [ "$n" -gt 0 ] || { echo "FAIL: no data files in $1"; exit 1; }
-  echo "ok: $n data files identical ($1 vs $2)"
 }
 expect() {  # PATTERN TEXT
   echo "$2" | grep -q -- "$1" || { echo "$2"; echo "FAIL: expected '$1'"; exit 1; }

@@ -2,7 +2,7 @@
 // every mesh of the job, against closed forms (train_mlp --check replays whole runs against the
 // Eigen reference: the semi_sync.* tests):
 //  - the settings' errors: a Status naming the field and its value, or the policy (no replicas,
-//    fragments > units, checkpoints);
+//    fragments > units; checkpoints: a mid-period resume, and other settings refused);
 //  - one inner step and a sync (H = 1) with an Adam probe (beta 0, lr 1, eps 1e6: p -= g/(g+1e6)),
 //    each replica's gradient the mean of its own ranks' only: local_sgd gives the mean of the
 //    replicas' parameters, diloco the outer Nesterov step on the mean outer gradient;
@@ -11,7 +11,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
 
+#include "hsdp/checkpoint_offline.h"
 #include "hsdp/sharded_model.h"
 #include "tests/common/for_each_mesh.h"
 #include "tests/common/mpi_test_main.h"
@@ -103,6 +107,18 @@ TEST(SemiSync, SettingsAreCheckedByName) {
   });
 }
 
+// One probe step: every rank's own gradient (rankGrad), reduced in its shard group, stepped.
+void probeStep(ShardedModel& m) {
+  ASSERT_TRUE(m.unshard(0).ok());
+  ASSERT_TRUE(m.waitForUnshard(0).ok());
+  auto g = m.grad(0, "w");
+  ASSERT_TRUE(g.ok()) << g.status().toString();
+  for (size_t i = 0; i < kN; ++i) g->data[i] = rankGrad(world().rank(), i);
+  ASSERT_TRUE(m.reduceGrad(0).ok());
+  ASSERT_TRUE(m.reshard(0).ok());
+  ASSERT_TRUE(m.step().ok());
+}
+
 // One step of every replica on its own ranks' gradients, then (H = 1) the sync; with H = 2 none.
 void oneStep(const Mesh& mesh, ShardMode mode, ReplicaPolicy policy, int h) {
   SCOPED_TRACE(strCat(shardModeName(mode), " ", replicaPolicyName(policy), " H=", h));
@@ -114,14 +130,7 @@ void oneStep(const Mesh& mesh, ShardMode mode, ReplicaPolicy policy, int h) {
   std::vector<float> init(kN);
   for (size_t i = 0; i < kN; ++i) init[i] = initial(i);
   ASSERT_TRUE(m.setParameter(0, "w", init.data(), init.size()).ok());
-  ASSERT_TRUE(m.unshard(0).ok());
-  ASSERT_TRUE(m.waitForUnshard(0).ok());
-  auto g = m.grad(0, "w");
-  ASSERT_TRUE(g.ok()) << g.status().toString();
-  for (size_t i = 0; i < kN; ++i) g->data[i] = rankGrad(world().rank(), i);
-  ASSERT_TRUE(m.reduceGrad(0).ok());
-  ASSERT_TRUE(m.reshard(0).ok());
-  ASSERT_TRUE(m.step().ok());
+  probeStep(m);
   std::vector<float> full;
   ASSERT_TRUE(m.gatherFullParameters(0, &full).ok());
   const auto ranks = replicaRanks(mesh);
@@ -150,20 +159,89 @@ TEST(SemiSync, OneStepAgainstClosedForms) {
   });
 }
 
-TEST(SemiSync, CheckpointsAreRefusedByName) {
+std::unique_ptr<ShardedModel> probeModel(const Mesh& mesh, ShardMode mode, ReplicaPolicy p, int h) {
+  auto model = ShardedModel::create(mesh, probe(mode, p, h));
+  EXPECT_TRUE(model.ok()) << model.status().toString();
+  if (!model.ok()) return nullptr;
+  EXPECT_TRUE((*model)->addUnit("u", {{"w", {kN}}}).ok());
+  EXPECT_TRUE((*model)->finalize().ok());
+  return std::move(*model);
+}
+
+// Checkpoints (docs/checkpoint.md, "Semi-synchronous replicas"): saved after one step of H = 2
+// (mid-period: each replica's own parameters), loaded by a new model, which holds each replica's
+// closed form; both take step 2 (the sync, which needs the loaded anchor and momentum) and agree
+// bit for bit. A model with another H, another policy or sync refuses it by name.
+void resumeMidPeriod(const Mesh& mesh, ShardMode mode, ReplicaPolicy policy) {
+  SCOPED_TRACE(strCat(shardModeName(mode), " ", replicaPolicyName(policy)));
+  const std::string dir = (std::filesystem::temp_directory_path() / "hsdp_semi_sync_ckpt").string();
+  auto a = probeModel(mesh, mode, policy, 2);
+  ASSERT_TRUE(a);
+  std::vector<float> init(kN);
+  for (size_t i = 0; i < kN; ++i) init[i] = initial(i);
+  ASSERT_TRUE(a->setParameter(0, "w", init.data(), init.size()).ok());
+  probeStep(*a);
+  auto saved = a->save(dir);
+  ASSERT_TRUE(saved.ok()) << saved.status().toString();
+  const auto ranks = replicaRanks(mesh);
+  {  // The files, read offline: every replica's own parameters, the outer state once.
+    auto rd = CheckpointReader::open(dir);
+    ASSERT_TRUE(rd.ok()) << rd.status().toString();
+    EXPECT_EQ((*rd)->find("u.w"), -1);
+    auto tensor = [&](const std::string& name) {
+      const int t = (*rd)->find(name);
+      EXPECT_GE(t, 0) << name;
+      std::vector<float> v(kN, -1.0f);
+      if (t >= 0) EXPECT_TRUE((*rd)->readInto(t, TensorState::kParam, v.data()).ok()) << name;
+      return v;
+    };
+    for (size_t q = 0; q < ranks.size(); ++q) {
+      const std::vector<float> w = tensor(strCat("replica", q, "/u.w"));
+      for (size_t i = 0; i < kN; ++i) ASSERT_NEAR(w[i], afterInner(ranks[q], i), 1e-6) << q;
+    }
+    EXPECT_EQ((*rd)->find("outer_anchor/u.w") >= 0, policy == ReplicaPolicy::kDiloco);
+    if (policy == ReplicaPolicy::kDiloco) {
+      const std::vector<float> anchor = tensor("outer_anchor/u.w");
+      const std::vector<float> momentum = tensor("outer_momentum/u.w");
+      for (size_t i = 0; i < kN; ++i) {
+        ASSERT_EQ(anchor[i], initial(i)) << i;
+        ASSERT_EQ(momentum[i], 0.0f) << i;
+      }
+    }
+  }
+  auto b = probeModel(mesh, mode, policy, 2);
+  ASSERT_TRUE(b);
+  auto loaded = b->load(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  EXPECT_EQ(loaded->step, 1);
+  std::vector<float> fa, fb;
+  ASSERT_TRUE(b->gatherFullParameters(0, &fb).ok());
+  for (size_t i = 0; i < kN; ++i)
+    ASSERT_NEAR(fb[i], afterInner(ranks[mesh.coords().replica_rank], i), 1e-6) << i;
+  probeStep(*a);
+  probeStep(*b);
+  ASSERT_TRUE(a->gatherFullParameters(0, &fa).ok());
+  ASSERT_TRUE(b->gatherFullParameters(0, &fb).ok());
+  EXPECT_EQ(fa, fb);
+  const char* name = replicaPolicyName(policy);
+  const std::pair<std::unique_ptr<ShardedModel>, std::string> others[] = {
+      {probeModel(mesh, mode, policy, 3), "sync_every (H) 2 (this model's: 3)"},
+      {probeModel(mesh, mode, ReplicaPolicy::kSync, 1),
+       strCat("replica policy ", name, " (this model's: sync")}};
+  for (const auto& [m, want] : others) {
+    ASSERT_TRUE(m);
+    auto s = m->load(dir);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find(want), std::string::npos) << s.status().toString();
+  }
+}
+
+TEST(SemiSync, CheckpointsResumeMidPeriodAndOtherSettingsAreRefusedByName) {
   forEachMesh([](const Mesh& mesh) {
     if (mesh.shape().replicas() < 2) return;
-    auto model = ShardedModel::create(mesh, probe(ShardMode::kZero3, ReplicaPolicy::kLocalSgd, 2));
-    ASSERT_TRUE(model.ok());
-    ASSERT_TRUE((*model)->addUnit("u", {{"w", {kN}}}).ok());
-    ASSERT_TRUE((*model)->finalize().ok());
-    const std::string dir =
-        (std::filesystem::temp_directory_path() / "hsdp_semi_sync_ckpt").string();
-    auto s = (*model)->save(dir);
-    ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.status().message().find("checkpoints of replica policy local_sgd"),
-              std::string::npos)
-        << s.status().toString();
+    for (ShardMode mode : {ShardMode::kZero1, ShardMode::kZero3})
+      for (ReplicaPolicy p : {ReplicaPolicy::kLocalSgd, ReplicaPolicy::kDiloco})
+        resumeMidPeriod(mesh, mode, p);
   });
 }
 

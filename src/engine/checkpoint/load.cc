@@ -138,7 +138,6 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
   if (saveInFlight()) HSDP_RETURN_IF_ERROR(waitForSave().status());
   LoadResult result;
   Status local = m.checkIdle("load");
-  if (local.ok()) local = m.outer->checkpointable("load");
   if (local.ok() && m.elastic && m.elastic->started())
     local = failedPrecondition(
         "load: an elastic group loads a checkpoint before its first beginStep(); after it, its "
@@ -153,8 +152,10 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
     man = ckpt::readManifest(result.dir);
     local = man.status();
   }
+  if (local.ok()) local = m.checkSavedPolicy(*man, result.dir);
   if (local.ok())
-    local = ckpt::compareUnits(man->units, m.unitDescs(), result.dir, options.optimizer_state);
+    local =
+        ckpt::compareUnits(man->units, m.checkpointUnits(), result.dir, options.optimizer_state);
   if (local.ok() && options.optimizer_state) {
     StatusOr<AdamConfig> saved = savedOptimizer(man->optim, result.dir);
     local = saved.status();
@@ -167,6 +168,7 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
   HSDP_RETURN_IF_ERROR(m.agree(local.ok() ? local : local.withContext("load")));
 
   const int states = options.optimizer_state ? ckpt::kStates : 1;
+  ShardedModel::Impl::OuterStaged outer_staged;
   ckpt::TensorReader reader(*man, result.dir, options.verify, *m.cfg.checkpoint.direct_io);
   const auto t_read = std::chrono::steady_clock::now();
   {
@@ -175,10 +177,13 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
     const std::vector<ckpt::TensorDesc> tensors = ckpt::tensorList(m.unitDescs());
     char* staging = static_cast<char*>(m.stagingData());
     std::vector<ckpt::TensorReader::Request> requests;
+    // Semi-sync: this rank's replica's own units (checkpoint/semi_sync.cc).
+    const int unit0 =
+        m.outer->active() ? m.mesh->coords().replica_rank * static_cast<int>(m.units.size()) : 0;
     for (const ckpt::PlannedChunk& c : plan.chunks) {
       const ckpt::TensorDesc& t = tensors[c.tensor];
       if (static_cast<int>(t.state) >= states) continue;
-      const int ti = man->tensorIndex(t.unit, t.param, t.state);
+      const int ti = man->tensorIndex(unit0 + t.unit, t.param, t.state);
       if (ti < 0) {
         local = internalError("load: no tensor for unit ", t.unit, " param ", t.param);
         break;
@@ -186,6 +191,9 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
       requests.push_back(
           {ti, c.start, c.start + c.count, reinterpret_cast<float*>(staging + c.offset)});
     }
+    if (local.ok() && options.optimizer_state)  // diloco: the outer state of this rank's shard
+      for (const ckpt::TensorReader::Request& q : m.outerRequests(*man, &outer_staged))
+        requests.push_back(q);
     if (local.ok()) local = reader.readMany(requests);
   }
   const double read_s = secondsSince(t_read);
@@ -196,6 +204,14 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
   const auto t_install = std::chrono::steady_clock::now();
   Status installed = m.installFromStaging(states);
   const double install_s = secondsSince(t_install);
+  // Semi-sync: the outer state loaded (the anchors with it), or without the optimizer state,
+  // anchors taken again from the loaded parameters before the next inner step.
+  if (installed.ok()) {
+    if (options.optimizer_state)
+      m.installOuter(outer_staged);
+    else
+      m.outer->setAnchored(false);
+  }
   if (installed.ok() && options.optimizer_state) {
     m.step = man->step;
     if (options.optimizer_from == OptimizerFrom::kCheckpoint) {

@@ -109,7 +109,7 @@ ckpt::SavedUnder ShardedModel::Impl::savedUnder() const {
   ckpt::SavedUnder d;
   d.mesh = mesh->shape();
   d.shards = shards;
-  d.replicas = pieceReplicas();
+  d.replicas = mesh->shape().replicas();
   d.mode = shardModeName(cfg.mode);
   d.hpz = cfg.hpz;
   d.offload_cpu = cfg.offload.cpu;
@@ -140,15 +140,16 @@ int ShardedModel::Impl::checkpointWriter() const {
 }
 
 ckpt::FilePlan ShardedModel::Impl::myPlan() const {
+  // Semi-sync: the whole shard of this rank's own replica (a piece of one replica).
   return ckpt::planFile(unitDescs(), shards, pieceReplicas(), shardIndex(),
-                        mesh->coords().replica_rank);
+                        pieceReplicas() == 1 ? 0 : mesh->coords().replica_rank);
 }
 
 Status ShardedModel::Impl::ensureSaver() {
   if (saver) return okStatus();
   std::unique_ptr<engine::Saver, engine::SaverDeleter> s(new engine::Saver());
   s->copies = &opt->hostCopies();
-  s->plan = myPlan();
+  s->plan = savePlan(shardIndex(), mesh->coords().replica_rank);  // myPlan()'s, then outer state
   s->direct_io = *cfg.checkpoint.direct_io;
   HSDP_ASSIGN_OR_RETURN(s->snapshot, HostBuffer::allocate(std::max<uint64_t>(s->plan.bytes, 64)));
   HSDP_ASSIGN_OR_RETURN(s->pinned,
@@ -164,7 +165,6 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
   const auto t0 = engine::Clock::now();
   if (saveInFlight()) HSDP_RETURN_IF_ERROR(waitForSave().status());
   Status local = m.checkIdle("save");
-  if (local.ok()) local = m.outer->checkpointable("save");
   if (local.ok() && root.empty()) local = invalidArgument("save: empty checkpoint root");
   if (local.ok() && options.keep_last < 0)
     local = invalidArgument("save: keep_last=", options.keep_last, " must be >= 0");
@@ -219,6 +219,8 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
   }
   for (Unit& u : m.units)
     if (local.ok()) local = m.waitForStep(u);
+  // Semi-sync: the anchors the next inner step would take (a save before the first step).
+  if (local.ok()) local = m.anchorOuter();
   if (local.ok()) local = m.ensureSaver();
   HSDP_RETURN_IF_ERROR(m.agree(local));
   // Every rank writes into the directory rank 0 made: the root must be one filesystem for all.
@@ -235,20 +237,16 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
   engine::Saver& s = *m.saver;
   const int k = m.shardIndex();
   Status snap;
-  const std::vector<ckpt::TensorDesc> tensors = ckpt::tensorList(m.unitDescs());
+  const std::vector<ckpt::TensorDesc> tensors = ckpt::tensorList(m.checkpointUnits());
   s.sources.assign(s.plan.chunks.size(), nullptr);
   bool any_host = false;
   for (size_t i = 0; i < s.plan.chunks.size() && snap.ok(); ++i) {
     const ckpt::PlannedChunk& c = s.plan.chunks[i];
-    Unit& u = m.units[tensors[c.tensor].unit];
-    const ckpt::State state = tensors[c.tensor].state;
-    const size_t rel = c.flat - static_cast<size_t>(k) * u.layout.shardNumel();
-    const bool offloaded = m.stagedOffload() && !u.frozen;  // the master's host copy
-    const float* src = state == ckpt::State::kParam && !offloaded ? m.master(u)
-                       : state == ckpt::State::kParam             ? u.host_master.as<float>()
-                       : state == ckpt::State::kExpAvg            ? u.exp_avg.as<float>()
-                                                                  : u.exp_avg_sq.as<float>();
-    if (offloaded || !m.onDevice()) {
+    bool host = false;
+    const Unit* u = nullptr;
+    const float* src = m.saveSource(tensors[c.tensor], &host, &u);
+    const size_t rel = c.flat - static_cast<size_t>(k) * u->layout.shardNumel();
+    if (host || !m.onDevice()) {
       s.sources[i] = reinterpret_cast<const char*>(src + rel);
       any_host = true;
     } else {
@@ -274,8 +272,10 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
     ckpt::Manifest& man = job.manifest;
     man.step = m.step;
     man.created = engine::utcNow();
-    man.units = m.unitDescs();
+    man.units = m.checkpointUnits();
     man.saved = m.savedUnder();
+    man.semi_sync = m.outer->active();
+    if (man.semi_sync) man.replica_sync = m.replicaSyncDesc();
     const AdamConfig& a = m.cfg.adam;
     man.optim = {optimizerName(a.kind), a.lr,           a.beta1, a.beta2, a.eps,
                  a.weight_decay,        m.cfg.clip_norm};
@@ -284,8 +284,7 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
       const MeshCoords c = meshCoords(m.mesh->layout(), m.mesh->shape(), w);
       const int kw = m.shards == 1 ? 0 : c.shard_rank;
       man.files.push_back({ckpt::dataFileName(w), w, kw, c.replica_rank, 0, 0});
-      job.plans.push_back(
-          ckpt::planFile(man.units, m.shards, m.pieceReplicas(), kw, c.replica_rank));
+      job.plans.push_back(m.savePlan(kw, c.replica_rank));
     }
     for (const auto& kv : options.user) job.user.push_back(kv);
   }
