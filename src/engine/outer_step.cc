@@ -1,10 +1,9 @@
 // Semi-synchronous replicas (outer_step.h): the policy's checks, the outer state, the sync after
-// an inner step, and the model's part of it (which buffers, what is refreshed after).
+// an inner step. The model's part of it (which buffers, what is refreshed after) is in step.cc.
 #include "engine/outer_step.h"
 
 #include <cmath>
 
-#include "engine/sharded_model_impl.h"
 #include "hsdp/watchdog.h"
 
 namespace hsdp::engine {
@@ -99,34 +98,3 @@ Status OuterSync::sync(std::span<const Shard> due) {
 }
 
 }  // namespace hsdp::engine
-
-namespace hsdp {
-
-Status ShardedModel::Impl::anchorOuter() {
-  if (!outer->active() || outer->anchored()) return okStatus();
-  for (Unit& u : units)
-    if (!u.frozen) outer->capture(indexOf(u), master(u), u.layout.shardNumel());
-  outer->setAnchored(true);
-  return okStatus();
-}
-
-Status ShardedModel::Impl::outerStep() {
-  if (!outer->active()) return okStatus();
-  std::vector<engine::OuterSync::Shard>& due = outer_due;
-  due.clear();
-  for (Unit& u : units) {
-    const int k = indexOf(u);
-    if (u.frozen || !outer->syncsAfter(k, step)) continue;
-    due.push_back({k, master(u), gradOf(u).shard.as<float>(), u.layout.shardNumel(),
-                   gradOf(u).replica_residual.as<float>()});
-  }
-  if (due.empty()) return okStatus();
-  HSDP_RETURN_IF_ERROR(outer->sync(due));
-  for (const engine::OuterSync::Shard& s : due) {  // what derives from the master
-    HSDP_RETURN_IF_ERROR(refresh16(units[s.unit]));
-    HSDP_RETURN_IF_ERROR(refreshEncoded(units[s.unit]));
-  }
-  return okStatus();
-}
-
-}  // namespace hsdp

@@ -106,7 +106,7 @@ struct ShardedModel::Impl {
   // step() clear it): step() clips with it instead of computing it again.
   bool norm_ready = false;
 
-  // ---- semi-synchronous replicas (outer_step.cc): the outer state and the sync schedule ----
+  // ---- semi-synchronous replicas (outer_step.h; the two methods in step.cc) ----
   std::unique_ptr<engine::OuterSync> outer;
   std::vector<engine::OuterSync::Shard> outer_due;  // outerStep()'s list, reused every step
   // Before the first inner step since finalize or load: anchors := masters.
@@ -212,7 +212,7 @@ struct ShardedModel::Impl {
   int pieceReplicas() const { return outer->active() ? 1 : mesh->shape().replicas(); }
   // The model's chunks this rank loads and installs (indexed by unitDescs()'s tensors).
   ckpt::FilePlan myPlan() const;
-  // ---- semi-synchronous checkpoints (checkpoint/semi_sync.cc; docs/checkpoint.md) ----
+  // ---- semi-synchronous checkpoints (the end of checkpoint/load.cc; docs/checkpoint.md) ----
   // The units a checkpoint holds: unitDescs(), or (local_sgd, diloco) the model's once per
   // replica, then (diloco) the outer anchor and momentum of every trainable unit.
   std::vector<ckpt::UnitDesc> checkpointUnits() const;

@@ -386,4 +386,33 @@ StatusOr<std::vector<std::vector<int>>> ShardedModel::elasticMembership(int64_t 
   return impl_->elastic->membership(steps, from);
 }
 
+// ---- semi-synchronous replicas: the model's part of the sync (engine/outer_step.h) ----
+
+Status ShardedModel::Impl::anchorOuter() {
+  if (!outer->active() || outer->anchored()) return okStatus();
+  for (Unit& u : units)
+    if (!u.frozen) outer->capture(indexOf(u), master(u), u.layout.shardNumel());
+  outer->setAnchored(true);
+  return okStatus();
+}
+
+Status ShardedModel::Impl::outerStep() {
+  if (!outer->active()) return okStatus();
+  std::vector<engine::OuterSync::Shard>& due = outer_due;
+  due.clear();
+  for (Unit& u : units) {
+    const int k = indexOf(u);
+    if (u.frozen || !outer->syncsAfter(k, step)) continue;
+    due.push_back({k, master(u), gradOf(u).shard.as<float>(), u.layout.shardNumel(),
+                   gradOf(u).replica_residual.as<float>()});
+  }
+  if (due.empty()) return okStatus();
+  HSDP_RETURN_IF_ERROR(outer->sync(due));
+  for (const engine::OuterSync::Shard& s : due) {  // what derives from the master
+    HSDP_RETURN_IF_ERROR(refresh16(units[s.unit]));
+    HSDP_RETURN_IF_ERROR(refreshEncoded(units[s.unit]));
+  }
+  return okStatus();
+}
+
 }  // namespace hsdp
