@@ -111,7 +111,11 @@ void ShardedModel::takeOptimizerSeconds(double* total, double* exposed) {
 
 double ShardedModel::takeExposedCommSeconds() { return impl_->coll->takeExposedSeconds(); }
 
-StepAccounting ShardedModel::takeStepAccounting() { return impl_->coll->tracer().take(); }
+StepAccounting ShardedModel::takeStepAccounting() {
+  StepAccounting a = impl_->coll->tracer().take();
+  impl_->coll->takeLevelBytes(&a);
+  return a;
+}
 
 Status ShardedModel::writeTrace() { return impl_->coll->tracer().write(); }
 
