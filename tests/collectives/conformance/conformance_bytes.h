@@ -4,6 +4,9 @@
 // n·(n-1)·count elements in all, an all-reduce 2·(n-1)·count (the ring's; a transport's real
 // sends where it counts them, as on UCX's ring for these large counts), an all-to-all
 // n·(n-1)·count. A counter that counts nothing, counts twice or counts the received bytes fails.
+// A case whose name ends in "/small" forces UCX's latency-optimal schedules at every size
+// (recursive doubling over the whole buffer): they send more than the model, and count it, so
+// there the count must be at least the model's.
 #pragma once
 
 #include "tests/collectives/conformance/conformance_fixture.h"
@@ -30,33 +33,40 @@ TYPED_TEST_P(Conformance, BytesSentAddUpToTheModel) {
       call();
       return sumOverRanks(c.comm->bytesSent() - before, c.oracle);
     };
+    const bool small = c.name.size() >= 6 && c.name.compare(c.name.size() - 6, 6, "/small") == 0;
+    auto expect = [&](uint64_t model, uint64_t counted, const char* what) {
+      if (small)
+        EXPECT_LE(model, counted) << what;
+      else
+        EXPECT_EQ(model, counted) << what;
+    };
     const uint64_t block = n * (n - 1) * count * sizeof(float);
-    EXPECT_EQ(block, delta([&] {
-                ASSERT_OK(c.comm->allGather(send.data(), recv.data(), count, DType::kFloat32));
-              }))
-        << "allGather";
-    EXPECT_EQ(block, delta([&] {
-                ASSERT_OK(c.comm->reduceScatter(send.data(), recv.data(), count, DType::kFloat32,
-                                                RedOp::kSum));
-              }))
-        << "reduceScatter";
-    EXPECT_EQ(2 * (n - 1) * count * sizeof(float), delta([&] {
-                ASSERT_OK(c.comm->allReduce(send.data(), count, DType::kFloat32, RedOp::kSum));
-              }))
-        << "allReduce";
-    EXPECT_EQ(2 * (n - 1) * count * sizeof(float), delta([&] {
-                auto w = c.comm->iallReduce(send.data(), count, DType::kFloat32, RedOp::kAvg);
-                ASSERT_OK(w.status());
-                ASSERT_OK((*w)->wait());
-              }))
-        << "iallReduce";
+    expect(block, delta([&] {
+             ASSERT_OK(c.comm->allGather(send.data(), recv.data(), count, DType::kFloat32));
+           }),
+           "allGather");
+    expect(block, delta([&] {
+             ASSERT_OK(c.comm->reduceScatter(send.data(), recv.data(), count, DType::kFloat32,
+                                             RedOp::kSum));
+           }),
+           "reduceScatter");
+    expect(2 * (n - 1) * count * sizeof(float), delta([&] {
+             ASSERT_OK(c.comm->allReduce(send.data(), count, DType::kFloat32, RedOp::kSum));
+           }),
+           "allReduce");
+    expect(2 * (n - 1) * count * sizeof(float), delta([&] {
+             auto w = c.comm->iallReduce(send.data(), count, DType::kFloat32, RedOp::kAvg);
+             ASSERT_OK(w.status());
+             ASSERT_OK((*w)->wait());
+           }),
+           "iallReduce");
     if (TypeParam::kAllToAll) {
-      EXPECT_EQ(block, delta([&] {
-                  auto w = c.comm->iallToAll(send.data(), recv.data(), count, DType::kFloat32);
-                  ASSERT_OK(w.status());
-                  ASSERT_OK((*w)->wait());
-                }))
-          << "allToAll";
+      expect(block, delta([&] {
+               auto w = c.comm->iallToAll(send.data(), recv.data(), count, DType::kFloat32);
+               ASSERT_OK(w.status());
+               ASSERT_OK((*w)->wait());
+             }),
+             "allToAll");
     }
   }
 }
