@@ -302,6 +302,7 @@ Status ShardedModel::step() {
   tr.wait(engine::TraceKind::kOptimizer, -1, optimizer_t0);
   if (m.replicatedParams()) HSDP_RETURN_IF_ERROR(m.gatherReplicated(/*frozen_too=*/false));
   tr.endStep();
+  if (tr.on()) m.coll->traceLevelBytes();  // the step's bytes per level, at its end
   return okStatus();
 }
 

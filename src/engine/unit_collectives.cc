@@ -242,6 +242,15 @@ void UnitCollectives::takeLevelBytes(StepAccounting* a) {
   level_base_ = now;
 }
 
+void UnitCollectives::traceLevelBytes() {
+  const LevelBytes now = levelBytes();
+  tracer_.sent(TraceLevel::kIntra, now.intra - trace_base_.intra);
+  tracer_.sent(TraceLevel::kInter, now.inter - trace_base_.inter);
+  tracer_.sent(TraceLevel::kReplica, now.replica - trace_base_.replica);
+  tracer_.sent(TraceLevel::kIntraInter, now.shard - trace_base_.shard);
+  trace_base_ = now;
+}
+
 Status UnitCollectives::startTrace(const std::string& dir) {
   Comm& world = mesh_.control();
   const int n = world.size(), me = world.rank();
@@ -264,7 +273,7 @@ Status UnitCollectives::startTrace(const std::string& dir) {
     std::sort(d, d + kRounds);
     offset = d[kRounds / 2];
   }
-  level_base_ = levelBytes();  // the steps' bytes, not finalize's
+  level_base_ = trace_base_ = levelBytes();  // the steps' bytes, not finalize's
   return tracer_.start(dir, me, mesh_.coords().node, n, offset);
 }
 

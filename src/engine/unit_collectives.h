@@ -129,6 +129,9 @@ class UnitCollectives {
   // The bytes this rank sent on each level (StepAccounting's bytes_*) since the last call, or
   // since startTrace() (finalize) for the first.
   void takeLevelBytes(StepAccounting* a);
+  // With the trace on, after the tracer's endStep(): the step's bytes per level as "bytes sent"
+  // events (intra, inter, replica, and the shard-group route as intra+inter).
+  void traceLevelBytes();
 
   // ---- the gradient norm ----
   // What step()'s squared gradient norm is summed over (StepKernels::normReduce): the shard
@@ -199,7 +202,7 @@ class UnitCollectives {
     uint64_t intra = 0, inter = 0, replica = 0, shard = 0;
   };
   LevelBytes levelBytes() const;
-  LevelBytes level_base_;
+  LevelBytes level_base_, trace_base_;  // the accounting's and the trace's last readings
 };
 
 }  // namespace hsdp::engine
