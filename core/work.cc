@@ -200,9 +200,11 @@ StatusOr<WorkHandle> Comm::iallGather(const void* send, void* recv, size_t count
   const CallArgs a{"iallGather", send, recv, count, count * size(), dtype};
   HSDP_RETURN_IF_ERROR(checkShared(a, nullptr, RedOp::kSum, true));
   HSDP_RETURN_IF_ERROR(checkArgs(a));
-  return tracedStart(
-      trace(), comparesBeforeStart(), OpKind::kAllGather, count, dtype, RedOp::kSum,
-      [this, send, recv, count, dtype] { return startAllGather(send, recv, count, dtype); });
+  return counted(
+      tracedStart(
+          trace(), comparesBeforeStart(), OpKind::kAllGather, count, dtype, RedOp::kSum,
+          [this, send, recv, count, dtype] { return startAllGather(send, recv, count, dtype); }),
+      blockBytesSent(size(), count, dtype));
 }
 
 StatusOr<WorkHandle> Comm::iallGatherRuns(const void* send, void* recv, const BlockRuns& layout,
@@ -213,10 +215,12 @@ StatusOr<WorkHandle> Comm::iallGatherRuns(const void* send, void* recv, const Bl
   const CallArgs a{"iallGatherRuns", send, recv, count, count * size(), dtype};
   HSDP_RETURN_IF_ERROR(checkShared(a, nullptr, RedOp::kSum, true));
   HSDP_RETURN_IF_ERROR(checkArgs(a));
-  return tracedStart(trace(), comparesBeforeStart(), OpKind::kAllGather, count, dtype, RedOp::kSum,
-                     [this, send, recv, layout, dtype, pack] {
-                       return startAllGatherRuns(send, recv, layout, dtype, pack);
-                     });
+  return counted(
+      tracedStart(trace(), comparesBeforeStart(), OpKind::kAllGather, count, dtype, RedOp::kSum,
+                  [this, send, recv, layout, dtype, pack] {
+                    return startAllGatherRuns(send, recv, layout, dtype, pack);
+                  }),
+      blockBytesSent(size(), count, dtype));
 }
 
 StatusOr<WorkHandle> Comm::ireduceScatter(const void* send, void* recv, size_t count, DType dtype,
@@ -226,10 +230,12 @@ StatusOr<WorkHandle> Comm::ireduceScatter(const void* send, void* recv, size_t c
   // Bad input on any communicator, also where there is nothing to reduce.
   HSDP_RETURN_IF_ERROR(checkShared(a, "reduceScatter", op, true));
   HSDP_RETURN_IF_ERROR(checkArgs(a));
-  return tracedStart(trace(), comparesBeforeStart(), OpKind::kReduceScatter, count, dtype, op,
-                     [this, send, recv, count, dtype, op] {
-                       return startReduceScatter(send, recv, count, dtype, op);
-                     });
+  return counted(
+      tracedStart(trace(), comparesBeforeStart(), OpKind::kReduceScatter, count, dtype, op,
+                  [this, send, recv, count, dtype, op] {
+                    return startReduceScatter(send, recv, count, dtype, op);
+                  }),
+      blockBytesSent(size(), count, dtype));
 }
 
 StatusOr<WorkHandle> Comm::ireduceScatterRuns(const void* send, void* recv, const BlockRuns& layout,
@@ -240,10 +246,12 @@ StatusOr<WorkHandle> Comm::ireduceScatterRuns(const void* send, void* recv, cons
   const CallArgs a{"ireduceScatterRuns", send, recv, count, count * size(), dtype};
   HSDP_RETURN_IF_ERROR(checkShared(a, "reduceScatter", op, true));
   HSDP_RETURN_IF_ERROR(checkArgs(a));
-  return tracedStart(trace(), comparesBeforeStart(), OpKind::kReduceScatter, count, dtype, op,
-                     [this, send, recv, layout, dtype, op, pack] {
-                       return startReduceScatterRuns(send, recv, layout, dtype, op, pack);
-                     });
+  return counted(
+      tracedStart(trace(), comparesBeforeStart(), OpKind::kReduceScatter, count, dtype, op,
+                  [this, send, recv, layout, dtype, op, pack] {
+                    return startReduceScatterRuns(send, recv, layout, dtype, op, pack);
+                  }),
+      blockBytesSent(size(), count, dtype));
 }
 
 StatusOr<WorkHandle> Comm::iallReduce(void* buf, size_t count, DType dtype, RedOp op) {
@@ -251,9 +259,10 @@ StatusOr<WorkHandle> Comm::iallReduce(void* buf, size_t count, DType dtype, RedO
   const CallArgs a{"iallReduce", nullptr, buf, count, count, dtype};
   HSDP_RETURN_IF_ERROR(checkShared(a, "allReduce", op, false));
   HSDP_RETURN_IF_ERROR(checkArgs(a));
-  return tracedStart(
-      trace(), comparesBeforeStart(), OpKind::kAllReduce, count, dtype, op,
-      [this, buf, count, dtype, op] { return startAllReduce(buf, count, dtype, op); });
+  return counted(
+      tracedStart(trace(), comparesBeforeStart(), OpKind::kAllReduce, count, dtype, op,
+                  [this, buf, count, dtype, op] { return startAllReduce(buf, count, dtype, op); }),
+      allReduceBytesSent(size(), rank(), count, dtype));
 }
 
 StatusOr<WorkHandle> Comm::iallToAll(const void* send, void* recv, size_t count, DType dtype) {
@@ -266,9 +275,11 @@ StatusOr<WorkHandle> Comm::iallToAll(const void* send, void* recv, size_t count,
   if (count > 0 && s < d + bytes && d < s + bytes)
     return invalidArgument("allToAll: send and recv buffers overlap");
   HSDP_RETURN_IF_ERROR(checkArgs(a));
-  return tracedStart(
-      trace(), comparesBeforeStart(), OpKind::kAllToAll, count, dtype, RedOp::kSum,
-      [this, send, recv, count, dtype] { return startAllToAll(send, recv, count, dtype); });
+  return counted(
+      tracedStart(
+          trace(), comparesBeforeStart(), OpKind::kAllToAll, count, dtype, RedOp::kSum,
+          [this, send, recv, count, dtype] { return startAllToAll(send, recv, count, dtype); }),
+      blockBytesSent(size(), count, dtype));
 }
 
 Status Comm::allGather(const void* send, void* recv, size_t count, DType dtype) {
@@ -276,9 +287,10 @@ Status Comm::allGather(const void* send, void* recv, size_t count, DType dtype) 
   const CallArgs a{"allGather", send, recv, count, count * size(), dtype};
   HSDP_RETURN_IF_ERROR(checkShared(a, nullptr, RedOp::kSum, true));
   HSDP_RETURN_IF_ERROR(checkArgs(a));
-  return runCollective(trace(), OpKind::kAllGather, count, dtype, RedOp::kSum, -1,
-                       waitName("allGather"),
-                       [&] { return runAllGather(send, recv, count, dtype); });
+  return counted(
+      runCollective(trace(), OpKind::kAllGather, count, dtype, RedOp::kSum, -1,
+                    waitName("allGather"), [&] { return runAllGather(send, recv, count, dtype); }),
+      blockBytesSent(size(), count, dtype));
 }
 
 Status Comm::reduceScatter(const void* send, void* recv, size_t count, DType dtype, RedOp op) {
@@ -286,9 +298,10 @@ Status Comm::reduceScatter(const void* send, void* recv, size_t count, DType dty
   const CallArgs a{"reduceScatter", send, recv, count, count * size(), dtype};
   HSDP_RETURN_IF_ERROR(checkShared(a, "reduceScatter", op, true));
   HSDP_RETURN_IF_ERROR(checkArgs(a));
-  return runCollective(trace(), OpKind::kReduceScatter, count, dtype, op, -1,
-                       waitName("reduceScatter"),
-                       [&] { return runReduceScatter(send, recv, count, dtype, op); });
+  return counted(runCollective(trace(), OpKind::kReduceScatter, count, dtype, op, -1,
+                               waitName("reduceScatter"),
+                               [&] { return runReduceScatter(send, recv, count, dtype, op); }),
+                 blockBytesSent(size(), count, dtype));
 }
 
 Status Comm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
@@ -296,8 +309,10 @@ Status Comm::allReduce(void* buf, size_t count, DType dtype, RedOp op) {
   const CallArgs a{"allReduce", nullptr, buf, count, count, dtype};
   HSDP_RETURN_IF_ERROR(checkShared(a, "allReduce", op, false));
   HSDP_RETURN_IF_ERROR(checkArgs(a));
-  return runCollective(trace(), OpKind::kAllReduce, count, dtype, op, -1, waitName("allReduce"),
-                       [&] { return runAllReduce(buf, count, dtype, op); });
+  return counted(
+      runCollective(trace(), OpKind::kAllReduce, count, dtype, op, -1, waitName("allReduce"),
+                    [&] { return runAllReduce(buf, count, dtype, op); }),
+      allReduceBytesSent(size(), rank(), count, dtype));
 }
 
 Status Comm::broadcast(void* buf, size_t count, DType dtype, int root) {
@@ -307,9 +322,10 @@ Status Comm::broadcast(void* buf, size_t count, DType dtype, int root) {
   if (root < 0 || root >= size())
     return invalidArgument("broadcast: root ", root, " outside communicator of size ", size());
   HSDP_RETURN_IF_ERROR(checkArgs(a));
-  return runCollective(trace(), OpKind::kBroadcast, count, dtype, RedOp::kSum, root,
-                       waitName("broadcast"),
-                       [&] { return runBroadcast(buf, count, dtype, root); });
+  return counted(
+      runCollective(trace(), OpKind::kBroadcast, count, dtype, RedOp::kSum, root,
+                    waitName("broadcast"), [&] { return runBroadcast(buf, count, dtype, root); }),
+      broadcastBytesSent(size(), rank(), root, count, dtype));
 }
 
 Status Comm::barrier() {
@@ -340,15 +356,21 @@ StatusOr<WorkHandle> Comm::igroup(std::span<const CollectiveOp> ops) {
           strCat("group operation ", i, " of ", ops.size(), " (", collectiveKindName(o.kind), ")"));
   }
   HSDP_RETURN_IF_ERROR(checkIndependent(ops, size()));
+  uint64_t nominal = 0;  // what the group sends, each operation as its single call
+  for (const CollectiveOp& o : ops)
+    nominal += o.kind == CollectiveOp::Kind::kAllReduce
+                   ? allReduceBytesSent(size(), rank(), o.count, o.dtype)
+                   : blockBytesSent(size(), o.count, o.dtype);
   if (fusesGroups()) {
     size_t total = 0, live = 0;
     for (const CollectiveOp& o : ops) total += o.count, live += o.count > 0 ? 1 : 0;
     // Compared before the start whatever the transport: the start reads `ops`, which the
     // caller may reuse once igroup returns.
-    return tracedStart(
-        trace(), /*compare_first=*/true, OpKind::kGroup, total,
-        ops.empty() ? DType::kFloat32 : ops.front().dtype, RedOp::kSum,
-        [this, ops] { return startGroup(ops); }, static_cast<int>(live));
+    return counted(tracedStart(
+                       trace(), /*compare_first=*/true, OpKind::kGroup, total,
+                       ops.empty() ? DType::kFloat32 : ops.front().dtype, RedOp::kSum,
+                       [this, ops] { return startGroup(ops); }, static_cast<int>(live)),
+                   nominal);
   }
   std::vector<WorkHandle> works;
   works.reserve(ops.size());
@@ -368,7 +390,23 @@ StatusOr<WorkHandle> Comm::igroup(std::span<const CollectiveOp> ops) {
     works.push_back(std::move(*w));
   }
   if (works.empty()) return completedWork();
-  return allOf(std::move(works));
+  return counted(StatusOr<WorkHandle>(allOf(std::move(works))), nominal);
+}
+
+uint64_t blockBytesSent(int size, size_t count, DType dtype) {
+  return size < 2 ? 0 : uint64_t(size - 1) * count * dtypeSize(dtype);
+}
+
+uint64_t allReduceBytesSent(int size, int rank, size_t count, DType dtype) {
+  if (size < 2) return 0;
+  const uint64_t n = static_cast<uint64_t>(size), base = count / n, extra = count % n;
+  auto chunk = [&](uint64_t i) { return base + (i < extra ? 1 : 0); };
+  const uint64_t r = static_cast<uint64_t>(rank);
+  return (2 * uint64_t{count} - chunk((r + 1) % n) - chunk((r + 2) % n)) * dtypeSize(dtype);
+}
+
+uint64_t broadcastBytesSent(int size, int rank, int root, size_t count, DType dtype) {
+  return rank == root ? blockBytesSent(size, count, dtype) : 0;
 }
 
 Status agreeOnSuccess(Comm& bootstrap, const Status& local, const std::string& what) {

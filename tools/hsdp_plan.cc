@@ -165,6 +165,16 @@ void printPlan(const hsdp::Plan& p, uint64_t budget) {
   row("all-reduce", p.cross_node.all_reduce, ar);
   row("total", p.cross_node.total(), "all-gather + reduce-scatter + all-reduce");
   row("per node", p.crossNodePerNode(), "total / N");
+  const bool z3 = in.mode == hsdp::ShardMode::kZero3;
+  const std::string g_intra = z3 ? "3" : "2", g_inter = z3 && !in.hpz ? "3" : "2";
+  std::printf("\n%-26s%16s %12s  formula (sent by every rank on the level's communicators)\n",
+              "bytes per level per step", "bytes", "");
+  row("intra", p.per_level.intra,
+      in.mode == hsdp::ShardMode::kNone ? "none in mode none" : g_intra + "·R·J·(I-1)·D");
+  row("inter", p.per_level.inter,
+      in.mode == hsdp::ShardMode::kNone ? "none in mode none" : g_inter + "·R·(J-1)·D");
+  row("replica", p.per_level.replica,
+      in.mode == hsdp::ShardMode::kNone ? "2·(W-1)·D (the world)" : "2·(R-1)·D");
   printByWire(p);
 }
 

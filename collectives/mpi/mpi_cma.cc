@@ -138,6 +138,7 @@ Status CmaReduceScatterWork::read() {
         iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(peerAddress(q) + at)), bytes};
         const ssize_t got = process_vm_readv(peers_->pids[q], &local, 1, &remote, 1, 0);
         if (got != static_cast<ssize_t>(bytes)) return readError(q, bytes, got);  // died: ESRCH
+        if (a_.sent != nullptr) a_.sent->fetch_add(bytes, std::memory_order_relaxed);
         src[q] = buf;
       }
       sumBlocks(a_.dtype, src.data(), n, len, scale, out + (p * run + t) * es_);

@@ -168,6 +168,7 @@ Status MpiComm::runAllGather(const void* send, void* recv, size_t count, DType d
     src = MPI_IN_PLACE;
   HSDP_MPI_CHECK(MPI_Allgather(src, static_cast<int>(count), mpiType(dtype), recv,
                                static_cast<int>(count), mpiType(dtype), comm_));
+  countSent(blockBytesSent(size_, count, dtype));  // MPI's algorithm: the nominal bytes
   return okStatus();
 }
 
@@ -180,17 +181,19 @@ StatusOr<WorkHandle> MpiComm::startAllGather(const void* send, void* recv, size_
   MPI_Request req;
   HSDP_MPI_CHECK(MPI_Iallgather(src, static_cast<int>(count), mpiType(dtype), recv,
                                 static_cast<int>(count), mpiType(dtype), comm_, &req));
+  countSent(blockBytesSent(size_, count, dtype));
   return watched(std::make_unique<RequestWork>(req, nullptr));
 }
 
 StatusOr<WorkHandle> MpiComm::startAllGatherRuns(const void* send, void* recv,
                                                  const BlockRuns& layout, DType dtype, void*) {
   const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
-  const GatherRunsArgs args{comm_, rank_, size_, tag, send, recv, layout, dtype};
+  const GatherRunsArgs args{comm_, rank_, size_, tag, send, recv, layout, dtype, &bytes_sent_};
   if (layout.blockCount() == 0) return completedWork();
-  if (rs_ == ReduceScatter::kCma && size_ > 1)
+  if (rs_ == ReduceScatter::kCma && size_ > 1)  // counts the bytes it reads
     return watched(std::make_unique<CmaAllGatherWork>(args, &peers_));
   HSDP_ASSIGN_OR_RETURN(MPI_Request req, startDatatypeAllGather(args));
+  countSent(blockBytesSent(size_, layout.blockCount(), dtype));
   return watched(std::make_unique<RequestWork>(req, nullptr));
 }
 
@@ -234,7 +237,8 @@ class RingReduceScatterWork final : public ProgressiveWork {
                        reqs_.add());
     if (rc == MPI_SUCCESS)
       rc = MPI_Isend(sendp_, count, mpiType(dtype_), (r + 1) % n, tag_, c_.comm_, reqs_.add());
-    if (rc != MPI_SUCCESS) fail(mpiError(rc, "MPI_Isend/Irecv", __FILE__, __LINE__));
+    if (rc != MPI_SUCCESS) return fail(mpiError(rc, "MPI_Isend/Irecv", __FILE__, __LINE__));
+    c_.countSent(chunk_);
   }
 
   void fail(Status s) {
@@ -283,6 +287,7 @@ StatusOr<WorkHandle> MpiComm::startReduceScatter(const void* send, void* recv, s
     MPI_Request req;
     HSDP_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), mpiType(dtype),
                                              MPI_SUM, comm_, &req));
+    countSent(blockBytesSent(size_, count, dtype));
     return watched(std::make_unique<RequestWork>(req, nullptr));
   }
   if (exchanges(dtype)) return startExchange(send, recv, {count, 1, count}, dtype, op);
@@ -312,13 +317,14 @@ StatusOr<WorkHandle> MpiComm::startExchange(const void* send, void* recv, const 
     HSDP_ASSIGN_OR_RETURN(HostBuffer * slot,
                           scratch_.acquire(CmaReduceScatterWork::scratchBytes(size_)));
     return watched(std::make_unique<CmaReduceScatterWork>(
-        BlockReduceArgs{comm_, rank_, size_, tag, send, recv, layout, dtype, op, &scratch_, slot},
+        BlockReduceArgs{comm_, rank_, size_, tag, send, recv, layout, dtype, op, &scratch_, slot,
+                        &bytes_sent_},
         &peers_));
   }
   HSDP_ASSIGN_OR_RETURN(HostBuffer * slot, scratch_.acquire(ExchangeReduceScatterWork::scratchBytes(
                                                layout.blockCount() * dtypeSize(dtype), size_)));
-  return watched(std::make_unique<ExchangeReduceScatterWork>(
-      BlockReduceArgs{comm_, rank_, size_, tag, send, recv, layout, dtype, op, &scratch_, slot}));
+  return watched(std::make_unique<ExchangeReduceScatterWork>(BlockReduceArgs{
+      comm_, rank_, size_, tag, send, recv, layout, dtype, op, &scratch_, slot, &bytes_sent_}));
 }
 
 // All-to-all as one round of point-to-point messages: a receive from and a send to every peer,
@@ -364,6 +370,7 @@ StatusOr<WorkHandle> MpiComm::startAllToAll(const void* send, void* recv, size_t
     return completedWork();
   }
   const int tag = kRingTag + static_cast<int>(seq_++ % 4096);
+  countSent(blockBytesSent(size_, count, dtype));  // its sends: a block to each peer
   return watched(std::make_unique<AllToAllWork>(*this, static_cast<const char*>(send),
                                                 static_cast<char*>(recv), count, dtype, tag));
 }
@@ -374,6 +381,7 @@ Status MpiComm::runAllReduce(void* buf, size_t count, DType dtype, RedOp op) {
   MPI_Request req;
   HSDP_MPI_CHECK(
       MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpiType(dtype), mop, comm_, &req));
+  countSent(allReduceBytesSent(size_, rank_, count, dtype));
   HSDP_RETURN_IF_ERROR(waitForRequest(req));
   if (op == RedOp::kAvg) scale(buf, count, dtype, 1.0f / static_cast<float>(size_));
   return okStatus();
@@ -385,6 +393,7 @@ StatusOr<WorkHandle> MpiComm::startAllReduce(void* buf, size_t count, DType dtyp
   MPI_Request req;
   HSDP_MPI_CHECK(
       MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), mpiType(dtype), mop, comm_, &req));
+  countSent(allReduceBytesSent(size_, rank_, count, dtype));
   std::function<void()> done;
   if (op == RedOp::kAvg) {
     const float f = 1.0f / static_cast<float>(size_);
@@ -400,6 +409,7 @@ StatusOr<WorkHandle> MpiComm::startAllReduce(void* buf, size_t count, DType dtyp
 // (faults.watchdog.missing_unchecked.mpi). They are not where a step waits for its slowest rank.
 Status MpiComm::runBroadcast(void* buf, size_t count, DType dtype, int root) {
   HSDP_MPI_CHECK(MPI_Bcast(buf, static_cast<int>(count), mpiType(dtype), root, comm_));
+  countSent(broadcastBytesSent(size_, rank_, root, count, dtype));
   return okStatus();
 }
 

@@ -41,6 +41,9 @@ class MpiComm final : public Comm {
   // A count that fits MPI's int, whatever the call.
   Status checkArgs(const CallArgs& args) const override;
   const char* waitName(const char* call) const override;
+  // Every path counts: its own sends (ring, exchange, all-to-all), its cross-memory reads, and
+  // the nominal bytes of MPI's collectives (hsdp/transport.h).
+  bool countsOwnSends() const override { return true; }
   // Blocking all-gather and all-reduce go to MPI's own blocking collectives (no request to
   // track); the reduce-scatter is hsdp's own, nonblocking, waited for: the exchange on shared
   // memory and for bf16 (mpi_exchange.h), the ring between hosts (fewer bytes on each link).

@@ -36,6 +36,7 @@ ExchangeReduceScatterWork::ExchangeReduceScatterWork(const Args& a)
           fail(mpiError(rc, "MPI_Isend", __FILE__, __LINE__));
           return;
         }
+        if (a_.sent != nullptr) a_.sent->fetch_add(p.len * es_, std::memory_order_relaxed);
       }
   }
 }

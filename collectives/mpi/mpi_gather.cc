@@ -61,6 +61,7 @@ Status CmaAllGatherWork::read() {
       const ssize_t got = process_vm_readv(peers_->pids[q], local.data(), local.size(),
                                            remote.data(), remote.size(), 0);
       if (got != static_cast<ssize_t>(bytes)) return readError(q, bytes, got);  // died: ESRCH
+      if (a_.sent != nullptr) a_.sent->fetch_add(bytes, std::memory_order_relaxed);
     }
   }
   return okStatus();

@@ -10,6 +10,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct GatherRunsArgs {
   void* recv;
   BlockRuns layout;
   DType dtype;
+  std::atomic<uint64_t>* sent = nullptr;  // the communicator's bytesSent(): bytes read add to it
 };
 
 class CmaAllGatherWork final : public CmaWork {

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -55,8 +56,9 @@ struct BlockReduceArgs {
   BlockRuns layout;
   DType dtype;  // float32 or bf16
   RedOp op;
-  ScratchPool* pool;  // `slot` goes back here when the work ends
-  HostBuffer* slot;   // the work's scratchBytes() or more
+  ScratchPool* pool;                      // `slot` goes back here when the work ends
+  HostBuffer* slot;                       // the work's scratchBytes() or more
+  std::atomic<uint64_t>* sent = nullptr;  // the communicator's bytesSent(): sends (or reads) add
 };
 
 // Completes one MPI request, then runs `on_complete` (e.g. averaging a sum).

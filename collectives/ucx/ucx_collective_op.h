@@ -166,10 +166,12 @@ class CollectiveOp final : public ActiveOp {
       ucp_request_param_t p = params(t.buf, t.bytes);
       ucs_status_ptr_t r = ucp_tag_send_nbx(comm_->eps[t.peer]->get(), t.buf, t.bytes,
                                             makeTag(id, seq_, t.msg, comm_->rank), &p);
-      if (UCS_PTR_IS_ERR(r))
+      if (UCS_PTR_IS_ERR(r)) {
         fail(transferError(t, false, UCS_PTR_STATUS(r)));
-      else if (r != nullptr)
-        pending_.push_back({r, i, false, false});
+        break;
+      }
+      if (comm_->sent != nullptr) comm_->sent->fetch_add(t.bytes, std::memory_order_relaxed);
+      if (r != nullptr) pending_.push_back({r, i, false, false});
     }
   }
 

@@ -145,6 +145,8 @@ class UcxComm final : public Comm {
   Status runBroadcast(void* buf, size_t count, DType dtype, int root) override;
   Status runBarrier() override;
   const char* waitName(const char* call) const override;
+  // Every send its schedules post counts (ucx_collective_op.h), whatever the algorithm.
+  bool countsOwnSends() const override { return true; }
 
  private:
   explicit UcxComm(std::unique_ptr<State> state);

@@ -30,7 +30,7 @@ StatusOr<UcxOptions> UcxOptions::fromEnv() {
   return o;
 }
 
-UcxComm::UcxComm(std::unique_ptr<State> state) : s_(std::move(state)) {}
+UcxComm::UcxComm(std::unique_ptr<State> state) : s_(std::move(state)) { s_->sent = &bytes_sent_; }
 
 StatusOr<std::unique_ptr<UcxComm>> UcxComm::create(std::unique_ptr<Comm> bootstrap,
                                                    const UcxOptions& options) {

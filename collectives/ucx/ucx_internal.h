@@ -79,6 +79,8 @@ struct UcxComm::State {
   int size = 1;
   uint32_t id = 0;
   uint32_t seq = 0;
+  // The communicator's bytesSent() counter: every send a schedule posts adds its bytes.
+  std::atomic<uint64_t>* sent = nullptr;
   // By rank, owned by the engine (shared with other communicators reaching the same peers), or
   // by own_eps for a communicator built from addresses; our own stays null: no algorithm sends
   // to itself.

@@ -8,9 +8,17 @@ namespace examples {
 
 hsdp::StatusOr<StepSplit> gatherStepSplit(hsdp::Comm& world, double ms,
                                           const hsdp::StepAccounting& acc) {
-  constexpr int kN = 5;
-  const double mine[kN] = {ms, acc.wait_gather_s * 1e3, acc.wait_reduce_s * 1e3,
-                           acc.wait_replica_s * 1e3, acc.optimizer_s * 1e3};
+  constexpr int kN = 9;
+  // Byte counts as doubles: exact below 2^53 bytes a step.
+  const double mine[kN] = {ms,
+                           acc.wait_gather_s * 1e3,
+                           acc.wait_reduce_s * 1e3,
+                           acc.wait_replica_s * 1e3,
+                           acc.optimizer_s * 1e3,
+                           static_cast<double>(acc.bytes_intra),
+                           static_cast<double>(acc.bytes_inter),
+                           static_cast<double>(acc.bytes_replica),
+                           static_cast<double>(acc.bytes_shard)};
   const int n = world.size();
   std::vector<double> all(static_cast<size_t>(kN) * n);
   // Doubles as raw bytes: every rank has the same representation.
@@ -21,6 +29,10 @@ hsdp::StatusOr<StepSplit> gatherStepSplit(hsdp::Comm& world, double ms,
   double busy_sum = 0;
   for (int r = 0; r < n; ++r) {
     busy_sum += busy(r);
+    s.bytes_intra += static_cast<uint64_t>(at(r)[5]);
+    s.bytes_inter += static_cast<uint64_t>(at(r)[6]);
+    s.bytes_replica += static_cast<uint64_t>(at(r)[7]);
+    s.bytes_shard += static_cast<uint64_t>(at(r)[8]);
     if (at(r)[0] > at(s.rank)[0]) s.rank = r;
     if (busy(r) > busy(s.slowest)) s.slowest = r;
   }
@@ -45,6 +57,12 @@ void printStepSplit(const hsdp::Comm& world, const StepSplit& s) {
       "over the mean)\n",
       s.compute_ms, s.gather_ms, s.reduce_ms, s.replica_ms, s.optimizer_ms, s.slowest_wait_ms, s.ms,
       s.rank, s.slowest, s.slowest_busy_over_mean_ms);
+  std::printf(
+      "  bytes: intra %llu inter %llu replica %llu shard %llu (sent by all ranks this step)\n",
+      static_cast<unsigned long long>(s.bytes_intra),
+      static_cast<unsigned long long>(s.bytes_inter),
+      static_cast<unsigned long long>(s.bytes_replica),
+      static_cast<unsigned long long>(s.bytes_shard));
   std::fflush(stdout);
 }
 

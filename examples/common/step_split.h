@@ -9,6 +9,8 @@
 // communication; the rest of its waiting is waiting for the slowest rank.
 #pragma once
 
+#include <cstdint>
+
 #include "hsdp/sharded_model.h"
 #include "hsdp/status.h"
 #include "hsdp/transport.h"
@@ -22,6 +24,9 @@ struct StepSplit {
   int rank = 0;                // the rank with the longest step, whose time is split
   int slowest = 0;             // the rank busy longest
   double slowest_busy_over_mean_ms = 0;
+  // Bytes every rank sent this step on each level, summed over the ranks (StepAccounting's
+  // bytes_*): what hsdp-plan's "per level" predicts.
+  uint64_t bytes_intra = 0, bytes_inter = 0, bytes_replica = 0, bytes_shard = 0;
   double exposed_ms() const { return gather_ms + reduce_ms + replica_ms; }
 };
 
@@ -30,6 +35,7 @@ hsdp::StatusOr<StepSplit> gatherStepSplit(hsdp::Comm& world, double ms,
                                           const hsdp::StepAccounting& acc);
 // Rank 0:   split: compute C + exposed gather G reduce-scatter R replica P + optimizer O +
 //           waiting for the slowest W = T ms (rank r; slowest rank s, busy +X ms over the mean)
+//           bytes: intra I inter E replica P shard S (sent by all ranks this step)
 void printStepSplit(const hsdp::Comm& world, const StepSplit& s);
 
 }  // namespace examples

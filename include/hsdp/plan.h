@@ -87,6 +87,22 @@
 // 0.5 + 4/B with B = quant_block), summed per unit: all-gather 2·R·(J−1)·Σ S·enc(s_u) and so on
 // (the replica all-reduce's pieces are taken at the shard's rate). Unset wires keep e.
 // traffic_by_wire has the three terms with all of them on each wire in turn.
+//
+// ---- Bytes sent per level per step (one optimizer step, no gradient accumulation) ----------
+// What the transports count (Comm::bytesSent, docs/collectives.md "Bytes sent") on each level's
+// communicators, summed over every rank: the engine's StepAccounting bytes_intra/inter/replica
+// and the examples' "bytes:" line must equal these to the byte (fp32; tests/plan/level_bytes.sh).
+// A gather pass over the hierarchical schedule sends, per unit, (J−1)·s_u elements per rank on
+// the inter level and then (I−1)·J·s_u on the intra level (each rank passes on the J shards the
+// inter phase brought); a reduce-scatter the mirror. Summed over the W = R·I·J ranks:
+//   inter  (g_inter + 1)·R·(J−1)·D           intra  (g_intra + 1)·R·J·(I−1)·D
+// with g the gather passes per step: zero3 2 (forward, backward; with hpz the backward one is
+// intra only: g_inter = 1), zero1/zero2 1 (the updated parameters after the step), and the
+// one reduce-scatter. The replica all-reduce of each shard (s_u elements over R ranks, counted
+// as the ring: 2·(R−1)·s_u per group) over the S groups: replica 2·(R−1)·D; mode none over the
+// world: 2·(W−1)·D. Here D = e·ΣP on every level: the encoded wires are not modelled per level,
+// and the engine's replica all-reduce is fp32 whatever the policy (so with bf16 the engine's
+// replica bytes are twice this).
 #pragma once
 
 #include <cstdint>
@@ -145,6 +161,14 @@ struct PlanTraffic {
   uint64_t total() const { return all_gather + reduce_scatter + all_reduce; }
 };
 
+// Bytes sent on each level of the mesh in one step, summed over every rank (see the top).
+struct PlanLevels {
+  uint64_t intra = 0;
+  uint64_t inter = 0;
+  uint64_t replica = 0;
+  uint64_t total() const { return intra + inter + replica; }
+};
+
 // The cross-node bytes of one step with every collective on `wire` (blocks of quant_block).
 struct PlanWireTraffic {
   Wire wire;
@@ -168,6 +192,7 @@ struct Plan {
   uint64_t host_pinned_per_node = 0;  // G · per rank
   PlanTraffic cross_node;             // total over all nodes, per step, on the input's wires
   std::vector<PlanWireTraffic> traffic_by_wire;  // fp32, bf16, int8, int4
+  PlanLevels per_level;                          // bytes sent per level, all ranks, per step
   uint64_t crossNodePerNode() const { return cross_node.total() / input.nodes; }
   // "I4xJ2 zero3+hpz"
   std::string label() const;

@@ -141,6 +141,13 @@ struct StepAccounting {
   double wait_reduce_s = 0;   // step() waiting for reduce-scatters
   double wait_replica_s = 0;  // step() waiting for replica all-reduces (elastic: the groups')
   double optimizer_s = 0;     // step(): the norm, Adam inline, or the wait for offloaded steps
+  // Payload bytes this rank sent on each level since the last take (Comm::bytesSent of the
+  // level's communicators; docs/collectives.md, "Bytes sent"): intra, the intra-node phase of the
+  // shard group (gathers, reduce-scatters, hpZ's node gathers); inter, its inter-node phase;
+  // replica, the replica all-reduces (mode none on the host: the world, with whatever else the
+  // caller sends on it); shard, the one-level route over the whole shard group (HSDP_HIER=0, a
+  // device) and the gradient norm's sum. hsdp-plan predicts the first three (its "per level").
+  uint64_t bytes_intra = 0, bytes_inter = 0, bytes_replica = 0, bytes_shard = 0;
   double waits() const { return wait_gather_s + wait_reduce_s + wait_replica_s; }
 };
 

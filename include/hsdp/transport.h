@@ -20,7 +20,9 @@
 // blocking collectives, NCCL fuses a group into one launch).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -77,6 +79,18 @@ struct CollectiveOp {
   }
 };
 const char* collectiveKindName(CollectiveOp::Kind kind);
+
+// The payload bytes one rank sends in one collective as hsdp-plan models them (docs/collectives.md,
+// "Bytes sent"): what a transport counts where a library it calls runs the algorithm (MPI's
+// own collectives, NCCL). All-gather, reduce-scatter and all-to-all of `count` elements per
+// block: (size-1)·count elements. All-reduce: the ring's, the buffer cut into `size` chunks
+// (the first count%size one element longer), rank r sending every chunk but (r+1)%size in the
+// reduce-scatter half and every chunk but (r+2)%size in the all-gather half, so the group sends
+// 2·(size-1)·count elements in all, as the planner's 2·(M-1)·D. Broadcast: the root sends the
+// buffer to each other rank.
+uint64_t blockBytesSent(int size, size_t count, DType dtype);
+uint64_t allReduceBytesSent(int size, int rank, size_t count, DType dtype);
+uint64_t broadcastBytesSent(int size, int rank, int root, size_t count, DType dtype);
 
 class Comm;
 // For transports built collectively over a bootstrap communicator (UCX, NCCL): every member
@@ -222,7 +236,22 @@ class Comm {
   // the communicator has one rank). Transports make it when they build the communicator.
   CommTrace* trace() const { return trace_.get(); }
 
+  // The payload bytes this rank has sent on this communicator since it was made (a relaxed
+  // atomic: any thread may read it; the engine takes differences per step). Where the library
+  // moves the bytes itself (MPI's ring and exchange reduce-scatters, the cross-memory-attach
+  // paths, every UCX schedule) the transport counts its real sends (a cross-memory read counts
+  // for the reader); where a foreign library runs the algorithm (MPI_Iallgather,
+  // MPI_Iallreduce, NCCL) it counts the nominal bytes above, as hsdp-plan models them.
+  uint64_t bytesSent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+
  protected:
+  // Adds to bytesSent(): one relaxed add per send (or per call), nothing else on the hot path.
+  void countSent(uint64_t bytes) { bytes_sent_.fetch_add(bytes, std::memory_order_relaxed); }
+  // False (the default): the public calls count each call's nominal bytes (above) themselves.
+  // True: the transport counts every byte it sends (MPI, UCX), through countSent or the counter.
+  virtual bool countsOwnSends() const { return false; }
+  std::atomic<uint64_t> bytes_sent_{0};
+
   // ---- what a backend implements (see the top of this file) ----
   // Called with the arguments checked (the shared checks and checkArgs), the call entered in the
   // trace, and progressLock() (core/progress.h) held; same contracts as the public calls.
@@ -274,6 +303,13 @@ class Comm {
   std::shared_ptr<CommTrace> trace_;
 
  private:
+  // `r`, after counting `nominal` bytes when it succeeded and the transport does not count its
+  // own sends.
+  template <typename R>
+  R counted(R r, uint64_t nominal) {
+    if (r.ok() && !countsOwnSends()) countSent(nominal);
+    return r;
+  }
   std::string name_;
 };
 

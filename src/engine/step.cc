@@ -111,7 +111,11 @@ void ShardedModel::takeOptimizerSeconds(double* total, double* exposed) {
 
 double ShardedModel::takeExposedCommSeconds() { return impl_->coll->takeExposedSeconds(); }
 
-StepAccounting ShardedModel::takeStepAccounting() { return impl_->coll->tracer().take(); }
+StepAccounting ShardedModel::takeStepAccounting() {
+  StepAccounting a = impl_->coll->tracer().take();
+  impl_->coll->takeLevelBytes(&a);
+  return a;
+}
 
 Status ShardedModel::writeTrace() { return impl_->coll->tracer().write(); }
 
@@ -298,6 +302,7 @@ Status ShardedModel::step() {
   tr.wait(engine::TraceKind::kOptimizer, -1, optimizer_t0);
   if (m.replicatedParams()) HSDP_RETURN_IF_ERROR(m.gatherReplicated(/*frozen_too=*/false));
   tr.endStep();
+  if (tr.on()) m.coll->traceLevelBytes();  // the step's bytes per level, at its end
   return okStatus();
 }
 

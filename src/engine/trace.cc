@@ -22,9 +22,10 @@ const env::IntParam kTraceEvents{
     "Events each rank's trace ring holds (48 bytes each, allocated at finalize when HSDP_TRACE "
     "is set): past that the oldest are overwritten and the file counts them as dropped."};
 
-constexpr const char* kKindNames[] = {
-    "compute", "wait gather",    "wait reduce-scatter", "wait replica", "optimizer",
-    "gather",  "reduce-scatter", "replica all-reduce",  "snapshot",     "step"};
+constexpr const char* kKindNames[] = {"compute",        "wait gather",        "wait reduce-scatter",
+                                      "wait replica",   "optimizer",          "gather",
+                                      "reduce-scatter", "replica all-reduce", "snapshot",
+                                      "step",           "bytes sent"};
 constexpr const char* kLaneNames[] = {"compute", "gather", "reduce-scatter",
                                       "replica", "copies", "step"};
 constexpr const char* kLevelNames[] = {"", "intra", "inter", "intra+inter", "replica"};
@@ -45,6 +46,7 @@ TraceLane laneOf(TraceKind k) {
     case TraceKind::kSnapshot:
       return TraceLane::kCopies;
     case TraceKind::kStep:
+    case TraceKind::kSent:
       return TraceLane::kStep;
     default:
       return TraceLane::kCompute;

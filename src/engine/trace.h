@@ -35,6 +35,7 @@ enum class TraceKind : uint8_t {
   kReplica,        // a replica all-reduce (lane replica)
   kSnapshot,       // a checkpoint snapshot (lane copies)
   kStep,           // a step, end of the last one -> end of step() (lane step)
+  kSent,           // the bytes this rank sent on one level in the step: zero length, at its end
   kCount
 };
 enum class TraceLane : uint8_t {
@@ -99,6 +100,13 @@ class Tracer {
   }
   // The end of step(): the step event and the compute gap before it; the next step begins.
   void endStep();
+  // After endStep(): the bytes this rank sent on `level` in the step that just ended
+  // (UnitCollectives::traceLevelBytes; the shard-group route as kIntraInter).
+  void sent(TraceLevel level, uint64_t bytes) {
+    if (on())
+      push({step_start_, step_start_, step_start_, bytes, -1, static_cast<int32_t>(step_ - 1),
+            TraceKind::kSent, level});
+  }
   StepAccounting take();
 
   // DIR/trace.rank<N>.json; the events stay (a later write rewrites the file with more).

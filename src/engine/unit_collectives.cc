@@ -221,6 +221,36 @@ Status UnitCollectives::startGroupAverage(float* shard, size_t count) {
   return groups_->startAverage({shard, count});
 }
 
+UnitCollectives::LevelBytes UnitCollectives::levelBytes() const {
+  const Mesh& m = mesh_;
+  LevelBytes b;
+  b.intra = m.intraShard().bytesSent() + m.intraShardReduce().bytesSent();
+  b.inter = m.interShard().bytesSent() + m.interShardReduce().bytesSent();
+  b.replica = dataParallel().bytesSent();
+  for (const std::unique_ptr<Comm>* c : {&replica_intra_, &replica_inter_})
+    if (*c) b.replica += (*c)->bytesSent();
+  b.shard = m.shardGroup().bytesSent() + m.shardGroupReduce().bytesSent();
+  return b;
+}
+
+void UnitCollectives::takeLevelBytes(StepAccounting* a) {
+  const LevelBytes now = levelBytes();
+  a->bytes_intra = now.intra - level_base_.intra;
+  a->bytes_inter = now.inter - level_base_.inter;
+  a->bytes_replica = now.replica - level_base_.replica;
+  a->bytes_shard = now.shard - level_base_.shard;
+  level_base_ = now;
+}
+
+void UnitCollectives::traceLevelBytes() {
+  const LevelBytes now = levelBytes();
+  tracer_.sent(TraceLevel::kIntra, now.intra - trace_base_.intra);
+  tracer_.sent(TraceLevel::kInter, now.inter - trace_base_.inter);
+  tracer_.sent(TraceLevel::kReplica, now.replica - trace_base_.replica);
+  tracer_.sent(TraceLevel::kIntraInter, now.shard - trace_base_.shard);
+  trace_base_ = now;
+}
+
 Status UnitCollectives::startTrace(const std::string& dir) {
   Comm& world = mesh_.control();
   const int n = world.size(), me = world.rank();
@@ -243,6 +273,7 @@ Status UnitCollectives::startTrace(const std::string& dir) {
     std::sort(d, d + kRounds);
     offset = d[kRounds / 2];
   }
+  level_base_ = trace_base_ = levelBytes();  // the steps' bytes, not finalize's
   return tracer_.start(dir, me, mesh_.coords().node, n, offset);
 }
 

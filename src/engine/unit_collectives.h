@@ -126,6 +126,12 @@ class UnitCollectives {
   // The links a unit's gather and reduce-scatter cross (intra, inter or both), the hpZ node
   // group's (intra).
   TraceLevel shardLevel() const { return shard_level_; }
+  // The bytes this rank sent on each level (StepAccounting's bytes_*) since the last call, or
+  // since startTrace() (finalize) for the first.
+  void takeLevelBytes(StepAccounting* a);
+  // With the trace on, after the tracer's endStep(): the step's bytes per level as "bytes sent"
+  // events (intra, inter, replica, and the shard-group route as intra+inter).
+  void traceLevelBytes();
 
   // ---- the gradient norm ----
   // What step()'s squared gradient norm is summed over (StepKernels::normReduce): the shard
@@ -191,6 +197,12 @@ class UnitCollectives {
   uint64_t replica_next_ = 0, replica_turn_ = 0;
   std::vector<Work*> gathers_;  // the wrapped gathers' own works, alive
   TraceLevel shard_level_ = TraceLevel::kNone;
+  // Comm::bytesSent() of the levels (intra, inter, replica, shard) at the last take.
+  struct LevelBytes {
+    uint64_t intra = 0, inter = 0, replica = 0, shard = 0;
+  };
+  LevelBytes levelBytes() const;
+  LevelBytes level_base_, trace_base_;  // the accounting's and the trace's last readings
 };
 
 }  // namespace hsdp::engine

@@ -180,6 +180,16 @@ StatusOr<Plan> makePlan(const PlanInput& in) {
   }
 
   p.cross_node = traffic(p, in.param_wire, in.grad_wire, in.replica_wire);
+  {  // per level (plan.h): every level at the policy's element type
+    const uint64_t D = e * whole;
+    const bool z3 = in.mode == ShardMode::kZero3;
+    const uint64_t g_intra = z3 ? 2 : 1, g_inter = z3 && !in.hpz ? 2 : 1;
+    if (in.mode != ShardMode::kNone) {
+      p.per_level.intra = (g_intra + 1) * R * J * (I - 1) * D;
+      p.per_level.inter = (g_inter + 1) * R * (J - 1) * D;
+    }
+    p.per_level.replica = 2 * (R - 1) * D;  // mode none: R = W, D = e·Ψ
+  }
   for (Wire w : {Wire::kFp32, Wire::kBf16, Wire::kInt8, Wire::kInt4})
     p.traffic_by_wire.push_back({w, traffic(p, w, w, w)});
   return p;

@@ -65,6 +65,10 @@ json planObject(const Plan& p) {
   json by = json::object();
   for (const PlanWireTraffic& w : p.traffic_by_wire) by[wireName(w.wire)] = trafficJson(w.traffic);
   j["cross_node_bytes_per_step_by_wire"] = by;
+  j["level_bytes_per_step"] = {{"intra", p.per_level.intra},
+                               {"inter", p.per_level.inter},
+                               {"replica", p.per_level.replica},
+                               {"total", p.per_level.total()}};
   return j;
 }
 

@@ -8,6 +8,8 @@ Checked against closed forms of the configuration, not against the program's own
     all-reduce per unit, 1 step event;
   - the bytes of a gather / reduce-scatter = ceil(n/3) * 3 * 4 (the unit's shard x the group), of
     a replica all-reduce = ceil(n/3) * 4, n = out * (in + 1) per layer of --dims;
+  - per rank and step, the "bytes sent" events: intra = 3 gathers' and reduce-scatter's (I-1)
+    shards per unit, replica = each shard once (a ring of 2), inter 0;
   - events on one lane of one rank do not overlap;
   - the merge puts every rank on rank 0's clock (ts - clock_offset_us, and each step's events of
     all ranks overlap in time: the ranks meet in its collectives);
@@ -96,6 +98,13 @@ def main():
             check(count("replica all-reduce") == units, f"rank {r} step {s}: replica all-reduces")
             check(count("step") == 1, f"rank {r} step {s}: step events")
             check(count("wait gather") == 2 * units, f"rank {r} step {s}: gather waits")
+            # The step's bytes per level (zero length, at the step's end): intra, 3 passes of
+            # (I-1) = 2 shards per unit; the replica ring over 2 ranks sends each shard once.
+            sent = {e["args"]["level"]: e["args"]["bytes"] for e in at if e["name"] == "bytes sent"}
+            want = {"intra": 3 * (SHARDS - 1) * sum(shard) * 4, "inter": 0,
+                    "replica": sum(shard) * 4, "intra+inter": sent.get("intra+inter", -1)}
+            check(count("bytes sent") == 4 and sent == want,
+                  f"rank {r} step {s}: bytes sent {sent}, expected {want}")
             for e in at:
                 u = e["args"]["unit"]
                 if e["name"] in ("gather", "reduce-scatter"):

@@ -206,6 +206,37 @@ TEST(PlanPadding, OddUnitSizes) {
 // B; comm: s_max = 83,334: 2·(1·s·4 + 2·1·s·4) = 24·s = 2,000,016 B.
 // (Measured by the engine, train_mlp --intra-shard 4: params 400.8 KiB = 410,380 B, gathered
 // pool 5.09 MiB = 5,333,376 B.)
+// Bytes per level per step (plan.h), by hand for train_mlp --dims 24,40,33,10 (units 1000, 1353,
+// 340), fp32 (e = 4), the cases tests/examples/level_bytes_test.py measures.
+TEST(PlanLevels, BytesSentPerLevelByHand) {
+  const std::vector<uint64_t> units = {1000, 1353, 340};
+  // 3 x 2, zero3 I2 J3: S = 6, shards 167 + 226 + 57 = 450, ΣP = 2700, D = 10800, R = 1.
+  Plan a = mustPlan(input(units, 3, 2, 2, 3, ShardMode::kZero3, DType::kFloat32));
+  EXPECT_EQ(a.per_level.intra, 3u * 1 * 3 * 1 * 10800);  // 3 passes · R · J · (I-1) · D
+  EXPECT_EQ(a.per_level.inter, 3u * 1 * 2 * 10800);      // 3 passes · R · (J-1) · D
+  EXPECT_EQ(a.per_level.replica, 0u);
+  PlanInput hpz = input(units, 3, 2, 2, 3, ShardMode::kZero3, DType::kFloat32);
+  hpz.hpz = true;  // the backward gather stays in the node: 2 passes cross
+  Plan h = mustPlan(hpz);
+  EXPECT_EQ(h.per_level.intra, 97200u);
+  EXPECT_EQ(h.per_level.inter, 43200u);
+  // 3 x 2, zero3 I2 J1: S = 2, shards 500 + 677 + 170, ΣP = 2694, D = 10776, R = 3.
+  Plan b = mustPlan(input(units, 3, 2, 2, 1, ShardMode::kZero3, DType::kFloat32));
+  EXPECT_EQ(b.per_level.intra, 3u * 3 * 1 * 1 * 10776);
+  EXPECT_EQ(b.per_level.inter, 0u);
+  EXPECT_EQ(b.per_level.replica, 2u * 2 * 10776);  // the ring over R = 3: 2 · · D
+  // 2 x 2, zero1 I1 J2: one gather and one reduce-scatter cross; 2 replicas inside each node.
+  Plan c = mustPlan(input(units, 2, 2, 1, 2, ShardMode::kZero1, DType::kFloat32));
+  EXPECT_EQ(c.per_level.intra, 0u);
+  EXPECT_EQ(c.per_level.inter, 2u * 2 * 1 * 10776);
+  EXPECT_EQ(c.per_level.replica, 21552u);
+  EXPECT_EQ(c.cross_node.all_reduce, 0u);  // the replicas share a node: nothing crosses
+  // Mode none on 3 x 2: the world's all-reduce of Ψ = 2693 elements, 2 · 5 · 10772.
+  Plan d = mustPlan(input(units, 3, 2, 1, 1, ShardMode::kNone, DType::kFloat32));
+  EXPECT_EQ(d.per_level.intra + d.per_level.inter, 0u);
+  EXPECT_EQ(d.per_level.replica, 107720u);
+}
+
 TEST(PlanEngineLayout, ExampleMlpFp32OnFourShards) {
   const std::vector<uint64_t> mlp = {32 * 1000 + 1000, 1000 * 333 + 333, 333 * 128 + 128,
                                      128 * 10 + 10};

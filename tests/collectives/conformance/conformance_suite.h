@@ -26,23 +26,28 @@
 //
 // The tests, one header per family: conformance_dense.h (all-gather, reduce-scatter, all-reduce),
 // conformance_runs.h (the same over non-contiguous runs), conformance_rooted.h (all-to-all,
-// broadcast), conformance_async.h (handles in flight, groups, bad arguments); the fixture and the
+// broadcast), conformance_async.h (handles in flight, groups, bad arguments), conformance_bytes.h
+// (the byte counters against the planner's closed forms); the fixture and the
 // oracle they share: conformance_fixture.h, conformance_oracle.h.
 #pragma once
 
 #include "tests/collectives/conformance/conformance_async.h"
+#include "tests/collectives/conformance/conformance_bytes.h"
 #include "tests/collectives/conformance/conformance_dense.h"
 #include "tests/collectives/conformance/conformance_rooted.h"
 #include "tests/collectives/conformance/conformance_runs.h"
 
 namespace hsdp::conformance {
 
-REGISTER_TYPED_TEST_SUITE_P(
-    Conformance, AllGatherMatchesMpiOutOfAndInPlace, ReduceScatterSumIsExactOnIntegers,
-    ReduceScatterOfRandomValuesSumAndAvg, AllReduceSumIsExactAndAvgWithinRounding,
-    AllReduceOfRandomValuesIsBitwiseIdenticalOnEveryRank, BroadcastFromEveryRootAndBarrier,
-    AllToAllMatchesMpi, ReduceScatterRunsMatchesMpiOfThePackedBlocks,
-    AllGatherRunsMatchesMpiAllgatherPlacedInRuns, ManyOutstandingHandlesCompleteInAnyOrder,
-    GroupOfMixedOperationsMatchesMpi, BadArgumentsAndDependentGroupsAreRejected);
+REGISTER_TYPED_TEST_SUITE_P(Conformance, AllGatherMatchesMpiOutOfAndInPlace,
+                            ReduceScatterSumIsExactOnIntegers, ReduceScatterOfRandomValuesSumAndAvg,
+                            AllReduceSumIsExactAndAvgWithinRounding,
+                            AllReduceOfRandomValuesIsBitwiseIdenticalOnEveryRank,
+                            BroadcastFromEveryRootAndBarrier, AllToAllMatchesMpi,
+                            ReduceScatterRunsMatchesMpiOfThePackedBlocks,
+                            AllGatherRunsMatchesMpiAllgatherPlacedInRuns,
+                            ManyOutstandingHandlesCompleteInAnyOrder,
+                            GroupOfMixedOperationsMatchesMpi,
+                            BadArgumentsAndDependentGroupsAreRejected, BytesSentAddUpToTheModel);
 
 }  // namespace hsdp::conformance
