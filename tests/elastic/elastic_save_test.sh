@@ -36,10 +36,16 @@ cat >"$tmp/group.sh" <<'EOF'
 out=$1 phase=$2
 shift 2
 g=$HSDP_ELASTIC_GROUP_INDEX r=$HSDP_ELASTIC_RESTARTS rank=${OMPI_COMM_WORLD_RANK:-0}
-# The restarted group 0 of phase 1 starts 4 s late, so that groups 1,2 save without it (with the
-# replica Comm's quick failure detection it had healed and rejoined within the 4 steps between
-# two saves once, and group 1 never wrote).
-[ "$phase" = one ] && [ "$g" = 0 ] && [ "$r" -gt 0 ] && sleep 4
+# The restarted group 0 of phase 1 starts once group 1 has written a checkpoint (it writes only
+# while group 0 is out), at most 60 s late: with the replica Comm's quick failure detection a
+# restarted group 0 once healed and rejoined within the 4 steps between two saves, even 4 s late
+# (a fixed delay), and group 1 never wrote. The checks below still require that checkpoint.
+if [ "$phase" = one ] && [ "$g" = 0 ] && [ "$r" -gt 0 ]; then
+  for _ in $(seq 600); do
+    grep -qa "^checkpoint step-" "$out/one.g1r0.rank0.log" 2>/dev/null && break
+    sleep 0.1
+  done
+fi
 exec "$@" >"$out/$phase.g${g}r${r}.rank${rank}.log" 2>&1
 EOF
 chmod +x "$tmp/group.sh"
