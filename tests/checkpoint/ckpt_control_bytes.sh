@@ -18,22 +18,35 @@ run() {  # every output of the command into its own file (the exit status does n
   n=$((n + 1))
   "$@" >"$out/$n.stdout" 2>"$out/$n.stderr" </dev/null || true
 }
+# The Python reprs and errors of every planted copy, in one process after the loop (one import
+# of hsdp for all of them, not one each): a line naming each copy, then its output; an
+# unexpected exception prints its traceback (on stderr, as a process of its own would) and the
+# next copy goes on. Every copy must have been reached.
 pyrun() {
   [ -n "$py" ] || return 0
   run "$py" -c "
-import sys, hsdp
-try:
-    ck = hsdp.checkpoint.open(sys.argv[1])
-    print(ck)
-    print(list(ck.parameters.values()))
-    print(hsdp.checkpoint.diff(sys.argv[1], sys.argv[2]).tensors)
-except hsdp.Error as e:
-    print('error:', e)
-" "$1" "$good"
+import sys, traceback, hsdp
+for c in sys.argv[2:]:
+    print('copy', c, flush=True)
+    try:
+        ck = hsdp.checkpoint.open(c)
+        print(ck)
+        print(list(ck.parameters.values()))
+        print(hsdp.checkpoint.diff(c, sys.argv[1]).tensors)
+    except hsdp.Error as e:
+        print('error:', e)
+    except Exception:
+        traceback.print_exc()
+" "$good" "$@"
+  local reached
+  reached=$(grep -c "^copy $work/c\." "$out/$n.stdout" || true)
+  [ "$reached" = $# ] || { echo "FAIL: the Python run reached $reached of $# copies"; exit 1; }
 }
 fields=$(python3 "$hj" plant "$good" - list)
+copies=()
 for field in $fields; do
-  c="$work/c"
+  c="$work/c.${#copies[@]}"
+  copies+=("$c")
   python3 "$hj" plant "$good" "$c" "$field"
   run "$ckpt" inspect "$c"
   run "$ckpt" inspect --json "$c"
@@ -43,9 +56,10 @@ for field in $fields; do
   run "$ckpt" diff "$good" "$c"
   run "$ckpt" reshard "$c" "$work/r" --world 2 --ranks-per-node 2 --intra-shard 2 --inter-shard 1
   run "$mlp" --mode none "${dims[@]}" --steps 2 --resume "$c"
-  pyrun "$c"
-  rm -rf "$c" "$work/x.safetensors" "$work/r"
+  rm -rf "$work/x.safetensors" "$work/r"
 done
+pyrun "${copies[@]}"
+rm -rf "${copies[@]}"
 for field in name metadata dtype; do
   python3 "$hj" plant-safetensors "$work/p.safetensors" "$field"
   run "$mlp" --mode none "${dims[@]}" --steps 0 --init-from "$work/p.safetensors"
