@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -172,9 +174,26 @@ std::unique_ptr<ShardedModel> probeModel(const Mesh& mesh, ShardMode mode, Repli
 // (mid-period: each replica's own parameters), loaded by a new model, which holds each replica's
 // closed form; both take step 2 (the sync, which needs the loaded anchor and momentum) and agree
 // bit for bit. A model with another H, another policy or sync refuses it by name.
+// This job's own directory (rank 0's mkdtemp, broadcast): the test's layouts run side by side
+// under ctest -j, and a shared fixed path let one job load another's checkpoint.
+const std::string& jobDir() {
+  static const std::string dir = [] {
+    char buf[256] = {};
+    if (world().rank() == 0) {
+      const std::string t = (std::filesystem::temp_directory_path() / "hsdp-semi-sync-XXXXXX");
+      std::snprintf(buf, sizeof buf, "%s", t.c_str());
+      if (mkdtemp(buf) == nullptr) buf[0] = 0;
+    }
+    EXPECT_TRUE(world().broadcast(buf, sizeof buf, DType::kUInt8, 0).ok());
+    return std::string(buf);
+  }();
+  return dir;
+}
+
 void resumeMidPeriod(const Mesh& mesh, ShardMode mode, ReplicaPolicy policy) {
   SCOPED_TRACE(strCat(shardModeName(mode), " ", replicaPolicyName(policy)));
-  const std::string dir = (std::filesystem::temp_directory_path() / "hsdp_semi_sync_ckpt").string();
+  ASSERT_FALSE(jobDir().empty()) << "mkdtemp in " << std::filesystem::temp_directory_path();
+  const std::string dir = jobDir() + "/ckpt";
   auto a = probeModel(mesh, mode, policy, 2);
   ASSERT_TRUE(a);
   std::vector<float> init(kN);
@@ -243,6 +262,8 @@ TEST(SemiSync, CheckpointsResumeMidPeriodAndOtherSettingsAreRefusedByName) {
       for (ReplicaPolicy p : {ReplicaPolicy::kLocalSgd, ReplicaPolicy::kDiloco})
         resumeMidPeriod(mesh, mode, p);
   });
+  EXPECT_TRUE(world().barrier().ok());
+  if (world().rank() == 0 && !jobDir().empty()) std::filesystem::remove_all(jobDir());
 }
 
 }  // namespace
