@@ -9,7 +9,7 @@
 //             O_DIRECT write of each rank's share beside every step (the floor here); rounds of
 //             three blocks of --steps steps, order rotating, --blocks rounds; medians of ratios
 // Medians of --repeats. Run it under mpirun, e.g. 8 ranks as 2 virtual nodes x 4:
-//   mpirun -np 8 -x HSDP_RANKS_PER_NODE=4 build/bench/ckpt_bench --dir /work/ckpt-bench --gib 1
+//   mpirun -np 8 -x HSDP_RANKS_PER_NODE=4 build/bench/ckpt_bench --dir /tmp/ckpt-bench --gib 1
 #include <fcntl.h>
 #include <unistd.h>
 
