@@ -21,6 +21,12 @@ const env::IntParam kTimeoutMs{
 
 constexpr size_t kMaxJob = 128;
 
+}  // namespace
+
+StatusOr<int64_t> replicaTimeoutMs() { return kTimeoutMs.value(); }
+
+namespace {
+
 std::string encodeHello(uint16_t kind, uint32_t channel, uint32_t from, uint32_t to, uint32_t size,
                         const ReplicaRing::Options& o, const std::string& reason) {
   std::string b;

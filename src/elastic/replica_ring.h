@@ -25,6 +25,9 @@
 
 namespace hsdp::elastic {
 
+// HSDP_REPLICA_TIMEOUT_MS, checked: the replica level's deadline without progress.
+StatusOr<int64_t> replicaTimeoutMs();
+
 class ReplicaRing {
  public:
   struct Options {

@@ -110,12 +110,7 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
     if (host.empty()) {
       HSDP_ASSIGN_OR_RETURN(host, elastic::localAddressToward(*policy.endpoint));
     }
-    auto listener = elastic::ReplicaListener::open(host, 0);
-    if (!listener.ok())
-      return listener.status().withContext(policy.host->empty()
-                                               ? "the replica listener"
-                                               : "EngineConfig::elastic.host (HSDP_ELASTIC_HOST)");
-    g->listener_ = std::move(*listener);
+    HSDP_ASSIGN_OR_RETURN(g->timeout_ms_, elastic::replicaTimeoutMs());
     const std::string transport = kReplicaTransport.get();
     if (transport != "auto" && transport != "ucx" && transport != "ring")
       return invalidArgument("HSDP_REPLICA_TRANSPORT='", transport,
@@ -123,7 +118,14 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
     if (transport == "ucx" || (transport == "auto" && hasPeerTransport("ucx"))) {
       g->peer_transport_ = "ucx";
       HSDP_ASSIGN_OR_RETURN(g->peer_address_, peerTransportAddress("ucx"));
+      return okStatus();  // averages and heals on the peer transport: no ring, no listener
     }
+    auto listener = elastic::ReplicaListener::open(host, 0);
+    if (!listener.ok())
+      return listener.status().withContext(policy.host->empty()
+                                               ? "the replica listener"
+                                               : "EngineConfig::elastic.host (HSDP_ELASTIC_HOST)");
+    g->listener_ = std::move(*listener);
     return okStatus();
   }();
   HSDP_RETURN_IF_ERROR(control.agree(local));
@@ -136,11 +138,12 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
       }));
   // The group's member address: every rank's entry, in rank order (lengths first, then the
   // entries padded to the longest).
-  std::string entry = g->listener_->address();
-  // One rank's entry: "host:port" (the ring's listener), then "/" and its peer-transport
-  // address in hex when the averages run on one.
+  // One rank's entry: on a peer transport "host/" and its address there in hex; on the ring
+  // "host:port" (the ring's listener).
   const std::vector<uint8_t>& peer = g->peer_address_.bytes;
-  if (!g->peer_transport_.empty()) entry += "/" + hexBytes(peer.data(), peer.size());
+  const std::string entry = g->peer_transport_.empty()
+                                ? g->listener_->address()
+                                : strCat(host, "/", hexBytes(peer.data(), peer.size()));
   int64_t len = static_cast<int64_t>(entry.size());
   std::vector<int64_t> lens(control.controlSize());
   HSDP_RETURN_IF_ERROR(control.controlAllGather(&len, lens.data(), 1, DType::kInt64));
@@ -180,7 +183,9 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
   }
   g->worker_ = std::thread([p = g.get()] { p->workLoop(); });
   HSDP_INFO(kShard, "elastic: group ", g->name_, " joined job '", *policy.job, "' at ",
-            *policy.endpoint, " (replica address ", g->listener_->address(), ")");
+            *policy.endpoint, " (replica level on ",
+            g->peer_transport_.empty() ? "the ring" : g->peer_transport_, ", rank 0 at ",
+            splitList(addresses, ',')[0], ")");
   return g;
 }
 
@@ -251,7 +256,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
   std::unique_ptr<elastic::ReplicaRing> kept = std::move(ring_);
   PeerComm kept_comm = std::move(replica_);
   const elastic::StepQuorum last = q_;
-  bool continuing = kept && committed_.step == local_step - 1;
+  bool continuing = (kept || kept_comm.comm) && committed_.step == local_step - 1;
   while (true) {
     // Rank 0: the step's quorum; "" when this group is not in it (after the attempt is decided
     // without it, the next round finds where the job went).
@@ -299,8 +304,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
     StepStart out;
     culprits_.clear();
     auto same = [&] {
-      if (!kept || !continuing || q_.attempt != 0 || q_.members.size() != last.members.size())
-        return false;
+      if (!continuing || q_.attempt != 0 || q_.members.size() != last.members.size()) return false;
       for (size_t k = 0; k < q_.members.size(); ++k)
         if (q_.members[k].group != last.members[k].group ||
             q_.members[k].address != last.members[k].address || !q_.members[k].heal_from.empty())
@@ -344,23 +348,25 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       } else {
         kept.reset();
         kept_comm = PeerComm{};
-        elastic::ReplicaRing::Options o;
-        o.job = *policy_.job;
-        o.step = q_.step;
-        o.attempt = q_.attempt;
-        o.refused_is_dead = true;  // every member's listener is open before it joins
-        HSDP_ASSIGN_OR_RETURN(
-            ring_, elastic::ReplicaRing::create(self_, addrs, *listener_, o, &culprits_));
-        if (!peer_transport_.empty()) {
-          // An id no earlier quorum of these processes had: (step, attempt) only grow.
-          peers.id = static_cast<uint64_t>(q_.step) * 64 + static_cast<uint64_t>(q_.attempt % 64);
-          peers.timeout_ms = ring_->timeoutMs();
+        if (peer_transport_.empty()) {
+          elastic::ReplicaRing::Options o;
+          o.job = *policy_.job;
+          o.step = q_.step;
+          o.attempt = q_.attempt;
+          o.timeout_ms = timeout_ms_;
+          o.refused_is_dead = true;  // every member's listener is open before it joins
+          HSDP_ASSIGN_OR_RETURN(
+              ring_, elastic::ReplicaRing::create(self_, addrs, *listener_, o, &culprits_));
+        } else {
+          peers.id = peerCommId(q_, /*heal=*/false);
+          peers.timeout_ms = timeout_ms_;
           HSDP_ASSIGN_OR_RETURN(replica_, createPeerTransport(peer_transport_, peers));
         }
       }
       t0 = Clock::now();  // the heal's own time, from here
-      // The heal: a member that does not hold the step's state receives every buffer, then the
-      // step count, from the same-position rank of its donor; donors send.
+      if (!peer_transport_.empty()) return heal(peers, state, &out);
+      // The heal on the ring: a member that does not hold the step's state receives every
+      // buffer, then the step count, from the same-position rank of its donor; donors send.
       if (!me.heal_from.empty()) {
         const int from = memberIndex(q_, me.heal_from);
         for (std::span<char> b : state.buffers) {
@@ -388,7 +394,10 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       }
       return okStatus();
     }();
-    if (!local.ok()) culprits_ = suspects();
+    if (!local.ok())  // what the setup or the heal named, and what the transports found failed
+      for (int c : suspects())
+        if (std::find(culprits_.begin(), culprits_.end(), c) == culprits_.end())
+          culprits_.push_back(c);
     int64_t failed = local.ok() ? 0 : 1;
     HSDP_RETURN_IF_ERROR(control_.controlSum(&failed, 1));
     if (failed == 0) {

@@ -117,9 +117,10 @@ class ElasticGroup {
 
   UnitCollectives& control_;  // the control plane: agreement, broadcast, sums
   ElasticPolicy policy_;
-  std::string name_;  // "g<index>"
-  std::unique_ptr<elastic::ReplicaListener> listener_;
-  std::unique_ptr<elastic::Quorum> quorum_;  // rank 0 only
+  std::string name_;        // "g<index>"
+  int64_t timeout_ms_ = 0;  // HSDP_REPLICA_TIMEOUT_MS: the replica level's deadline
+  std::unique_ptr<elastic::ReplicaListener> listener_;  // the ring's (none on a peer transport)
+  std::unique_ptr<elastic::Quorum> quorum_;             // rank 0 only
   std::unique_ptr<elastic::ReplicaRing> ring_;
   // The averages' Comm (a peer transport; empty with HSDP_REPLICA_TRANSPORT=ring), rebuilt with
   // the ring; this process's address in it, published beside the ring's.
@@ -132,6 +133,19 @@ class ElasticGroup {
   GroupState state_ = GroupState::kJoined;
   int64_t local_step_ = 0;
   Committed committed_;
+
+  // The heal on the peer transport (elastic_heal.cc): when this group donates or heals, a Comm
+  // of the donor and the groups it heals (built from `all`, the step's members), and the state
+  // broadcast from the donor through UnitCollectives. Fills `out`'s heal fields; on failure the
+  // members it found failed go into culprits_.
+  [[nodiscard]] Status heal(const PeerMembers& all, const HealState& state, StepStart* out);
+  // The id of the step's replica Comm (heal false) or of a heal's (true): equal on every member,
+  // unlike any earlier one of these processes ((step, attempt) only grow; ids recycle after 512
+  // steps), and never a replica Comm's and a heal's alike.
+  static uint64_t peerCommId(const elastic::StepQuorum& q, bool heal) {
+    return static_cast<uint64_t>(q.step) * 64 + 2 * static_cast<uint64_t>(q.attempt % 32) +
+           (heal ? 1 : 0);
+  }
 
   // Averages `g` over the quorum's groups on replica_ (or the ring); on replica_, ends at once
   // when a sibling rank raised the alarm for the same attempt.

@@ -61,8 +61,7 @@ void ElasticGroup::workLoop() {
 Status ElasticGroup::average(std::span<float> g) {
   if (!replica_.comm) return ring_->allReduce(g.data(), g.size(), elastic::ReplicaRing::Op::kAvg);
   // Polled, not waited: test() holds the progress lock briefly; the main thread's go on beside.
-  HSDP_ASSIGN_OR_RETURN(
-      WorkHandle w, replica_.comm->iallReduce(g.data(), g.size(), DType::kFloat32, RedOp::kAvg));
+  HSDP_ASSIGN_OR_RETURN(WorkHandle w, control_.peerAverage(*replica_.comm, g.data(), g.size()));
   const uint64_t tag = attemptTag();
   bool aborted = false;
   while (true) {

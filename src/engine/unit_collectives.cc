@@ -251,6 +251,25 @@ void UnitCollectives::traceLevelBytes() {
   trace_base_ = now;
 }
 
+StatusOr<WorkHandle> UnitCollectives::peerAverage(Comm& peers, float* shard, size_t count) {
+  return peers.iallReduce(shard, count, DType::kFloat32, RedOp::kAvg);
+}
+
+StatusOr<size_t> UnitCollectives::peerBroadcast(Comm& peers,
+                                                std::span<const std::span<char>> buffers, int root,
+                                                size_t piece_bytes) {
+  if (piece_bytes == 0) return invalidArgument("peerBroadcast: pieces of 0 bytes");
+  size_t total = 0;
+  for (std::span<char> b : buffers) {
+    for (size_t at = 0; at < b.size(); at += piece_bytes) {
+      const size_t n = std::min(piece_bytes, b.size() - at);
+      HSDP_RETURN_IF_ERROR(peers.broadcast(b.data() + at, n, DType::kUInt8, root));
+    }
+    total += b.size();
+  }
+  return total;
+}
+
 Status UnitCollectives::startTrace(const std::string& dir) {
   Comm& world = mesh_.control();
   const int n = world.size(), me = world.rank();

@@ -174,6 +174,15 @@ class UnitCollectives {
   // The fp32 shard averaged over the elastic replica groups, started on the group's replica
   // worker in call order (reduceGrad's, the same on every group); nothing when none attached.
   [[nodiscard]] Status startGroupAverage(float* shard, size_t count);
+  // The group's own collectives on a peer-transport Comm it built from the quorum's addresses
+  // (hsdp/transport_registry.h), issued here like every other collective:
+  // the fp32 shard averaged in place over `peers` (the step's replica Comm), started;
+  StatusOr<WorkHandle> peerAverage(Comm& peers, float* shard, size_t count);
+  // member `root`'s `buffers`, one after the other, on every member of `peers` (a heal: the
+  // donor, then the groups it heals), in pieces of at most `piece_bytes`, so that the transport's
+  // deadline without progress bounds one piece rather than the whole state. Returns the bytes.
+  StatusOr<size_t> peerBroadcast(Comm& peers, std::span<const std::span<char>> buffers, int root,
+                                 size_t piece_bytes);
 
  private:
   UnitCollectives(const Mesh& mesh, std::unique_ptr<SpaceCollectives> space,
