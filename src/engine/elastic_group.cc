@@ -17,10 +17,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 const env::StringParam kReplicaTransport{
-    "HSDP_REPLICA_TRANSPORT", env::StringParam::Kind::kEnum, "ring",
-    "Elastic groups: the transport of the replica gradient average: ring (the TCP ring; the "
-    "default until a dead peer is seen as quickly on UCX), ucx, or auto (the UCX peer transport "
-    "when this hsdp has it, else the ring) (docs/elastic.md)."};
+    "HSDP_REPLICA_TRANSPORT", env::StringParam::Kind::kEnum, "ucx",
+    "Elastic groups: the transport of the replica level (gradient averages and heals): ucx (the "
+    "default: the UCX peer Comm built from the quorum's addresses), ring (the hand-written TCP "
+    "ring), or auto (ucx when this hsdp has it, else the ring) (docs/elastic.md)."};
 
 std::vector<std::string> splitList(const std::string& s, char sep) {
   std::vector<std::string> out;
