@@ -51,7 +51,7 @@ Status ElasticGroup::heal(const PeerMembers& all, const HealState& state, StepSt
     std::span<char> step{reinterpret_cast<char*>(&count), sizeof(count)};
     HSDP_RETURN_IF_ERROR(
         control_.peerBroadcast(*comm->comm, {&step, 1}, 0, sizeof(count)).status());
-    // The donor sends its state to each group it heals (bytes per rank, as the ring counted).
+    // The donor sends its state to each group it heals (bytes per rank).
     out->heal_bytes += p.self == 0 ? bytes * (members.size() - 1) : bytes;
     return okStatus();
   }();

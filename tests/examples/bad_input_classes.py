@@ -65,6 +65,10 @@ WANT_EXTRA = {"LIST": ["is empty"]}
 ENV_NEEDS = {
     "HSDP_UCX_SMALL_BYTES": (["-x", "HSDP_TRANSPORT_INTER=ucx"], []),
     "HSDP_CPU_ADAM_THREADS": ([], ["--offload", "cpu"]),
+    # Read by the engine's elastic group before it contacts etcd (nothing listens at port 9).
+    "HSDP_REPLICA_TIMEOUT_MS": (["-x", "HSDP_ELASTIC_ENDPOINT=http://127.0.0.1:9", "-x",
+                                 "HSDP_ELASTIC_GROUP_INDEX=0", "-x", "HSDP_ELASTIC_GROUPS=1"],
+                                ["--mode", "zero3"]),
 }
 ENV_SKIP = {
     "HSDP_CUDA_DEVICE": "read by the CUDA device memory space only (no GPU here)",
@@ -74,7 +78,6 @@ ENV_SKIP = {
     "HSDP_ELASTIC_LEASE_S": "read by elastic/ only (quorum_test checks its bad values)",
     "HSDP_ELASTIC_VOTE_TIMEOUT_MS": "read by elastic/ only (quorum_test checks its bad values)",
     "HSDP_ETCD_TIMEOUT_MS": "read by elastic/ only (quorum_test checks its bad values)",
-    "HSDP_REPLICA_TIMEOUT_MS": "read by elastic/ only (replica_ring_test checks its bad values)",
 }
 HELP_LINE = re.compile(r"^\s+(?:-\w,)?(--[\w-]+) (INT|UINT|REAL|BYTES|LIST)\b")
 
