@@ -340,6 +340,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
         replica_ = std::move(kept);
       } else {
         kept = PeerComm{};
+        heal_comm_ = PeerComm{};  // the last heal's, with the Comm it was kept beside
         peers.id = peerCommId(q_, /*heal=*/false);
         peers.timeout_ms = timeout_ms_;
         HSDP_ASSIGN_OR_RETURN(replica_, createPeerTransport(peer_transport_, peers));
@@ -375,7 +376,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
     if (committed)
       return internalError("elastic: step ", q_.step, " committed although group ", name_,
                            " voted fail");
-    replica_ = PeerComm{};
+    dropComms();
   }
 }
 

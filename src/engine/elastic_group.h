@@ -125,6 +125,15 @@ class ElasticGroup {
   std::string peer_transport_;
   PeerAddress peer_address_;
   PeerComm replica_;
+  // The last heal's Comm (the donor and the groups it healed), kept as long as replica_ and
+  // dropped with it: its endpoints closed while replica_ still moves data to the same peers
+  // broke replica_'s transfers on tcp (a rendezvous receive from the healed group "Request
+  // canceled" on the donor), so both go together, when no collective is in flight.
+  PeerComm heal_comm_;
+  void dropComms() {
+    heal_comm_ = PeerComm{};
+    replica_ = PeerComm{};
+  }
   elastic::StepQuorum q_;      // the step's quorum, as rank 0 read it
   int self_ = -1;              // this group's index in q_.members
   std::vector<int> culprits_;  // members this rank found gone in its last failed call

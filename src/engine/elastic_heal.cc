@@ -42,8 +42,11 @@ Status ElasticGroup::heal(const PeerMembers& all, const HealState& state, StepSt
   }
   const std::string what =
       strCat("the heal of step ", q_.step, " attempt ", q_.attempt, " from group ", donor);
-  StatusOr<PeerComm> comm = createPeerTransport(peer_transport_, p);
-  if (!comm.ok()) return comm.status().withContext(what);
+  heal_comm_ = PeerComm{};
+  StatusOr<PeerComm> made = createPeerTransport(peer_transport_, p);
+  if (!made.ok()) return made.status().withContext(what);
+  heal_comm_ = std::move(*made);  // kept beside replica_ (elastic_group.h)
+  PeerComm* comm = &heal_comm_;
   int64_t count = *state.step;  // the donor's committed step count travels last
   Status moved = [&]() -> Status {
     HSDP_ASSIGN_OR_RETURN(size_t bytes,

@@ -112,7 +112,7 @@ StatusOr<bool> ElasticGroup::commit() {
   HSDP_RETURN_IF_ERROR(transition(commit ? G::kCommitted : G::kDecided, "elastic step"));
   if (!decided.ok()) return decided.status();
   if (!commit) {
-    replica_ = PeerComm{};
+    dropComms();
     return false;
   }
   committed_.step = q_.step;
