@@ -68,7 +68,7 @@ ENV_NEEDS = {
     # Read by the engine's elastic group before it contacts etcd (nothing listens at port 9).
     "HSDP_REPLICA_TIMEOUT_MS": (["-x", "HSDP_ELASTIC_ENDPOINT=http://127.0.0.1:9", "-x",
                                  "HSDP_ELASTIC_GROUP_INDEX=0", "-x", "HSDP_ELASTIC_GROUPS=1"],
-                                ["--mode", "zero3"]),
+                                ["--mode", "zero3", "--inter-shard", "2"]),
 }
 ENV_SKIP = {
     "HSDP_CUDA_DEVICE": "read by the CUDA device memory space only (no GPU here)",
