@@ -128,9 +128,9 @@ class ElasticGroup {
   PeerAddress peer_address_;
   PeerComm replica_;
   // The last heal's Comm (the donor and the groups it healed), kept as long as replica_ and
-  // dropped with it: its endpoints closed while replica_ still moves data to the same peers
-  // broke replica_'s transfers on tcp (a rendezvous receive from the healed group "Request
-  // canceled" on the donor), so both go together, when no collective is in flight.
+  // dropped with it, when no collective is in flight (docs/elastic.md: the first average after a
+  // heal still often fails "Request canceled"; dropping this one early was a suspect, not the
+  // cause).
   PeerComm heal_comm_;
   void dropComms() {
     heal_comm_ = PeerComm{};
