@@ -11,7 +11,10 @@
 // from the members' worker addresses, published out of band (UcxWorkerAddress; elastic groups
 // put it in their etcd member record), and an id the members agree on (createFromAddresses).
 // Such a communicator handles peer failure on every endpoint, bounds every wait by a deadline
-// without progress, and can be aborted from another thread (abort()); it cannot split.
+// without progress, and can be aborted from another thread (abort()). Its split() builds no
+// endpoints: the parts share the parent's (two sets of endpoints between the same two workers
+// can be paired crosswise by UCX, docs/elastic.md "The heal"), and take the ids after the
+// parent's (id + 1, + 2, ... for its first, second, ... split), which the caller leaves free.
 //
 // Collectives are Schedules (schedule.h) run over tagged point-to-point messages: ring for large
 // messages; recursive doubling (all-reduce, reduce-scatter, power-of-two all-gather) or Bruck
@@ -95,8 +98,14 @@ class UcxComm final : public Comm {
   const char* transportName() const override { return "ucx"; }
 
   // Splits the bootstrap and builds a UCX communicator over each part (collective, like the
-  // bootstrap's split).
+  // bootstrap's split). Built from addresses: the parts over the parent's own endpoints
+  // (splitAddressed).
   StatusOr<std::unique_ptr<Comm>> split(int color, int key) override;
+  // The split of a communicator built from addresses: collective over its members (an
+  // all-gather of color and key on it); each part shares the parent's endpoints to its members
+  // (held as long as either lives), its deadline, names and abort (an aborted part closes the
+  // endpoints to its members, which the parent's later collectives to them then report).
+  StatusOr<std::unique_ptr<UcxComm>> splitAddressed(int color, int key);
   StatusOr<std::unique_ptr<Comm>> splitByHost() override;
   // Sizes the scratch pool's slots for reduce-scatters of up to `bytes` per rank-block (two
   // blocks per slot, like the MPI transport's ring); slots are registered once and reused.

@@ -177,7 +177,7 @@ StatusOr<std::unique_ptr<UcxComm>> UcxComm::createFromAddresses(const UcxMembers
                                    /*remote=*/true);
     if (!ep.ok()) return ep.status().withContext(strCat("endpoint to ", state->labels[p]));
     state->own_eps.resize(n);
-    state->own_eps[p] = std::make_unique<UcpEndpoint>(std::move(*ep));
+    state->own_eps[p] = std::make_shared<UcpEndpoint>(std::move(*ep));
     state->eps[p] = state->own_eps[p].get();
   }
   if (n > 1) {
@@ -196,12 +196,57 @@ StatusOr<std::unique_ptr<UcxComm>> UcxComm::createFromAddresses(const UcxMembers
 
 StatusOr<std::unique_ptr<Comm>> UcxComm::split(int color, int key) {
   auto lock = progressLock();
-  if (s_->bootstrap == nullptr)
-    return unimplemented("split of ucx ", s_->describe(),
-                         ": built from addresses, it has no bootstrap to split (build another "
-                         "from the members' addresses)");
+  if (s_->bootstrap == nullptr) {
+    HSDP_ASSIGN_OR_RETURN(std::unique_ptr<UcxComm> part, splitAddressed(color, key));
+    return std::unique_ptr<Comm>(std::move(part));
+  }
   HSDP_ASSIGN_OR_RETURN(std::unique_ptr<Comm> sub, s_->bootstrap->split(color, key));
   return createUcxComm(std::move(sub), s_->options);
+}
+
+StatusOr<std::unique_ptr<UcxComm>> UcxComm::splitAddressed(int color, int key) {
+  auto lock = progressLock();
+  if (s_->bootstrap != nullptr)
+    return failedPrecondition("splitAddressed of ucx ", s_->describe(),
+                              ": built over a bootstrap (use split)");
+  const int n = s_->size;
+  std::vector<int64_t> mine{color, key}, all(2 * static_cast<size_t>(n));
+  HSDP_RETURN_IF_ERROR(allGather(mine.data(), all.data(), 2, DType::kInt64)
+                           .withContext(strCat("split of ucx ", s_->describe())));
+  // The part's members, ordered by key, then by rank in the parent.
+  std::vector<int> members;
+  for (int p = 0; p < n; ++p)
+    if (all[2 * p] == color) members.push_back(p);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  const uint32_t low = s_->id & (kMaxCommIds - 1);
+  auto state = std::make_unique<State>();
+  state->engine = s_->engine;
+  state->options = s_->options;
+  state->size = static_cast<int>(members.size());
+  state->id = kAddressedBit | ((low + 1 + s_->splits++) % kMaxCommIds);
+  state->timeout_ms = s_->timeout_ms;
+  state->eps.assign(members.size(), nullptr);
+  state->own_eps.resize(members.size());
+  for (size_t k = 0; k < members.size(); ++k) {
+    const int p = members[k];
+    state->labels.push_back(s_->peerName(p));
+    if (p == s_->rank) {
+      state->rank = static_cast<int>(k);
+      continue;
+    }
+    state->own_eps[k] = s_->own_eps[p];
+    state->eps[k] = state->own_eps[k].get();
+  }
+  if (state->size > 1) {
+    state->slot_bytes = initialSlotBytes(state->options);
+    HSDP_ASSIGN_OR_RETURN(auto slot, state->newSlot(state->slot_bytes));
+    state->scratch.push_back(std::move(slot));
+  }
+  std::unique_ptr<UcxComm> part(new UcxComm(std::move(state)));
+  HSDP_INFO(kColl, "ucx communicator ", part->s_->describe(), " split from ", s_->describe(),
+            " over its endpoints (color ", color, ")");
+  return part;
 }
 
 StatusOr<std::unique_ptr<Comm>> UcxComm::splitByHost() {
@@ -259,6 +304,19 @@ StatusOr<std::unique_ptr<Comm>> createUcxComm(Comm& bootstrap) {
   return createUcxComm(std::move(own));
 }
 
+namespace {
+PeerComm peerComm(std::unique_ptr<UcxComm> c) {
+  UcxComm* raw = c.get();
+  PeerComm out{std::move(c), [raw](const std::string& reason) { raw->abort(reason); },
+               [raw] { return raw->suspects(); }, nullptr};
+  out.split = [raw](int color, int key) -> StatusOr<PeerComm> {
+    HSDP_ASSIGN_OR_RETURN(std::unique_ptr<UcxComm> part, raw->splitAddressed(color, key));
+    return peerComm(std::move(part));
+  };
+  return out;
+}
+}  // namespace
+
 void registerPeerUcx() {
   PeerTransport t;
   t.local_address = []() -> StatusOr<PeerAddress> {
@@ -270,9 +328,7 @@ void registerPeerUcx() {
     HSDP_ASSIGN_OR_RETURN(UcxOptions options, UcxOptions::fromEnv());
     UcxMembers m{p.self, p.addresses, p.id, p.names, p.timeout_ms};
     HSDP_ASSIGN_OR_RETURN(std::unique_ptr<UcxComm> c, UcxComm::createFromAddresses(m, options));
-    UcxComm* raw = c.get();
-    return PeerComm{std::move(c), [raw](const std::string& reason) { raw->abort(reason); },
-                    [raw] { return raw->suspects(); }};
+    return peerComm(std::move(c));
   };
   registerPeerTransport("ucx", std::move(t));
 }

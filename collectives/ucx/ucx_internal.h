@@ -87,9 +87,11 @@ struct UcxComm::State {
   std::vector<const UcpEndpoint*> eps;
   // A communicator built from addresses connects its own endpoints: an abort force-closes them
   // (CollectiveOp::drain), which fails the peers' endpoints of the same communicator too, and
-  // the next communicator of the same members must start on fresh ones on both sides. Declared
-  // after `engine` (closed before it goes).
-  std::vector<std::unique_ptr<UcpEndpoint>> own_eps;
+  // the next communicator of the same members must start on fresh ones on both sides. Its
+  // split()'s parts share them (splitAddressed): one set of endpoints between two workers at a
+  // time. Declared after `engine` (closed before it goes).
+  std::vector<std::shared_ptr<UcpEndpoint>> own_eps;
+  uint32_t splits = 0;  // splitAddressed() calls so far: the next part's id is id + 1 + splits
   std::vector<std::unique_ptr<ScratchSlot>> scratch;
   size_t slot_bytes = 0;  // size of a new slot: reserveScratch's promise, or the small paths'
   std::vector<UcpMemRegion> registered;  // registerMemory()

@@ -75,6 +75,11 @@ struct PeerComm {
   std::function<void(const std::string& reason)> abort;
   // The members it found failed (dead, reset; not merely slow), sorted.
   std::function<std::vector<int>()> suspects;
+  // Collective over its members, as Comm::split: the parts over this communicator's own
+  // connections (no second set between the same two processes), with the ids after its own
+  // (PeerMembers::id + 1 for the first split, + 2 for the second, ...: keep them free).
+  // Valid while `comm` lives; a part may outlive it.
+  std::function<StatusOr<PeerComm>(int color, int key)> split;
 };
 
 struct PeerTransport {

@@ -360,13 +360,13 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
           HSDP_ASSIGN_OR_RETURN(
               ring_, elastic::ReplicaRing::create(self_, addrs, *listener_, o, &culprits_));
         } else {
-          peers.id = peerCommId(q_, /*heal=*/false);
+          peers.id = peerCommId(q_);
           peers.timeout_ms = timeout_ms_;
           HSDP_ASSIGN_OR_RETURN(replica_, createPeerTransport(peer_transport_, peers));
         }
       }
       t0 = Clock::now();  // the heal's own time, from here
-      if (!peer_transport_.empty()) return heal(peers, state, &out);
+      if (!peer_transport_.empty()) return heal(state, &out);
       // The heal on the ring: a member that does not hold the step's state receives every
       // buffer, then the step count, from the same-position rank of its donor; donors send.
       if (!me.heal_from.empty()) {

@@ -127,10 +127,8 @@ class ElasticGroup {
   std::string peer_transport_;
   PeerAddress peer_address_;
   PeerComm replica_;
-  // The last heal's Comm (the donor and the groups it healed), kept as long as replica_ and
-  // dropped with it, when no collective is in flight (docs/elastic.md: the first average after a
-  // heal still often fails "Request canceled"; dropping this one early was a suspect, not the
-  // cause).
+  // The last heal's Comm (the donor and the groups it healed: a split of replica_, over its
+  // endpoints), kept as long as replica_ and dropped first, when no collective is in flight.
   PeerComm heal_comm_;
   void dropComms() {
     heal_comm_ = PeerComm{};
@@ -143,17 +141,17 @@ class ElasticGroup {
   int64_t local_step_ = 0;
   Committed committed_;
 
-  // The heal on the peer transport (elastic_heal.cc): when this group donates or heals, a Comm
-  // of the donor and the groups it heals (built from `all`, the step's members), and the state
-  // broadcast from the donor through UnitCollectives. Fills `out`'s heal fields; on failure the
-  // members it found failed go into culprits_.
-  [[nodiscard]] Status heal(const PeerMembers& all, const HealState& state, StepStart* out);
-  // The id of the step's replica Comm (heal false) or of a heal's (true): equal on every member,
-  // unlike any earlier one of these processes ((step, attempt) only grow; ids recycle after 512
-  // steps), and never a replica Comm's and a heal's alike.
-  static uint64_t peerCommId(const elastic::StepQuorum& q, bool heal) {
-    return static_cast<uint64_t>(q.step) * 64 + 2 * static_cast<uint64_t>(q.attempt % 32) +
-           (heal ? 1 : 0);
+  // The heal on the peer transport (elastic_heal.cc): when some member of the step heals, a
+  // split of replica_ (collective over every member: the donor and the groups it heals form a
+  // part, every other member one of its own), and the state broadcast from the donor through
+  // UnitCollectives. Fills `out`'s heal fields; on failure the members it found failed go into
+  // culprits_.
+  [[nodiscard]] Status heal(const HealState& state, StepStart* out);
+  // The id of the step's replica Comm: equal on every member, unlike any earlier one of these
+  // processes ((step, attempt) only grow; ids recycle after 512 steps); id + 1 is its split's
+  // (the heal's).
+  static uint64_t peerCommId(const elastic::StepQuorum& q) {
+    return static_cast<uint64_t>(q.step) * 64 + 2 * static_cast<uint64_t>(q.attempt % 32);
   }
 
   // Averages `g` over the quorum's groups on replica_ (or the ring); on replica_, ends at once
