@@ -11,7 +11,7 @@ void CollectiveOp::police() {
     return;
   }
   // A member of a communicator built from addresses aborted it (its notice, drain()).
-  if (!comm_->own_eps.empty()) {
+  if (comm_->addressed) {
     ucp_tag_recv_info_t info{};
     ucp_worker_h worker = comm_->engine->worker();
     ucp_tag_message_h notice = ucp_tag_probe_nb(
@@ -74,7 +74,7 @@ void CollectiveOp::police() {
 
 void CollectiveOp::abortWith(Status s) {
   fail(std::move(s));
-  if (!comm_->own_eps.empty()) drain();
+  if (comm_->addressed) drain();
   for (Pending& p : pending_) {
     if (p.req != nullptr) ucp_request_free(p.req);
     p.req = nullptr;
@@ -86,15 +86,21 @@ void CollectiveOp::drain() {
   ucp_worker_h worker = comm_->engine->worker();
   // First the notice to every member (a member waiting for a message this rank will now never
   // send learns it at once, not at its deadline), flushed within a short bound; then every
-  // endpoint closed.
+  // request of this collective cancelled. The endpoints stay open: they are the engine's,
+  // shared with the other communicators of the same peers (ucx_internal.h says why). A receive
+  // not yet matched is cancelled at once; a matched one completes when its sender's data is in
+  // (or its endpoint fails); a send completes when the peer takes it, and one the peer never
+  // takes (its receive was cancelled: the tag is this communicator's alone) never touches its
+  // buffer again once released.
   std::vector<void*> notices;
   ucp_request_param_t np{};
   comm_->notice.assign(comm_->suspects.begin(), comm_->suspects.end());
   const size_t bytes = comm_->notice.size() * sizeof(int32_t);
-  for (size_t p = 0; p < comm_->own_eps.size(); ++p) {
-    if (!comm_->own_eps[p] || comm_->own_eps[p]->get() == nullptr) continue;
+  for (size_t p = 0; p < comm_->eps.size(); ++p) {
+    if (comm_->eps[p] == nullptr || comm_->eps[p]->get() == nullptr) continue;
+    if (comm_->eps[p]->failure() != UCS_OK) continue;
     ucs_status_ptr_t r =
-        ucp_tag_send_nbx(comm_->own_eps[p]->get(), comm_->notice.data(), bytes,
+        ucp_tag_send_nbx(comm_->eps[p]->get(), comm_->notice.data(), bytes,
                          makeTag(comm_->id, kAbortNotice, kAbortNotice, comm_->rank), &np);
     if (UCS_PTR_IS_PTR(r)) notices.push_back(r);
   }
@@ -105,26 +111,31 @@ void CollectiveOp::drain() {
       ucp_worker_progress(worker);
     ucp_request_free(r);
   }
-  for (auto& ep : comm_->own_eps)
-    if (ep) ep->close();
-  const auto deadline = std::chrono::steady_clock::now() + kDrainTimeout;
+  for (Pending& p : pending_)
+    if (p.req != nullptr && p.is_recv) ucp_request_cancel(worker, p.req);
+  // Receives (which write into the caller's buffers) for up to kDrainTimeout; sends a peer is
+  // taking complete within the first 200 ms, the rest are released (above).
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + kDrainTimeout,
+             sends_deadline = start + std::chrono::milliseconds(200);
   bool all_done = false;
   while (!all_done) {
     ucp_worker_progress(worker);
     all_done = true;
+    const bool sends_too = std::chrono::steady_clock::now() < sends_deadline;
     for (Pending& p : pending_) {
       if (p.req == nullptr) continue;
       if (ucp_request_check_status(p.req) != UCS_INPROGRESS) {
         ucp_request_free(p.req);
         p.req = nullptr;
-      } else {
+      } else if (p.is_recv || sends_too) {
         all_done = false;
       }
     }
     if (!all_done && std::chrono::steady_clock::now() > deadline) {
       HSDP_WARN(kColl, "ucx ", name_, " (", comm_->describe(), "): ", "transfers still in flight ",
                 std::chrono::duration_cast<std::chrono::milliseconds>(kDrainTimeout).count(),
-                " ms after the abort closed their endpoints; released to UCX");
+                " ms after the abort cancelled them; released to UCX");
       break;
     }
   }

@@ -109,14 +109,11 @@ class CollectiveOp final : public ActiveOp {
   }
 
   // Fails, cancels and releases what is posted, and finishes now. A communicator built from
-  // addresses (the replica level, which outlives its failures) first drains: a receive matched
-  // in the middle of a rendezvous cannot be cancelled, and a send is never cancelled, so UCX
-  // would go on writing into (or reading from) buffers the caller reuses and scratch that is
-  // freed with the communicator. Its own endpoints to every peer with a transfer in flight are
-  // force-closed (UCX completes those transfers as cancelled; the peers' endpoints of this
-  // communicator fail) and the worker progressed until each request has completed, for at most
-  // kDrainTimeout. Other communicators abort only when the job ends: their requests are released
-  // (UCX frees a request once it completes; a send to a stopped peer may still read its buffer).
+  // addresses (the replica level, which outlives its failures) first drains (drain(): the
+  // members told, the receives cancelled and awaited, for at most kDrainTimeout, so that UCX
+  // does not write into buffers the caller reuses; its endpoints stay open, the engine's).
+  // Other communicators abort only when the job ends: their requests are released (UCX frees
+  // a request once it completes; a send to a stopped peer may still read its buffer).
   void abortWith(Status s);
   void drain();
   // From a wait (not from the engine's own round): abortWith, and out of the engine's list now.
@@ -157,10 +154,9 @@ class CollectiveOp final : public ActiveOp {
     }
     for (uint32_t i = st.send_begin; i < st.send_end && status_.ok(); ++i) {
       const Transfer& t = schedule_.sendAt(i);
-      if (comm_->eps[t.peer]->get() == nullptr) {  // closed by an earlier abort (drain)
+      if (comm_->eps[t.peer]->get() == nullptr) {  // closed (only the engine's teardown does)
         fail(failedPrecondition("ucx ", name_, " (", comm_->describe(), "): the endpoint to ",
-                                comm_->peerName(t.peer),
-                                " was closed by an earlier abort of this communicator"));
+                                comm_->peerName(t.peer), " is closed"));
         break;
       }
       ucp_request_param_t p = params(t.buf, t.bytes);

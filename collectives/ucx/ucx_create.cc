@@ -167,18 +167,18 @@ StatusOr<std::unique_ptr<UcxComm>> UcxComm::createFromAddresses(const UcxMembers
   state->timeout_ms = m.timeout_ms;
   for (int p = 0; p < n; ++p)
     state->labels.push_back(m.names.empty() ? defaultName(p, m.addresses[p]) : m.names[p]);
+  state->addressed = true;
   state->eps.assign(n, nullptr);
   for (int p = 0; p < n; ++p) {
     if (p == m.self) continue;
     // Peer-failure handling on every endpoint, same host or not: a member's death must become
     // a Status here, never abort this process (UcpEndpoint::connect; on one host this costs the
-    // shared-memory transports, the members talk over tcp loopback).
-    auto ep = UcpEndpoint::connect(state->engine->worker(), m.addresses[p].data(),
-                                   /*remote=*/true);
+    // shared-memory transports, the members talk over tcp loopback). The engine's endpoint to
+    // that worker, new only when there was none or it failed (ucx_internal.h says why).
+    auto ep = state->engine->endpointTo(m.addresses[p].data(), m.addresses[p].size(),
+                                        /*remote=*/true);
     if (!ep.ok()) return ep.status().withContext(strCat("endpoint to ", state->labels[p]));
-    state->own_eps.resize(n);
-    state->own_eps[p] = std::make_shared<UcpEndpoint>(std::move(*ep));
-    state->eps[p] = state->own_eps[p].get();
+    state->eps[p] = *ep;
   }
   if (n > 1) {
     state->slot_bytes = initialSlotBytes(options);
@@ -226,17 +226,11 @@ StatusOr<std::unique_ptr<UcxComm>> UcxComm::splitAddressed(int color, int key) {
   state->size = static_cast<int>(members.size());
   state->id = kAddressedBit | ((low + 1 + s_->splits++) % kMaxCommIds);
   state->timeout_ms = s_->timeout_ms;
-  state->eps.assign(members.size(), nullptr);
-  state->own_eps.resize(members.size());
-  for (size_t k = 0; k < members.size(); ++k) {
-    const int p = members[k];
+  state->addressed = true;
+  for (int p : members) {
+    if (p == s_->rank) state->rank = static_cast<int>(state->eps.size());
     state->labels.push_back(s_->peerName(p));
-    if (p == s_->rank) {
-      state->rank = static_cast<int>(k);
-      continue;
-    }
-    state->own_eps[k] = s_->own_eps[p];
-    state->eps[k] = state->own_eps[k].get();
+    state->eps.push_back(s_->eps[p]);
   }
   if (state->size > 1) {
     state->slot_bytes = initialSlotBytes(state->options);

@@ -81,16 +81,17 @@ struct UcxComm::State {
   uint32_t seq = 0;
   // The communicator's bytesSent() counter: every send a schedule posts adds its bytes.
   std::atomic<uint64_t>* sent = nullptr;
-  // By rank, owned by the engine (shared with other communicators reaching the same peers), or
-  // by own_eps for a communicator built from addresses; our own stays null: no algorithm sends
-  // to itself.
+  // By rank, owned by the engine and shared with every other communicator reaching the same
+  // peers (Engine::endpointTo); our own stays null: no algorithm sends to itself.
   std::vector<const UcpEndpoint*> eps;
-  // A communicator built from addresses connects its own endpoints: an abort force-closes them
-  // (CollectiveOp::drain), which fails the peers' endpoints of the same communicator too, and
-  // the next communicator of the same members must start on fresh ones on both sides. Its
-  // split()'s parts share them (splitAddressed): one set of endpoints between two workers at a
-  // time. Declared after `engine` (closed before it goes).
-  std::vector<std::shared_ptr<UcpEndpoint>> own_eps;
+  // Built from addresses (no bootstrap): peer-failure handling, abort notices, drain().
+  // Its endpoints are the engine's too, one per peer worker for as long as it has not failed,
+  // and no abort closes them: UCX 1.13 over tcp pairs the endpoints two workers create to each
+  // other by their order of creation, so a set of endpoints created on one side only (an
+  // attempt a stopped peer never joined, a heal a peer never reached) left every later pair of
+  // that side crosswise, and closing either of a crosswise pair cancelled the other's transfers
+  // ("Request canceled") or tripped an assertion in UCX's tcp transport (docs/elastic.md).
+  bool addressed = false;
   uint32_t splits = 0;  // splitAddressed() calls so far: the next part's id is id + 1 + splits
   std::vector<std::unique_ptr<ScratchSlot>> scratch;
   size_t slot_bytes = 0;  // size of a new slot: reserveScratch's promise, or the small paths'
