@@ -113,11 +113,13 @@ void CollectiveOp::drain() {
   }
   for (Pending& p : pending_)
     if (p.req != nullptr && p.is_recv) ucp_request_cancel(worker, p.req);
-  // Receives (which write into the caller's buffers) for up to kDrainTimeout; sends a peer is
-  // taking complete within the first 200 ms, the rest are released (above).
+  // Receives (which write into the caller's buffers) for up to kDrainTimeout, then the endpoints
+  // to the senders of those still in flight closed and as long again; sends a peer is taking
+  // complete within the first 200 ms, the rest are released (above).
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + kDrainTimeout,
-             sends_deadline = start + std::chrono::milliseconds(200);
+  auto deadline = start + kDrainTimeout;
+  const auto sends_deadline = start + std::chrono::milliseconds(200);
+  bool closed = false;
   bool all_done = false;
   while (!all_done) {
     ucp_worker_progress(worker);
@@ -133,9 +135,20 @@ void CollectiveOp::drain() {
       }
     }
     if (!all_done && std::chrono::steady_clock::now() > deadline) {
+      if (!closed) {
+        // A receive matched in the middle of a rendezvous whose sender stopped: only closing
+        // the endpoint to that sender completes it (as cancelled), so UCX never writes into the
+        // buffer later. The engine retires that endpoint; both sides connect anew.
+        for (const Pending& p : pending_)
+          if (p.req != nullptr && p.is_recv && comm_->eps[transfer(p).peer] != nullptr)
+            comm_->engine->retire(comm_->eps[transfer(p).peer]);
+        closed = true;
+        deadline = std::chrono::steady_clock::now() + kDrainTimeout;
+        continue;
+      }
       HSDP_WARN(kColl, "ucx ", name_, " (", comm_->describe(), "): ", "transfers still in flight ",
                 std::chrono::duration_cast<std::chrono::milliseconds>(kDrainTimeout).count(),
-                " ms after the abort cancelled them; released to UCX");
+                " ms after the abort closed the endpoints to their peers; released to UCX");
       break;
     }
   }

@@ -84,6 +84,16 @@ StatusOr<const UcpEndpoint*> Engine::endpointTo(const uint8_t* address, size_t l
   return it->second.get();
 }
 
+void Engine::retire(const UcpEndpoint* ep) {
+  for (auto it = endpoints_.begin(); it != endpoints_.end(); ++it) {
+    if (it->second.get() != ep) continue;
+    it->second->close();
+    retired_.push_back(std::move(it->second));
+    endpoints_.erase(it);
+    return;
+  }
+}
+
 void Engine::start(std::shared_ptr<ActiveOp> op) {
   if (!op->advance()) active_.push_back(std::move(op));
 }

@@ -57,6 +57,12 @@ class Engine {
   // of a communicator built from addresses); one endpoint per peer and mode.
   StatusOr<const UcpEndpoint*> endpointTo(const uint8_t* address, size_t length, bool remote);
 
+  // Force-closes `ep` (one of endpointTo's) and retires it, so the next endpointTo to that
+  // worker connects anew: the draining abort's last resort for a receive stuck in a rendezvous
+  // with a stopped peer (ucx_collective_op.cc). The peer's endpoint fails, and it connects anew
+  // too. No-op for an endpoint already retired.
+  void retire(const UcpEndpoint* ep);
+
   // Communicator ids: members agree on an id no member has used yet (the largest of their next
   // free ids), so that ids are unique on every process a communicator spans.
   uint32_t nextCommId() const { return next_comm_id_; }
