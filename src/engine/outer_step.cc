@@ -77,14 +77,15 @@ void OuterSync::capture(int unit, const float* master, size_t n) {
   if (diloco() && !anchor_[unit].empty()) std::copy(master, master + n, anchor_[unit].begin());
 }
 
-int OuterSync::inFlightUnit() const {
+int OuterSync::inFlightUnit(int only) const {
   for (size_t k = 0; k < started_.size(); ++k)
-    if (started_[k] >= 0) return static_cast<int>(k);
+    if (started_[k] >= 0 && (only < 0 || only == static_cast<int>(k))) return static_cast<int>(k);
   return -1;
 }
 
-Status OuterSync::checkIdle(const char* verb, int64_t step, const std::vector<Unit>& units) const {
-  const int k = inFlightUnit();
+Status OuterSync::checkIdle(const char* verb, int64_t step, const std::vector<Unit>& units,
+                            int only) const {
+  const int k = inFlightUnit(only);
   if (k < 0) return okStatus();
   return failedPrecondition(
       verb, ": step ", step, " is inside the outer sync delay window: unit '", units[k].name,

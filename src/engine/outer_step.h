@@ -49,12 +49,13 @@ class OuterSync {
   // Whether unit `unit`'s all-reduce is applied after inner step `t` (started after t - tau).
   bool landsAfter(int unit, int64_t t) const { return syncsAfter(unit, t - p_.sync_delay); }
   // A unit whose outer all-reduce is in flight (started, not applied), or -1; its start step.
-  int inFlightUnit() const;
+  int inFlightUnit(int only = -1) const;
   // A save or load (`verb`) after inner step `step`: refused (FailedPrecondition naming the
   // step, the unit and the step it lands after) while an outer all-reduce is in flight; a
   // checkpoint holds no in-flight outer gradient, and a load would be overwritten by it.
-  [[nodiscard]] Status checkIdle(const char* verb, int64_t step,
-                                 const std::vector<Unit>& units) const;
+  // With `only` >= 0 (setParameter), that unit's all-reduce only.
+  [[nodiscard]] Status checkIdle(const char* verb, int64_t step, const std::vector<Unit>& units,
+                                 int only = -1) const;
 
   // The anchors must be taken from the masters before the next inner step (after finalize and
   // load; a sync keeps them current).

@@ -305,6 +305,10 @@ void delayedSync(const Mesh& mesh, ShardMode mode, ReplicaPolicy policy) {
               std::string::npos)
         << s.toString();
   }
+  Status set = a->setParameter(0, "w", init.data(), init.size());
+  EXPECT_NE(set.message().find("setParameter: step 2 is inside the outer sync delay window"),
+            std::string::npos)
+      << set.toString();
   probeStep(*a);  // lands: the synced value replaces this replica's step 3 (alpha = 0)
   ASSERT_TRUE(a->gatherFullParameters(0, &full).ok());
   const double lr = 0.5, mu = 0.25;
