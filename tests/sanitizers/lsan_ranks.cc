@@ -8,20 +8,38 @@
 // the tools, single-process programs) checks as before. An explicit detect_leaks in ASAN_OPTIONS
 // or LSAN_OPTIONS overrides this default (those are parsed after it), so
 // `ASAN_OPTIONS=detect_leaks=1` checks every rank again.
-#include <cstdlib>
+// The initial stack's argc, set by the dynamic loader before any start-up code runs (glibc).
+extern "C" void* __libc_stack_end;
 
 namespace {
-long envLong(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return -1;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  return *end == '\0' ? n : -1;
+// The runtime calls the hook from its own start-up (the executable's preinit, before libc's own
+// initialisation), before its shadow memory and interceptors are set up: nothing here may be
+// instrumented or call libc (strtol is intercepted), and libc's environ is not set yet. So the
+// environment is read where the kernel put it, after argv on the initial stack, as the
+// sanitizer runtime itself finds it.
+__attribute__((no_sanitize("address", "undefined"))) long envLong(const char* name) {
+  auto* stack = static_cast<unsigned long*>(__libc_stack_end);
+  if (stack == nullptr) return -1;
+  const auto argc = static_cast<int>(stack[0]);
+  for (char** e = reinterpret_cast<char**>(stack + argc + 2); *e != nullptr; ++e) {
+    const char* p = *e;
+    const char* n = name;
+    while (*n != '\0' && *p == *n) {
+      ++p;
+      ++n;
+    }
+    if (*n != '\0' || *p != '=') continue;
+    long v = 0;
+    for (++p; *p >= '0' && *p <= '9'; ++p) v = v * 10 + (*p - '0');
+    return *p == '\0' && p[-1] != '=' ? v : -1;
+  }
+  return -1;
 }
 }  // namespace
 
 // The sanitizer runtime's weak hook, read once at start-up before main.
-extern "C" const char* __lsan_default_options() {
+extern "C" __attribute__((no_sanitize("address", "undefined"))) const char*
+__lsan_default_options() {
   const long rank = envLong("OMPI_COMM_WORLD_RANK");
   const long size = envLong("OMPI_COMM_WORLD_SIZE");
   if (rank < 0 || size < 0 || rank == 0 || rank == size - 1) return "";
