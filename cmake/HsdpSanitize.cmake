@@ -23,3 +23,28 @@ if(HSDP_SANITIZE)
   add_link_options(-fsanitize=${_hsdp_san})
   message(STATUS "hsdp: sanitizers ${_hsdp_san}")
 endif()
+
+# ASan trees: every executable links tests/sanitizers/lsan_ranks.cc, LeakSanitizer's default
+# options (its exit-time check on rank 0 and the last rank of an MPI job; every process outside
+# mpirun checks as before). Called at the end of the top-level CMakeLists.txt, once every target
+# exists: it walks the directories' targets.
+function(_hsdp_lsan_ranks_link dir)
+  get_property(targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
+  foreach(t ${targets})
+    get_target_property(type ${t} TYPE)
+    if(type STREQUAL "EXECUTABLE")
+      set_property(TARGET ${t} APPEND PROPERTY LINK_LIBRARIES hsdp_lsan_ranks)
+    endif()
+  endforeach()
+  get_property(subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
+  foreach(s ${subdirs})
+    _hsdp_lsan_ranks_link(${s})
+  endforeach()
+endfunction()
+function(hsdp_sanitizer_hooks)
+  if(_hsdp_san MATCHES "address")
+    add_library(hsdp_lsan_ranks OBJECT ${PROJECT_SOURCE_DIR}/tests/sanitizers/lsan_ranks.cc)
+    set_target_properties(hsdp_lsan_ranks PROPERTIES DISABLE_PRECOMPILE_HEADERS ON)
+    _hsdp_lsan_ranks_link(${PROJECT_SOURCE_DIR})
+  endif()
+endfunction()

@@ -64,6 +64,36 @@ void OuterReference::sync(const std::vector<int>& due,
   }
 }
 
+void OuterReference::start(const std::vector<int>& due,
+                           const std::vector<std::vector<std::vector<float>>>& reps) {
+  const float inv = 1.0f / static_cast<float>(reps.size());
+  pending.resize(reps[0].size());
+  for (int t : due) {
+    pending[t].assign(reps[0][t].size(), 0.0f);
+    for (size_t i = 0; i < reps[0][t].size(); ++i) {
+      float acc = 0.0f;
+      for (const auto& r : reps) acc += diloco ? anchor[t][i] - r[t][i] : r[t][i];
+      pending[t][i] = acc * inv;
+    }
+  }
+}
+
+void OuterReference::land(const std::vector<int>& due,
+                          std::vector<std::vector<std::vector<float>>>* replicas) {
+  for (int t : due) {
+    for (size_t i = 0; i < pending[t].size(); ++i) {
+      float p = pending[t][i];
+      if (diloco) {
+        const float g = p;
+        momentum[t][i] = mu * momentum[t][i] + g;
+        p = anchor[t][i] - lr * (g + mu * momentum[t][i]);
+        anchor[t][i] = p;
+      }
+      for (auto& r : *replicas) r[t][i] = p;
+    }
+  }
+}
+
 void clipGradients(float clip_norm, std::vector<std::vector<float>>* grads) {
   double sumsq = 0;
   for (const auto& g : *grads)

@@ -57,11 +57,16 @@ void applyGradReduction(const GradReduction& tree,
 // local_sgd (`diloco` false): every replica holds the float mean over the replicas (summed in
 // replica order, divided by their count). diloco: g = that mean of (anchor - p_r); m = mu*m + g;
 // p = anchor - lr*(g + mu*m) for every replica; anchor = p. `anchor` and `momentum` are per tensor.
+// Streaming DiLoCo's delay tau: start() takes that mean (of anchor - p_r, or of p_r) into
+// `pending` after step t, land() applies it after step t + tau to every replica (alpha = 0: the
+// tensor takes the synced value) as sync() does at once.
 struct OuterReference {
   bool diloco = false;
   float lr = 0.7f, mu = 0.9f;
-  std::vector<std::vector<float>> anchor, momentum;
+  std::vector<std::vector<float>> anchor, momentum, pending;
   void sync(const std::vector<int>& due, std::vector<std::vector<std::vector<float>>>* replicas);
+  void start(const std::vector<int>& due, const std::vector<std::vector<std::vector<float>>>& reps);
+  void land(const std::vector<int>& due, std::vector<std::vector<std::vector<float>>>* replicas);
 };
 
 // torch.nn.utils.clip_grad_norm_: when the global L2 norm (in double) exceeds clip_norm, every

@@ -27,6 +27,9 @@ void printReplicaPolicy(const hsdp::EngineConfig& cfg) {
   std::printf("replica policy %s: sync every %d steps, outer lr %g momentum %g, %d fragments\n",
               hsdp::replicaPolicyName(rs.policy), rs.sync_every, rs.outer_lr, rs.outer_momentum,
               rs.fragments);
+  if (rs.sync_delay > 0)
+    std::printf("sync delay %d steps: a fragment's outer all-reduce overlaps %d inner steps\n",
+                rs.sync_delay, rs.sync_delay);
 }
 
 void printNodeMap(const char* program, const hsdp::Comm& world, const hsdp::Mesh& mesh) {

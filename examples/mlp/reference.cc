@@ -164,14 +164,23 @@ ReplicaReferenceResult trainReplicaReference(const Spec& spec, const hsdp::AdamC
         opt[g][l].step(p, Eigen::Map<Eigen::ArrayXf>(grads[l].data(), grads[l].size()), step + 1);
       }
     }
-    // The layers whose fragment is due after inner step t (outer_step.h's schedule).
-    const int64_t t = step + 1;
-    std::vector<int> due;
-    for (int l = 0; l < L; ++l) {
-      const int64_t off = (int64_t{l} * F / L) * H / F;
-      if (t >= off && (t - off) % H == 0) due.push_back(l);
+    // The layers whose fragment is due after inner step t (outer_step.h's schedule); with a
+    // delay tau, those started after t - tau land first, then those due start.
+    const int64_t t = step + 1, tau = policy.sync_delay;
+    auto dueAfter = [&](int64_t s) {
+      std::vector<int> due;
+      for (int l = 0; l < L; ++l) {
+        const int64_t off = (int64_t{l} * F / L) * H / F;
+        if (s >= 1 && s >= off && (s - off) % H == 0) due.push_back(l);
+      }
+      return due;
+    };
+    if (tau == 0) {
+      r.outer.sync(dueAfter(t), &r.params);
+    } else {
+      r.outer.land(dueAfter(t - tau), &r.params);
+      r.outer.start(dueAfter(t), r.params);
     }
-    r.outer.sync(due, &r.params);
   }
   return r;
 }

@@ -183,6 +183,10 @@ struct ReplicaSyncPolicy {
   float outer_momentum = 0.9f;
   // Streaming: the units split into F fragments synced at staggered steps; in [1, units].
   int fragments = 1;
+  // Streaming DiLoCo's delay tau: a fragment's outer all-reduce, started after inner step t,
+  // overlaps the next tau inner steps and is applied after step t + tau (the paper's mixing
+  // alpha = 0: the fragment takes the synced value). In [0, H); 0: waited for at once.
+  int sync_delay = 0;
 };
 
 struct EngineConfig {

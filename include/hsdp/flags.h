@@ -8,6 +8,7 @@
 //               --optimizer-from
 //   failure     --allow-nonfinite
 //   replicas    --replica-policy --sync-every --outer-lr --outer-momentum --fragments
+//               --sync-delay
 // and engineConfig(): the parsed flags checked and mapped onto EngineConfig and MeshSpec, once.
 // Errors read as everywhere else (hsdp/cli.h): "--intra-shard 0 must be positive",
 // "--offload: gpu not in {none,cpu}", "--save-every, --async-save and --keep need --save-dir".
@@ -66,6 +67,7 @@ struct EngineFlags {
   float outer_lr = 0.7f;
   float outer_momentum = 0.9f;
   int fragments = 1;
+  int sync_delay = 0;
   CheckpointFlags ckpt;
 };
 
@@ -163,6 +165,10 @@ inline void addReplicaFlags(CLI::App& app, EngineFlags& f) {
   addInt(app, "--fragments", f.fragments,
          "F: units split into F fragments synced at staggered steps (streaming; 1: all at once)", 1,
          kMaxShardFactor);
+  addInt(app, "--sync-delay", f.sync_delay,
+         "tau: inner steps a fragment's outer all-reduce overlaps before it is applied (streaming "
+         "DiLoCo's delay; 0: at once; < --sync-every)",
+         0, kMaxShardFactor);
 }
 
 inline void addCheckpointFlags(CLI::App& app, CheckpointFlags& flags) {
@@ -236,6 +242,7 @@ inline void addFailureFlags(CLI::App& app, EngineFlags& f) {
   cfg->replica_sync.outer_lr = f.outer_lr;
   cfg->replica_sync.outer_momentum = f.outer_momentum;
   cfg->replica_sync.fragments = f.fragments;
+  cfg->replica_sync.sync_delay = f.sync_delay;
   mesh->intra_shard = f.intra_shard;
   mesh->inter_shard = f.inter_shard;
   if (cfg->mode == ShardMode::kNone) {  // plain data parallel: nothing is sharded

@@ -8,6 +8,11 @@
 //               anchor := master
 // Fragment f (units split into F contiguous blocks) syncs after inner step t when
 // t >= off(f) and (t - off(f)) % H == 0, t >= 1, with off(f) = f * H / F (F = 1: every H steps).
+// Streaming DiLoCo's delay tau (sync_delay > 0): the outer gradient (local_sgd: the parameters)
+// is copied into the unit's own in-flight buffer and its all-reduce started after step t; the
+// inner steps go on, and after step t + tau it is waited for and applied as above (the paper's
+// mixing alpha = 0: the fragment takes the synced value, its local progress of the tau steps is
+// dropped, as torchft does). Each step() tests the works still in flight, so that they progress.
 // The anchor and momentum are this rank's shard of each trainable unit, host memory, sharded
 // like the inner optimizer state. Every collective goes through UnitCollectives (the replica
 // wire's all-reduce).
@@ -39,8 +44,18 @@ class OuterSync {
   // unit's shard (zeros).
   void allocate(const std::vector<Unit>& units);
   int fragmentOf(int unit) const { return fragment_[unit]; }
-  // Whether unit `unit` syncs after inner step `t` (1-based).
+  // Whether unit `unit` syncs after inner step `t` (1-based): its all-reduce starts then.
   bool syncsAfter(int unit, int64_t t) const;
+  // Whether unit `unit`'s all-reduce is applied after inner step `t` (started after t - tau).
+  bool landsAfter(int unit, int64_t t) const { return syncsAfter(unit, t - p_.sync_delay); }
+  // A unit whose outer all-reduce is in flight (started, not applied), or -1; its start step.
+  int inFlightUnit(int only = -1) const;
+  // A save or load (`verb`) after inner step `step`: refused (FailedPrecondition naming the
+  // step, the unit and the step it lands after) while an outer all-reduce is in flight; a
+  // checkpoint holds no in-flight outer gradient, and a load would be overwritten by it.
+  // With `only` >= 0 (setParameter), that unit's all-reduce only.
+  [[nodiscard]] Status checkIdle(const char* verb, int64_t step, const std::vector<Unit>& units,
+                                 int only = -1) const;
 
   // The anchors must be taken from the masters before the next inner step (after finalize and
   // load; a sync keeps them current).
@@ -60,9 +75,12 @@ class OuterSync {
     size_t n = 0;
     float* residual = nullptr;
   };
-  // After inner step `t`: the replica average of every shard in `due` (all issued, then waited
-  // for in order), and the outer update. The caller refreshes what derives from the masters.
-  [[nodiscard]] Status sync(std::span<const Shard> due);
+  // After inner step `t`, `due`: every unit that syncsAfter(t) or landsAfter(t). tau = 0: the
+  // replica average of every shard (all issued, then waited for in order) and the outer update.
+  // tau > 0: the landing ones waited for and updated, then the starting ones issued; the works
+  // still in flight tested. The caller refreshes what derives from the masters of the units that
+  // landed.
+  [[nodiscard]] Status sync(int64_t t, std::span<const Shard> due);
 
   // Checkpoints: a unit's outer state (diloco; empty spans otherwise).
   std::span<float> anchor(int unit) { return anchor_[unit]; }
@@ -75,6 +93,15 @@ class OuterSync {
   std::vector<std::vector<float>> anchor_, momentum_;  // per unit (diloco, trainable units)
   bool anchored_ = false;
   std::vector<WorkHandle> work_;  // reused by sync()
+  // tau > 0, per unit: the outer gradient (or parameters) on the wire, the step after which it
+  // started (-1: none) and its work (declared last: destroyed, i.e. finished, before the buffers).
+  std::vector<std::vector<float>> pending_;
+  std::vector<int64_t> started_;
+  std::vector<WorkHandle> inflight_;
+
+  Status syncNow(std::span<const Shard> due);
+  // The outer update of `s` from `g`, the replica average (diloco; local_sgd: the parameters).
+  void apply(const Shard& s, const float* g);
 };
 
 }  // namespace hsdp::engine

@@ -139,6 +139,8 @@ Status ShardedModel::setParameter(int unit, std::string_view name, const float* 
                                   size_t numel) {
   Impl& m = *impl_;
   HSDP_RETURN_IF_ERROR(m.checkUnit(unit, "setParameter"));
+  // Streaming's delay: the unit's outer update, when it lands, would overwrite the value.
+  HSDP_RETURN_IF_ERROR(m.outer->checkIdle("setParameter", m.step, m.units, unit));
   Unit& u = m.units[unit];
   HSDP_ASSIGN_OR_RETURN(size_t i, u.layout.indexOf(name));
   const ParamSpec& p = u.layout.params()[i];

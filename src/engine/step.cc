@@ -407,13 +407,14 @@ Status ShardedModel::Impl::outerStep() {
   due.clear();
   for (Unit& u : units) {
     const int k = indexOf(u);
-    if (u.frozen || !outer->syncsAfter(k, step)) continue;
+    if (u.frozen || !(outer->syncsAfter(k, step) || outer->landsAfter(k, step))) continue;
     due.push_back({k, master(u), gradOf(u).shard.as<float>(), u.layout.shardNumel(),
                    gradOf(u).replica_residual.as<float>()});
   }
-  if (due.empty()) return okStatus();
-  HSDP_RETURN_IF_ERROR(outer->sync(due));
-  for (const engine::OuterSync::Shard& s : due) {  // what derives from the master
+  if (due.empty() && outer->inFlightUnit() < 0) return okStatus();
+  HSDP_RETURN_IF_ERROR(outer->sync(step, due));
+  for (const engine::OuterSync::Shard& s : due) {    // what derives from the master
+    if (!outer->landsAfter(s.unit, step)) continue;  // started only (sync_delay > 0)
     HSDP_RETURN_IF_ERROR(refresh16(units[s.unit]));
     HSDP_RETURN_IF_ERROR(refreshEncoded(units[s.unit]));
   }

@@ -205,6 +205,7 @@ std::string serializeManifest(const Manifest& m) {
                          {"replicas", r.replicas},
                          {"model_units", r.model_units},
                          {"step_in_period", r.step_in_period}};
+    if (r.sync_delay > 0) j["replica_sync"]["sync_delay"] = r.sync_delay;
   }
   return j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
 }

@@ -130,6 +130,7 @@ struct UserEntry {
 struct ReplicaSyncDesc {
   std::string policy;  // local_sgd or diloco
   int sync_every = 1, fragments = 1, replicas = 2;
+  int sync_delay = 0;  // streaming's tau; written only when > 0 (older manifests: 0)
   float outer_lr = 0, outer_momentum = 0;
   int64_t step_in_period = 0;  // step % sync_every
   int model_units = 0;         // units per replica

@@ -223,6 +223,7 @@ void readReplicaSync(Reader& r, const json& j, Manifest& m) {
   d.outer_lr = r.f32(j, "outer_lr", c);
   d.outer_momentum = r.f32(j, "outer_momentum", c);
   d.step_in_period = static_cast<int64_t>(r.u64(j, "step_in_period", c, uint64_t{1} << 30));
+  if (j.contains("sync_delay")) d.sync_delay = r.i32(j, "sync_delay", c, 1 << 30);
   if (r.ok() && (d.sync_every < 1 || d.fragments < 1 || d.replicas < 2))
     r.fail(c, strCat("has sync_every ", d.sync_every, ", fragments ", d.fragments, " and replicas ",
                      d.replicas, " (need >= 1, >= 1 and >= 2)"));

@@ -198,6 +198,8 @@ StatusOr<std::string> inspectCheckpoint(const std::string& path, bool as_json) {
                 " units, sync every ", r.sync_every, " steps (step ", r.step_in_period,
                 " of the period), fragments ", r.fragments, ", outer lr ", r.outer_lr, " momentum ",
                 r.outer_momentum, "\n");
+    if (r.sync_delay > 0)
+      s += strCat("  sync delay ", r.sync_delay, " steps (saved outside every delay window)\n");
   }
   if (!d.elastic_job.empty()) {  // an elastic group's save: the membership it was saved under
     std::string present;

@@ -43,13 +43,41 @@ wait_for() {
     local end=$((SECONDS + $1)); shift
     until "$@"; do [ $SECONDS -lt $end ] || return 1; sleep 0.2; done
 }
+# Open MPI 4.1.4's start-up race under srun --mpi=pmix (docs/reliability.md, "Open MPI's start-up
+# race under srun"): now and then (1 run in 30-70 here, more under load) a rank receives a peer's
+# first MPI message while it still waits in MPI_Init's modex fence, before ob1 has registered its
+# handlers, and btl/tcp calls a null handler: "Caught signal 11 ... at address (nil)", srun
+# "task N: Segmentation fault", before the program has printed anything. A core dump showed it in
+# ompi_mpi_init's fence wait; it is not hsdp's code. init_race FILE FIRST: did the run in FILE end
+# that way, before a line matching FIRST (the program's first line after MPI_Init)?
+init_race() {
+    grep -q 'Caught signal 11 (Segmentation fault: address not mapped to object at address (nil))' "$1" &&
+        grep -qE '^srun: error: [^:]+: tasks? [0-9,-]+: Segmentation fault' "$1" &&
+        ! grep -qE "$2" "$1"
+}
+# srun_job FILE FIRST CMD...: run CMD (an srun) with its output in FILE; once more, saying so, when
+# it ended in that race (a second one fails the case as any other error would).
+srun_job() {
+    local out=$1 first=$2 rc
+    shift 2
+    "$@" >"$out" 2>&1
+    rc=$?
+    if [ $rc != 0 ] && init_race "$out" "$first"; then
+        echo "--- the first run ended in Open MPI's start-up race under srun (a rank segfaulted inside MPI_Init); its output:"
+        cat "$out"
+        echo "--- run once more"
+        "$@" >"$out" 2>&1
+        rc=$?
+    fi
+    return $rc
+}
 job_state() { scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
 printed_step() { grep -qE "^ *$1/" "$2" 2>/dev/null; }
 
 case $case_ in
 srun)
-    "${srun_[@]}" "$train" "${tiny[@]}" --batch 24 --steps 4 --mode zero3 --intra-shard 3 \
-        --inter-shard 1 --check >"$work/out" 2>&1
+    srun_job "$work/out" 'ranks on [0-9]+ nodes' "${srun_[@]}" "$train" "${tiny[@]}" --batch 24 \
+        --steps 4 --mode zero3 --intra-shard 3 --inter-shard 1 --check
     rc=$?
     cat "$work/out"
     [ $rc = 0 ] || fail "srun exited $rc"
@@ -117,9 +145,21 @@ requeue|usr1)
     pass "stopped by $sig after step $K, requeued, resumed at $K, parity PASS" ;;
 async-save)
     N=400
-    "${srun_[@]}" "$train" "${tiny[@]}" --batch 6 --steps $N --save-dir "$work/ckpt" --save-every 1 \
-        --async-save --keep 3 >"$work/out" 2>&1 &
-    spid=$!
+    launch() {
+        "${srun_[@]}" "$train" "${tiny[@]}" --batch 6 --steps $N --save-dir "$work/ckpt" \
+            --save-every 1 --async-save --keep 3 >"$work/out" 2>&1 &
+        spid=$!
+    }
+    # Step 3 printed, or srun gone (the start-up race above: once more, as srun_job does).
+    started() { printed_step 3 "$work/out" || ! kill -0 "$spid" 2>/dev/null; }
+    launch
+    wait_for 120 started
+    if ! printed_step 3 "$work/out" && ! kill -0 "$spid" 2>/dev/null && init_race "$work/out" 'ranks on [0-9]+ nodes'; then
+        echo "--- the first run ended in Open MPI's start-up race under srun; its output:"
+        cat "$work/out"
+        echo "--- run once more"
+        launch
+    fi
     wait_for 120 printed_step 3 "$work/out" || { kill $spid; cat "$work/out"; fail "step 3 never printed"; }
     jid=$(squeue -h -o %i | head -1)
     scancel --signal=TERM "$jid" || fail "scancel --signal=TERM $jid failed"
@@ -143,8 +183,8 @@ async-save)
     [ -z "$left" ] || fail "temporaries left: $left"
     pass "stopped after step $K with its async save in flight; $n checkpoints verify" ;;
 cpu-bind)
-    srun --mpi=pmix -N 2 --ntasks-per-node 2 --cpu-bind=map_cpu:1,0 "$build/tools/hsdp-topo" \
-        --bind core >"$work/out" 2>&1
+    srun_job "$work/out" '^host ' srun --mpi=pmix -N 2 --ntasks-per-node 2 --cpu-bind=map_cpu:1,0 \
+        "$build/tools/hsdp-topo" --bind core
     rc=$?
     cat "$work/out"
     [ $rc = 0 ] || fail "srun hsdp-topo exited $rc"

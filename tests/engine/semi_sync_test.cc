@@ -6,7 +6,10 @@
 //  - one inner step and a sync (H = 1) with an Adam probe (beta 0, lr 1, eps 1e6: p -= g/(g+1e6)),
 //    each replica's gradient the mean of its own ranks' only: local_sgd gives the mean of the
 //    replicas' parameters, diloco the outer Nesterov step on the mean outer gradient;
-//  - H = 2: no sync after the first step (each replica keeps its own parameters).
+//  - H = 2: no sync after the first step (each replica keeps its own parameters);
+//  - streaming's delay tau = 1 (H = 2): the all-reduce started after step 2 is not applied
+//    until after step 3, which takes the synced value (alpha = 0); a save or load inside the
+//    window is refused naming the step, one after it resumes bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -95,6 +98,15 @@ TEST(SemiSync, SettingsAreCheckedByName) {
     c = cfg;
     c.replica_sync.outer_momentum = 1;
     expectError(c, "replica_sync.outer_momentum=1 must be in [0, 1)");
+    c = cfg;
+    c.replica_sync.sync_delay = 2;  // tau < H: a fragment lands before it is sent again
+    expectError(c, "replica_sync.sync_delay=2 must be in [0, sync_every=2)");
+    c.replica_sync.sync_delay = -1;
+    expectError(c, "replica_sync.sync_delay=-1 must be in [0, sync_every=2)");
+    c = cfg;
+    c.replica_sync.policy = ReplicaPolicy::kSync;
+    c.replica_sync.sync_delay = 1;
+    expectError(c, "replica_sync.sync_delay=1 needs replica policy local_sgd or diloco");
     // F > units: at finalize(), when the units are known.
     c = cfg;
     c.replica_sync.fragments = 3;
@@ -253,6 +265,88 @@ void resumeMidPeriod(const Mesh& mesh, ShardMode mode, ReplicaPolicy policy) {
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.status().message().find(want), std::string::npos) << s.status().toString();
   }
+}
+
+// The streaming delay: H = 2, tau = 1 on one unit. Replica r's parameter after k probe steps
+// is initial - k*d_r (d_r = g_r/(g_r + 1e6): Adam with beta 0 steps by g/(|g| + eps)).
+void delayedSync(const Mesh& mesh, ShardMode mode, ReplicaPolicy policy) {
+  SCOPED_TRACE(strCat(shardModeName(mode), " ", replicaPolicyName(policy), " tau=1"));
+  const std::string dir = jobDir() + "/delay";
+  auto make = [&](int tau) {
+    EngineConfig cfg = probe(mode, policy, 2);
+    cfg.replica_sync.sync_delay = tau;
+    auto model = ShardedModel::create(mesh, cfg);
+    EXPECT_TRUE(model.ok()) << model.status().toString();
+    EXPECT_TRUE((*model)->addUnit("u", {{"w", {kN}}}).ok());
+    EXPECT_TRUE((*model)->finalize().ok());
+    return std::move(*model);
+  };
+  auto a = make(1);
+  std::vector<float> init(kN), full, other;
+  for (size_t i = 0; i < kN; ++i) init[i] = initial(i);
+  ASSERT_TRUE(a->setParameter(0, "w", init.data(), init.size()).ok());
+  const auto ranks = replicaRanks(mesh);
+  const int me = mesh.coords().replica_rank;
+  auto local = [&](int r, size_t i, int k) {  // initial - k * d_r
+    return initial(i) + double(k) * (afterInner(ranks[r], i) - initial(i));
+  };
+  probeStep(*a);
+  probeStep(*a);  // the sync's all-reduce starts: in flight, nothing applied yet
+  ASSERT_TRUE(a->gatherFullParameters(0, &full).ok());
+  for (size_t i = 0; i < kN; ++i) ASSERT_NEAR(full[i], local(me, i, 2), 1e-6) << "element " << i;
+  for (bool save : {true, false}) {
+    Status s = save ? a->save(dir).status() : a->load(dir).status();
+    ASSERT_FALSE(s.ok());
+    const char* verb = save ? "save" : "load";
+    EXPECT_NE(s.message().find(strCat(verb,
+                                      ": step 2 is inside the outer sync delay window: unit "
+                                      "'u' (fragment 0) started its outer all-reduce after step "
+                                      "2 and applies it after step 3")),
+              std::string::npos)
+        << s.toString();
+  }
+  Status set = a->setParameter(0, "w", init.data(), init.size());
+  EXPECT_NE(set.message().find("setParameter: step 2 is inside the outer sync delay window"),
+            std::string::npos)
+      << set.toString();
+  probeStep(*a);  // lands: the synced value replaces this replica's step 3 (alpha = 0)
+  ASSERT_TRUE(a->gatherFullParameters(0, &full).ok());
+  const double lr = 0.5, mu = 0.25;
+  for (size_t i = 0; i < kN; ++i) {
+    double mean = 0;
+    for (size_t r = 0; r < ranks.size(); ++r) mean += local(r, i, 2) / double(ranks.size());
+    const double g = initial(i) - mean;
+    const double want = policy == ReplicaPolicy::kLocalSgd ? mean : initial(i) - lr * (g + mu * g);
+    ASSERT_NEAR(full[i], want, 1e-6) << "element " << i;
+  }
+  // Outside the window: saved, loaded by a new model (another tau refused by name), and both
+  // take steps 4 (start) and 5 (land) to the same bits.
+  auto saved = a->save(dir);
+  ASSERT_TRUE(saved.ok()) << saved.status().toString();
+  auto refused = make(0)->load(dir);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("sync_delay 1 (this model's: 0)"), std::string::npos)
+      << refused.status().toString();
+  auto b = make(1);
+  auto loaded = b->load(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  for (ShardedModel* m : {a.get(), b.get()}) {
+    probeStep(*m);
+    probeStep(*m);
+  }
+  ASSERT_TRUE(a->gatherFullParameters(0, &full).ok());
+  ASSERT_TRUE(b->gatherFullParameters(0, &other).ok());
+  for (size_t i = 0; i < kN; ++i) ASSERT_EQ(full[i], other[i]) << "element " << i;
+}
+
+TEST(SemiSync, DelayedSyncAgainstClosedFormAndSavesInTheWindowAreRefused) {
+  forEachMesh([](const Mesh& mesh) {
+    if (mesh.shape().replicas() < 2) return;
+    ASSERT_FALSE(jobDir().empty());
+    for (ShardMode mode : {ShardMode::kZero1, ShardMode::kZero3})
+      for (ReplicaPolicy p : {ReplicaPolicy::kLocalSgd, ReplicaPolicy::kDiloco})
+        delayedSync(mesh, mode, p);
+  });
 }
 
 TEST(SemiSync, CheckpointsResumeMidPeriodAndOtherSettingsAreRefusedByName) {

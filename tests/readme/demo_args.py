@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""scripts/demo's arguments, for every `scripts/demo ARGS...` command README.md shows (but --trace,
-which ctest trace.mlp.6x2x3 covers): the train_gpt command line the demo starts.
+"""scripts/demo's arguments, for every `scripts/demo [ARGS...]` command README.md shows (but
+--trace, which ctest trace.mlp.6x2x3 covers): the train_gpt command line the demo starts.
 
     demo_args.py REPO
 
-readme.commands runs the plain `scripts/demo` (training, parity and all); the commands with
+readme.demo runs the plain `scripts/demo` at 3 steps (training, parity and all; the plain
+command's line here must carry README's 30 steps and the rest of its defaults); the commands with
 arguments differ from it only in what scripts/demo hands train_gpt, and train_gpt's own runs at
 those settings are the gpt_parity tests (8x2x4.zero3.i2.j2.accum3, 8x2x4.none: the same meshes
 and modes on the tiny preset). So here the real scripts/demo runs in a scratch tree whose
@@ -49,7 +50,8 @@ def main():
     repo = os.path.realpath(sys.argv[1])
     with open(os.path.join(repo, "README.md")) as f:
         cmds = [c for c in commands(f.read())
-                if c.startswith("scripts/demo ") and not c.startswith("scripts/demo --trace")]
+                if c == "scripts/demo" or
+                (c.startswith("scripts/demo ") and not c.startswith("scripts/demo --trace"))]
     if not cmds:
         print("FAIL: README.md shows no `scripts/demo ARGS...` command")
         return 1
@@ -85,6 +87,12 @@ def main():
                         problems.append(f"{f}: train_gpt gets {got.get(f)}, the user gave {v}")
                 if got.get("--preset") != ["small"] or "--check" not in got:
                     problems.append("the small preset or --check is gone")
+                # The plain demo: README's "What the demo shows" (readme.demo runs it at 3 steps).
+                want = {"--mode": ["zero3"], "--intra-shard": ["4"], "--inter-shard": ["1"],
+                        "--steps": ["30"], "--batch": ["8"], "--eval-every": ["10"],
+                        "--sample": ["160"]}
+                if c == "scripts/demo" and any(got.get(f) != v for f, v in want.items()):
+                    problems.append(f"the demo's defaults are not README's {want}")
                 mode = got.get("--mode", [None])[0]
                 if mode == "none" and ("--intra-shard" in got or "--inter-shard" in got):
                     problems.append("mode none with shard factors")

@@ -139,6 +139,7 @@ StatusOr<LoadResult> ShardedModel::load(const std::string& path, const LoadOptio
   if (saveInFlight()) HSDP_RETURN_IF_ERROR(waitForSave().status());
   LoadResult result;
   Status local = m.checkIdle("load");
+  if (local.ok()) local = m.outer->checkIdle("load", m.step, m.units);
   if (local.ok() && m.elastic && m.elastic->started())
     local = failedPrecondition(
         "load: an elastic group loads a checkpoint before its first beginStep(); after it, its "
@@ -246,6 +247,7 @@ Status ShardedModel::loadWeights(const std::string& path, const LoadWeightsOptio
   Impl& m = *impl_;
   if (saveInFlight()) HSDP_RETURN_IF_ERROR(waitForSave().status());
   Status local = m.checkIdle("loadWeights");
+  if (local.ok()) local = m.outer->checkIdle("loadWeights", m.step, m.units);
   StatusOr<ckpt::SafetensorsSet> set = local;
   std::vector<ckpt::UnitDesc> units = m.unitDescs();
   if (local.ok()) {
@@ -371,6 +373,7 @@ ckpt::ReplicaSyncDesc ShardedModel::Impl::replicaSyncDesc() const {
   d.policy = replicaPolicyName(p.policy);
   d.sync_every = p.sync_every;
   d.fragments = p.fragments;
+  d.sync_delay = p.sync_delay;
   d.outer_lr = p.outer_lr;
   d.outer_momentum = p.outer_momentum;
   d.replicas = mesh->shape().replicas();
@@ -401,6 +404,8 @@ Status ShardedModel::Impl::checkSavedPolicy(const ckpt::Manifest& m, const std::
     return differ("sync_every (H) ", d.sync_every, " (this model's: ", mine.sync_every, ")");
   if (d.fragments != mine.fragments)
     return differ("fragments ", d.fragments, " (this model's: ", mine.fragments, ")");
+  if (d.sync_delay != mine.sync_delay)
+    return differ("sync_delay ", d.sync_delay, " (this model's: ", mine.sync_delay, ")");
   if (d.replicas != mine.replicas)
     return differ(d.replicas, " replicas (this model's: ", mine.replicas, ")");
   if (d.outer_lr != mine.outer_lr)

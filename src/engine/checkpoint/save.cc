@@ -168,6 +168,7 @@ Status ShardedModel::saveAsync(const std::string& root, const SaveOptions& optio
   if (local.ok() && root.empty()) local = invalidArgument("save: empty checkpoint root");
   if (local.ok() && options.keep_last < 0)
     local = invalidArgument("save: keep_last=", options.keep_last, " must be >= 0");
+  if (local.ok()) local = m.outer->checkIdle("save", m.step, m.units);  // streaming's delay window
   char def[32];
   std::snprintf(def, sizeof def, "step-%08lld", static_cast<long long>(m.step));
   const std::string name = options.name.empty() ? def : options.name;
