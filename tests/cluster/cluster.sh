@@ -204,6 +204,13 @@ sweep_stale
 t0=$(date +%s.%N)
 rundir=$(mktemp -d "/tmp/$TAG.XXXXXX") || die "mktemp failed"
 chmod 755 "$rundir"
+# Open MPI 4.1's session directories (orte_tmpdir_base, below): mpiruns started at the same moment
+# here (the elastic tests' groups) each create $rundir/ompi.<host>.<uid>, and the one whose mkdir
+# comes second fails "File exists" (orte_session_dir failed; seen in elastic.etcd3.node-cut). The
+# launcher host's and every node's are made once, here.
+for h in "$(hostname)" $(seq -f 'hsdp-node%g' 0 $((nodes - 1))); do
+    mkdir -m 700 "$rundir/ompi.$h.$(id -u)" || die "cannot create $rundir/ompi.$h.$(id -u)"
+done
 
 # tbf burst: 2 ms worth of the rate, at least 64 KiB (a 64 KiB burst loses ~10-30 % at
 # 1gbit; 2 ms reaches ~97 % of line rate). Rate strings as tc(8) reads them; if the unit is
