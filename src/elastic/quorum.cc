@@ -62,6 +62,11 @@ StatusOr<std::unique_ptr<Quorum>> Quorum::create(Options options) {
   EtcdClient::Options copt;
   copt.timeout_ms = options.request_timeout_ms;
   HSDP_ASSIGN_OR_RETURN(q->client_, EtcdClient::create(options.endpoint, copt));
+  // The heartbeat's bound per member: at most a third of the lease, so that a keepalive sent to a
+  // member cut off from the others fails over to the next one while the lease still runs. With
+  // the requests' bound (HSDP_ETCD_TIMEOUT_MS, 5 s) a group whose heartbeat went to the cut
+  // member lost its 2 s lease though two members were up (elastic.etcd3.node-cut).
+  copt.timeout_ms = std::min(q->client_->timeoutMs(), std::max<int64_t>(q->ttl_s_ * 1000 / 3, 100));
   HSDP_ASSIGN_OR_RETURN(q->beat_, EtcdClient::create(options.endpoint, copt));
   return q;
 }
