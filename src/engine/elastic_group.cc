@@ -35,16 +35,6 @@ std::vector<std::string> splitList(const std::string& s, char sep) {
   return out;
 }
 
-int memberIndex(const elastic::StepQuorum& q, const std::string& group) {
-  for (size_t i = 0; i < q.members.size(); ++i)
-    if (q.members[i].group == group) return static_cast<int>(i);
-  return -1;
-}
-
-int groupIndexOf(const std::string& name) {  // "g12" -> 12
-  return name.size() > 1 ? std::atoi(name.c_str() + 1) : -1;
-}
-
 // The quorum as rank 0 tells it to the group's other ranks: one line per member.
 std::string encode(const elastic::StepQuorum& q) {
   std::ostringstream o;
@@ -87,6 +77,21 @@ constexpr std::pair<G, G> kGroupMoves[] = {
 };
 
 }  // namespace
+
+int memberIndex(const elastic::StepQuorum& q, const std::string& group) {
+  for (size_t i = 0; i < q.members.size(); ++i)
+    if (q.members[i].group == group) return static_cast<int>(i);
+  return -1;
+}
+
+int groupIndexOf(const std::string& name) {  // "g12" -> 12
+  return name.size() > 1 ? std::atoi(name.c_str() + 1) : -1;
+}
+
+void ElasticGroup::addCulprits(const std::vector<int>& members) {
+  for (int c : members)
+    if (std::find(culprits_.begin(), culprits_.end(), c) == culprits_.end()) culprits_.push_back(c);
+}
 
 const char* stateName(GroupState s) {
   constexpr const char* kNames[] = {"Joined", "InQuorum", "InStep", "Committed",
@@ -396,10 +401,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       }
       return okStatus();
     }();
-    if (!local.ok())  // what the setup or the heal named, and what the transports found failed
-      for (int c : suspects())
-        if (std::find(culprits_.begin(), culprits_.end(), c) == culprits_.end())
-          culprits_.push_back(c);
+    if (!local.ok()) addCulprits(suspects());  // besides what the setup or the heal named
     int64_t failed = local.ok() ? 0 : 1;
     HSDP_RETURN_IF_ERROR(control_.controlSum(&failed, 1));
     if (failed == 0) {

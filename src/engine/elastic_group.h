@@ -59,6 +59,11 @@ namespace hsdp::engine {
 enum class GroupState : uint8_t { kJoined, kInQuorum, kInStep, kCommitted, kDecided };
 const char* stateName(GroupState s);
 
+// The position of `group` in the quorum's members (-1 when absent), and a group name's index
+// ("g12" -> 12).
+int memberIndex(const elastic::StepQuorum& q, const std::string& group);
+int groupIndexOf(const std::string& name);
+
 // The state a heal moves: every buffer of this rank (same order and sizes on every group's
 // same-position rank), and what to do once they are written.
 struct HealState {
@@ -137,6 +142,7 @@ class ElasticGroup {
   elastic::StepQuorum q_;      // the step's quorum, as rank 0 read it
   int self_ = -1;              // this group's index in q_.members
   std::vector<int> culprits_;  // members this rank found gone in its last failed call
+  void addCulprits(const std::vector<int>& members);  // those not named yet
   GroupState state_ = GroupState::kJoined;
   int64_t local_step_ = 0;
   Committed committed_;

@@ -2,7 +2,6 @@
 // not hold the step's state receive it from their donor over a Comm of the donor and the groups
 // it heals, split from the step's replica Comm, through UnitCollectives' broadcast.
 #include <algorithm>
-#include <cstdlib>
 
 #include "engine/elastic_group.h"
 
@@ -12,12 +11,6 @@ namespace {
 // The heal moves the state in broadcasts of at most this many bytes: the transport's deadline
 // without progress then bounds one piece, and a donor of several groups serves them in turn.
 constexpr size_t kHealPieceBytes = size_t{4} << 20;
-
-int memberOf(const elastic::StepQuorum& q, const std::string& group) {
-  for (size_t i = 0; i < q.members.size(); ++i)
-    if (q.members[i].group == group) return static_cast<int>(i);
-  return -1;
-}
 
 }  // namespace
 
@@ -29,7 +22,7 @@ Status ElasticGroup::heal(const HealState& state, StepStart* out) {
   const elastic::Member& me = q_.members[self_];
   const std::string& donor = me.heal_from.empty() ? name_ : me.heal_from;
   // The heal's members: the donor (its root), then the groups it heals, in quorum order.
-  std::vector<int> members{memberOf(q_, donor)};
+  std::vector<int> members{memberIndex(q_, donor)};
   if (members[0] < 0)
     return internalError("elastic: group ", name_, " heals from ", donor,
                          ", which is not in the quorum of step ", q_.step);
@@ -50,9 +43,7 @@ Status ElasticGroup::heal(const HealState& state, StepStart* out) {
   heal_comm_ = PeerComm{};
   StatusOr<PeerComm> made = replica_.split(color, key);
   if (!made.ok()) {
-    for (int s : replica_.suspects())
-      if (std::find(culprits_.begin(), culprits_.end(), s) == culprits_.end())
-        culprits_.push_back(s);
+    addCulprits(replica_.suspects());
     return made.status().withContext(what);
   }
   heal_comm_ = std::move(*made);  // dropped before replica_ (elastic_group.h)
@@ -71,9 +62,9 @@ Status ElasticGroup::heal(const HealState& state, StepStart* out) {
     return okStatus();
   }();
   if (!moved.ok()) {
-    for (int s : comm->suspects())
-      if (std::find(culprits_.begin(), culprits_.end(), members[s]) == culprits_.end())
-        culprits_.push_back(members[s]);
+    std::vector<int> gone;  // the heal Comm's ranks, as quorum members
+    for (int s : comm->suspects()) gone.push_back(members[s]);
+    addCulprits(gone);
     return moved.withContext(what);
   }
   if (self_in_heal == 0) return okStatus();
@@ -83,7 +74,7 @@ Status ElasticGroup::heal(const HealState& state, StepStart* out) {
   *state.step = count;
   HSDP_RETURN_IF_ERROR(state.installed());
   out->healed = true;
-  out->healed_from = std::atoi(donor.c_str() + 1);  // "g<index>"
+  out->healed_from = groupIndexOf(donor);
   return okStatus();
 }
 
