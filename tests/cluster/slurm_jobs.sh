@@ -55,6 +55,11 @@ init_race() {
         grep -qE '^srun: error: [^:]+: tasks? [0-9,-]+: Segmentation fault' "$1" &&
         ! grep -qE "$2" "$1"
 }
+race_seen() {  # race_seen FILE: say so, with the first run's output
+    echo "--- the first run ended in Open MPI's start-up race under srun (a rank segfaulted inside MPI_Init); its output:"
+    cat "$1"
+    echo "--- run once more"
+}
 # srun_job FILE FIRST CMD...: run CMD (an srun) with its output in FILE; once more, saying so, when
 # it ended in that race (a second one fails the case as any other error would).
 srun_job() {
@@ -63,9 +68,7 @@ srun_job() {
     "$@" >"$out" 2>&1
     rc=$?
     if [ $rc != 0 ] && init_race "$out" "$first"; then
-        echo "--- the first run ended in Open MPI's start-up race under srun (a rank segfaulted inside MPI_Init); its output:"
-        cat "$out"
-        echo "--- run once more"
+        race_seen "$out"
         "$@" >"$out" 2>&1
         rc=$?
     fi
@@ -155,9 +158,7 @@ async-save)
     launch
     wait_for 120 started
     if ! printed_step 3 "$work/out" && ! kill -0 "$spid" 2>/dev/null && init_race "$work/out" 'ranks on [0-9]+ nodes'; then
-        echo "--- the first run ended in Open MPI's start-up race under srun; its output:"
-        cat "$work/out"
-        echo "--- run once more"
+        race_seen "$work/out"
         launch
     fi
     wait_for 120 printed_step 3 "$work/out" || { kill $spid; cat "$work/out"; fail "step 3 never printed"; }
