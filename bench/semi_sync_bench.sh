@@ -18,14 +18,16 @@
 # tokens/s with short runs at the rates.
 #   bench/semi_sync_bench.sh [--rates 1gbit,100mbit] [--steps N] [--preset tiny|small]
 #                            [--batch B] [--eval-every K] [--configs LIST] [--out DIR]
-#                            [--build DIR] [--repeat R] [--extra "FLAGS"]
+#                            [--build DIR] [--repeat R] [--extra "FLAGS"] [--plot-only]
 # --configs: comma-separated of sync, diloco10, diloco50, stream10x3, stream10x3t1, each
 # optionally +int8 (default: the first four, each with both wires). --repeat R runs the list R
 # times, round-robin (interleaved), a row per run. --extra: more train_gpt flags for every run
 # (e.g. "--outer-lr 0.5"); rows and files name the configuration only, so use another --out.
+# --plot-only: no runs; redraw OUT/loss_vs_tokens.svg from OUT/runs.csv (e.g. several
+# invocations' runs.csv concatenated, one header line).
 set -uo pipefail
 rates=1gbit,100mbit steps=100 preset=small batch=12 every=10 out=./semi_sync_bench build=./build
-repeat=1 extra=
+repeat=1 extra= plot_only=0
 configs=sync,sync+int8,diloco10,diloco10+int8,diloco50,diloco50+int8,stream10x3,stream10x3+int8
 bench_name=semi_sync_bench
 source "$(dirname "${BASH_SOURCE[0]}")/bench_args.sh"
@@ -41,6 +43,7 @@ while [ $# -gt 0 ]; do
     --build) build=${2:-}; shift 2 ;;
     --repeat) repeat=${2:-}; shift 2 ;;
     --extra) extra=${2:-}; shift 2 ;;
+    --plot-only) plot_only=1; shift ;;
     -h | --help) sed -n '2,/^set -uo/{s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) die "unknown flag '$1'" ;;
   esac
@@ -55,6 +58,47 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 gpt=$build/examples/train_gpt cluster=$here/tests/cluster/cluster.sh
 [ -x "$gpt" ] || die "--build '$build' has no examples/train_gpt"
 mkdir -p "$out" || die "--out '$out' cannot be made"
+# The loss-against-tokens plot from OUT/runs.csv: a polyline per (config, rate), without the
+# initial loss (step 0, the same for every run).
+plot() {
+python3 - "$out/runs.csv" "$out/loss_vs_tokens.svg" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+lines = {}
+for r in rows:
+    if float(r['tokens']) == 0: continue  # the initial loss, the same for every run
+    lines.setdefault(f"{r['config']} {r['rate']}", []).append((float(r['tokens']), float(r['val_loss'])))
+W, H, M = 720, 420, 60
+xs = [x for pts in lines.values() for x, _ in pts] or [0, 1]
+ys = [y for pts in lines.values() for _, y in pts] or [0, 1]
+x0, x1, y0, y1 = min(xs), max(xs) or 1, min(ys), max(ys)
+sx = lambda x: M + (x - x0) / ((x1 - x0) or 1) * (W - 2 * M)
+sy = lambda y: H - M - (y - y0) / ((y1 - y0) or 1) * (H - 2 * M)
+colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
+       f'<rect width="{W}" height="{H}" fill="white"/>',
+       f'<text x="{W/2}" y="20" text-anchor="middle">validation loss against tokens</text>',
+       f'<text x="{W/2}" y="{H-15}" text-anchor="middle">tokens ({x0:.3g} .. {x1:.3g})</text>',
+       f'<text x="12" y="{H/2}" transform="rotate(-90 12 {H/2})" text-anchor="middle">val loss ({y0:.4g} .. {y1:.4g})</text>']
+for f in range(5):  # grid lines with their values
+    yv, xv = y0 + (y1 - y0) * f / 4, x0 + (x1 - x0) * f / 4
+    out.append(f'<line x1="{M}" x2="{W-M}" y1="{sy(yv):.1f}" y2="{sy(yv):.1f}" stroke="#ddd"/>')
+    out.append(f'<text x="{M-4}" y="{sy(yv)+4:.1f}" text-anchor="end">{yv:.3f}</text>')
+    out.append(f'<text x="{sx(xv):.1f}" y="{H-M+14}" text-anchor="middle">{xv:.3g}</text>')
+for k, (name, pts) in enumerate(sorted(lines.items())):
+    pts.sort()
+    c = colors[k % len(colors)]
+    out.append('<polyline fill="none" stroke="%s" points="%s"/>' % (c, " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)))
+    out.append(f'<text x="{W-M+4}" y="{M + 14*k}" fill="{c}" text-anchor="end">{name}</text>')
+out.append("</svg>")
+open(sys.argv[2], "w").write("\n".join(out) + "\n")
+EOF
+}
+if [ "$plot_only" = 1 ]; then
+  [ -s "$out/runs.csv" ] || die "--plot-only: no '$out/runs.csv'"
+  plot && echo "semi_sync_bench: $out/loss_vs_tokens.svg" && exit 0
+  exit 1
+fi
 echo "config,rate,step,tokens,val_loss" >"$out/runs.csv"
 echo "config,rate,run,steps,tokens,tokens_per_s_median,tokens_per_s_periods,bytes_across_nodes,bytes_per_token,val_loss" >"$out/summary.csv"
 
@@ -126,31 +170,5 @@ for rate in "${rts[@]}"; do
   done
 done
 
-# The loss-against-tokens plot: a polyline per (config, rate).
-python3 - "$out/runs.csv" "$out/loss_vs_tokens.svg" <<'EOF'
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-lines = {}
-for r in rows:
-    lines.setdefault(f"{r['config']} {r['rate']}", []).append((float(r['tokens']), float(r['val_loss'])))
-W, H, M = 720, 420, 60
-xs = [x for pts in lines.values() for x, _ in pts] or [0, 1]
-ys = [y for pts in lines.values() for _, y in pts] or [0, 1]
-x0, x1, y0, y1 = min(xs), max(xs) or 1, min(ys), max(ys)
-sx = lambda x: M + (x - x0) / ((x1 - x0) or 1) * (W - 2 * M)
-sy = lambda y: H - M - (y - y0) / ((y1 - y0) or 1) * (H - 2 * M)
-colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
-out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
-       f'<rect width="{W}" height="{H}" fill="white"/>',
-       f'<text x="{W/2}" y="20" text-anchor="middle">validation loss against tokens</text>',
-       f'<text x="{W/2}" y="{H-15}" text-anchor="middle">tokens ({x0:.3g} .. {x1:.3g})</text>',
-       f'<text x="12" y="{H/2}" transform="rotate(-90 12 {H/2})" text-anchor="middle">val loss ({y0:.4g} .. {y1:.4g})</text>']
-for k, (name, pts) in enumerate(sorted(lines.items())):
-    pts.sort()
-    c = colors[k % len(colors)]
-    out.append('<polyline fill="none" stroke="%s" points="%s"/>' % (c, " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)))
-    out.append(f'<text x="{W-M+4}" y="{M + 14*k}" fill="{c}" text-anchor="end">{name}</text>')
-out.append("</svg>")
-open(sys.argv[2], "w").write("\n".join(out) + "\n")
-EOF
+plot
 echo "semi_sync_bench: $out/runs.csv, $out/summary.csv, $out/loss_vs_tokens.svg"
