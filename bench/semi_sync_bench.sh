@@ -27,7 +27,7 @@
 # invocations' runs.csv concatenated, one header line).
 set -uo pipefail
 rates=1gbit,100mbit steps=100 preset=small batch=12 every=10 out=./semi_sync_bench build=./build
-repeat=1 extra= plot_only=0
+repeat=1 extra='' plot_only=0
 configs=sync,sync+int8,diloco10,diloco10+int8,diloco50,diloco50+int8,stream10x3,stream10x3+int8
 bench_name=semi_sync_bench
 source "$(dirname "${BASH_SOURCE[0]}")/bench_args.sh"
