@@ -9,10 +9,10 @@
 # and prints a row per run: the median tokens/s over the steps after the third; the tokens/s over
 # whole sync periods (the last k*P steps after the third, P = H, 1 for sync: every fragment's
 # sync counted once per period; "n/a" when --steps < 3 + P); the bytes sent across nodes per
-# token (the inter and replica levels' counted bytes, train_gpt's "bytes:" lines, summed over the
-# run and the ranks, over the run's tokens); and the last validation loss (train_gpt's "val loss
-# X after step N", every --eval-every steps). Writes OUT/runs.csv (config, rate, step, tokens,
-# val_loss), OUT/summary.csv (a row per run) and OUT/loss_vs_tokens.svg (one line per
+# token over the same steps (the inter and replica levels' counted bytes, train_gpt's "bytes:"
+# lines, summed over the ranks; summary.csv also has the whole run's); and the last validation
+# loss (train_gpt's "val loss X after step N", every --eval-every steps). Writes OUT/runs.csv
+# (config, rate, step, tokens, val_loss), OUT/summary.csv (a row per run) and OUT/loss_vs_tokens.svg (one line per
 # configuration and rate). The loss after a number of tokens does not depend on the link rate
 # (the same seeds, batches and math): measure loss curves with --rates none and long --steps,
 # tokens/s with short runs at the rates.
@@ -120,15 +120,20 @@ tokens_per_s() {  # the tokens/s column of the rows after step 3 (rows: "  s/N .
   awk 'index($0, "tokens/s") && !h {for (i = 1; i <= NF; ++i) if ($i == "tokens/s") c = i; h = 1; next}
        h && $1 ~ /^[0-9]+\/[0-9]+$/ {split($1, a, "/"); if (a[1] > 3) print $c}' "$1" | median
 }
-# LOG PERIOD TOKENS_PER_STEP: tokens/s over the last k*P steps after the third (sum of the rows'
-# time_ms, the slowest rank's step: the outer sync and its wait are inside it).
-period_tokens_per_s() {
+# LOG PERIOD TOKENS_PER_STEP: over the last k*P steps after the third (whole sync periods, so
+# each fragment's sync counts once a period): "TOKENS_PER_S BYTES_PER_TOKEN", the tokens/s from
+# the rows' time_ms (the slowest rank's step: the outer sync and its wait are inside it) and the
+# bytes sent across nodes per token (the "bytes:" line under each row: inter + replica, all
+# ranks). "n/a n/a" when the run has fewer than 3 + P steps.
+period_stats() {
   awk -v p="$2" -v tps="$3" 'index($0, "time_ms") && !h {for (i = 1; i <= NF; ++i) if ($i == "time_ms") c = i; h = 1; next}
-       h && $1 ~ /^[0-9]+\/[0-9]+$/ {split($1, a, "/"); t[a[1]] = $c; if (a[1] > n) n = a[1]}
-       END {k = int((n - 3) / p); if (k < 1 || tps <= 0) {print "n/a"; exit}
-            for (s = n - k * p + 1; s <= n; ++s) ms += t[s]; printf "%.0f\n", k * p * tps / (ms / 1e3)}' "$1"
+       h && $1 ~ /^[0-9]+\/[0-9]+$/ {split($1, a, "/"); s = a[1]; t[s] = $c; if (s > n) n = s}
+       $1 == "bytes:" && s {for (i = 2; i < NF; ++i) if ($i == "inter" || $i == "replica") b[s] += $(i+1)}
+       END {k = int((n - 3) / p); if (k < 1 || tps <= 0) {print "n/a n/a"; exit}
+            for (j = n - k * p + 1; j <= n; ++j) {ms += t[j]; by += b[j]}
+            printf "%.0f %.0f\n", k * p * tps / (ms / 1e3), by / (k * p * tps)}' "$1"
 }
-# LOG: the bytes sent across nodes over the run (the "bytes:" lines' inter + replica, all ranks).
+# LOG: the bytes sent across nodes over the whole run (the "bytes:" lines' inter + replica).
 bytes_across() { awk '$1 == "bytes:" {for (i = 2; i < NF; ++i) if ($i == "inter" || $i == "replica") b += $(i+1)} END {printf "%.0f\n", b}' "$1"; }
 
 IFS=, read -ra cfgs <<<"$configs"
@@ -153,11 +158,9 @@ for rate in "${rts[@]}"; do
       tok=$(tokens_per_s "$log")
       per_step=$(awk '/^model: GPT-2/ {for (i = 1; i <= NF; ++i) if ($i == "context") {gsub(",", "", $(i+1)); print $(i+1)}}' "$log" | head -1)
       tps=$((batch * ${per_step:-0}))
-      ptok=$(period_tokens_per_s "$log" "$(period_of "$pa")" "$tps")
+      read -r ptok bpt <<<"$(period_stats "$log" "$(period_of "$pa")" "$tps")"
       bytes=$(bytes_across "$log")
       n=$(awk '$1 ~ /^[0-9]+\/[0-9]+$/ {split($1, a, "/"); n = a[1]} END {print n + 0}' "$log")
-      bpt=n/a
-      [ "$n" -gt 0 ] && [ "$tps" -gt 0 ] && bpt=$(awk -v b="$bytes" -v t=$((n * tps)) 'BEGIN {printf "%.0f", b / t}')
       if [ "$run" -eq 1 ]; then
         awk -v c="$c" -v r="$rate" -v b="$batch" -v ctx="${per_step:-0}" \
           '/val loss [0-9.eE+-]+ after step/ {for (i = 1; i <= NF; ++i) if ($i == "step") s = $(i+1);
