@@ -13,9 +13,9 @@
 # lines, summed over the ranks; summary.csv also has the whole run's); and the last validation
 # loss (train_gpt's "val loss X after step N", every --eval-every steps). Writes OUT/runs.csv
 # (config, rate, step, tokens, val_loss), OUT/summary.csv (a row per run) and
-# OUT/loss_vs_tokens.svg (one line per configuration and rate). The loss after a number of tokens does not depend on the link rate
-# (the same seeds, batches and math): measure loss curves with --rates none and long --steps,
-# tokens/s with short runs at the rates.
+# OUT/loss_vs_tokens.svg (one line per configuration and rate). The loss after a number of
+# tokens does not depend on the link rate (the same seeds, batches and math): measure loss
+# curves with --rates none and long --steps, tokens/s with short runs at the rates.
 #   bench/semi_sync_bench.sh [--rates 1gbit,100mbit] [--steps N] [--preset tiny|small]
 #                            [--batch B] [--eval-every K] [--configs LIST] [--out DIR]
 #                            [--build DIR] [--repeat R] [--extra "FLAGS"] [--plot-only]
