@@ -298,8 +298,10 @@ Status ShardedModel::step() {
                                       {GradState::kStepped}));
     }
   }
-  HSDP_RETURN_IF_ERROR(m.outerStep());  // semi-sync replicas: the sync points (outer_step.cc)
   tr.wait(engine::TraceKind::kOptimizer, -1, optimizer_t0);
+  // Semi-sync replicas: the sync points (outer_step.cc). After the optimizer's span: the outer
+  // all-reduce's wait is counted as replica there, and would be counted twice inside it.
+  HSDP_RETURN_IF_ERROR(m.outerStep());
   if (m.replicatedParams()) HSDP_RETURN_IF_ERROR(m.gatherReplicated(/*frozen_too=*/false));
   tr.endStep();
   if (tr.on()) m.coll->traceLevelBytes();  // the step's bytes per level, at its end
