@@ -27,7 +27,8 @@
 #                parity line (nothing commits without the coordinator).
 #   refused      group 1 launched with another model: refused by name (the fingerprint; the
 #                first group to join sets the job's, so group 1 or the others are refused).
-#   unreachable  a coordinator address where nothing listens: a clear error naming it, quickly.
+#   unreachable  a coordinator address where nothing listens: a clear error naming it, quickly;
+#                and HSDP_REPLICA_TRANSPORT=ring (the removed TCP ring): refused naming the value.
 # Exit 77 (skipped) only when the etcd binary is absent.
 set -u
 case_name=$1 elastic=$2 train=$3 mpirun=$4 train_gpt=${5:-} ckpt_tool=${6:-}
@@ -262,6 +263,14 @@ print(" ".join(str(x.getsockname()[1]) for x in s))')
     [ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "exit $rc (want an error, not a hang)"
     [ "$took" -le 20 ] || fail "took $took s"
     grep -qa "etcd http://127.0.0.1:9" "$tmp/g0r0.rank0.log" || fail "the endpoint is not named"
+    # The removed TCP ring's transport value: refused by name before anything is joined.
+    HSDP_ELASTIC_ENDPOINT=http://127.0.0.1:9 HSDP_ELASTIC_GROUP_INDEX=0 HSDP_ELASTIC_GROUPS=1 \
+      HSDP_REPLICA_TRANSPORT=ring timeout 60 "$mpirun" $margs -np 2 "$train" "${model[@]}" \
+      --steps 3 >"$tmp/ring.rank0.log" 2>&1
+    rc=$?
+    [ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "HSDP_REPLICA_TRANSPORT=ring: exit $rc (want an error)"
+    grep -qa "HSDP_REPLICA_TRANSPORT='ring' no longer exists" "$tmp/ring.rank0.log" ||
+      fail "HSDP_REPLICA_TRANSPORT=ring is not refused by name: $(tail -3 "$tmp/ring.rank0.log")"
     ;;
   *)
     echo "unknown case $case_name"
