@@ -18,6 +18,8 @@
 #   stop         SIGSTOP every rank of group 2 after step 10 (lease 2 s): dropped within the
 #                lease, the others go on; SIGCONT: it finds itself out of the quorum (it never
 #                commits the steps it missed), rejoins, heals; all PASS.
+#   stop-watch   the stop case with a 60 s replica deadline: only the coordinator's abort watch
+#                (the lease ended) can end the survivors' averages, within 10 s.
 #   cut          on the emulated cluster (tests/cluster/cluster.sh, one group per node, root),
 #                group 2's node loses its link (to the other groups and to etcd) after step 10
 #                for 4 s (lease 2 s): dropped within its lease, the others go on; the link back,
@@ -128,8 +130,8 @@ case $case_name in
     [ "$found" = 1 ] || fail "no checkpoint of group 0 names the membership without group 1"
     ;;
   twice)
-    # Its first failure is the kill case's, with the kill case's checks (so that case runs only
-    # on UCX in ctest: elastic.train.kill.ucx).
+    # Its first failure is the kill case's, with the kill case's checks (so ctest does not run
+    # the kill case on its own).
     launch 90
     wait_for "$tmp/g1r0.rank0.log" "^ +10 " 60 || fail "group 1 never reached step 10"
     kill -9 $(ranks_of "$train" 1 0 | tail -1)
