@@ -12,7 +12,9 @@
 #      build/pyenv); target: no worse;
 #  (c) weak scaling: 1, 2 and 4 nodes x 2 ranks, one sequence per rank (the same work per rank),
 #      HSDP intra 2 x inter 1: step / compute alone of the same processes per size; target: the
-#      1-node ratio over the N-node ratio >= 0.9.
+#      1-node ratio over the N-node ratio >= 0.9; and every hsdp run's bytes per level and step
+#      (the transports' counters, the "bytes:" lines) equal to the planner's closed form (the
+#      program's "hsdp-plan bytes per step" line) to the byte.
 # Rounds are interleaved (every case once per round, the order rotated round by round: the
 # machine is shared, a slow spell hits every case of a round); per run the median step after
 # the warm-up steps, then the median over rounds. Needs root (namespaces) and a built tree.
@@ -89,6 +91,15 @@ run_case() {
     tail -5 "$log" >&2
     return 1
   fi
+  if [ "$kind" = hsdp ]; then
+    # Every step's "bytes:" line (the transports' counters, all ranks) against the program's
+    # "hsdp-plan bytes per step" line (the planner's closed form for this mesh and model).
+    awk '/^  bytes: intra / { c[n++] = $3 " " $5 " " $7 }
+         /^hsdp-plan bytes per step: / { p = $6 " " $8 " " $10 }
+         END { bad = 0; for (i = 0; i < n; i++) if (c[i] != p) bad++
+               printf "%s %d %d %s\n", (n > 0 && p != "" && bad == 0) ? "equal" : "differs", n, bad,
+                      p == "" ? "none" : p }' "$log" >"$tmp/$name.bytes"
+  fi
   case $kind in
     hsdp) awk -v w="$warmup" '$1 ~ /^[0-9]+\/[0-9]+$/ { split($1, s, "/"); if (s[1] > w) t[n++] = $5 }
         END { if (n == 0) exit 1; for (i = 0; i < n; i++) for (j = i + 1; j < n; j++)
@@ -148,4 +159,12 @@ for nn in 1 2 4; do
   echo "  weak scaling $nn node(s) x 2 ranks: step $s ms, compute alone $a ms, ratio $(ratio "$s" "$a")"
   [ "$nn" = 1 ] || row "(c) ratio(1 node) / ratio($nn nodes)" ">= 0.9" "$(ratio "$r1" "$(ratio "$s" "$a")")"
 done
-printf '%-52s %10s %10s %6s\n' "(c) cross-node bytes = hsdp-plan's" "equal" "no counter" "n/a"
+bytes_all=equal
+for f in "$tmp"/hsdp.*.bytes; do
+  read -r verdict steps_n bad plan <"$f" || verdict=differs
+  c=$(basename "$f" .bytes)
+  echo "  bytes per step of $c: $verdict to hsdp-plan's (intra inter replica $plan; $bad of $steps_n steps differ, last round)"
+  [ "$verdict" = equal ] || bytes_all=differs
+done
+printf '%-52s %10s %10s %6s\n' "(c) bytes per level = hsdp-plan's (every step)" "equal" "$bytes_all" \
+  "$( ((quick)) && echo smoke || { [ "$bytes_all" = equal ] && echo yes || echo no; })"

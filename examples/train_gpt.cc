@@ -261,7 +261,10 @@ int train(const gpt::Options& opt, hsdp::Comm& world) {
     numels.push_back(0);
     for (const hsdp::ParamSpec& p : u.params) numels.back() += p.numel();
   }
-  if (hsdp::Status s = examples::printMemory(world, **mesh, model, numels, setup.engine); !s.ok())
+  std::vector<uint32_t> uses(run.units.size(), 0);  // the forward order names wte twice
+  for (int u : run.order) ++uses[u];
+  if (hsdp::Status s = examples::printMemory(world, **mesh, model, numels, setup.engine, uses);
+      !s.ok())
     fail.alone(s);
   if (world.rank() == 0)
     std::printf("activations (rank 0): %.2f MiB (activation checkpointing %s)\n",

@@ -217,7 +217,7 @@ int run(const Options& opt, bool intra_given, bool inter_given, bool mode_given)
     if (opt.units_given)
       return fail(hsdp::invalidArgument("--units applies to --params only (--layers '", opt.layers,
                                         "' lists the units)"));
-    auto units = hsdp::readUnitsFile(opt.layers);
+    auto units = hsdp::readUnitsFile(opt.layers, &in.unit_uses);
     if (!units.ok()) return fail(units.status());
     in.units = std::move(*units);
   }
@@ -342,7 +342,9 @@ int main(int argc, char** argv) {
   auto* units = hsdp::cli::addInt(app, "--units", opt.units,
                                   "with --params: split into this many equal units (default 32)",
                                   int64_t{1}, int64_t{1} << 24);
-  app.add_option("--layers", opt.layers, "file: one unit per line, 'COUNT' or 'NAME COUNT'");
+  app.add_option("--layers", opt.layers,
+                 "file: one unit per line, 'COUNT', 'NAME COUNT' or 'NAME COUNT USES' (USES: times "
+                 "used in one forward, e.g. 2 for a tied embedding)");
   constexpr int64_t kMax = 1 << 20;  // nodes, GPUs per node
   hsdp::cli::addInt(app, "--nodes", opt.nodes, "nodes N", int64_t{1}, kMax)->required();
   hsdp::cli::addInt(app, "--gpus-per-node", opt.gpus, "GPUs (ranks) per node G", int64_t{1}, kMax)

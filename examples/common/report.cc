@@ -52,7 +52,8 @@ void printOffloadSummary(const hsdp::Comm& world, const hsdp::EngineConfig& cfg,
 }
 
 hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::ShardedModel& model,
-                         const std::vector<uint64_t>& unit_numels, const hsdp::EngineConfig& cfg) {
+                         const std::vector<uint64_t>& unit_numels, const hsdp::EngineConfig& cfg,
+                         const std::vector<uint32_t>& unit_uses) {
   const hsdp::MemoryReport r = model.memoryReport();
   // `gathered` is what the engine allocated for gathered units and full gradients (the blocks of
   // its pool: the same on every rank of a role, and what `total` counts); how many of them were
@@ -89,6 +90,7 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::
   // the engine allocates), beside what rank 0 measured.
   hsdp::PlanInput in;
   in.units = unit_numels;
+  in.unit_uses = unit_uses;
   in.nodes = mesh.shape().num_nodes;
   in.gpus_per_node = mesh.shape().ranks_per_node;
   in.intra_shard = mesh.shape().intra_shard;
@@ -108,6 +110,12 @@ hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh, const hsdp::
         bytesStr(g.grads).c_str(), bytesStr(v[1]).c_str(), bytesStr(g.optimizer).c_str(),
         bytesStr(v[2]).c_str(), bytesStr(g.gathered_peak).c_str(), bytesStr(v[3]).c_str(),
         bytesStr(g.comm_estimate).c_str(), bytesStr(v[4]).c_str());
+    // The bytes each level sends in one step, all ranks together: the step rows' "bytes:" line
+    // counts them (Comm::bytesSent), so a reader (bench/step_bench.sh) sets the two side by side.
+    std::printf("hsdp-plan bytes per step: intra %llu inter %llu replica %llu (all ranks)\n",
+                static_cast<unsigned long long>(plan->per_level.intra),
+                static_cast<unsigned long long>(plan->per_level.inter),
+                static_cast<unsigned long long>(plan->per_level.replica));
   }
   // Unsharded data parallel holds fp32 params + grads + two Adam moments on every rank.
   uint64_t param_count = 0;

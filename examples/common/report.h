@@ -38,10 +38,12 @@ void printAbortedStep(const hsdp::Comm& world, const hsdp::StepStart& start,
 
 // Collective over `world`: the per-rank memory table, hsdp-plan's prediction beside rank 0's
 // measurement (fp32 policy), and the saving against replicated data parallel. unit_numels holds
-// each unit's parameter count (the plan's units; their sum is the model's size).
+// each unit's parameter count (the plan's units; their sum is the model's size), unit_uses the
+// times each is used in one forward (empty: once each; train_gpt's tied wte: twice).
 [[nodiscard]] hsdp::Status printMemory(hsdp::Comm& world, const hsdp::Mesh& mesh,
                                        const hsdp::ShardedModel& model,
                                        const std::vector<uint64_t>& unit_numels,
-                                       const hsdp::EngineConfig& cfg);
+                                       const hsdp::EngineConfig& cfg,
+                                       const std::vector<uint32_t>& unit_uses = {});
 
 }  // namespace examples

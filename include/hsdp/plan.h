@@ -98,11 +98,13 @@
 //   inter  (g_inter + 1)·R·(J−1)·D           intra  (g_intra + 1)·R·J·(I−1)·D
 // with g the gather passes per step: zero3 2 (forward, backward; with hpz the backward one is
 // intra only: g_inter = 1), zero1/zero2 1 (the updated parameters after the step), and the
-// one reduce-scatter. The replica all-reduce of each shard (s_u elements over R ranks, counted
-// as the ring: 2·(R−1)·s_u per group) over the S groups: replica 2·(R−1)·D; mode none over the
-// world: 2·(W−1)·D. Here D = e·ΣP on every level: the encoded wires are not modelled per level,
-// and the engine's replica all-reduce is fp32 whatever the policy (so with bf16 the engine's
-// replica bytes are twice this).
+// one reduce-scatter. In zero3 a gather pass counts each unit once per use (unit_uses: D_g =
+// e·Σ k_u·P_u in place of D for the gathers), but with hpz the inter level once per unit (the
+// later uses gather from the node's secondary partition). The replica all-reduce of each shard (s_u
+// elements over R ranks, counted as the ring: 2·(R−1)·s_u per group) over the S groups: replica
+// 2·(R−1)·D; mode none over the world: 2·(W−1)·D. Here D = e·ΣP on every level: the encoded wires
+// are not modelled per level, and the engine's replica all-reduce is fp32 whatever the policy (so
+// with bf16 the engine's replica bytes are twice this).
 #pragma once
 
 #include <cstdint>
@@ -126,6 +128,10 @@ const char* planDTypeName(DType t);                     // "bf16" | "fp32"
 
 struct PlanInput {
   std::vector<uint64_t> units;  // parameter count per unit (each > 0)
+  // Times each unit is used in one forward pass (empty: once each). zero3 gathers a unit for
+  // each use, in forward and again in backward: a tied embedding used as the input embedding
+  // and as the LM head (train_gpt's wte) is used twice. Other modes gather once per step.
+  std::vector<uint32_t> unit_uses;
   int nodes = 1;
   int gpus_per_node = 1;
   int intra_shard = 1;
@@ -211,13 +217,17 @@ StatusOr<Plan> makePlan(const PlanInput& in);
 StatusOr<std::vector<uint64_t>> splitUnits(uint64_t total, int64_t units);
 
 // parseCount ("7.5e9") and parseByteSize ("80GiB"): hsdp/parse.h.
-// One unit per line: "COUNT" or "NAME COUNT" (the last field is the count); blank lines and
-// text after '#' are ignored. Errors: "FILE:LINE: ..." naming the text.
-StatusOr<std::vector<uint64_t>> parseUnitsText(std::string_view text, std::string_view file);
+// One unit per line: "COUNT", "NAME COUNT" or "NAME COUNT USES" (USES: the times the unit is
+// used in one forward, 1 to 9999, default 1; PlanInput::unit_uses); blank lines and text after
+// '#' are ignored. Errors: "FILE:LINE: ..." naming the text. `uses`, when given, gets one entry
+// per unit.
+StatusOr<std::vector<uint64_t>> parseUnitsText(std::string_view text, std::string_view file,
+                                               std::vector<uint32_t>* uses = nullptr);
 // The file `path` (hsdp/files.h: a regular file, a FIFO or device refused unread) of at most
 // kMaxUnitsFileBytes, parsed as above; errors name "--layers" and the path.
 constexpr uint64_t kMaxUnitsFileBytes = uint64_t{64} << 20;
-StatusOr<std::vector<uint64_t>> readUnitsFile(const std::string& path);
+StatusOr<std::vector<uint64_t>> readUnitsFile(const std::string& path,
+                                              std::vector<uint32_t>* uses = nullptr);
 
 // Every valid configuration for the machine and model of `base`: each I | G, J | N and mode
 // (none only with I = J = 1; zero3+hpz where I > 1 and J > 1), with base's dtype and offload.

@@ -86,7 +86,7 @@ nb::object plan(nb::object params, nb::object layers_arg, std::optional<int64_t>
     if (units)
       check(
           invalidArgument("units applies to params only (layers='", *layers, "' lists the units)"));
-    in.units = take(readUnitsFile(*layers));
+    in.units = take(readUnitsFile(*layers, &in.unit_uses));
   }
   // ---- the machine and the policy ----
   in.nodes = positive(nodes, "nodes");

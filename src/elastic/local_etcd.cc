@@ -13,6 +13,7 @@
 
 #include "core/socket.h"
 #include "elastic/etcd_client.h"
+#include "hsdp/env.h"
 #include "hsdp/files.h"
 
 namespace hsdp::elastic {
@@ -51,10 +52,28 @@ StatusOr<std::string> LocalEtcd::findBinary(const std::string& binary) {
                   "' is not in PATH (Debian: apt-get install etcd-server)");
 }
 
+namespace {
+const env::StringParam kEtcdDir{
+    "HSDP_ETCD_DIR", env::StringParam::Kind::kString, "",
+    "Directory under which a job-local etcd (hsdp-elastic without --endpoint, and the tests') "
+    "makes its private data directory. Unset: /dev/shm when it is a writable directory (tmpfs: "
+    "etcd syncs its log on every write, and a job-local etcd's data never outlives its job), "
+    "else $TMPDIR, else /tmp."};
+
+// Where prepare() makes its directory (kEtcdDir's doc says why tmpfs first).
+std::string etcdBase() {
+  const std::string set = kEtcdDir.get();
+  if (!set.empty()) return set;
+  if (::access("/dev/shm", W_OK | X_OK) == 0) return "/dev/shm";
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp != nullptr && *tmp ? tmp : "/tmp";
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::prepare() {
   std::unique_ptr<LocalEtcd> etcd(new LocalEtcd());
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/hsdp-etcd-XXXXXX";
+  std::string templ = etcdBase() + "/hsdp-etcd-XXXXXX";
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   if (::mkdtemp(buf.data()) == nullptr)

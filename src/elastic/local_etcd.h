@@ -3,9 +3,9 @@
 // the protocol runs unchanged on it; only the process is ours.
 //
 // start() runs `etcd` on 127.0.0.1 with two free ports (client and peer) and a private data
-// directory under $TMPDIR, and returns once etcd answers /health. The destructor stops it
-// (SIGTERM, then SIGKILL after a grace period) and removes the directory, also when a test fails
-// with an exception or an assertion.
+// directory (under HSDP_ETCD_DIR, else /dev/shm, else $TMPDIR: local_etcd.cc), and returns once
+// etcd answers /health. The destructor stops it (SIGTERM, then SIGKILL after a grace period) and
+// removes the directory, also when a test fails with an exception or an assertion.
 #pragma once
 
 #include <sys/types.h>
@@ -45,7 +45,7 @@ class LocalEtcd {
  private:
   friend class LocalEtcdCluster;
   LocalEtcd() = default;
-  // A private directory under $TMPDIR for a new (not yet started) member.
+  // A private directory (see etcdBase() in local_etcd.cc) for a new (not yet started) member.
   static StatusOr<std::unique_ptr<LocalEtcd>> prepare();
   // Runs etcd as member `name` of `initial_cluster` ("name=peer-url,..."), with `peer` its own.
   Status spawn(const std::string& binary, const std::string& name, const std::string& peer,

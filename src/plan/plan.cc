@@ -31,6 +31,11 @@ Status validatePlanInput(const PlanInput& in) {
   if (in.units.empty()) return invalidArgument("no units: the model has no parameters");
   for (size_t i = 0; i < in.units.size(); ++i)
     if (in.units[i] == 0) return invalidArgument("unit ", i, " has 0 parameters");
+  if (!in.unit_uses.empty() && in.unit_uses.size() != in.units.size())
+    return invalidArgument("unit_uses has ", in.unit_uses.size(), " entries for ", in.units.size(),
+                           " units");
+  for (size_t i = 0; i < in.unit_uses.size(); ++i)
+    if (in.unit_uses[i] == 0) return invalidArgument("unit ", i, " is used 0 times");
   if (in.nodes < 1) return invalidArgument("--nodes ", in.nodes, " must be positive");
   if (in.gpus_per_node < 1)
     return invalidArgument("--gpus-per-node ", in.gpus_per_node, " must be positive");
@@ -80,14 +85,17 @@ Status validatePlanInput(const PlanInput& in) {
 namespace {
 
 // D on a wire: Σ over units of S shards' encoded bytes (unset wire: e bytes per element, the
-// plain D = e·ΣP).
-uint64_t wireData(const Plan& p, std::optional<Wire> wire) {
+// plain D = e·ΣP); per_use: each unit counted once per use (zero3's gather passes).
+uint64_t wireData(const Plan& p, std::optional<Wire> wire, bool per_use = false) {
   const uint64_t S = static_cast<uint64_t>(p.shard_group);
+  const std::vector<uint32_t>& uses = p.input.unit_uses;
   uint64_t d = 0;
-  for (uint64_t n : p.input.units) {
-    const uint64_t s = (n + S - 1) / S;
-    d += S * (wire ? encodedBytes({*wire, p.input.quant_block}, s)
-                   : static_cast<uint64_t>(p.elem_bytes) * s);
+  for (size_t u = 0; u < p.input.units.size(); ++u) {
+    const uint64_t s = (p.input.units[u] + S - 1) / S;
+    const uint64_t k = per_use && !uses.empty() ? uses[u] : 1;
+    d += k * S *
+         (wire ? encodedBytes({*wire, p.input.quant_block}, s)
+               : static_cast<uint64_t>(p.elem_bytes) * s);
   }
   return d;
 }
@@ -108,7 +116,7 @@ PlanTraffic traffic(const Plan& p, std::optional<Wire> pw, std::optional<Wire> g
       t.all_reduce = 2 * (M - 1) * wireData(p, rw);
       break;
     case ShardMode::kZero3:
-      t.all_gather = (in.hpz ? 1 : 2) * R * (J - 1) * wireData(p, pw);
+      t.all_gather = (in.hpz ? 1 : 2) * R * (J - 1) * wireData(p, pw, /*per_use=*/!in.hpz);
       t.reduce_scatter = R * (J - 1) * wireData(p, gw);
       t.all_reduce = 2 * (M - 1) * wireData(p, rw);
       break;
@@ -183,10 +191,12 @@ StatusOr<Plan> makePlan(const PlanInput& in) {
   {  // per level (plan.h): every level at the policy's element type
     const uint64_t D = e * whole;
     const bool z3 = in.mode == ShardMode::kZero3;
+    const uint64_t Dg = z3 ? wireData(p, std::nullopt, /*per_use=*/true) : D;  // gather passes
     const uint64_t g_intra = z3 ? 2 : 1, g_inter = z3 && !in.hpz ? 2 : 1;
     if (in.mode != ShardMode::kNone) {
-      p.per_level.intra = (g_intra + 1) * R * J * (I - 1) * D;
-      p.per_level.inter = (g_inter + 1) * R * (J - 1) * D;
+      p.per_level.intra = (g_intra * Dg + D) * R * J * (I - 1);
+      // hpz: a unit's later uses re-gather from the node's secondary partition (intra only).
+      p.per_level.inter = (g_inter * (in.hpz ? D : Dg) + D) * R * (J - 1);
     }
     p.per_level.replica = 2 * (R - 1) * D;  // mode none: R = W, D = e·Ψ
   }
@@ -217,8 +227,10 @@ std::string trim(std::string_view s) {
 
 }  // namespace
 
-StatusOr<std::vector<uint64_t>> parseUnitsText(std::string_view text, std::string_view file) {
+StatusOr<std::vector<uint64_t>> parseUnitsText(std::string_view text, std::string_view file,
+                                               std::vector<uint32_t>* uses) {
   std::vector<uint64_t> units;
+  std::vector<uint32_t> k;
   size_t line_no = 0, pos = 0;
   while (pos <= text.size()) {
     size_t nl = text.find('\n', pos);
@@ -236,23 +248,39 @@ StatusOr<std::vector<uint64_t>> parseUnitsText(std::string_view text, std::strin
     std::istringstream fields(body);
     std::vector<std::string> f;
     for (std::string w; fields >> w;) f.push_back(w);
-    if (f.size() > 2)
+    if (f.size() > 3)
       return invalidArgument(file, ":", line_no, ": '", body,
-                             "': expected 'COUNT' or 'NAME COUNT' (one unit per line)");
-    auto n = parseCount(f.back(), "parameter count");
+                             "': expected 'COUNT', 'NAME COUNT' or 'NAME COUNT USES' (one unit "
+                             "per line)");
+    auto n = parseCount(f[f.size() == 3 ? 1 : f.size() - 1], "parameter count");
     if (!n.ok())
       return invalidArgument(file, ":", line_no, ": '", body, "': ", n.status().message());
     units.push_back(*n);
+    uint32_t used = 1;
+    if (f.size() == 3) {
+      const std::string& t = f[2];
+      const bool digits =
+          !t.empty() && t.size() <= 4 &&
+          std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits || std::stoi(t) < 1)
+        return invalidArgument(file, ":", line_no, ": '", body, "': uses '", t,
+                               "' is not a whole number from 1 to 9999 (the times the unit is "
+                               "used in one forward)");
+      used = static_cast<uint32_t>(std::stoi(t));
+    }
+    k.push_back(used);
     if (nl == text.size()) break;
   }
   if (units.empty())
     return invalidArgument(file, ": no units (expected one parameter count per line)");
+  if (uses != nullptr) *uses = std::move(k);
   return units;
 }
 
-StatusOr<std::vector<uint64_t>> readUnitsFile(const std::string& path) {
+StatusOr<std::vector<uint64_t>> readUnitsFile(const std::string& path,
+                                              std::vector<uint32_t>* uses) {
   HSDP_ASSIGN_OR_RETURN(std::string text, files::readBounded(path, kMaxUnitsFileBytes, "--layers"));
-  return parseUnitsText(text, path);
+  return parseUnitsText(text, path, uses);
 }
 
 std::vector<Plan> enumeratePlans(const PlanInput& base) {

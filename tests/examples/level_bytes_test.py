@@ -12,7 +12,11 @@ zero2 and zero3 with and without replicas, hpZ, and units that do not divide by 
 (padding); the MPI reduce-scatter's ring and exchange (HSDP_MPI_RS_ALGO) besides its default on
 one host (cross-memory reads), and UCX on both levels, so real sends and reads are counted on
 every path.
+With --train-gpt, train_gpt --preset tiny too: its units by closed form (wte V*d used twice,
+as the embedding and the tied LM head; wpe T*d; each block 12 d^2 + 13 d; ln_f 2 d), handed to
+hsdp-plan as 'NAME COUNT USES' lines, so zero3's per-use gathers of wte are checked as well.
 usage: level_bytes_test.py --mpirun "mpirun ..." --train-mlp BIN --plan hsdp-plan [--ucx]
+                           [--train-gpt BIN]
 """
 import argparse
 import json
@@ -45,6 +49,14 @@ CASES = [
     (3, 2, "zero3", 2, 1, False, UCX, LARGE),  # UCX's real sends, 3 replicas
 ]
 
+# train_gpt --preset tiny: 4 layers, d 128, context 64, vocab 256. (name, count, uses)
+D_GPT, T_GPT, V_GPT, L_GPT = 128, 64, 256, 4
+GPT_UNITS = ([("wte", V_GPT * D_GPT, 2), ("wpe", T_GPT * D_GPT, 1)] +
+             [(f"h{l}", 12 * D_GPT * D_GPT + 13 * D_GPT, 1) for l in range(L_GPT)] +
+             [("ln_f", 2 * D_GPT, 1)])
+# (intra, inter, hpz) on 2 nodes x 2 ranks, zero3: replicas, two levels, hpZ, inter only
+GPT_CASES = [(2, 1, False), (2, 2, False), (2, 2, True), (1, 2, False)]
+
 failures = []
 
 
@@ -58,12 +70,50 @@ def run(cmd, env=None, timeout=300):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def compare(name, out, want):
+    got = [tuple(int(g) for g in m.groups()) for m in map(LINE.match, out.stdout.splitlines())
+           if m]
+    check(len(got) == STEPS, f"{name}: {len(got)} bytes lines, want {STEPS}")
+    for step, (gi, ge, gr, _) in enumerate(got):
+        check((gi, ge, gr) == (want["intra"], want["inter"], want["replica"]),
+              f"{name}: step {step}: counted intra {gi} inter {ge} replica {gr}, "
+              f"hsdp-plan says intra {want['intra']} inter {want['inter']} "
+              f"replica {want['replica']}")
+    print(f"{name}: plan intra {want['intra']} inter {want['inter']} replica "
+          f"{want['replica']}; counted {got}")
+
+
+def check_gpt(a, tmp):
+    layers = os.path.join(tmp, "gpt_units.txt")
+    with open(layers, "w") as f:
+        for name, count, uses in GPT_UNITS:
+            f.write(f"{name} {count} {uses}\n")
+    for intra, inter, hpz in GPT_CASES:
+        name = f"train_gpt tiny 2x2 zero3 I{intra} J{inter}{' hpz' if hpz else ''}"
+        pr = run([a.plan, "--layers", layers, "--nodes", "2", "--gpus-per-node", "2",
+                  "--intra-shard", str(intra), "--inter-shard", str(inter), "--mode", "zero3",
+                  "--param-dtype", "fp32", "--json"] + (["--hpz"] if hpz else []))
+        check(pr.returncode == 0, f"{name}: hsdp-plan exit {pr.returncode}: {pr.stderr}")
+        if pr.returncode != 0:
+            continue
+        cmd = shlex.split(a.mpirun) + ["-np", "4", "-x", "HSDP_RANKS_PER_NODE=2", a.train_gpt,
+                                       "--preset", "tiny", "--batch", "4", "--steps", str(STEPS),
+                                       "--intra-shard", str(intra), "--inter-shard", str(inter),
+                                       "--eval-every", "0", "--sample", "0"] + (
+                                           ["--hpz"] if hpz else [])
+        out = run(cmd, dict(os.environ))
+        check(out.returncode == 0,
+              f"{name}: train_gpt exit {out.returncode}: {out.stderr[-2000:]}")
+        compare(name, out, json.loads(pr.stdout)["level_bytes_per_step"])
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--mpirun", required=True)
     p.add_argument("--train-mlp", required=True)
     p.add_argument("--plan", required=True)
     p.add_argument("--ucx", action="store_true", help="the build has the UCX transport")
+    p.add_argument("--train-gpt", help="also train_gpt --preset tiny (a tied unit)")
     a = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="hsdp-level-bytes.")
     for nodes, rpn, mode, intra, inter, hpz, extra, dims in CASES:
@@ -92,16 +142,9 @@ def main():
             str(STEPS)] + (["--hpz"] if hpz else [])
         out = run(cmd, env)
         check(out.returncode == 0, f"{name}: train_mlp exit {out.returncode}: {out.stderr[-2000:]}")
-        got = [tuple(int(g) for g in m.groups()) for m in map(LINE.match, out.stdout.splitlines())
-               if m]
-        check(len(got) == STEPS, f"{name}: {len(got)} bytes lines, want {STEPS}")
-        for step, (gi, ge, gr, _) in enumerate(got):
-            check((gi, ge, gr) == (want["intra"], want["inter"], want["replica"]),
-                  f"{name}: step {step}: counted intra {gi} inter {ge} replica {gr}, "
-                  f"hsdp-plan says intra {want['intra']} inter {want['inter']} "
-                  f"replica {want['replica']}")
-        print(f"{name}: plan intra {want['intra']} inter {want['inter']} replica "
-              f"{want['replica']}; counted {got}")
+        compare(name, out, want)
+    if a.train_gpt:
+        check_gpt(a, tmp)
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1

@@ -118,6 +118,36 @@ TEST(PlanCli, LayersFileExampleMlp) {
   fs::remove_all(d);
 }
 
+// A unit used twice in one forward (a tied embedding: 'NAME COUNT USES'), units 1000 x2, 1353,
+// 340 on 3 x 2, zero3 I2 J3 (S = 6): padded 1002, 1356, 342, D = 4 * 2700 = 10800 bytes, the
+// gathers' D_g = 4 * (2 * 1002 + 1356 + 342) = 14808. By hand (plan.h): intra (2 D_g + D) * R * J
+// * (I-1) = 40416 * 3, inter (2 D_g + D) * (J-1) = 40416 * 2; with hpz the inter level gathers
+// once per unit: (D + D) * 2. Bad uses are refused naming the line.
+TEST(PlanCli, LayersFileUsesCountTiedUnitsPerUse) {
+  const fs::path d = scratch("uses");
+  std::ofstream(d / "tied.txt") << "wte 1000 2\nblock 1353\n340\n";
+  const std::string args = "--layers " + (d / "tied.txt").string() +
+                           " --nodes 3 --gpus-per-node 2 --intra-shard 2 --inter-shard 3 "
+                           "--mode zero3 --param-dtype fp32 --json";
+  Result r = plan(args);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  json j = json::parse(r.out)["level_bytes_per_step"];
+  EXPECT_EQ(j["intra"], 40416u * 3);
+  EXPECT_EQ(j["inter"], 40416u * 2);
+  r = plan(args + " --hpz");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  j = json::parse(r.out)["level_bytes_per_step"];
+  EXPECT_EQ(j["intra"], 40416u * 3);
+  EXPECT_EQ(j["inter"], 2u * 10800 * 2);
+  for (const char* bad : {"wte 1000 0\n", "wte 1000 two\n", "a 1 2 3\n"}) {
+    std::ofstream(d / "bad.txt") << bad;
+    r = plan("--layers " + (d / "bad.txt").string() + " --nodes 1 --gpus-per-node 2");
+    EXPECT_EQ(r.rc, 2) << bad << r.out;
+    EXPECT_NE(r.out.find("bad.txt:1:"), std::string::npos) << r.out;
+  }
+  fs::remove_all(d);
+}
+
 TEST(PlanCli, AutoRanksByCrossNodeBytes) {
   Result r = plan(std::string("--params 7.5e9 ") + kMachine + " --auto --mem-budget 80G --json");
   ASSERT_EQ(r.rc, 0) << r.out;
