@@ -3,7 +3,7 @@
 # namespaces, `tc` link rates), train_gpt, one group of 2 ranks per node, medians of --repeats:
 #   1. steady state, elastic off: one 6-rank mpirun, 3 replicas of a 2-rank shard group (one per
 #      node), the replica all-reduce over the links; on: hsdp-elastic, one group per node, the
-#      replica ring over the same links (tests/elastic/elastic_cluster_job.sh). The median of the
+#      replica Comm (UCX) over the same links (tests/elastic/elastic_cluster_job.sh). The median of the
 #      time_ms column over the steps after the third (group 0's rows), and the ratio on/off.
 #   2. kill -9 of a rank of group 1 after its step 6: seconds from the kill to group 0's row of
 #      step 7 (the survivors' next committed step), and the restarted group's heal line (bytes per

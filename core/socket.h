@@ -1,6 +1,6 @@
 // hsdp's one TCP socket layer (in the spirit of NCCL's single ncclSocket), private to the
-// library: the watchdog's out-of-band channel (core/watchdog/watch_oob.h) and the elastic replica
-// transport (src/elastic/replica_socket.h, replica_ring.h) stand on it.
+// library: the watchdog's out-of-band channel (core/watchdog/watch_oob.h) and the elastic groups'
+// alarm (src/engine/group_alarm.h) stand on it.
 //
 //   Fd: the owner of one descriptor, closed once.
 //   listenOn / acceptBefore: a listening socket, one connection accepted before a deadline.

@@ -139,7 +139,9 @@ void printStepStart(const hsdp::Comm& world, const hsdp::StepStart& start) {
         start.group, static_cast<long long>(start.step), start.healed_from, start.heal_bytes,
         start.heal_seconds, gbs);
   }
-  if (start.present != last_present) {
+  // Also every retried attempt (attempt > 0): after an abort that dropped nobody (a stalled
+  // group back before its lease ended) the line says who runs the step again.
+  if (start.present != last_present || start.attempt > 0) {
     std::string groups;
     for (int g : start.present) groups += (groups.empty() ? "" : ",") + std::to_string(g);
     std::printf("elastic: step %lld attempt %lld: groups %s present (this is group %d)\n",

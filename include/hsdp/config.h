@@ -151,8 +151,8 @@ struct ElasticPolicy {
   // HSDP_ELASTIC_GROUPS; hsdp-elastic sets both.
   std::optional<int> group_index;
   std::optional<int> groups;
-  // The address this rank's replica listener binds and publishes. HSDP_ELASTIC_HOST; default:
-  // the local address of the route to the etcd endpoint.
+  // The host this rank publishes beside its replica-level (UCX) address, where its group's alarm
+  // listens. HSDP_ELASTIC_HOST; default: the local address of the route to the etcd endpoint.
   std::optional<std::string> host;
   // Times the launcher restarted this group (HSDP_ELASTIC_RESTARTS; hsdp-elastic sets it). > 0:
   // the group's predecessor is dead, and its member key, still on its lease, is replaced.

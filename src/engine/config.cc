@@ -87,7 +87,7 @@ Status wireFromEnv(std::optional<Wire>* field, const StringParam& var, Wire fall
 namespace {
 const StringParam kElasticHost{
     "HSDP_ELASTIC_HOST", StringParam::Kind::kString, "",
-    "Address of this rank's replica listener (the TCP transport between elastic groups). "
+    "Host this rank publishes beside its replica-level address (its group's alarm listens there). "
     "Unset: the local address of the route to HSDP_ELASTIC_ENDPOINT."};
 const StringParam kElasticData{
     "HSDP_ELASTIC_DATA", StringParam::Kind::kEnum, "keep",

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>  // std::this_thread::yield
 
+#include "core/socket.h"
 #include "engine/transition.h"
 #include "hsdp/env.h"
 #include "hsdp/log.h"
@@ -17,11 +18,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 const env::StringParam kReplicaTransport{
-    "HSDP_REPLICA_TRANSPORT", env::StringParam::Kind::kEnum, "ring",
-    "Elastic groups: the transport of the replica level (gradient averages and heals): ring (the "
-    "TCP ring, the default until elastic.train.stop passes on UCX every time), ucx (the UCX peer "
-    "Comm built from the quorum's addresses; no ring is built), or auto (ucx when this hsdp has "
-    "it, else the ring) (docs/elastic.md)."};
+    "HSDP_REPLICA_TRANSPORT", env::StringParam::Kind::kEnum, "ucx",
+    "Elastic groups: the peer transport of the replica level (gradient averages and heals; "
+    "hsdp/transport_registry.h): ucx, the only one built (docs/elastic.md). The TCP ring's "
+    "values (ring, auto) are gone and refused by name."};
+const env::IntParam kReplicaTimeoutMs{
+    "HSDP_REPLICA_TIMEOUT_MS", 10000, 10, 3600000,
+    "Elastic groups: the replica level's deadline without progress, milliseconds (building the "
+    "step's Comm, an average, a heal's piece): a peer that stops is named after it."};
 
 std::vector<std::string> splitList(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -69,7 +73,7 @@ using G = GroupState;
 // Every move of the group's lifecycle (elastic_group.h draws it), as (from, to).
 constexpr std::pair<G, G> kGroupMoves[] = {
     {G::kJoined, G::kInQuorum},    // begin: a quorum with this group
-    {G::kInQuorum, G::kInStep},    // begin: the ring is up, the heal done
+    {G::kInQuorum, G::kInStep},    // begin: the replica Comm is up, the heal done
     {G::kInStep, G::kCommitted},   // commit: the quorum committed
     {G::kInStep, G::kDecided},     // commit aborted, or begin again: the step given up
     {G::kCommitted, G::kDecided},  // applied: the engine applied the step
@@ -109,29 +113,28 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
   std::unique_ptr<ElasticGroup> g(new ElasticGroup(control));
   g->policy_ = policy;
   g->name_ = strCat("g", *policy.group_index);
-  // Every rank: a listener for the replica transport, at the configured address or the one
-  // that routes to etcd (the address other nodes can reach).
+  // Every rank: its address in the peer transport of the replica level, and the host it
+  // publishes beside it (the configured one or the local address of the route to etcd; the
+  // group's alarm listens there).
   std::string host = *policy.host;
   Status local = [&]() -> Status {
     if (host.empty()) {
-      HSDP_ASSIGN_OR_RETURN(host, elastic::localAddressToward(*policy.endpoint));
+      HSDP_ASSIGN_OR_RETURN(host, net::localAddressToward(*policy.endpoint));
     }
-    HSDP_ASSIGN_OR_RETURN(g->timeout_ms_, elastic::replicaTimeoutMs());
-    const std::string transport = kReplicaTransport.get();
-    if (transport != "auto" && transport != "ucx" && transport != "ring")
-      return invalidArgument("HSDP_REPLICA_TRANSPORT='", transport,
-                             "' is not one of auto, ucx, ring");
-    if (transport == "ucx" || (transport == "auto" && hasPeerTransport("ucx"))) {
-      g->peer_transport_ = "ucx";
-      HSDP_ASSIGN_OR_RETURN(g->peer_address_, peerTransportAddress("ucx"));
-      return okStatus();  // averages and heals on the peer transport: no ring, no listener
-    }
-    auto listener = elastic::ReplicaListener::open(host, 0);
-    if (!listener.ok())
-      return listener.status().withContext(policy.host->empty()
-                                               ? "the replica listener"
-                                               : "EngineConfig::elastic.host (HSDP_ELASTIC_HOST)");
-    g->listener_ = std::move(*listener);
+    HSDP_ASSIGN_OR_RETURN(g->timeout_ms_, kReplicaTimeoutMs.value());
+    g->peer_transport_ = kReplicaTransport.get();
+    if (g->peer_transport_ == "ring" || g->peer_transport_ == "auto")
+      return invalidArgument("HSDP_REPLICA_TRANSPORT='", g->peer_transport_,
+                             "' no longer exists: the TCP ring was removed; the replica level "
+                             "runs on a peer transport (ucx) (docs/elastic.md)");
+    if (!hasPeerTransport(g->peer_transport_))
+      return invalidArgument("HSDP_REPLICA_TRANSPORT='", g->peer_transport_,
+                             "' is not a peer transport of this hsdp (",
+                             hasPeerTransport("ucx") ? "ucx"
+                                                     : "none: elastic mode needs hsdp built with "
+                                                       "UCX, HSDP_WITH_UCX",
+                             ")");
+    HSDP_ASSIGN_OR_RETURN(g->peer_address_, peerTransportAddress(g->peer_transport_));
     return okStatus();
   }();
   HSDP_RETURN_IF_ERROR(control.agree(local));
@@ -144,12 +147,9 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
       }));
   // The group's member address: every rank's entry, in rank order (lengths first, then the
   // entries padded to the longest).
-  // One rank's entry: on a peer transport "host/" and its address there in hex; on the ring
-  // "host:port" (the ring's listener).
+  // One rank's entry: "host/" and its peer-transport address in hex.
   const std::vector<uint8_t>& peer = g->peer_address_.bytes;
-  const std::string entry = g->peer_transport_.empty()
-                                ? g->listener_->address()
-                                : strCat(host, "/", hexBytes(peer.data(), peer.size()));
+  const std::string entry = strCat(host, "/", hexBytes(peer.data(), peer.size()));
   int64_t len = static_cast<int64_t>(entry.size());
   std::vector<int64_t> lens(control.controlSize());
   HSDP_RETURN_IF_ERROR(control.controlAllGather(&len, lens.data(), 1, DType::kInt64));
@@ -177,7 +177,7 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
     }();
   }
   HSDP_RETURN_IF_ERROR(control.agree(joined));
-  if (control.controlRank() == 0 && !g->peer_transport_.empty()) {
+  if (control.controlRank() == 0) {
     // Best effort: without it a gone member is found at the transport's deadline, as before.
     auto watch = elastic::MemberWatch::create(*policy.endpoint, *policy.job);
     if (watch.ok()) {
@@ -189,9 +189,7 @@ StatusOr<std::unique_ptr<ElasticGroup>> ElasticGroup::create(const ElasticPolicy
   }
   g->worker_ = std::thread([p = g.get()] { p->workLoop(); });
   HSDP_INFO(kShard, "elastic: group ", g->name_, " joined job '", *policy.job, "' at ",
-            *policy.endpoint, " (replica level on ",
-            g->peer_transport_.empty() ? "the ring" : g->peer_transport_, ", rank 0 at ",
-            splitList(addresses, ',')[0], ")");
+            *policy.endpoint, " (replica level on ", g->peer_transport_, ", rank 0 at ", host, ")");
   return g;
 }
 
@@ -214,7 +212,7 @@ Status ElasticGroup::fromRoot(const Status& root_status, std::string* text) {
 }
 
 StatusOr<bool> ElasticGroup::voteAndDecide(const Status& local) {
-  // Every rank's failure and the members its ring named, summed over the group.
+  // Every rank's failure and the members its transport named, summed over the group.
   std::vector<int64_t> flags(1 + q_.members.size(), 0);
   if (!local.ok()) {
     flags[0] = 1;
@@ -256,13 +254,12 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
     HSDP_RETURN_IF_ERROR(transition(G::kDecided, "beginStep"));
   }
   local_step_ = local_step;
-  // The ring of the step this group just committed, kept while the next quorum has the same
-  // members at the same addresses and nobody heals (every member then decides alike: the
-  // commit needed every member's all-reduce to succeed).
-  std::unique_ptr<elastic::ReplicaRing> kept = std::move(ring_);
-  PeerComm kept_comm = std::move(replica_);
+  // The replica Comm of the step this group just committed, kept while the next quorum has the
+  // same members at the same addresses and nobody heals (every member then decides alike: the
+  // commit needed every member's average to succeed).
+  PeerComm kept = std::move(replica_);
   const elastic::StepQuorum last = q_;
-  bool continuing = (kept || kept_comm.comm) && committed_.step == local_step - 1;
+  bool continuing = kept.comm && committed_.step == local_step - 1;
   while (true) {
     // Rank 0: the step's quorum; "" when this group is not in it (after the attempt is decided
     // without it, the next round finds where the job went).
@@ -299,7 +296,7 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       }();
     }
     HSDP_RETURN_IF_ERROR(fromRoot(root, &text));
-    if (text.empty()) {  // left out: next round asks where the job went, and builds a ring
+    if (text.empty()) {  // left out: next round asks where the job went, and builds a Comm
       continuing = false;
       continue;
     }
@@ -322,7 +319,6 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       if (me.heal_from.empty() && local_step != q_.step)
         return internalError("elastic: group ", name_, " holds step ", local_step,
                              " but the quorum counts it among the groups at step ", q_.step);
-      std::vector<std::string> addrs;
       PeerMembers peers;
       peers.self = self_;
       for (const elastic::Member& m : q_.members) {
@@ -334,72 +330,28 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
                                  " ranks; this group has ", control_.controlSize());
         std::string entry = ranks[control_.controlRank()];
         const size_t slash = entry.find('/');
-        if (!peer_transport_.empty()) {
-          const std::string what = strCat(peer_transport_, " address of elastic group ", m.group,
-                                          " rank ", control_.controlRank());
-          if (slash == std::string::npos)
-            return invalidArgument(what, " is missing (published: '", entry,
-                                   "'; every group must run the same HSDP_REPLICA_TRANSPORT)");
-          HSDP_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes,
-                                parseHexBytes(entry.substr(slash + 1), what));
-          peers.addresses.push_back(std::move(bytes));
-        }
-        if (slash != std::string::npos) entry.resize(slash);
+        const std::string what = strCat(peer_transport_, " address of elastic group ", m.group,
+                                        " rank ", control_.controlRank());
+        if (slash == std::string::npos)
+          return invalidArgument(what, " is missing (published: '", entry,
+                                 "'; every group must run the same HSDP_REPLICA_TRANSPORT)");
+        HSDP_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes,
+                              parseHexBytes(entry.substr(slash + 1), what));
+        peers.addresses.push_back(std::move(bytes));
+        entry.resize(slash);
         peers.names.push_back(strCat("group ", m.group, " (", entry, ")"));
-        addrs.push_back(std::move(entry));
       }
       if (same()) {
-        ring_ = std::move(kept);
-        replica_ = std::move(kept_comm);
+        replica_ = std::move(kept);
       } else {
-        kept.reset();
-        kept_comm = PeerComm{};
+        kept = PeerComm{};
         heal_comm_ = PeerComm{};  // the last heal's, with the Comm it was kept beside
-        if (peer_transport_.empty()) {
-          elastic::ReplicaRing::Options o;
-          o.job = *policy_.job;
-          o.step = q_.step;
-          o.attempt = q_.attempt;
-          o.timeout_ms = timeout_ms_;
-          o.refused_is_dead = true;  // every member's listener is open before it joins
-          HSDP_ASSIGN_OR_RETURN(
-              ring_, elastic::ReplicaRing::create(self_, addrs, *listener_, o, &culprits_));
-        } else {
-          peers.id = peerCommId(q_);
-          peers.timeout_ms = timeout_ms_;
-          HSDP_ASSIGN_OR_RETURN(replica_, createPeerTransport(peer_transport_, peers));
-        }
+        peers.id = peerCommId(q_);
+        peers.timeout_ms = timeout_ms_;
+        HSDP_ASSIGN_OR_RETURN(replica_, createPeerTransport(peer_transport_, peers));
       }
       t0 = Clock::now();  // the heal's own time, from here
-      if (!peer_transport_.empty()) return heal(state, &out);
-      // The heal on the ring: a member that does not hold the step's state receives every
-      // buffer, then the step count, from the same-position rank of its donor; donors send.
-      if (!me.heal_from.empty()) {
-        const int from = memberIndex(q_, me.heal_from);
-        for (std::span<char> b : state.buffers) {
-          HSDP_ASSIGN_OR_RETURN(auto t, ring_->recv(from, b.data(), b.size()));
-          out.heal_bytes += t.bytes;
-        }
-        int64_t count = -1;
-        HSDP_RETURN_IF_ERROR(ring_->recv(from, &count, sizeof(count)).status());
-        if (count != q_.step)
-          return internalError("elastic: group ", me.heal_from, " sent the state of step ", count,
-                               " for step ", q_.step);
-        *state.step = count;
-        HSDP_RETURN_IF_ERROR(state.installed());
-        out.healed = true;
-        out.healed_from = groupIndexOf(me.heal_from);
-      }
-      for (size_t k = 0; k < q_.members.size(); ++k) {
-        if (q_.members[k].heal_from != name_) continue;
-        for (std::span<char> b : state.buffers) {
-          HSDP_ASSIGN_OR_RETURN(auto t, ring_->send(static_cast<int>(k), b.data(), b.size()));
-          out.heal_bytes += t.bytes;
-        }
-        HSDP_RETURN_IF_ERROR(
-            ring_->send(static_cast<int>(k), state.step, sizeof(int64_t)).status());
-      }
-      return okStatus();
+      return heal(state, &out);
     }();
     if (!local.ok()) addCulprits(suspects());  // besides what the setup or the heal named
     int64_t failed = local.ok() ? 0 : 1;
@@ -420,14 +372,13 @@ StatusOr<StepStart> ElasticGroup::begin(int64_t local_step, const HealState& sta
       armWatch();
       return out;
     }
-    // The ring or a heal failed on some rank: vote fail (naming who is gone), then the next
+    // The replica Comm or a heal failed on some rank: vote fail (naming who is gone), then the next
     // attempt.
     HSDP_ASSIGN_OR_RETURN(bool committed, voteAndDecide(local));
     if (committed)
       return internalError("elastic: step ", q_.step, " committed although group ", name_,
                            " voted fail");
     dropComms();
-    ring_.reset();
   }
 }
 

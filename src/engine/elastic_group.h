@@ -3,13 +3,14 @@
 // job; its rank 0 speaks for it in etcd (elastic/quorum.h: membership, each step's quorum, the
 // commit vote) and tells the other ranks over the group's control plane
 // (UnitCollectives' control collectives); every rank i runs the replica level with rank i of the
-// other groups: the gradient averages on a peer-transport Comm (UCX built from the addresses the
-// groups publish; hsdp/transport_registry.h), the heals on a TCP ring (elastic/replica_ring.h),
-// both built from each step's quorum. HSDP_REPLICA_TRANSPORT=ring keeps the averages on the ring.
+// other groups on a peer-transport Comm (UCX built from the addresses the groups publish;
+// hsdp/transport_registry.h), built from each step's quorum: the gradient averages on the
+// quorum's Comm, a heal on a Comm of the donor and the groups it heals (elastic_heal.cc), both
+// issued through UnitCollectives.
 //
-//   begin(step)      the step's quorum (waiting out attempts this group is not in), the ring,
+//   begin(step)      the step's quorum (waiting out attempts this group is not in), its Comm,
 //                    and the heal: a member that does not hold the step's state receives it from
-//                    its donor's same-position ranks, rank to rank, before the step's forward
+//                    its donor's same-position ranks (a broadcast), before the step's forward
 //   commit(grads)    every gradient shard averaged over the groups present, the vote, the
 //                    decision: true = apply the step; false = the step is repeated (abort)
 //
@@ -19,7 +20,7 @@
 // The group's lifecycle (one table in elastic_group.cc; every change goes through transition()):
 //   Joined --begin: a quorum with this group--> InQuorum   (the job's first step no longer waits
 //                                                          for every group)
-//   InQuorum --begin: the ring is up, the heal done--> InStep
+//   InQuorum --begin: the replica Comm is up, the heal done--> InStep
 //   InStep --commit: the quorum committed--> Committed
 //   InStep --commit: the quorum aborted--> Decided
 //   InStep --begin again, without commit: the step is given up--> Decided
@@ -27,8 +28,8 @@
 //   Decided --begin: the next step's quorum--> InQuorum
 // (Committed is a state of its own because gradNorm() commits before step() applies: begin()
 // from Committed is refused, and step() after gradNorm() does not vote again.)
-// A begin whose ring or heal fails stays InQuorum for its next attempt; one that fails outright
-// leaves the state where it was.
+// A begin whose replica Comm or heal fails stays InQuorum for its next attempt; one that fails
+// outright leaves the state where it was.
 #pragma once
 
 #include <atomic>
@@ -46,7 +47,6 @@
 
 #include "elastic/member_watch.h"
 #include "elastic/quorum.h"
-#include "elastic/replica_ring.h"
 #include "engine/group_alarm.h"
 #include "engine/unit_collectives.h"
 #include "hsdp/config.h"
@@ -74,7 +74,7 @@ struct HealState {
 
 class ElasticGroup {
  public:
-  // Opens this rank's replica listener, publishes the group (rank 0 joins the job with
+  // Takes this rank's peer-transport address, publishes the group (rank 0 joins the job with
   // `fingerprint`), all ranks agreeing on the outcome.
   static StatusOr<std::unique_ptr<ElasticGroup>> create(const ElasticPolicy& policy,
                                                         UnitCollectives& control,
@@ -83,7 +83,7 @@ class ElasticGroup {
 
   StatusOr<StepStart> begin(int64_t local_step, const HealState& state);
   // After begin(): starts averaging one gradient shard over the quorum's groups on the replica
-  // worker (a thread of this group: the ring all-reduce overlaps the rest of backward), in call
+  // worker (a thread of this group: the all-reduce overlaps the rest of backward), in call
   // order, which is the same on every group (reduceGrad's).
   [[nodiscard]] Status startAverage(std::span<float> grad);
   // Waits for every average started, then the vote and the quorum's decision (true: apply).
@@ -124,11 +124,9 @@ class ElasticGroup {
   ElasticPolicy policy_;
   std::string name_;        // "g<index>"
   int64_t timeout_ms_ = 0;  // HSDP_REPLICA_TIMEOUT_MS: the replica level's deadline
-  std::unique_ptr<elastic::ReplicaListener> listener_;  // the ring's (none on a peer transport)
-  std::unique_ptr<elastic::Quorum> quorum_;             // rank 0 only
-  std::unique_ptr<elastic::ReplicaRing> ring_;
-  // The averages' Comm (a peer transport; empty with HSDP_REPLICA_TRANSPORT=ring), rebuilt with
-  // the ring; this process's address in it, published beside the ring's.
+  std::unique_ptr<elastic::Quorum> quorum_;  // rank 0 only
+  // The replica level's peer transport (HSDP_REPLICA_TRANSPORT), this process's address in it
+  // (published in the group's member key), and the step's Comm (rebuilt when the quorum changes).
   std::string peer_transport_;
   PeerAddress peer_address_;
   PeerComm replica_;
@@ -160,8 +158,8 @@ class ElasticGroup {
     return static_cast<uint64_t>(q.step) * 64 + 2 * static_cast<uint64_t>(q.attempt % 32);
   }
 
-  // Averages `g` over the quorum's groups on replica_ (or the ring); on replica_, ends at once
-  // when a sibling rank raised the alarm for the same attempt.
+  // Averages `g` over the quorum's groups on replica_; ends at once when a sibling rank raised
+  // the alarm for the same attempt.
   [[nodiscard]] Status average(std::span<float> g);
   // The step's attempt as the alarm names it (never 0).
   uint64_t attemptTag() const {
@@ -178,11 +176,10 @@ class ElasticGroup {
   void noteAlarm(uint64_t tag, const std::string& why);
   std::vector<int> suspects() const;
 
-  // The coordinator's abort watch (elastic_watch.cc; rank 0, on the peer-transport Comm only:
-  // the ring's averages cannot be aborted). A thread on elastic::MemberWatch; while the step's
-  // averages may run (armed by begin(), disarmed by commit() once they are done), a member of
-  // the step's quorum whose incarnation ended in etcd (its lease ran out, it left, a restart
-  // replaced it) raises the alarm for the attempt, on this rank and on the group's others.
+  // The coordinator's abort watch (elastic_watch.cc; rank 0). A thread on elastic::MemberWatch;
+  // while the step's averages may run (armed by begin(), disarmed by commit() once they are done),
+  // a member of the step's quorum whose incarnation ended in etcd (its lease ran out, it left, a
+  // restart replaced it) raises the alarm for the attempt, on this rank and on the group's others.
   void watchLoop();
   void armWatch();
   void disarmWatch();
@@ -200,7 +197,7 @@ class ElasticGroup {
   // The group indexes of the step's quorum (q_), in its order.
   std::vector<int> presentGroups() const;
 
-  // The replica worker: the averages of a step, one after the other, on ring_ (which the main
+  // The replica worker: the averages of a step, one after the other, on replica_ (which the main
   // thread changes only while the worker is idle: in begin() and after commit()'s wait).
   std::mutex mu_;
   std::condition_variable cv_;

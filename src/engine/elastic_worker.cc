@@ -1,5 +1,5 @@
 // ElasticGroup's replica worker (the gradient averages of a step, one after the other, on the
-// peer-transport Comm or the ring) and the step's end: commit() waits for them, votes, and moves
+// peer-transport Comm) and the step's end: commit() waits for them, votes, and moves
 // the group to Committed or Decided; applied() after the engine applied the step. The rest of
 // the group (create, begin, the quorum's reads) is elastic_group.cc.
 #include <algorithm>
@@ -38,14 +38,12 @@ void ElasticGroup::workLoop() {
     std::span<float> g = queue_.front();
     queue_.pop_front();
     busy_ = true;
-    const bool skip = !work_status_.ok();  // the ring is broken: the step fails anyway
+    const bool skip = !work_status_.ok();  // an average failed: the step fails anyway
     lock.unlock();
     Status st = skip ? okStatus() : average(g);
     // This rank saw the failure first: its sibling ranks may be waiting on a member that is
     // alive but stuck (the failed group's other ranks), so they are told to abort now.
     const uint64_t tag = attemptTag();
-    // (Only on the peer-transport Comm: the ring's averages cannot be aborted, so nobody acts
-    // on an alarm there.)
     if (!st.ok() && replica_.comm && alarm_tag_.load(std::memory_order_acquire) != tag && alarm_)
       alarm_->raise(tag, st.message());
     lock.lock();
@@ -59,7 +57,6 @@ void ElasticGroup::workLoop() {
 }
 
 Status ElasticGroup::average(std::span<float> g) {
-  if (!replica_.comm) return ring_->allReduce(g.data(), g.size(), elastic::ReplicaRing::Op::kAvg);
   // Polled, not waited: test() holds the progress lock briefly; the main thread's go on beside.
   HSDP_ASSIGN_OR_RETURN(WorkHandle w, control_.peerAverage(*replica_.comm, g.data(), g.size()));
   const uint64_t tag = attemptTag();
@@ -81,10 +78,7 @@ Status ElasticGroup::average(std::span<float> g) {
 }
 
 std::vector<int> ElasticGroup::suspects() const {
-  std::vector<int> out = ring_ ? ring_->culprits() : std::vector<int>{};
-  for (int s : replica_.comm ? replica_.suspects() : std::vector<int>{})
-    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
-  return out;
+  return replica_.comm ? replica_.suspects() : std::vector<int>{};
 }
 
 Status ElasticGroup::startAverage(std::span<float> grad) {
@@ -119,7 +113,6 @@ StatusOr<bool> ElasticGroup::commit() {
   if (!decided.ok()) return decided.status();
   if (!commit) {
     dropComms();
-    ring_.reset();
     return false;
   }
   committed_.step = q_.step;

@@ -309,7 +309,7 @@ Status ShardedModel::step() {
 }
 
 // ---- elastic mode (docs/elastic.md): joining the job at finalize(), each step's beginStep()
-// (quorum, replica ring, heal) and the commit inside step(). The protocol and the transport are
+// (quorum, replica Comm, heal) and the commit inside step(). The protocol and the transport are
 // engine/elastic_group.h's; this says which of the model's buffers they move ----
 
 Status ShardedModel::Impl::startElastic(uint64_t signature) {

@@ -18,6 +18,8 @@
 #   stop         SIGSTOP every rank of group 2 after step 10 (lease 2 s): dropped within the
 #                lease, the others go on; SIGCONT: it finds itself out of the quorum (it never
 #                commits the steps it missed), rejoins, heals; all PASS.
+#   stop-watch   the stop case with a 60 s replica deadline: only the coordinator's abort watch
+#                (the lease ended) can end the survivors' averages, within 10 s.
 #   cut          on the emulated cluster (tests/cluster/cluster.sh, one group per node, root),
 #                group 2's node loses its link (to the other groups and to etcd) after step 10
 #                for 4 s (lease 2 s): dropped within its lease, the others go on; the link back,
@@ -27,7 +29,8 @@
 #                parity line (nothing commits without the coordinator).
 #   refused      group 1 launched with another model: refused by name (the fingerprint; the
 #                first group to join sets the job's, so group 1 or the others are refused).
-#   unreachable  a coordinator address where nothing listens: a clear error naming it, quickly.
+#   unreachable  a coordinator address where nothing listens: a clear error naming it, quickly;
+#                and HSDP_REPLICA_TRANSPORT=ring (the removed TCP ring): refused naming the value.
 # Exit 77 (skipped) only when the etcd binary is absent.
 set -u
 case_name=$1 elastic=$2 train=$3 mpirun=$4 train_gpt=${5:-} ckpt_tool=${6:-}
@@ -127,8 +130,8 @@ case $case_name in
     [ "$found" = 1 ] || fail "no checkpoint of group 0 names the membership without group 1"
     ;;
   twice)
-    # Its first failure is the kill case's, with the kill case's checks (so that case runs only
-    # on UCX in ctest: elastic.train.kill.ucx).
+    # Its first failure is the kill case's, with the kill case's checks (so ctest does not run
+    # the kill case on its own).
     launch 90
     wait_for "$tmp/g1r0.rank0.log" "^ +10 " 60 || fail "group 1 never reached step 10"
     kill -9 $(ranks_of "$train" 1 0 | tail -1)
@@ -262,6 +265,14 @@ print(" ".join(str(x.getsockname()[1]) for x in s))')
     [ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "exit $rc (want an error, not a hang)"
     [ "$took" -le 20 ] || fail "took $took s"
     grep -qa "etcd http://127.0.0.1:9" "$tmp/g0r0.rank0.log" || fail "the endpoint is not named"
+    # The removed TCP ring's transport value: refused by name before anything is joined.
+    HSDP_ELASTIC_ENDPOINT=http://127.0.0.1:9 HSDP_ELASTIC_GROUP_INDEX=0 HSDP_ELASTIC_GROUPS=1 \
+      HSDP_REPLICA_TRANSPORT=ring timeout 60 "$mpirun" $margs -np 2 "$train" "${model[@]}" \
+      --steps 3 >"$tmp/ring.rank0.log" 2>&1
+    rc=$?
+    [ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "HSDP_REPLICA_TRANSPORT=ring: exit $rc (want an error)"
+    grep -qa "HSDP_REPLICA_TRANSPORT='ring' no longer exists" "$tmp/ring.rank0.log" ||
+      fail "HSDP_REPLICA_TRANSPORT=ring is not refused by name: $(tail -3 "$tmp/ring.rank0.log")"
     ;;
   *)
     echo "unknown case $case_name"
