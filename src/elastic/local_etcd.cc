@@ -76,8 +76,13 @@ StatusOr<std::unique_ptr<LocalEtcd>> LocalEtcd::prepare() {
   std::string templ = etcdBase() + "/hsdp-etcd-XXXXXX";
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
-  if (::mkdtemp(buf.data()) == nullptr)
-    return internalError("mkdtemp '", templ, "': ", std::strerror(errno));
+  if (::mkdtemp(buf.data()) == nullptr) {
+    const std::string why = std::strerror(errno);
+    if (!kEtcdDir.get().empty())  // the user's choice: named as such
+      return invalidArgument("HSDP_ETCD_DIR='", kEtcdDir.get(),
+                             "': no private directory for the local etcd there (", why, ")");
+    return internalError("mkdtemp '", templ, "': ", why);
+  }
   etcd->dir_ = buf.data();
   HSDP_ASSIGN_OR_RETURN(int client_port, freePort());
   etcd->endpoint_ = strCat("http://127.0.0.1:", client_port);

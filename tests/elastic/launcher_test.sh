@@ -229,6 +229,16 @@ bad "--endpoint 'localhost:2379' is not an etcd URL" --groups 2 --np 2 --endpoin
   -- true
 bad "--endpoint 'http://127.0.0.1:1' does not answer" --groups 2 --np 2 \
   --endpoint http://127.0.0.1:1 -- true
+# A job-local etcd's directory that cannot be made (not there, a file): named, exit non-zero,
+# nothing started and nothing left.
+for d in "$tmp/no/such/dir" /etc/hostname; do
+  HSDP_ETCD_DIR=$d "$elastic" --groups 1 --np 1 -- true >"$tmp/bad.log" 2>&1
+  rc=$?
+  [ $rc -ne 0 ] || fail "HSDP_ETCD_DIR=$d: exit 0"
+  grep -qF "HSDP_ETCD_DIR='$d'" "$tmp/bad.log" || fail "HSDP_ETCD_DIR=$d not named: $(cat "$tmp/bad.log")"
+  grep -q "group 0 started" "$tmp/bad.log" && fail "HSDP_ETCD_DIR=$d: a group was started"
+done
+[ -e "$tmp/no" ] && fail "HSDP_ETCD_DIR: a directory was made"
 
 if [ $fails -ne 0 ]; then
   echo "launcher_test: $fails check(s) failed; the logs:"
